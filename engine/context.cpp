@@ -1,0 +1,218 @@
+#include "engine/context.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "kernels/elementwise.h"
+
+#ifndef DITTO_GIT_COMMIT
+#define DITTO_GIT_COMMIT "unknown"
+#endif
+#ifndef DITTO_CUDNN_BUILD_VERSION
+#define DITTO_CUDNN_BUILD_VERSION "unknown"
+#endif
+
+namespace ditto {
+namespace detail {
+
+CudaState::CudaState(int dev) : device(dev) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw CudaError(fmt::format("no CUDA device available for cuda:{} ({})", dev,
+                                e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)));
+  if (dev >= count) throw CudaError(fmt::format("cuda:{} requested, {} device(s) present", dev, count));
+  DITTO_CUDA_CHECK(cudaSetDevice(dev));
+  DITTO_CUDA_CHECK(cudaGetDeviceProperties(&props, dev));
+  DITTO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DITTO_CUDNN_CHECK(cudnnCreate(&cudnn));
+  DITTO_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
+  DITTO_CUBLAS_CHECK(cublasCreate(&cublas));
+  DITTO_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  // cuBLAS may not pick atomics-based reductions unless a layer's policy allows it.
+  DITTO_CUBLAS_CHECK(cublasSetAtomicsMode(cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
+  DITTO_CUBLAS_CHECK(cublasSetPointerMode(cublas, CUBLAS_POINTER_MODE_HOST));
+  cudaMemPoolProps pp{};
+  pp.allocType = cudaMemAllocationTypePinned;
+  pp.handleTypes = cudaMemHandleTypeNone;
+  pp.location.type = cudaMemLocationTypeDevice;
+  pp.location.id = dev;
+  DITTO_CUDA_CHECK(cudaMemPoolCreate(&pool, &pp));
+  // Keep freed blocks cached: after the first step, no allocation reaches the driver.
+  uint64_t keep = std::numeric_limits<uint64_t>::max();
+  DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
+CudaState::~CudaState() {
+  cudaSetDevice(device);
+  if (stream) DITTO_CUDA_CHECK_PRINT(cudaStreamSynchronize(stream));
+  if (cublas) cublasDestroy(cublas);
+  if (cudnn) cudnnDestroy(cudnn);
+  if (pool) DITTO_CUDA_CHECK_PRINT(cudaMemPoolDestroy(pool));
+  if (stream) DITTO_CUDA_CHECK_PRINT(cudaStreamDestroy(stream));
+}
+
+void* CudaState::try_alloc(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, stream);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error so later checks do not see it
+    return nullptr;
+  }
+  DITTO_CUDA_CHECK(e);
+  return p;
+}
+
+void* CudaState::alloc(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = try_alloc(bytes);
+  if (!p)
+    throw CudaError(fmt::format("out of device memory: {} bytes on cuda:{} could not be allocated", bytes, device));
+  return p;
+}
+
+void CudaState::free(void* p) noexcept {
+  if (p) DITTO_CUDA_CHECK_PRINT(cudaFreeAsync(p, stream));
+}
+
+cudaStream_t stream_of(const Context& ctx) { return ctx.cuda().stream; }
+
+}  // namespace detail
+
+Context::Context(Device device, Policy policy, ContextOptions options)
+    : device_(device), policy_(std::move(policy)), debug_sync_(options.sync_after_launch) {
+  if (const char* env = std::getenv("DITTO_DEBUG_SYNC"); env && std::strcmp(env, "0") != 0 && *env) debug_sync_ = true;
+  if (device_.is_cuda()) cuda_ = std::make_shared<detail::CudaState>(device_.index);
+}
+
+Context::~Context() = default;
+
+detail::CudaState& Context::cuda() const {
+  if (!cuda_) throw Error("CUDA state requested from a CPU context");
+  return *cuda_;
+}
+
+Tensor Context::empty(const Shape& shape, DType dtype) {
+  auto st = std::make_shared<detail::Storage>();
+  st->device = device_;
+  st->bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (cuda_) {
+    st->cuda = cuda_;
+    st->ptr = cuda_->alloc(st->bytes);
+  } else if (st->bytes) {
+    // 64-byte alignment for vectorized CPU loops; aligned_alloc needs a multiple of the alignment.
+    std::size_t rounded = (st->bytes + 63) / 64 * 64;
+    st->ptr = std::aligned_alloc(64, rounded);
+    if (!st->ptr) throw Error(fmt::format("out of host memory: {} bytes", st->bytes));
+  }
+  return Tensor(std::move(st), shape, dtype);
+}
+
+Tensor Context::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  if (t.nbytes() == 0) return t;
+  if (cuda_)
+    DITTO_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), cuda_->stream));
+  else
+    std::memset(t.raw(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Context::full(const Shape& shape, float value) {
+  Tensor t = empty(shape, DType::F32);
+  fill(*this, t, value);
+  return t;
+}
+
+namespace {
+void copy_bytes(const detail::CudaState* ctx_cuda, Tensor& dst, const Tensor& src) {
+  std::size_t n = src.nbytes();
+  if (n == 0) return;
+  const auto& ds = dst.storage();
+  const auto& ss = src.storage();
+  if (!ds->cuda && !ss->cuda) {
+    std::memcpy(dst.raw(), src.raw(), n);
+    return;
+  }
+  // Device-side copies are queued on the context's stream. The source's own stream is waited
+  // for when it differs, so a tensor from another context is complete before it is read.
+  cudaStream_t stream = ctx_cuda ? ctx_cuda->stream : (ds->cuda ? ds->cuda->stream : ss->cuda->stream);
+  if (ss->cuda && ss->cuda->stream != stream) DITTO_CUDA_CHECK(cudaStreamSynchronize(ss->cuda->stream));
+  DITTO_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), n, cudaMemcpyDefault, stream));
+  // A device-to-host copy is only useful once it has landed.
+  if (!ds->cuda) DITTO_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+}  // namespace
+
+void Context::copy(Tensor& dst, const Tensor& src) {
+  if (dst.dtype() != src.dtype() || dst.numel() != src.numel())
+    throw ShapeError(fmt::format("copy: destination {} {} does not match source {} {}", dtype_name(dst.dtype()),
+                                 shape_str(dst.shape()), dtype_name(src.dtype()), shape_str(src.shape())));
+  copy_bytes(cuda_.get(), dst, src);
+}
+
+Tensor Context::from_host(const std::vector<float>& data, const Shape& shape) {
+  if (static_cast<int64_t>(data.size()) != shape_numel(shape))
+    throw ShapeError(fmt::format("from_host: {} values for shape {}", data.size(), shape_str(shape)));
+  Tensor t = empty(shape, DType::F32);
+  if (t.nbytes() == 0) return t;
+  if (cuda_)
+    DITTO_CUDA_CHECK(cudaMemcpyAsync(t.raw(), data.data(), t.nbytes(), cudaMemcpyHostToDevice, cuda_->stream));
+  else
+    std::memcpy(t.raw(), data.data(), t.nbytes());
+  if (cuda_) DITTO_CUDA_CHECK(cudaStreamSynchronize(cuda_->stream));  // the vector may die on return
+  return t;
+}
+
+Tensor Context::from_host(const std::vector<int32_t>& data, const Shape& shape) {
+  if (static_cast<int64_t>(data.size()) != shape_numel(shape))
+    throw ShapeError(fmt::format("from_host: {} values for shape {}", data.size(), shape_str(shape)));
+  Tensor t = empty(shape, DType::I32);
+  if (t.nbytes() == 0) return t;
+  if (cuda_) {
+    DITTO_CUDA_CHECK(cudaMemcpyAsync(t.raw(), data.data(), t.nbytes(), cudaMemcpyHostToDevice, cuda_->stream));
+    DITTO_CUDA_CHECK(cudaStreamSynchronize(cuda_->stream));
+  } else {
+    std::memcpy(t.raw(), data.data(), t.nbytes());
+  }
+  return t;
+}
+
+Tensor Context::to_device(const Tensor& t) {
+  Tensor out = empty(t.shape(), t.dtype());
+  copy(out, t);
+  return out;
+}
+
+void Context::synchronize() {
+  if (cuda_) DITTO_CUDA_CHECK(cudaStreamSynchronize(cuda_->stream));
+}
+
+RuntimeInfo Context::runtime_info() const {
+  RuntimeInfo info;
+  info.device = device_.str();
+  info.git_commit = DITTO_GIT_COMMIT;
+  info.cudnn_build = DITTO_CUDNN_BUILD_VERSION;
+  std::size_t v = cudnnGetVersion();
+  info.cudnn = fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+  int rt = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) info.cuda_runtime = fmt::format("{}.{}", rt / 1000, (rt % 1000) / 10);
+  int drv = 0;
+  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) info.driver = fmt::format("{}.{}", drv / 1000, (drv % 1000) / 10);
+  if (cuda_) {
+    info.gpu_name = cuda_->props.name;
+    int cb = 0;
+    if (cublasGetVersion(cuda_->cublas, &cb) == CUBLAS_STATUS_SUCCESS)
+      info.cublas = fmt::format("{}.{}.{}", cb / 10000, (cb % 10000) / 100, cb % 100);
+  }
+  return info;
+}
+
+}  // namespace ditto

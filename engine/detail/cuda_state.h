@@ -1,0 +1,63 @@
+// Internal: the CUDA half of a Context and the storage behind tensors.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "engine/context.h"
+#include "engine/detail/cuda_check.h"
+
+namespace ditto::detail {
+
+struct CudaState {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cudaMemPool_t pool = nullptr;
+  cudaDeviceProp props{};
+
+  explicit CudaState(int device);
+  ~CudaState();
+  CudaState(const CudaState&) = delete;
+  CudaState& operator=(const CudaState&) = delete;
+
+  // Stream-ordered allocation from the context's pool. alloc throws CudaError; try_alloc
+  // returns nullptr when the memory is not there (so callers can name what needed it).
+  void* alloc(std::size_t bytes);
+  void* try_alloc(std::size_t bytes);
+  void free(void* p) noexcept;
+};
+
+cudaStream_t stream_of(const Context& ctx);
+
+// Device memory of one asynchronous call's workspace: released in stream order after the
+// work queued before its destruction, so it stays alive across that call.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(CudaState& s, std::size_t bytes) : s_(&s), bytes_(bytes) { ptr_ = bytes ? s.try_alloc(bytes) : nullptr; }
+  ~Workspace() { if (s_ && ptr_) s_->free(ptr_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  bool ok() const { return bytes_ == 0 || ptr_ != nullptr; }
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  CudaState* s_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+struct Storage {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  Device device;
+  std::shared_ptr<CudaState> cuda;  // keeps the pool and stream alive while the tensor lives
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+};
+
+}  // namespace ditto::detail

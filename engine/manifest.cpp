@@ -1,0 +1,83 @@
+#include "engine/manifest.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+
+namespace ditto {
+
+const char* determinism_name(Determinism d) {
+  switch (d) {
+    case Determinism::Yes: return "yes";
+    case Determinism::No: return "no";
+    case Determinism::Unknown: return "unknown";
+  }
+  return "?";
+}
+
+void Manifest::record(ManifestEntry e) {
+  auto key = std::make_pair(e.layer, e.knob);
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    entries_[it->second] = std::move(e);
+  } else {
+    index_[key] = entries_.size();
+    entries_.push_back(std::move(e));
+  }
+}
+
+const ManifestEntry* Manifest::find(const std::string& layer, const std::string& knob) const {
+  auto it = index_.find({layer, knob});
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+std::vector<ManifestEntry> Manifest::entries() const { return entries_; }
+
+void Manifest::clear() {
+  entries_.clear();
+  index_.clear();
+}
+
+std::string Manifest::to_json(int indent) const {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& e : entries_) {
+    ops.push_back({{"layer", e.layer},
+                   {"op", e.op},
+                   {"knob", e.knob},
+                   {"variant", e.variant},
+                   {"requested", e.requested},
+                   {"deterministic", determinism_name(e.deterministic)},
+                   {"math", e.math},
+                   {"workspace_bytes", e.workspace_bytes},
+                   {"device", e.device}});
+  }
+  return nlohmann::json{{"ops", ops}}.dump(indent);
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw IoError(fmt::format("{}: cannot open for writing: {}", tmp, std::strerror(errno)));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (std::fflush(f) == 0) && ok;
+  ok = (::fsync(::fileno(f)) == 0) && ok;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    throw IoError(fmt::format("{}: write failed: {}", tmp, std::strerror(err)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    throw IoError(fmt::format("{}: cannot rename into place: {}", path, std::strerror(err)));
+  }
+}
+
+}  // namespace ditto

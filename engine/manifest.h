@@ -1,0 +1,49 @@
+// Manifest: what every op actually ran. Each (layer, knob) is recorded once per run with the
+// variant that was used, what was asked for, whether the variant is deterministic, the math
+// mode and the workspace it took. Together with the seeds and versions a trainer adds, it is
+// what lets a run be replayed exactly.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ditto {
+
+enum class Determinism { Yes, No, Unknown };
+const char* determinism_name(Determinism d);
+
+struct ManifestEntry {
+  std::string layer;         // layer name as given to the op
+  std::string op;            // conv2d, linear, maxpool2d, ...
+  std::string knob;          // fwd, bwd_data, bwd_filter, bias_bwd, bwd, reduce, ...
+  std::string variant;       // what ran: "algo1", "gather", "cudnn-deterministic", ...
+  std::string requested;     // the policy's ask: "pinned", "deterministic", "heuristic", ...
+  Determinism deterministic = Determinism::Unknown;  // cuDNN's own label for cuDNN algorithms
+  std::string math;          // "fma", "tf32" or "" where no math mode applies
+  std::size_t workspace_bytes = 0;
+  std::string device;        // "cpu" or "cuda:0"
+};
+
+class Manifest {
+ public:
+  // Inserts or replaces the entry for (layer, knob).
+  void record(ManifestEntry e);
+  const ManifestEntry* find(const std::string& layer, const std::string& knob) const;
+  std::vector<ManifestEntry> entries() const;  // in first-recorded order
+  void clear();
+
+  // {"ops": [ {layer, op, knob, variant, requested, deterministic, math, workspace_bytes, device}, ...]}
+  std::string to_json(int indent = 2) const;
+
+ private:
+  std::vector<ManifestEntry> entries_;
+  std::map<std::pair<std::string, std::string>, std::size_t> index_;
+};
+
+// Writes text to path atomically: to a temporary file beside it, then rename. Throws IoError
+// naming the path.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace ditto

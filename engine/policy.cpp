@@ -1,0 +1,285 @@
+#include "engine/policy.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "engine/error.h"
+
+namespace ditto {
+namespace {
+
+const std::vector<std::string> kModeWords = {"heuristic", "deterministic", "nondeterministic", "fastest"};
+
+bool is_mode_word(const std::string& v) {
+  return std::find(kModeWords.begin(), kModeWords.end(), v) != kModeWords.end();
+}
+
+template <class E, std::size_t N>
+const char* enum_name(E e, const char* const (&names)[N]) {
+  auto i = static_cast<std::size_t>(e);
+  return i < N ? names[i] : "?";
+}
+
+const char* const kFwdNames[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
+                                 "fft", "fft_tiling", "winograd", "winograd_nonfused"};
+const char* const kBwdDataNames[] = {"algo0", "algo1", "fft", "fft_tiling", "winograd", "winograd_nonfused"};
+const char* const kBwdFilterNames[] = {"algo0", "algo1", "fft", "algo3", "winograd", "winograd_nonfused", "fft_tiling"};
+const char* const kMathNames[] = {"fma", "tf32"};
+const char* const kBiasNames[] = {"atomic", "deterministic", "cudnn"};
+const char* const kPoolNames[] = {"cudnn", "cudnn-deterministic", "atomic-scatter", "gather"};
+const char* const kBnNames[] = {"cudnn", "atomic", "deterministic"};
+const char* const kReduceNames[] = {"atomic", "deterministic"};
+const char* const kCublasAtomicsNames[] = {"off", "on"};
+
+template <std::size_t N>
+std::vector<std::string> names_vec(const char* const (&names)[N]) {
+  return std::vector<std::string>(names, names + N);
+}
+
+template <class E, std::size_t N>
+E parse_enum(const std::string& v, const char* const (&names)[N]) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (v == names[i]) return static_cast<E>(i);
+  throw PolicyError(fmt::format("unknown variant '{}'", v));  // unreachable after validation
+}
+
+const KnobSpec* find_spec(const std::string& knob, OpKind kind) {
+  for (const auto& k : knobs())
+    if (k.name == knob && k.op == kind) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> knob_names_for(OpKind kind) {
+  std::vector<std::string> out;
+  for (const auto& k : knobs())
+    if (k.op == kind) out.push_back(k.name);
+  return out;
+}
+
+std::vector<std::string> all_knob_names() {
+  std::vector<std::string> out;
+  for (const auto& k : knobs())
+    if (std::find(out.begin(), out.end(), k.name) == out.end()) out.push_back(k.name);
+  return out;
+}
+
+bool value_ok(const KnobSpec& spec, const std::string& v) {
+  return is_mode_word(v) || std::find(spec.variants.begin(), spec.variants.end(), v) != spec.variants.end();
+}
+
+}  // namespace
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::Conv2d: return "conv2d";
+    case OpKind::Linear: return "linear";
+    case OpKind::MaxPool2d: return "maxpool2d";
+    case OpKind::BatchNorm: return "batchnorm";
+    case OpKind::SoftmaxXent: return "softmax_xent";
+  }
+  return "?";
+}
+
+const char* select_mode_name(SelectMode m) {
+  switch (m) {
+    case SelectMode::Pinned: return "pinned";
+    case SelectMode::Heuristic: return "heuristic";
+    case SelectMode::Deterministic: return "deterministic";
+    case SelectMode::Nondeterministic: return "nondeterministic";
+    case SelectMode::Fastest: return "fastest";
+  }
+  return "?";
+}
+
+const char* name_of(ConvFwdAlgo a) { return enum_name(a, kFwdNames); }
+const char* name_of(ConvBwdDataAlgo a) { return enum_name(a, kBwdDataNames); }
+const char* name_of(ConvBwdFilterAlgo a) { return enum_name(a, kBwdFilterNames); }
+const char* name_of(MathMode m) { return enum_name(m, kMathNames); }
+const char* name_of(BiasBwd b) { return enum_name(b, kBiasNames); }
+const char* name_of(PoolBwd p) { return enum_name(p, kPoolNames); }
+const char* name_of(BnBwd b) { return enum_name(b, kBnNames); }
+const char* name_of(Reduction r) { return enum_name(r, kReduceNames); }
+const char* name_of(CublasAtomics c) { return enum_name(c, kCublasAtomicsNames); }
+
+const std::vector<KnobSpec>& knobs() {
+  static const std::vector<KnobSpec> table = {
+      {"fwd", OpKind::Conv2d, names_vec(kFwdNames)},
+      {"bwd_data", OpKind::Conv2d, names_vec(kBwdDataNames)},
+      {"bwd_filter", OpKind::Conv2d, names_vec(kBwdFilterNames)},
+      {"math", OpKind::Conv2d, names_vec(kMathNames)},
+      {"bias_bwd", OpKind::Conv2d, names_vec(kBiasNames)},
+      {"math", OpKind::Linear, names_vec(kMathNames)},
+      {"bias_bwd", OpKind::Linear, {"atomic", "deterministic"}},
+      {"cublas_atomics", OpKind::Linear, names_vec(kCublasAtomicsNames)},
+      {"bwd", OpKind::MaxPool2d, names_vec(kPoolNames)},
+      {"bwd", OpKind::BatchNorm, names_vec(kBnNames)},
+      {"reduce", OpKind::SoftmaxXent, names_vec(kReduceNames)},
+  };
+  return table;
+}
+
+Policy Policy::parse(const std::vector<std::string>& rules) {
+  Policy p;
+  for (const auto& r : rules) p.set(r);
+  return p;
+}
+
+Policy& Policy::set(const std::string& rule) {
+  auto eq = rule.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == rule.size())
+    throw PolicyError(fmt::format("policy rule '{}': expected LAYER.KNOB=VALUE, LAYER=MODE or *=MODE", rule));
+  std::string lhs = rule.substr(0, eq), value = rule.substr(eq + 1);
+  std::string layer = lhs, knob = "*";
+  if (auto dot = lhs.rfind('.'); dot != std::string::npos) {
+    layer = lhs.substr(0, dot);
+    knob = lhs.substr(dot + 1);
+    if (layer.empty() || knob.empty())
+      throw PolicyError(fmt::format("policy rule '{}': empty layer or knob name", rule));
+  }
+  if (knob == "*") {
+    if (!is_mode_word(value))
+      throw PolicyError(fmt::format("policy rule '{}': a rule for all knobs takes a mode, one of {}; "
+                                    "to pin a variant name the knob (knobs: {})",
+                                    rule, fmt::join(kModeWords, ", "), fmt::join(all_knob_names(), ", ")));
+  } else {
+    bool known = false, valid = false;
+    std::vector<std::string> accepted = kModeWords;
+    for (const auto& k : knobs()) {
+      if (k.name != knob) continue;
+      known = true;
+      valid = valid || value_ok(k, value);
+      for (const auto& v : k.variants)
+        if (std::find(accepted.begin(), accepted.end(), v) == accepted.end()) accepted.push_back(v);
+    }
+    if (!known)
+      throw PolicyError(fmt::format("policy rule '{}': unknown knob '{}'; knobs are {}", rule, knob,
+                                    fmt::join(all_knob_names(), ", ")));
+    if (!valid)
+      throw PolicyError(fmt::format("policy rule '{}': unknown variant '{}' for knob '{}'; valid: {}", rule,
+                                    value, knob, fmt::join(accepted, ", ")));
+  }
+  rules_.push_back({layer, knob, value});
+  rule_text_.push_back(rule);
+  return *this;
+}
+
+Policy& Policy::pin(const std::string& l, ConvFwdAlgo a) { return set(l + ".fwd=" + name_of(a)); }
+Policy& Policy::pin(const std::string& l, ConvBwdDataAlgo a) { return set(l + ".bwd_data=" + name_of(a)); }
+Policy& Policy::pin(const std::string& l, ConvBwdFilterAlgo a) { return set(l + ".bwd_filter=" + name_of(a)); }
+Policy& Policy::pin(const std::string& l, MathMode m) { return set(l + ".math=" + name_of(m)); }
+Policy& Policy::pin(const std::string& l, BiasBwd b) { return set(l + ".bias_bwd=" + name_of(b)); }
+Policy& Policy::pin(const std::string& l, PoolBwd p) { return set(l + ".bwd=" + name_of(p)); }
+Policy& Policy::pin(const std::string& l, BnBwd b) { return set(l + ".bwd=" + name_of(b)); }
+Policy& Policy::pin(const std::string& l, Reduction r) { return set(l + ".reduce=" + name_of(r)); }
+Policy& Policy::pin(const std::string& l, CublasAtomics c) { return set(l + ".cublas_atomics=" + name_of(c)); }
+
+std::string Policy::lookup(const std::string& layer, const std::string& knob, OpKind kind) const {
+  const KnobSpec* spec = find_spec(knob, kind);
+  int best_rank = -1;
+  std::string best = "heuristic";
+  for (const auto& r : rules_) {
+    bool layer_specific = r.layer == layer;
+    if (!layer_specific && r.layer != "*") continue;
+    if (layer_specific && r.knob != "*") {
+      const KnobSpec* own = find_spec(r.knob, kind);
+      if (!own)
+        throw PolicyError(fmt::format("layer '{}' ({}) has no knob '{}'; its knobs: {}", layer,
+                                      op_kind_name(kind), r.knob, fmt::join(knob_names_for(kind), ", ")));
+      if (!value_ok(*own, r.value))
+        throw PolicyError(fmt::format("layer '{}' ({}): '{}' is not a variant of {}; valid: {}, {}", layer,
+                                      op_kind_name(kind), r.value, r.knob, fmt::join(own->variants, ", "),
+                                      fmt::join(kModeWords, ", ")));
+    }
+    if (r.knob != "*" && r.knob != knob) continue;
+    // A wildcard-layer rule applies only where the value fits this op kind (`*.bwd=gather` is
+    // meant for pools, not batch norm).
+    if (!layer_specific && r.knob != "*" && !(spec && value_ok(*spec, r.value))) continue;
+    int rank = (layer_specific ? 2 : 0) + (r.knob != "*" ? 1 : 0);
+    if (rank >= best_rank) {
+      best_rank = rank;
+      best = r.value;
+    }
+  }
+  return best;
+}
+
+namespace {
+template <class Algo, std::size_t N>
+AlgoChoice<Algo> algo_choice(const std::string& v, const char* const (&names)[N]) {
+  if (v == "heuristic") return {SelectMode::Heuristic, Algo{}};
+  if (v == "deterministic") return {SelectMode::Deterministic, Algo{}};
+  if (v == "nondeterministic") return {SelectMode::Nondeterministic, Algo{}};
+  if (v == "fastest") return {SelectMode::Fastest, Algo{}};
+  return {SelectMode::Pinned, parse_enum<Algo>(v, names)};
+}
+}  // namespace
+
+AlgoChoice<ConvFwdAlgo> Policy::conv_fwd(const std::string& layer) const {
+  return algo_choice<ConvFwdAlgo>(lookup(layer, "fwd", OpKind::Conv2d), kFwdNames);
+}
+AlgoChoice<ConvBwdDataAlgo> Policy::conv_bwd_data(const std::string& layer) const {
+  return algo_choice<ConvBwdDataAlgo>(lookup(layer, "bwd_data", OpKind::Conv2d), kBwdDataNames);
+}
+AlgoChoice<ConvBwdFilterAlgo> Policy::conv_bwd_filter(const std::string& layer) const {
+  return algo_choice<ConvBwdFilterAlgo>(lookup(layer, "bwd_filter", OpKind::Conv2d), kBwdFilterNames);
+}
+
+MathMode Policy::math(const std::string& layer, OpKind kind) const {
+  auto v = lookup(layer, "math", kind);
+  return is_mode_word(v) ? MathMode::Fma : parse_enum<MathMode>(v, kMathNames);
+}
+
+BiasBwd Policy::bias_bwd(const std::string& layer, OpKind kind) const {
+  auto v = lookup(layer, "bias_bwd", kind);
+  if (v == "deterministic") return BiasBwd::Deterministic;
+  if (v == "nondeterministic") return BiasBwd::Atomic;
+  if (v == "heuristic" || v == "fastest") return kind == OpKind::Conv2d ? BiasBwd::Cudnn : BiasBwd::Atomic;
+  return parse_enum<BiasBwd>(v, kBiasNames);
+}
+
+PoolBwd Policy::pool_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::MaxPool2d);
+  if (v == "deterministic") return PoolBwd::Gather;
+  if (v == "nondeterministic") return PoolBwd::AtomicScatter;
+  if (v == "heuristic" || v == "fastest") return PoolBwd::Cudnn;
+  return parse_enum<PoolBwd>(v, kPoolNames);
+}
+
+BnBwd Policy::bn_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::BatchNorm);
+  if (v == "deterministic") return BnBwd::Deterministic;
+  if (v == "nondeterministic") return BnBwd::Atomic;
+  if (v == "heuristic" || v == "fastest") return BnBwd::Cudnn;
+  return parse_enum<BnBwd>(v, kBnNames);
+}
+
+Reduction Policy::loss_reduce(const std::string& layer) const {
+  auto v = lookup(layer, "reduce", OpKind::SoftmaxXent);
+  if (v == "deterministic") return Reduction::Deterministic;
+  if (is_mode_word(v)) return Reduction::Atomic;
+  return parse_enum<Reduction>(v, kReduceNames);
+}
+
+CublasAtomics Policy::cublas_atomics(const std::string& layer) const {
+  auto v = lookup(layer, "cublas_atomics", OpKind::Linear);
+  if (v == "nondeterministic") return CublasAtomics::On;
+  if (is_mode_word(v)) return CublasAtomics::Off;
+  return parse_enum<CublasAtomics>(v, kCublasAtomicsNames);
+}
+
+void Policy::check_layers(const std::vector<std::pair<std::string, OpKind>>& layers) const {
+  std::vector<std::string> names;
+  for (const auto& l : layers) names.push_back(l.first);
+  for (const auto& r : rules_) {
+    if (r.layer == "*") continue;
+    auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.first == r.layer; });
+    if (it == layers.end())
+      throw PolicyError(fmt::format("policy names unknown layer '{}'; layers are {}", r.layer,
+                                    fmt::join(names, ", ")));
+    lookup(it->first, r.knob == "*" ? knob_names_for(it->second).front() : r.knob, it->second);
+  }
+}
+
+}  // namespace ditto

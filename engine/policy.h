@@ -1,0 +1,115 @@
+// Policy: which kernel variant each layer uses for every choice that can change bits.
+//
+// A policy is a list of rules "LAYER.KNOB=VALUE". LAYER is a layer name or '*'; KNOB is a knob
+// name or '*' (written "LAYER=VALUE" or "*=VALUE"); VALUE is a variant of that knob or one of
+// the four mode words that every knob understands:
+//   heuristic        what frameworks do by default (cuDNN's own pick, cuDNN pooling, atomics in
+//                    the bias and loss reductions of linear layers and the loss)
+//   deterministic    conv: fastest algorithm cuDNN labels deterministic; every reduction in a
+//                    fixed order; max-pool backward by gather
+//   nondeterministic conv: the atomics algorithm where one exists (bwd_data ALGO_0, bwd_filter
+//                    ALGO_0); every reduction by atomicAdd; max-pool backward by atomic scatter
+//   fastest          conv: autotune among all algorithms; other knobs as heuristic
+// The most specific rule wins (LAYER.KNOB > LAYER=* > *.KNOB > *=*); among equals the last.
+// Knobs and their variants (see knobs() for the authoritative table):
+//   conv2d:    fwd, bwd_data, bwd_filter (cuDNN algorithm names), math (fma|tf32),
+//              bias_bwd (atomic|deterministic|cudnn)
+//   linear:    math (fma|tf32), bias_bwd (atomic|deterministic), cublas_atomics (off|on)
+//   maxpool2d: bwd (cudnn|cudnn-deterministic|atomic-scatter|gather)
+//   batchnorm: bwd (cudnn|atomic|deterministic)
+//   softmax_xent: reduce (atomic|deterministic)
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ditto {
+
+enum class OpKind { Conv2d, Linear, MaxPool2d, BatchNorm, SoftmaxXent };
+const char* op_kind_name(OpKind k);
+
+enum class SelectMode { Pinned, Heuristic, Deterministic, Nondeterministic, Fastest };
+const char* select_mode_name(SelectMode m);
+
+enum class ConvFwdAlgo { ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused };
+enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused };
+enum class ConvBwdFilterAlgo { Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling };
+enum class MathMode { Fma, Tf32 };
+enum class BiasBwd { Atomic, Deterministic, Cudnn };
+enum class PoolBwd { Cudnn, CudnnDeterministic, AtomicScatter, Gather };
+enum class BnBwd { Cudnn, Atomic, Deterministic };
+enum class Reduction { Atomic, Deterministic };
+enum class CublasAtomics { Off, On };
+
+// Names as used in policy strings and manifests ("algo0", "implicit_precomp_gemm", ...).
+// The numeric value of each conv enum equals the cuDNN enum value it stands for.
+const char* name_of(ConvFwdAlgo a);
+const char* name_of(ConvBwdDataAlgo a);
+const char* name_of(ConvBwdFilterAlgo a);
+const char* name_of(MathMode m);
+const char* name_of(BiasBwd b);
+const char* name_of(PoolBwd p);
+const char* name_of(BnBwd b);
+const char* name_of(Reduction r);
+const char* name_of(CublasAtomics c);
+
+// A convolution algorithm choice: a selection mode, and the algorithm when pinned.
+template <class Algo>
+struct AlgoChoice {
+  SelectMode mode = SelectMode::Heuristic;
+  Algo algo{};
+  std::string str() const { return mode == SelectMode::Pinned ? name_of(algo) : select_mode_name(mode); }
+};
+
+struct KnobSpec {
+  std::string name;
+  OpKind op;                            // the op kind that has this knob
+  std::vector<std::string> variants;    // accepted values besides the four mode words
+};
+// The table every policy string is checked against: one row per (knob, op kind).
+const std::vector<KnobSpec>& knobs();
+
+class Policy {
+ public:
+  Policy() = default;
+  // Parses rules; throws PolicyError naming the bad rule and listing valid knobs/variants.
+  static Policy parse(const std::vector<std::string>& rules);
+  Policy& set(const std::string& rule);  // "conv2.bwd_filter=algo0", "*=deterministic", ...
+
+  Policy& pin(const std::string& layer, ConvFwdAlgo a);
+  Policy& pin(const std::string& layer, ConvBwdDataAlgo a);
+  Policy& pin(const std::string& layer, ConvBwdFilterAlgo a);
+  Policy& pin(const std::string& layer, MathMode m);
+  Policy& pin(const std::string& layer, BiasBwd b);
+  Policy& pin(const std::string& layer, PoolBwd p);
+  Policy& pin(const std::string& layer, BnBwd b);
+  Policy& pin(const std::string& layer, Reduction r);
+  Policy& pin(const std::string& layer, CublasAtomics c);
+
+  // Resolution for one layer. Throws PolicyError if a rule naming this layer uses a knob that
+  // its op kind lacks.
+  AlgoChoice<ConvFwdAlgo> conv_fwd(const std::string& layer) const;
+  AlgoChoice<ConvBwdDataAlgo> conv_bwd_data(const std::string& layer) const;
+  AlgoChoice<ConvBwdFilterAlgo> conv_bwd_filter(const std::string& layer) const;
+  MathMode math(const std::string& layer, OpKind kind) const;
+  BiasBwd bias_bwd(const std::string& layer, OpKind kind) const;
+  PoolBwd pool_bwd(const std::string& layer) const;
+  BnBwd bn_bwd(const std::string& layer) const;
+  Reduction loss_reduce(const std::string& layer) const;
+  CublasAtomics cublas_atomics(const std::string& layer) const;
+
+  // Checks every layer-specific rule against the layers a network actually has: an unknown
+  // layer, or a knob its op kind lacks, throws PolicyError listing the valid ones.
+  void check_layers(const std::vector<std::pair<std::string, OpKind>>& layers) const;
+
+  const std::vector<std::string>& rules() const { return rule_text_; }
+
+ private:
+  struct Rule { std::string layer, knob, value; };
+  std::string lookup(const std::string& layer, const std::string& knob, OpKind kind) const;
+  std::vector<Rule> rules_;
+  std::vector<std::string> rule_text_;
+};
+
+}  // namespace ditto

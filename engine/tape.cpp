@@ -1,0 +1,83 @@
+#include "engine/tape.h"
+
+#include <fmt/format.h>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "kernels/elementwise.h"
+
+namespace ditto {
+
+Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) {
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+}
+
+Tensor& Var::value() const {
+  if (!node_) throw Error("use of an undefined Var");
+  return node_->value;
+}
+
+Tensor& Var::grad() const {
+  if (!node_) throw Error("use of an undefined Var");
+  return node_->grad;
+}
+
+void Var::zero_grad() const {
+  if (node_) node_->grad = Tensor();
+}
+
+void Tape::record(std::string op, std::string layer, BackwardFn fn) {
+  entries_.push_back({std::move(op), std::move(layer), std::move(fn)});
+}
+
+void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
+  if (!root.defined()) throw Error("backward from an undefined Var");
+  if (!root.requires_grad())
+    throw Error("backward from a Var that does not require grad (nothing recorded it, or no-grad scope)");
+  if (!seed.defined()) seed = ctx.full(root.shape(), 1.0f);
+  if (seed.shape() != root.shape())
+    throw ShapeError(fmt::format("backward seed shape {} != root shape {}", shape_str(seed.shape()),
+                                 shape_str(root.shape())));
+  accumulate_grad(ctx, root, std::move(seed));
+  // Closures may record nothing (grad is disabled while they run): backward is not itself
+  // differentiated.
+  bool prev = ctx.grad_enabled();
+  ctx.set_grad_enabled(false);
+  try {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) it->fn(ctx);
+  } catch (...) {
+    ctx.set_grad_enabled(prev);
+    entries_.clear();
+    throw;
+  }
+  ctx.set_grad_enabled(prev);
+  entries_.clear();
+}
+
+std::vector<std::string> Tape::op_names() const {
+  std::vector<std::string> out;
+  for (const auto& e : entries_) out.push_back(e.layer + ":" + e.op);
+  return out;
+}
+
+bool needs_grad(const Context& ctx, std::initializer_list<const Var*> inputs) {
+  if (!ctx.grad_enabled()) return false;
+  for (const Var* v : inputs)
+    if (v && v->requires_grad()) return true;
+  return false;
+}
+
+void accumulate_grad(Context& ctx, const Var& v, Tensor contribution) {
+  if (!v.requires_grad() || !contribution.defined()) return;
+  if (contribution.shape() != v.shape())
+    throw ShapeError(fmt::format("gradient shape {} does not match variable shape {}",
+                                 shape_str(contribution.shape()), shape_str(v.shape())));
+  Tensor& g = v.grad();
+  if (!g.defined())
+    g = std::move(contribution);
+  else
+    add_inplace(ctx, g, contribution);
+}
+
+}  // namespace ditto

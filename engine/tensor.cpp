@@ -1,0 +1,149 @@
+#include "engine/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+
+namespace ditto {
+
+std::size_t dtype_size(DType t) { return t == DType::F32 ? sizeof(float) : sizeof(int32_t); }
+const char* dtype_name(DType t) { return t == DType::F32 ? "f32" : "i32"; }
+
+Device Device::parse(const std::string& s) {
+  if (s == "cpu") return cpu();
+  if (s == "cuda") return cuda(0);
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5) {
+    char* end = nullptr;
+    long i = std::strtol(s.c_str() + 5, &end, 10);
+    if (*end == '\0' && i >= 0 && i < 1024) return cuda(static_cast<int>(i));
+  }
+  throw Error(fmt::format("unknown device '{}': expected cpu, cuda or cuda:N", s));
+}
+
+std::string Device::str() const { return is_cuda() ? fmt::format("cuda:{}", index) : "cpu"; }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+namespace detail {
+Storage::~Storage() {
+  if (!ptr) return;
+  if (cuda)
+    cuda->free(ptr);
+  else
+    std::free(ptr);
+}
+}  // namespace detail
+
+Tensor::Tensor(std::shared_ptr<detail::Storage> storage, Shape shape, DType dtype)
+    : storage_(std::move(storage)), shape_(std::move(shape)), dtype_(dtype) {
+  for (auto d : shape_)
+    if (d < 0) throw ShapeError(fmt::format("negative dimension in shape {}", shape_str(shape_)));
+  if (storage_ && storage_->bytes < nbytes())
+    throw ShapeError(fmt::format("shape {} needs {} bytes, storage has {}", shape_str(shape_), nbytes(),
+                                 storage_->bytes));
+}
+
+int64_t Tensor::dim(int i) const {
+  int n = ndim();
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) throw ShapeError(fmt::format("dim {} out of range for shape {}", i, shape_str(shape_)));
+  return shape_[i];
+}
+
+Device Tensor::device() const { return storage_ ? storage_->device : Device::cpu(); }
+
+void* Tensor::raw() const {
+  if (!storage_) throw Error("access to an undefined tensor");
+  return storage_->ptr;
+}
+
+float* Tensor::f32() {
+  if (dtype_ != DType::F32) throw ShapeError("tensor is i32, f32 access requested");
+  return static_cast<float*>(raw());
+}
+const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
+int32_t* Tensor::i32() {
+  if (dtype_ != DType::I32) throw ShapeError("tensor is f32, i32 access requested");
+  return static_cast<int32_t*>(raw());
+}
+const int32_t* Tensor::i32() const { return const_cast<Tensor*>(this)->i32(); }
+
+Tensor Tensor::reshape(Shape s) const {
+  if (shape_numel(s) != numel())
+    throw ShapeError(fmt::format("cannot reshape {} to {}", shape_str(shape_), shape_str(s)));
+  return Tensor(storage_, std::move(s), dtype_);
+}
+
+namespace {
+void copy_to_host(const Tensor& t, void* dst) {
+  if (t.nbytes() == 0) return;
+  const auto& st = t.storage();
+  if (st->cuda) {
+    DITTO_CUDA_CHECK(cudaSetDevice(st->cuda->device));
+    DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, st->ptr, t.nbytes(), cudaMemcpyDeviceToHost, st->cuda->stream));
+    DITTO_CUDA_CHECK(cudaStreamSynchronize(st->cuda->stream));
+  } else {
+    std::memcpy(dst, st->ptr, t.nbytes());
+  }
+}
+}  // namespace
+
+std::vector<float> Tensor::to_host_f32() const {
+  if (dtype_ != DType::F32) throw ShapeError("to_host_f32 on an i32 tensor");
+  std::vector<float> out(static_cast<std::size_t>(numel()));
+  copy_to_host(*this, out.data());
+  return out;
+}
+
+std::vector<int32_t> Tensor::to_host_i32() const {
+  if (dtype_ != DType::I32) throw ShapeError("to_host_i32 on an f32 tensor");
+  std::vector<int32_t> out(static_cast<std::size_t>(numel()));
+  copy_to_host(*this, out.data());
+  return out;
+}
+
+uint64_t fingerprint_bytes(const void* data, std::size_t n, uint64_t h) {
+  // FNV-1a over 64-bit little-endian words (then the tail bytes): fast enough for 100 MB of
+  // weights and stable across machines.
+  const auto* p = static_cast<const unsigned char*>(data);
+  const uint64_t prime = 0x100000001b3ull;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h ^= w;
+    h *= prime;
+  }
+  for (; i < n; ++i) {
+    h ^= p[i];
+    h *= prime;
+  }
+  return h;
+}
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+uint64_t Tensor::fingerprint() const {
+  if (!defined()) return 0;
+  std::vector<unsigned char> bytes(nbytes());
+  copy_to_host(*this, bytes.data());
+  uint64_t h = fingerprint_bytes(shape_.data(), shape_.size() * sizeof(int64_t));
+  h = fingerprint_bytes(&dtype_, sizeof(dtype_), h);
+  return fingerprint_bytes(bytes.data(), bytes.size(), h);
+}
+
+}  // namespace ditto

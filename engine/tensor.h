@@ -1,0 +1,83 @@
+// Tensor: a dense NCHW array of float32 (or int32 for labels) on the CPU or one CUDA device.
+// Device memory comes from the owning Context's stream-ordered caching arena; a tensor keeps
+// that arena alive, so it may outlive the Context that made it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ditto {
+
+enum class DType { F32, I32 };
+std::size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+struct Device {
+  enum class Kind { Cpu, Cuda };
+  Kind kind = Kind::Cpu;
+  int index = 0;
+
+  static Device cpu() { return {}; }
+  static Device cuda(int i = 0) { return {Kind::Cuda, i}; }
+  // "cpu", "cuda", "cuda:N"; anything else throws ditto::Error naming the string.
+  static Device parse(const std::string& s);
+  bool is_cuda() const { return kind == Kind::Cuda; }
+  std::string str() const;
+  bool operator==(const Device& o) const { return kind == o.kind && (kind == Kind::Cpu || index == o.index); }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);
+
+namespace detail { struct Storage; }
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: no storage
+  Tensor(std::shared_ptr<detail::Storage> storage, Shape shape, DType dtype);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the end
+  int64_t numel() const { return shape_numel(shape_); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  bool is_cuda() const { return device().is_cuda(); }
+
+  // Raw element pointers (host or device memory, by device()). Throw on dtype mismatch.
+  float* f32();
+  const float* f32() const;
+  int32_t* i32();
+  const int32_t* i32() const;
+  void* raw() const;
+
+  // Same storage, new shape (numel must match).
+  Tensor reshape(Shape s) const;
+
+  // Copies to host memory. For CUDA tensors this waits for the producing stream:
+  // for inspection and tests, never called from op paths.
+  std::vector<float> to_host_f32() const;
+  std::vector<int32_t> to_host_i32() const;
+
+  // 64-bit hash of the tensor's bytes (FNV-1a over 64-bit words, dtype and shape folded in):
+  // identical on CPU and GPU for identical bytes. The basis of every bitwise-determinism claim.
+  uint64_t fingerprint() const;
+
+  const std::shared_ptr<detail::Storage>& storage() const { return storage_; }
+
+ private:
+  std::shared_ptr<detail::Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// Hash of raw bytes as used by Tensor::fingerprint (exposed for files and checkpoints).
+uint64_t fingerprint_bytes(const void* data, std::size_t n, uint64_t seed = 0xcbf29ce484222325ull);
+std::string hex64(uint64_t v);
+
+}  // namespace ditto

@@ -1,0 +1,19 @@
+#include "kernels/check.h"
+
+#include <fmt/format.h>
+
+namespace ditto {
+
+void check_f32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what) {
+  if (!t.defined()) throw ShapeError(fmt::format("{}: {} is undefined", op, what));
+  if (t.dtype() != DType::F32) throw ShapeError(fmt::format("{}: {} must be f32, is {}", op, what, dtype_name(t.dtype())));
+  if (t.device() != ctx.device())
+    throw ShapeError(fmt::format("{}: {} is on {} but the context is on {}", op, what, t.device().str(), ctx.device().str()));
+}
+
+void check_ndim(const Tensor& t, int ndim, const std::string& op, const std::string& what) {
+  if (t.ndim() != ndim)
+    throw ShapeError(fmt::format("{}: {} must have {} dimensions, has shape {}", op, what, ndim, shape_str(t.shape())));
+}
+
+}  // namespace ditto

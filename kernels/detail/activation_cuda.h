@@ -1,0 +1,10 @@
+// Internal: CUDA launchers of kernels/activation.cu.
+#pragma once
+#include <cstdint>
+
+namespace ditto { class Context; }
+
+namespace ditto::cuda {
+void relu_fwd(Context& ctx, const float* x, float* y, int64_t n);
+void relu_bwd(Context& ctx, const float* y, const float* dy, float* dx, int64_t n);
+}  // namespace ditto::cuda

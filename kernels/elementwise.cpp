@@ -1,0 +1,75 @@
+#include "kernels/elementwise.h"
+
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "kernels/detail/elementwise_cuda.h"
+
+namespace ditto {
+namespace {
+void check_on_ctx(const Context& ctx, const Tensor& t, const char* op) {
+  if (!t.defined()) throw ShapeError(fmt::format("{}: undefined tensor", op));
+  if (t.dtype() != DType::F32) throw ShapeError(fmt::format("{}: f32 tensor expected", op));
+  if (t.device() != ctx.device())
+    throw ShapeError(fmt::format("{}: tensor on {} but context on {}", op, t.device().str(), ctx.device().str()));
+}
+void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.shape() != b.shape())
+    throw ShapeError(fmt::format("{}: shapes {} and {} differ", op, shape_str(a.shape()), shape_str(b.shape())));
+}
+}  // namespace
+
+void fill(Context& ctx, Tensor& t, float value) {
+  check_on_ctx(ctx, t, "fill");
+  if (ctx.is_cuda()) return cuda::fill(ctx, t.f32(), t.numel(), value);
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+}
+
+void add_inplace(Context& ctx, Tensor& dst, const Tensor& src) { axpy_inplace(ctx, dst, 1.0f, src); }
+
+void axpy_inplace(Context& ctx, Tensor& dst, float alpha, const Tensor& x) {
+  check_on_ctx(ctx, dst, "axpy");
+  check_on_ctx(ctx, x, "axpy");
+  check_same(dst, x, "axpy");
+  if (ctx.is_cuda()) return cuda::axpy(ctx, dst.f32(), alpha, x.f32(), dst.numel());
+  float* d = dst.f32();
+  const float* s = x.f32();
+  for (int64_t i = 0; i < dst.numel(); ++i) d[i] += alpha * s[i];
+}
+
+void scale_inplace(Context& ctx, Tensor& t, float alpha) {
+  check_on_ctx(ctx, t, "scale");
+  if (ctx.is_cuda()) return cuda::scale(ctx, t.f32(), alpha, t.numel());
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
+}
+
+Var add(Context& ctx, const Var& a, const Var& b) {
+  check_on_ctx(ctx, a.value(), "add");
+  check_on_ctx(ctx, b.value(), "add");
+  check_same(a.value(), b.value(), "add");
+  Tensor y = ctx.empty(a.shape());
+  int64_t n = y.numel();
+  if (ctx.is_cuda()) {
+    cuda::add(ctx, y.f32(), a.value().f32(), b.value().f32(), n);
+  } else {
+    const float* pa = a.value().f32();
+    const float* pb = b.value().f32();
+    float* py = y.f32();
+    for (int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+  }
+  bool grad = needs_grad(ctx, {&a, &b});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("add", "", [a, b, out](Context& c) {
+      if (!out.grad().defined()) return;
+      // Each input gets its own copy: gradients are moved into variables and must not alias.
+      if (a.requires_grad()) accumulate_grad(c, a, c.to_device(out.grad()));
+      if (b.requires_grad()) accumulate_grad(c, b, c.to_device(out.grad()));
+    });
+  }
+  return out;
+}
+
+}  // namespace ditto

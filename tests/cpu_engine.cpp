@@ -1,0 +1,167 @@
+// Engine core on the CPU: tensors, fingerprints, the tape (fan-out, no-grad), Philox, the
+// manifest and atomic writes.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/philox.h"
+#include "kernels/activation.h"
+#include "kernels/activation_ref.h"
+#include "kernels/elementwise.h"
+#include "support.h"
+
+using namespace ditto;
+
+TEST_CASE("tensor: creation, reshape, host round trip") {
+  Context ctx;
+  Tensor t = ctx.from_host(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(t.shape() == Shape{2, 3});
+  CHECK(t.numel() == 6);
+  CHECK(t.dim(-1) == 3);
+  CHECK_THROWS_AS(t.dim(2), ShapeError);
+  CHECK(t.reshape({3, 2}).to_host_f32() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK_THROWS_AS(t.reshape({4, 2}), ShapeError);
+  CHECK_THROWS_AS(t.i32(), ShapeError);
+  CHECK_THROWS_AS(ctx.from_host(std::vector<float>{1, 2}, {3}), ShapeError);
+  Tensor z = ctx.zeros({4}, DType::I32);
+  CHECK(z.to_host_i32() == std::vector<int32_t>{0, 0, 0, 0});
+  CHECK(ctx.full({2}, 1.5f).to_host_f32() == std::vector<float>{1.5f, 1.5f});
+  CHECK(Device::parse("cuda:3").index == 3);
+  CHECK_THROWS_AS(Device::parse("gpu"), Error);
+}
+
+TEST_CASE("tensor: fingerprint depends on every bit, shape and dtype") {
+  Context ctx;
+  std::vector<float> v = test::random_vec(1000, 7);
+  Tensor a = ctx.from_host(v, {1000});
+  Tensor b = ctx.from_host(v, {1000});
+  CHECK(a.fingerprint() == b.fingerprint());
+  uint32_t bits;
+  std::memcpy(&bits, &v[517], 4);
+  bits ^= 1;  // flip the lowest mantissa bit of one element
+  std::memcpy(&v[517], &bits, 4);
+  CHECK(ctx.from_host(v, {1000}).fingerprint() != a.fingerprint());
+  CHECK(a.reshape({10, 100}).fingerprint() != a.fingerprint());
+  // Known value: FNV-1a of 8 zero bytes, folded per 64-bit word, is stable across machines.
+  CHECK(hex64(fingerprint_bytes("\0\0\0\0\0\0\0\0", 8)) == "af63bd4c8601b7df");
+}
+
+TEST_CASE("tape: gradients accumulate on fan-out and across backward passes") {
+  Context ctx;
+  Var x(ctx.from_host(std::vector<float>{-1, 2, 3}, {3}), true);
+  // y = relu(x) + x  -> dy/dx = [0+1, 1+1, 1+1]
+  Var y = add(ctx, relu(ctx, x), x);
+  CHECK(ctx.tape().size() == 2);
+  ctx.tape().backward(ctx, y);
+  CHECK(ctx.tape().size() == 0);
+  CHECK(x.grad().to_host_f32() == std::vector<float>{1, 2, 2});
+  // A second pass without zero_grad accumulates.
+  Var y2 = add(ctx, relu(ctx, x), x);
+  ctx.tape().backward(ctx, y2);
+  CHECK(x.grad().to_host_f32() == std::vector<float>{2, 4, 4});
+  x.zero_grad();
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("tape: variables without requires_grad get no gradient; seeds are checked") {
+  Context ctx;
+  Var x(ctx.from_host(std::vector<float>{1, -2}, {2}), true);
+  Var c(ctx.from_host(std::vector<float>{5, 5}, {2}), false);
+  Var y = add(ctx, x, c);
+  ctx.tape().backward(ctx, y, ctx.from_host(std::vector<float>{3, 4}, {2}));
+  CHECK(x.grad().to_host_f32() == std::vector<float>{3, 4});
+  CHECK_FALSE(c.grad().defined());
+  Var y2 = add(ctx, x, c);
+  CHECK_THROWS_AS(ctx.tape().backward(ctx, y2, ctx.zeros({3})), ShapeError);
+  CHECK_THROWS_AS(ctx.tape().backward(ctx, c), Error);
+}
+
+TEST_CASE("tape: no-grad scope records nothing") {
+  Context ctx;
+  Var x(ctx.from_host(std::vector<float>{1, 2}, {2}), true);
+  {
+    NoGradGuard guard(ctx);
+    Var y = relu(ctx, add(ctx, x, x));
+    CHECK_FALSE(y.requires_grad());
+    CHECK(ctx.tape().size() == 0);
+  }
+  CHECK(ctx.grad_enabled());
+  Var y = relu(ctx, x);
+  CHECK(y.requires_grad());
+  CHECK(ctx.tape().size() == 1);
+}
+
+TEST_CASE("relu: gradient check in double") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const int n = 64;
+  auto x = test::random_vec<double>(n, seed);
+  for (auto& v : x)
+    if (std::fabs(v) < 1e-3) v = 0.5;  // keep away from the kink, where the derivative is undefined
+  auto w = test::loss_weights(n, seed);
+  auto loss = [&](const std::vector<double>& in) {
+    std::vector<double> y(n);
+    ref::relu_fwd(in.data(), y.data(), n);
+    return test::weighted_sum(y, w);
+  };
+  std::vector<double> y(n), dx(n);
+  ref::relu_fwd(x.data(), y.data(), n);
+  ref::relu_bwd(y.data(), w.data(), dx.data(), n);
+  CHECK(test::gradcheck(loss, x, dx) < 1e-6);
+}
+
+TEST_CASE("philox: Random123 known-answer vectors") {
+  auto a = philox4x32(0, 0, 0);
+  CHECK(a.v[0] == 0x6627e8d5u);
+  CHECK(a.v[1] == 0xe169c58du);
+  CHECK(a.v[2] == 0xbc57ac4cu);
+  CHECK(a.v[3] == 0x9b00dbd8u);
+  auto b = philox4x32(0x85a308d3243f6a88ull, 0x0370734413198a2eull, 0x299f31d0a4093822ull);
+  CHECK(b.v[0] == 0xd16cfe09u);
+  CHECK(b.v[1] == 0x94fdccebu);
+  CHECK(b.v[2] == 0x5001e420u);
+  CHECK(b.v[3] == 0x24126ea1u);
+  CHECK(philox_uniform(0xffffffffu) < 1.0f);
+}
+
+TEST_CASE("manifest: entries are per (layer, knob), JSON holds every field") {
+  Manifest m;
+  m.record({"conv1", "conv2d", "bwd_filter", "algo0", "pinned", Determinism::No, "fma", 1024, "cuda:0"});
+  m.record({"conv1", "conv2d", "fwd", "implicit_gemm", "heuristic", Determinism::Yes, "fma", 0, "cuda:0"});
+  m.record({"conv1", "conv2d", "bwd_filter", "algo1", "deterministic", Determinism::Yes, "fma", 2048, "cuda:0"});
+  REQUIRE(m.entries().size() == 2);
+  CHECK(m.find("conv1", "bwd_filter")->variant == "algo1");
+  auto j = nlohmann::json::parse(m.to_json());
+  REQUIRE(j["ops"].size() == 2);
+  CHECK(j["ops"][0]["knob"] == "bwd_filter");
+  CHECK(j["ops"][0]["variant"] == "algo1");
+  CHECK(j["ops"][0]["deterministic"] == "yes");
+  CHECK(j["ops"][0]["workspace_bytes"] == 2048);
+  CHECK(j["ops"][1]["requested"] == "heuristic");
+}
+
+TEST_CASE("write_file_atomic: replaces whole files, leaves no temporary, names the path on failure") {
+  std::string path = "atomic_test.txt";
+  write_file_atomic(path, "first");
+  write_file_atomic(path, "second version");
+  std::ifstream in(path);
+  std::string s((std::istreambuf_iterator<char>(in)), {});
+  CHECK(s == "second version");
+  std::remove(path.c_str());
+  CHECK_THROWS_WITH(write_file_atomic("/nonexistent-dir/x.json", "x"), Catch::Matchers::Contains("/nonexistent-dir/x.json"));
+}
+
+TEST_CASE("context: a CUDA context on a machine without a GPU is a typed error, not a crash") {
+  int has_gpu = 0;
+  try {
+    Context probe(Device::cuda(0));
+    has_gpu = 1;
+  } catch (const CudaError& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("cuda:0"));
+  }
+  SUCCEED("cuda present: " << has_gpu);
+}

@@ -1,0 +1,110 @@
+#include <catch2/catch.hpp>
+
+#include "engine/error.h"
+#include "engine/policy.h"
+
+using namespace ditto;
+
+TEST_CASE("policy: defaults are what frameworks do") {
+  Policy p;
+  CHECK(p.conv_fwd("c").mode == SelectMode::Heuristic);
+  CHECK(p.conv_bwd_filter("c").mode == SelectMode::Heuristic);
+  CHECK(p.bias_bwd("c", OpKind::Conv2d) == BiasBwd::Cudnn);
+  CHECK(p.bias_bwd("fc", OpKind::Linear) == BiasBwd::Atomic);
+  CHECK(p.pool_bwd("pool") == PoolBwd::Cudnn);
+  CHECK(p.bn_bwd("bn") == BnBwd::Cudnn);
+  CHECK(p.loss_reduce("loss") == Reduction::Atomic);
+  CHECK(p.math("c", OpKind::Conv2d) == MathMode::Fma);
+  CHECK(p.cublas_atomics("fc") == CublasAtomics::Off);
+}
+
+TEST_CASE("policy: the issue's example strings parse to what they say") {
+  Policy p = Policy::parse({"conv2.bwd_filter=algo0", "pool1.bwd=atomic-scatter", "fc1.bias_bwd=atomic",
+                            "*.bwd_data=algo1", "*=deterministic"});
+  auto bf = p.conv_bwd_filter("conv2");
+  CHECK(bf.mode == SelectMode::Pinned);
+  CHECK(bf.algo == ConvBwdFilterAlgo::Algo0);
+  CHECK(p.pool_bwd("pool1") == PoolBwd::AtomicScatter);
+  CHECK(p.bias_bwd("fc1", OpKind::Linear) == BiasBwd::Atomic);
+  // *.bwd_data (wildcard layer, named knob) beats *=deterministic (wildcard both).
+  CHECK(p.conv_bwd_data("conv7").mode == SelectMode::Pinned);
+  CHECK(p.conv_bwd_data("conv7").algo == ConvBwdDataAlgo::Algo1);
+  // everything else follows *=deterministic
+  CHECK(p.conv_bwd_filter("conv1").mode == SelectMode::Deterministic);
+  CHECK(p.pool_bwd("pool2") == PoolBwd::Gather);
+  CHECK(p.bn_bwd("bn1") == BnBwd::Deterministic);
+  CHECK(p.loss_reduce("loss") == Reduction::Deterministic);
+  CHECK(p.bias_bwd("conv1", OpKind::Conv2d) == BiasBwd::Deterministic);
+}
+
+TEST_CASE("policy: specificity beats order, last wins among equals") {
+  Policy p = Policy::parse({"conv1.bwd_filter=algo3", "*=nondeterministic", "conv1=deterministic"});
+  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo3);   // LAYER.KNOB wins
+  CHECK(p.conv_bwd_data("conv1").mode == SelectMode::Deterministic);     // LAYER= beats *=
+  CHECK(p.conv_bwd_data("conv2").mode == SelectMode::Nondeterministic);
+  CHECK(p.pool_bwd("p") == PoolBwd::AtomicScatter);
+  CHECK(p.cublas_atomics("fc") == CublasAtomics::On);
+  p.set("conv1.bwd_filter=algo1");
+  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo1);
+}
+
+TEST_CASE("policy: typed pins equal their strings") {
+  Policy p;
+  p.pin("conv2", ConvBwdFilterAlgo::Algo0).pin("conv1", ConvFwdAlgo::Winograd).pin("pool1", PoolBwd::Gather);
+  p.pin("bn1", BnBwd::Atomic).pin("fc", MathMode::Tf32).pin("loss", Reduction::Deterministic);
+  CHECK(p.conv_bwd_filter("conv2").algo == ConvBwdFilterAlgo::Algo0);
+  CHECK(p.conv_fwd("conv1").algo == ConvFwdAlgo::Winograd);
+  CHECK(p.pool_bwd("pool1") == PoolBwd::Gather);
+  CHECK(p.bn_bwd("bn1") == BnBwd::Atomic);
+  CHECK(p.math("fc", OpKind::Linear) == MathMode::Tf32);
+  CHECK(p.loss_reduce("loss") == Reduction::Deterministic);
+  CHECK(p.rules().at(0) == "conv2.bwd_filter=algo0");
+}
+
+TEST_CASE("policy: a wildcard rule skips layers whose op kind lacks the value") {
+  Policy p = Policy::parse({"*.bwd=gather"});
+  CHECK(p.pool_bwd("pool1") == PoolBwd::Gather);
+  CHECK(p.bn_bwd("bn1") == BnBwd::Cudnn);
+}
+
+static std::string error_of(const std::vector<std::string>& rules) {
+  try {
+    Policy::parse(rules);
+  } catch (const PolicyError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("policy: bad strings are errors that list what is valid") {
+  using Catch::Matchers::Contains;
+  CHECK_THAT(error_of({"conv2.bwd_filter=algo9"}), Contains("unknown variant 'algo9'") && Contains("algo3"));
+  CHECK_THAT(error_of({"conv2.bwd_filtr=algo0"}), Contains("unknown knob 'bwd_filtr'") && Contains("bwd_filter"));
+  CHECK_THAT(error_of({"*=algo0"}), Contains("takes a mode") && Contains("deterministic"));
+  CHECK_THAT(error_of({"conv2"}), Contains("expected LAYER.KNOB=VALUE"));
+  CHECK_THAT(error_of({"=x"}), Contains("expected"));
+  CHECK_THAT(error_of({".bwd=gather"}), Contains("empty layer"));
+  CHECK(error_of({"pool1.bwd=cudnn-deterministic", "*=fastest"}).empty());
+}
+
+TEST_CASE("policy: rules are checked against the network's layers") {
+  using Catch::Matchers::Contains;
+  std::vector<std::pair<std::string, OpKind>> layers = {
+      {"conv1", OpKind::Conv2d}, {"pool1", OpKind::MaxPool2d}, {"fc1", OpKind::Linear}, {"bn1", OpKind::BatchNorm}};
+  Policy ok = Policy::parse({"conv1.bwd_filter=algo0", "pool1.bwd=gather", "fc1.bias_bwd=atomic", "*=deterministic"});
+  CHECK_NOTHROW(ok.check_layers(layers));
+
+  Policy unknown_layer = Policy::parse({"conv9.bwd_filter=algo0"});
+  CHECK_THROWS_WITH(unknown_layer.check_layers(layers), Contains("unknown layer 'conv9'") && Contains("conv1, pool1, fc1, bn1"));
+
+  Policy wrong_knob = Policy::parse({"pool1.bwd_filter=algo0"});
+  CHECK_THROWS_WITH(wrong_knob.check_layers(layers), Contains("has no knob 'bwd_filter'") && Contains("bwd"));
+
+  Policy wrong_value = Policy::parse({"bn1.bwd=gather"});
+  CHECK_THROWS_WITH(wrong_value.check_layers(layers), Contains("not a variant of bwd"));
+
+  Policy linear_cudnn = Policy::parse({"fc1.bias_bwd=cudnn"});
+  CHECK_THROWS_AS(linear_cudnn.check_layers(layers), PolicyError);
+  // resolution itself refuses, too, so an op never runs with a choice its kind lacks
+  CHECK_THROWS_AS(linear_cudnn.bias_bwd("fc1", OpKind::Linear), PolicyError);
+}
