@@ -8,6 +8,7 @@
 // a CUDA graph.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,10 @@ class Context {
 
   RuntimeInfo runtime_info() const;
 
+  // Per-context state an op family keeps between calls (e.g. cached algorithm choices per
+  // shape), under a key the family owns. Lives as long as the context.
+  std::shared_ptr<void>& op_state(const std::string& key) { return op_state_[key]; }
+
   // Internal: the CUDA state; throws ditto::Error on a CPU context.
   detail::CudaState& cuda() const;
 
@@ -85,6 +90,7 @@ class Context {
   bool debug_sync_ = false;
   bool grad_enabled_ = true;
   std::shared_ptr<detail::CudaState> cuda_;
+  std::map<std::string, std::shared_ptr<void>> op_state_;
 };
 
 // Evaluation scope: ops record nothing on the tape while it lives.
