@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cuda_runtime.h>
 
 #include "engine/context.h"
 #include "engine/error.h"
