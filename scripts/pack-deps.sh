@@ -9,5 +9,6 @@ cp -r /usr/include/fmt /usr/include/catch2 /usr/include/CLI /usr/include/nlohman
 cp -a /usr/lib/x86_64-linux-gnu/libfmt.so* .deps/lib/x86_64-linux-gnu/
 cp -r /usr/lib/x86_64-linux-gnu/cmake/fmt .deps/lib/x86_64-linux-gnu/cmake/
 cp -r /usr/lib/cmake/Catch2 .deps/lib/cmake/
+cp -a /usr/lib/x86_64-linux-gnu/libCatch2*.a .deps/lib/ 2>/dev/null || cp -a /usr/lib/libCatch2*.a .deps/lib/
 cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json .deps/share/cmake/
 du -sh .deps

@@ -1,0 +1,58 @@
+// Optimizer update kernels: one thread per parameter element, the same float expressions in
+// the same order as the CPU reference (engine/optim_ref.h). No reductions: deterministic.
+// Contractions into FMA are disabled (__fmul_rn/__fadd_rn) so the GPU rounds exactly like the
+// CPU reference, which makes CPU and GPU updates bit-comparable.
+#include "engine/detail/cuda_state.h"
+#include "engine/detail/optim_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
+}
+
+__global__ void sgd_kernel(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum, bool nesterov,
+                           float wd) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+    if (momentum != 0.f) {
+      float b = __fadd_rn(__fmul_rn(momentum, buf[i]), g);
+      buf[i] = b;
+      g = nesterov ? __fadd_rn(g, __fmul_rn(momentum, b)) : b;
+    }
+    p[i] = __fsub_rn(p[i], __fmul_rn(lr, g));
+  }
+}
+
+__global__ void adam_kernel(float* p, const float* grad, float* m, float* v, int64_t n, float step_size, float b1,
+                            float b2, float eps, float bias2_sqrt, float wd) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.f, b1), g));
+    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.f, b2), g), g));
+    m[i] = mi;
+    v[i] = vi;
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bias2_sqrt), eps);
+    p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
+  }
+}
+}  // namespace
+
+void sgd_update(Context& ctx, float* p, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                bool nesterov, float wd) {
+  if (n == 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, buf, n, lr, momentum, nesterov, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void adam_update(Context& ctx, float* p, const float* grad, float* m, float* v, int64_t n, float step_size, float b1,
+                 float b2, float eps, float bias2_sqrt, float wd) {
+  if (n == 0) return;
+  adam_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, m, v, n, step_size, b1, b2, eps,
+                                                                       bias2_sqrt, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda

@@ -1,0 +1,46 @@
+#include "kernels/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kernels/check.h"
+#include "kernels/detail/metrics_cuda.h"
+#include "kernels/metrics_ref.h"
+
+namespace ditto {
+
+Tensor topk(Context& ctx, const Tensor& logits, int k) {
+  check_f32_on(ctx, logits, "topk", "logits");
+  check_ndim(logits, 2, "topk", "logits");
+  const int64_t n = logits.dim(0), c = logits.dim(1);
+  if (k < 1 || k > 16 || k > c) throw ShapeError(fmt::format("topk: k={} must be in 1..min(16, {})", k, c));
+  Tensor out = ctx.empty({n, k}, DType::I32);
+  if (ctx.is_cuda())
+    cuda::topk(ctx, logits.f32(), n, c, k, out.i32());
+  else
+    ref::topk(logits.f32(), n, c, k, out.i32());
+  return out;
+}
+
+void accumulate_correct(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& counts) {
+  check_f32_on(ctx, logits, "accumulate_correct", "logits");
+  check_ndim(logits, 2, "accumulate_correct", "logits");
+  const int64_t n = logits.dim(0), c = logits.dim(1);
+  if (labels.dtype() != DType::I32 || labels.numel() != n || labels.device() != ctx.device())
+    throw ShapeError(fmt::format("accumulate_correct: labels must be i32 [{}] on {}", n, ctx.device().str()));
+  if (counts.dtype() != DType::I32 || counts.numel() != 2 || counts.device() != ctx.device())
+    throw ShapeError("accumulate_correct: counts must be i32 [2] on the context's device");
+  if (ctx.is_cuda()) return cuda::accumulate_correct(ctx, logits.f32(), labels.i32(), n, c, counts.i32());
+  const int k = static_cast<int>(std::min<int64_t>(5, c));
+  std::vector<int32_t> top(static_cast<std::size_t>(n * k));
+  ref::topk(logits.f32(), n, c, k, top.data());
+  int32_t* cnt = counts.i32();
+  const int32_t* lab = labels.i32();
+  for (int64_t r = 0; r < n; ++r) {
+    cnt[0] += top[r * k] == lab[r];
+    cnt[1] += std::find(&top[r * k], &top[r * k] + k, lab[r]) != &top[r * k] + k;
+  }
+}
+
+}  // namespace ditto

@@ -1,0 +1,116 @@
+// Layers with named parameters, and the Net interface every network implements.
+//
+// Names are stable ("conv1.weight", "layer2.0.bn1.running_var") because the policy, the
+// manifest, the initial-weight RNG streams and checkpoint tensors are all keyed by them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/param.h"
+#include "engine/policy.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv2d.h"
+#include "kernels/pool.h"
+
+namespace ditto {
+
+enum class Init { GlorotUniform, GlorotNormal, HeUniform, HeNormal, Zeros, Ones };
+const char* init_name(Init i);
+
+// One row of a network summary.
+struct SummaryRow {
+  std::string name, op;
+  Shape output;
+  int64_t params = 0;
+};
+
+// Optional trace a Net fills while it runs (for --summary).
+using SummaryTrace = std::vector<SummaryRow>;
+
+class Conv2d {
+ public:
+  Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel, int stride = 1,
+         int padding = 0, bool bias = true, Init init = Init::GlorotUniform);
+  Var operator()(Context& ctx, const Var& x, SummaryTrace* trace = nullptr) const;
+  void collect(std::vector<Param>& params) const;
+  const std::string& name() const { return name_; }
+  Init init() const { return init_; }
+  Var weight, bias;
+
+ private:
+  std::string name_;
+  Conv2dParams p_;
+  Init init_;
+};
+
+class Linear {
+ public:
+  Linear(Context& ctx, std::string name, int in_features, int out_features, bool bias = true,
+         Init init = Init::GlorotUniform);
+  Var operator()(Context& ctx, const Var& x, SummaryTrace* trace = nullptr) const;
+  void collect(std::vector<Param>& params) const;
+  const std::string& name() const { return name_; }
+  Var weight, bias;
+
+ private:
+  std::string name_;
+  Init init_;
+};
+
+class BatchNorm2d {
+ public:
+  BatchNorm2d(Context& ctx, std::string name, int channels, float momentum = 0.1f, float eps = 1e-5f);
+  Var operator()(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr);
+  void collect(std::vector<Param>& params) const;
+  void collect(std::vector<Buffer>& buffers);
+  const std::string& name() const { return name_; }
+  Var gamma, beta;
+  BatchNormState state;
+
+ private:
+  std::string name_;
+  float momentum_, eps_;
+};
+
+class MaxPool2d {
+ public:
+  MaxPool2d(std::string name, int kernel, int stride, int padding = 0);
+  Var operator()(Context& ctx, const Var& x, SummaryTrace* trace = nullptr) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  PoolParams p_;
+};
+
+// A network: layers with stable names, a forward pass, and what trainers need around it.
+class Net {
+ public:
+  virtual ~Net() = default;
+  virtual std::string name() const = 0;
+  // logits [N, classes]
+  virtual Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr) = 0;
+  virtual std::vector<Param> params() = 0;
+  virtual std::vector<Buffer> buffers() { return {}; }
+  // Layers that have policy knobs, with their op kinds (for Policy::check_layers). The loss is
+  // the layer "loss".
+  virtual std::vector<std::pair<std::string, OpKind>> knob_layers() const = 0;
+  // Initial weights: each parameter from its own Philox stream keyed by (seed_init, name), so
+  // adding a layer does not shift the others' initial weights. Buffers are reset.
+  virtual void init(Context& ctx, uint64_t seed_init) = 0;
+  int64_t param_count();
+};
+
+// Fills t (any device) from the Philox stream keyed by (seed, name) with the given rule for a
+// tensor of the given fans. Values are drawn on the host, so CPU and GPU get the same bits.
+void init_tensor(Context& ctx, Tensor& t, Init rule, int64_t fan_in, int64_t fan_out, uint64_t seed,
+                 const std::string& name);
+
+// Prints the summary table (name, op, output shape, parameters) and the total.
+std::string format_summary(const SummaryTrace& rows, int64_t total_params);
+
+}  // namespace ditto

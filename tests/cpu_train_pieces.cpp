@@ -1,0 +1,155 @@
+// Optimizers against hand-computed values, LR schedules, safetensors round trip and corrupt
+// files, top-k metrics.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/optim.h"
+#include "kernels/metrics.h"
+#include "support.h"
+
+using namespace ditto;
+
+namespace {
+Param make_param(Context& ctx, const std::string& name, std::vector<float> value, std::vector<float> grad) {
+  Shape s{static_cast<int64_t>(value.size())};
+  Var v(ctx.from_host(value, s), true);
+  v.grad() = ctx.from_host(grad, s);
+  return {name, v};
+}
+}  // namespace
+
+TEST_CASE("sgd: plain, momentum, nesterov, weight decay against hand-computed values") {
+  Context ctx;
+  {
+    auto p = make_param(ctx, "w", {1.0f, -2.0f}, {0.5f, 0.25f});
+    Sgd opt(ctx, {p}, {});
+    opt.step(ctx, 0.1f);
+    auto v = p.var.value().to_host_f32();
+    CHECK(v[0] == 1.0f - 0.1f * 0.5f);
+    CHECK(v[1] == -2.0f - 0.1f * 0.25f);
+  }
+  {
+    // momentum 0.9, wd 0.01: g1 = 0.5 + 0.01*1 = 0.51, buf1 = 0.51, p1 = 1 - 0.1*0.51 = 0.949
+    // step 2 (same grad 0.5): g2 = 0.5 + 0.01*0.949 = 0.50949, buf2 = 0.9*0.51 + 0.50949 = 0.96849,
+    // p2 = 0.949 - 0.1*0.96849 = 0.852151
+    auto p = make_param(ctx, "w", {1.0f}, {0.5f});
+    Sgd opt(ctx, {p}, {0.9f, false, 0.01f});
+    opt.step(ctx, 0.1f);
+    CHECK(p.var.value().to_host_f32()[0] == Approx(0.949).epsilon(1e-6));
+    opt.step(ctx, 0.1f);
+    CHECK(p.var.value().to_host_f32()[0] == Approx(0.852151).epsilon(1e-6));
+    CHECK(opt.steps() == 2);
+    REQUIRE(opt.state().size() == 1);
+    CHECK(opt.state()[0].name == "w.momentum");
+    CHECK(opt.state()[0].tensor->to_host_f32()[0] == Approx(0.96849).epsilon(1e-6));
+  }
+  {
+    // nesterov: buf1 = g = 0.5; update = g + 0.9*buf1 = 0.95; p = 1 - 0.1*0.95 = 0.905
+    auto p = make_param(ctx, "w", {1.0f}, {0.5f});
+    Sgd opt(ctx, {p}, {0.9f, true, 0.0f});
+    opt.step(ctx, 0.1f);
+    CHECK(p.var.value().to_host_f32()[0] == Approx(0.905).epsilon(1e-6));
+  }
+  CHECK_THROWS_AS(Sgd(ctx, {}, {0.0f, true, 0.0f}), Error);
+}
+
+TEST_CASE("adam: two steps against hand-computed values") {
+  Context ctx;
+  auto p = make_param(ctx, "w", {1.0f}, {0.5f});
+  Adam opt(ctx, {p}, {});
+  // step 1: m = 0.05, v = 0.00025; m_hat = 0.5, v_hat = 0.25; p = 1 - 0.01 * 0.5/(0.5+1e-8)
+  opt.step(ctx, 0.01f);
+  CHECK(p.var.value().to_host_f32()[0] == Approx(0.99).epsilon(1e-6));
+  // step 2 with grad 0.5 again: m = 0.095, v = 0.00049975, m_hat = 0.5, v_hat = 0.25 → p -= 0.01
+  opt.step(ctx, 0.01f);
+  CHECK(p.var.value().to_host_f32()[0] == Approx(0.98).epsilon(1e-6));
+  auto st = opt.state();
+  REQUIRE(st.size() == 2);
+  CHECK(st[0].name == "w.exp_avg");
+  CHECK(st[0].tensor->to_host_f32()[0] == Approx(0.095).epsilon(1e-6));
+  // 1 - 0.999f is 0.00100004673 in float, 4.7e-5 relative from the decimal, hence 1e-4 here.
+  CHECK(st[1].tensor->to_host_f32()[0] == Approx(0.00049975).epsilon(1e-4));
+  // a parameter without gradient is left alone
+  auto q = make_param(ctx, "q", {3.0f}, {1.0f});
+  q.var.zero_grad();
+  Adam opt2(ctx, {q}, {});
+  opt2.step(ctx, 0.1f);
+  CHECK(q.var.value().to_host_f32()[0] == 3.0f);
+}
+
+TEST_CASE("lr schedules") {
+  CHECK(lr_at(LrSchedule::Constant, 0.1f, 70, 150) == 0.1f);
+  CHECK(lr_at(LrSchedule::Step, 0.1f, 49, 150) == Approx(0.1));
+  CHECK(lr_at(LrSchedule::Step, 0.1f, 50, 150) == Approx(0.01));
+  CHECK(lr_at(LrSchedule::Step, 0.1f, 100, 150) == Approx(0.001));
+  CHECK(lr_at(LrSchedule::Cosine, 0.1f, 0, 10) == Approx(0.1));
+  CHECK(lr_at(LrSchedule::Cosine, 0.1f, 5, 10) == Approx(0.05));
+  CHECK(parse_lr_schedule("cosine") == LrSchedule::Cosine);
+  CHECK_THROWS_WITH(parse_lr_schedule("linear"), Catch::Matchers::Contains("constant, step, cosine"));
+}
+
+TEST_CASE("safetensors: round trip keeps names, shapes, bits and metadata") {
+  Context ctx;
+  auto w = test::random_vec(37, test::fresh_seed());
+  Tensor a = ctx.from_host(w, {37});
+  Tensor b = ctx.from_host(std::vector<int32_t>{1, -2, 3, 4, 5, 6}, {2, 3});
+  save_safetensors("rt.safetensors", {{"conv1.weight", a}, {"step", b}}, {{"epoch", "3"}});
+  auto f = load_safetensors("rt.safetensors");
+  REQUIRE(f.tensors.size() == 2);
+  CHECK(f.tensors.at("conv1.weight").fingerprint() == a.fingerprint());
+  CHECK(f.tensors.at("step").to_host_i32() == std::vector<int32_t>{1, -2, 3, 4, 5, 6});
+  CHECK(f.metadata.at("epoch") == "3");
+  // header length is a multiple of 8 (alignment the reference writer keeps)
+  std::ifstream in("rt.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  CHECK(n % 8 == 0);
+
+  Tensor dst = ctx.zeros({37});
+  restore_tensors(ctx, f, "rt.safetensors", {{"conv1.weight", &dst}});
+  CHECK(dst.fingerprint() == a.fingerprint());
+  Tensor wrong = ctx.zeros({36});
+  CHECK_THROWS_WITH(restore_tensors(ctx, f, "rt.safetensors", {{"conv1.weight", &wrong}}),
+                    Catch::Matchers::Contains("conv1.weight") && Catch::Matchers::Contains("[36]"));
+  CHECK_THROWS_WITH(restore_tensors(ctx, f, "rt.safetensors", {{"fc.bias", &dst}}),
+                    Catch::Matchers::Contains("'fc.bias' is missing"));
+  std::remove("rt.safetensors");
+}
+
+TEST_CASE("safetensors: truncated and corrupt files name the file and offset") {
+  Context ctx;
+  save_safetensors("full.safetensors", {{"x", ctx.full({100}, 1.0f)}});
+  std::ifstream in("full.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  auto write = [](const std::string& path, const std::string& s) {
+    std::ofstream(path, std::ios::binary) << s;
+  };
+  write("trunc.safetensors", bytes.substr(0, bytes.size() - 10));
+  CHECK_THROWS_WITH(load_safetensors("trunc.safetensors"),
+                    Catch::Matchers::Contains("trunc.safetensors") && Catch::Matchers::Contains("truncated"));
+  write("short.safetensors", bytes.substr(0, 5));
+  CHECK_THROWS_WITH(load_safetensors("short.safetensors"), Catch::Matchers::Contains("offset 5"));
+  std::string bad = bytes;
+  bad[8] = '!';
+  write("bad.safetensors", bad);
+  CHECK_THROWS_WITH(load_safetensors("bad.safetensors"),
+                    Catch::Matchers::Contains("bad.safetensors") && Catch::Matchers::Contains("malformed header at offset"));
+  CHECK_THROWS_AS(load_safetensors("missing.safetensors"), IoError);
+  for (auto p : {"full.safetensors", "trunc.safetensors", "short.safetensors", "bad.safetensors"}) std::remove(p);
+}
+
+TEST_CASE("metrics: topk and correct counts") {
+  Context ctx;
+  Tensor logits = ctx.from_host(std::vector<float>{0.1f, 0.9f, 0.5f, 0.5f, /*row 2*/ 3, 2, 1, 0}, {2, 4});
+  auto t = topk(ctx, logits, 3).to_host_i32();
+  CHECK(t == std::vector<int32_t>{1, 2, 3, 0, 1, 2});  // tie 0.5/0.5 → lower index first
+  Tensor counts = ctx.zeros({2}, DType::I32);
+  accumulate_correct(ctx, logits, ctx.from_host(std::vector<int32_t>{2, 0}, {2}), counts);
+  CHECK(counts.to_host_i32() == std::vector<int32_t>{1, 2});
+  CHECK_THROWS_AS(topk(ctx, logits, 5), ShapeError);
+}
