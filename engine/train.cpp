@@ -1,0 +1,455 @@
+#include "engine/train.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "datasets/dataset.h"
+#include "datasets/loader.h"
+#include "engine/checkpoint.h"
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/optim.h"
+#include "kernels/elementwise.h"
+#include "kernels/loss.h"
+#include "kernels/metrics.h"
+#include "nets/nets.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Seed {
+  uint64_t value = 0;
+  std::string source;  // "flag", "deterministic switch", "os", "checkpoint"
+};
+
+Seed pick_seed(const std::optional<uint64_t>& given, bool fixed) {
+  if (given) return {*given, "flag"};
+  if (fixed) return {0, "deterministic switch"};
+  std::random_device rd;
+  return {(uint64_t(rd()) << 32) ^ rd(), "os"};
+}
+
+struct Data {
+  Dataset train, test;
+};
+
+Data load_data(const TrainConfig& c) {
+  Data d;
+  auto need_dir = [&] {
+    if (c.data.empty()) throw Error(fmt::format("--data: dataset '{}' needs a data folder", c.dataset));
+    if (!fs::is_directory(c.data)) throw IoError(fmt::format("--data: '{}' is not a folder", c.data));
+  };
+  if (c.dataset == "synthetic") {
+    // The data are fixed (seeds 1 and 2): only the training run's own randomness varies.
+    d.train = make_synthetic(c.synthetic_train, c.synthetic_classes, 3, c.synthetic_size, c.synthetic_size, 1);
+    d.test = make_synthetic(c.synthetic_test, c.synthetic_classes, 3, c.synthetic_size, c.synthetic_size, 2);
+  } else if (c.dataset == "cifar10") {
+    need_dir();
+    if (fs::exists(fs::path(c.data) / "data_batch_1.bin")) {
+      d.train = load_cifar10(c.data, Split::Train);
+      d.test = load_cifar10(c.data, Split::Test);
+    } else {
+      d.train = load_image_folder(c.data, "train");
+      d.test = load_image_folder(c.data, "test");
+    }
+  } else if (c.dataset == "cifar100") {
+    need_dir();
+    d.train = load_cifar100(c.data, Split::Train);
+    d.test = load_cifar100(c.data, Split::Test);
+  } else if (c.dataset == "imagefolder") {
+    need_dir();
+    d.train = load_image_folder(c.data, "train");
+    d.test = load_image_folder(c.data, "test");
+  } else if (c.dataset == "celeba") {
+    need_dir();
+    CelebAOptions o;
+    o.label_attribute = c.celeba_label;
+    o.subgroup_attributes = c.celeba_subgroups;
+    d.train = load_celeba(c.data, Split::Train, o);
+    d.test = load_celeba(c.data, Split::Test, o);
+  } else if (c.dataset == "mnist") {
+    need_dir();
+    d.train = load_mnist(c.data, Split::Train);
+    d.test = load_mnist(c.data, Split::Test);
+  } else {
+    throw Error(fmt::format("--dataset: unknown dataset '{}'; known: synthetic, cifar10, cifar100, imagefolder, celeba, mnist",
+                            c.dataset));
+  }
+  if (c.train_size < 0 || c.train_size > d.train.n)
+    throw Error(fmt::format("--train-size: {} is outside 0..{}", c.train_size, d.train.n));
+  if (c.test_size < 0 || c.test_size > d.test.n)
+    throw Error(fmt::format("--test-size: {} is outside 0..{}", c.test_size, d.test.n));
+  if (c.train_size) d.train = take_first(d.train, c.train_size);
+  if (c.test_size) d.test = take_first(d.test, c.test_size);
+  return d;
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string hms(double s) {
+  long v = static_cast<long>(s + 0.5);
+  return v >= 3600 ? fmt::format("{}:{:02}:{:02}", v / 3600, (v / 60) % 60, v % 60) : fmt::format("{:02}:{:02}", v / 60, v % 60);
+}
+
+// The flags that reproduce this run exactly (seeds made explicit).
+std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so, const Seed& sa) {
+  std::string s = fmt::format(
+      "ditto-train --model {} --dataset {}{} --epochs {} --batch-size {} --lr {} --optimizer {} --momentum {}{} "
+      "--weight-decay {} --lr-schedule {}{} --device {} --seed-init {} --seed-order {} --seed-augment {} --kernels {}",
+      c.model, c.dataset, c.data.empty() ? "" : " --data " + c.data, c.epochs, c.batch_size, c.lr, c.optimizer,
+      c.momentum, c.nesterov ? " --nesterov" : "", c.weight_decay, c.lr_schedule, c.augment ? " --augment" : "",
+      c.device, si.value, so.value, sa.value, c.kernels);
+  for (const auto& p : c.pins) s += " --pin " + p;
+  if (c.standardize) s += " --standardize";
+  if (c.train_size) s += fmt::format(" --train-size {}", c.train_size);
+  if (c.test_size) s += fmt::format(" --test-size {}", c.test_size);
+  return s;
+}
+
+class Progress {
+ public:
+  Progress(bool on, int epochs) : on_(on), epochs_(epochs), start_(Clock::now()) {}
+  void update(int epoch, int64_t batch, int64_t batches, int64_t images, Clock::time_point epoch_start,
+              double mean_epoch_s) {
+    if (!on_) return;
+    auto now = Clock::now();
+    if (batch != batches && now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    double el = std::chrono::duration<double>(now - epoch_start).count();
+    double rate = el > 0 ? images / el : 0;
+    double epoch_left = batch ? el / batch * (batches - batch) : 0;
+    double eta = epoch_left + mean_epoch_s * (epochs_ - epoch);
+    int filled = static_cast<int>(20.0 * batch / std::max<int64_t>(1, batches));
+    std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.0f img/s  ETA %s  (elapsed %s)   ", epoch, epochs_,
+                 std::string(filled, '#').c_str(), std::string(20 - filled, ' ').c_str(), (long long)batch,
+                 (long long)batches, rate, hms(eta).c_str(),
+                 hms(std::chrono::duration<double>(now - start_).count()).c_str());
+    std::fflush(stderr);
+  }
+  void line(const std::string& s) {
+    if (on_) std::fprintf(stderr, "\r%-110s\n", s.c_str());
+  }
+
+ private:
+  bool on_;
+  int epochs_;
+  Clock::time_point start_, last_{};
+};
+
+std::vector<std::pair<std::string, Tensor*>> state_tensors(Net& net, Optimizer& opt, std::vector<Param>& params,
+                                                           std::vector<Buffer>& buffers, std::vector<Buffer>& ostate) {
+  std::vector<std::pair<std::string, Tensor*>> all;
+  for (auto& p : params) all.push_back({p.name, &p.var.value()});
+  for (auto& b : buffers) all.push_back({b.name, b.tensor});
+  for (auto& s : ostate) all.push_back({"optim." + s.name, s.tensor});
+  (void)net;
+  (void)opt;
+  return all;
+}
+
+void ensure_out_dir(const std::string& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out)) throw IoError(fmt::format("--out: cannot create folder '{}': {}", out, ec.message()));
+  std::string probe = (fs::path(out) / ".ditto-write-test").string();
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (!f) throw IoError(fmt::format("--out: folder '{}' is not writable", out));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+std::vector<EpochLog> read_log_csv(const std::string& path) {
+  std::vector<EpochLog> rows;
+  std::ifstream in(path);
+  if (!in) return rows;
+  std::string line;
+  std::getline(in, line);  // header
+  int lineno = 1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    EpochLog r;
+    if (std::sscanf(line.c_str(), "%d,%lf,%lf,%lf,%lf,%lf,%lf", &r.epoch, &r.lr, &r.loss, &r.train_acc, &r.test_top1,
+                    &r.test_top5, &r.seconds) != 7)
+      throw DataError(fmt::format("{}:{}: malformed log row", path, lineno));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg) {
+  if (cfg.epochs < 1) throw Error(fmt::format("--epochs: must be at least 1, got {}", cfg.epochs));
+  if (cfg.batch_size < 1) throw Error(fmt::format("--batch-size: must be at least 1, got {}", cfg.batch_size));
+  if (!(cfg.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", cfg.lr));
+  if (cfg.optimizer != "adam" && cfg.optimizer != "sgd")
+    throw Error(fmt::format("--optimizer: unknown optimizer '{}'; valid: adam, sgd", cfg.optimizer));
+  const LrSchedule schedule = parse_lr_schedule(cfg.lr_schedule);
+  const Device device = Device::parse(cfg.device);
+  Policy policy = Policy::parse({"*=" + cfg.kernels});
+  for (const auto& p : cfg.pins) policy.set(p);
+  if (!cfg.out.empty()) ensure_out_dir(cfg.out);
+
+  Seed seed_init = pick_seed(cfg.seed_init, cfg.deterministic_init);
+  Seed seed_order = pick_seed(cfg.seed_order, cfg.deterministic_input);
+  Seed seed_augment = pick_seed(cfg.seed_augment, cfg.deterministic_input);
+
+  Data data = load_data(cfg);
+  Context ctx(device, policy);
+  NetConfig ncfg{cfg.model, data.train.num_classes, data.train.channels};
+  std::unique_ptr<Net> net = make_net(ctx, ncfg);
+  ctx.policy().check_layers(net->knob_layers());
+  std::vector<Param> params = net->params();
+  std::vector<Buffer> buffers = net->buffers();
+
+  std::unique_ptr<Optimizer> opt;
+  if (cfg.optimizer == "adam")
+    opt = std::make_unique<Adam>(ctx, params, AdamOptions{0.9f, 0.999f, 1e-8f, cfg.weight_decay});
+  else
+    opt = std::make_unique<Sgd>(ctx, params, SgdOptions{cfg.momentum, cfg.nesterov, cfg.weight_decay});
+  std::vector<Buffer> ostate = opt->state();
+  auto all_state = state_tensors(*net, *opt, params, buffers, ostate);
+
+  // Resume: weights, buffers, optimizer state, step count, seeds and finished epochs come from
+  // the checkpoint; the loop continues exactly where the earlier run stopped.
+  int first_epoch = 1;
+  std::vector<EpochLog> log;
+  if (!cfg.resume.empty()) {
+    std::string ck = (fs::path(cfg.resume) / "checkpoint.safetensors").string();
+    SafetensorsFile f = load_safetensors(ck);
+    auto meta = [&](const std::string& k) {
+      auto it = f.metadata.find(k);
+      if (it == f.metadata.end()) throw DataError(fmt::format("{}: metadata '{}' is missing", ck, k));
+      return it->second;
+    };
+    if (meta("model") != cfg.model || meta("optimizer") != cfg.optimizer)
+      throw Error(fmt::format("--resume: {} holds a {} / {} run, this run is {} / {}", ck, meta("model"),
+                              meta("optimizer"), cfg.model, cfg.optimizer));
+    restore_tensors(ctx, f, ck, all_state);
+    opt->set_steps(std::stoll(meta("steps")));
+    first_epoch = std::stoi(meta("epoch")) + 1;
+    seed_init = {std::stoull(meta("seed_init")), "checkpoint"};
+    seed_order = {std::stoull(meta("seed_order")), "checkpoint"};
+    seed_augment = {std::stoull(meta("seed_augment")), "checkpoint"};
+    log = read_log_csv((fs::path(cfg.resume) / "log.csv").string());
+    log.resize(std::min<std::size_t>(log.size(), static_cast<std::size_t>(first_epoch - 1)));
+  } else {
+    net->init(ctx, seed_init.value);
+  }
+
+  ChannelStats stats = data.train.channel_stats();
+  LoaderOptions train_opts;
+  train_opts.batch_size = cfg.batch_size;
+  train_opts.seed_order = seed_order.value;
+  train_opts.seed_augment = seed_augment.value;
+  train_opts.augment = cfg.augment;
+  train_opts.standardize = cfg.standardize;
+  if (!cfg.standardize) {
+    train_opts.mean = stats.mean;
+    train_opts.std = stats.std;
+  }
+  train_opts.threads = cfg.loader_threads;
+  LoaderOptions test_opts = train_opts;
+  test_opts.shuffle = false;
+  test_opts.augment = false;
+  Loader train_loader(ctx, data.train, train_opts);
+  Loader test_loader(ctx, data.test, test_opts);
+
+  if (cfg.summary) {
+    SummaryTrace trace;
+    NoGradGuard ng(ctx);
+    Tensor probe = ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
+    net->forward(ctx, Var(probe), false, &trace);
+    ctx.manifest().clear();
+    std::printf("%s", format_summary(trace, net->param_count()).c_str());
+  }
+
+  const int64_t classes = data.train.num_classes;
+  const int k5 = static_cast<int>(std::min<int64_t>(5, classes));
+  TrainResult result;
+  result.seed_init = seed_init.value;
+  result.seed_order = seed_order.value;
+  result.seed_augment = seed_augment.value;
+  Progress progress(cfg.progress, cfg.epochs);
+  double epoch_seconds_total = 0;
+  int epochs_timed = 0;
+  std::vector<int32_t> top5_host;
+  json metrics;
+
+  auto write_outputs = [&](int epoch) {
+    if (cfg.out.empty()) return;
+    fs::path out(cfg.out);
+    std::string csv = "epoch,lr,loss,train_acc,test_top1,test_top5,seconds\n";
+    for (const auto& r : log)
+      csv += fmt::format("{},{:.8g},{:.8g},{:.6f},{:.6f},{:.6f},{:.3f}\n", r.epoch, r.lr, r.loss, r.train_acc,
+                         r.test_top1, r.test_top5, r.seconds);
+    write_file_atomic((out / "log.csv").string(), csv);
+
+    std::string pred = "index,label,predicted";
+    for (int j = 0; j < k5; ++j) pred += fmt::format(",top{}", j + 1);
+    if (data.test.has_subgroups()) pred += ",subgroup";
+    pred += "\n";
+    for (int64_t i = 0; i < data.test.n; ++i) {
+      pred += fmt::format("{},{},{}", i, data.test.labels[i], top5_host[i * k5]);
+      for (int j = 0; j < k5; ++j) pred += fmt::format(",{}", top5_host[i * k5 + j]);
+      if (data.test.has_subgroups()) pred += fmt::format(",{}", data.test.subgroups[i]);
+      pred += "\n";
+    }
+    write_file_atomic((out / "predictions.csv").string(), pred);
+
+    std::vector<NamedTensor> tensors;
+    for (const auto& [name, t] : all_state) tensors.push_back({name, *t});
+    save_safetensors((out / "checkpoint.safetensors").string(), tensors,
+                     {{"model", cfg.model},
+                      {"optimizer", cfg.optimizer},
+                      {"epoch", std::to_string(epoch)},
+                      {"steps", std::to_string(opt->steps())},
+                      {"seed_init", std::to_string(seed_init.value)},
+                      {"seed_order", std::to_string(seed_order.value)},
+                      {"seed_augment", std::to_string(seed_augment.value)},
+                      {"weights_fingerprint", hex64(result.weights_fingerprint)}});
+
+    RuntimeInfo info = ctx.runtime_info();
+    json m;
+    m["ditto"] = {{"git_commit", info.git_commit}, {"created", now_utc()}};
+    m["command_line"] = cfg.command_line;
+    m["replay"] = replay_command(cfg, seed_init, seed_order, seed_augment);
+    m["config"] = {{"model", cfg.model}, {"dataset", cfg.dataset}, {"data", cfg.data}, {"epochs", cfg.epochs},
+                   {"batch_size", cfg.batch_size}, {"lr", cfg.lr}, {"optimizer", cfg.optimizer},
+                   {"momentum", cfg.momentum}, {"nesterov", cfg.nesterov}, {"weight_decay", cfg.weight_decay},
+                   {"lr_schedule", cfg.lr_schedule}, {"augment", cfg.augment}, {"standardize", cfg.standardize},
+                   {"device", cfg.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
+                   {"resumed_from", cfg.resume}};
+    auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };
+    m["seeds"] = {{"init", seed_json(seed_init)}, {"order", seed_json(seed_order)}, {"augment", seed_json(seed_augment)}};
+    m["switches"] = {{"deterministic_init", cfg.deterministic_init}, {"deterministic_input", cfg.deterministic_input},
+                     {"deterministic_kernels", cfg.kernels == "deterministic"}};
+    m["policy"] = {{"kernels", cfg.kernels}, {"rules", ctx.policy().rules()}};
+    m["runtime"] = {{"device", info.device}, {"gpu", info.gpu_name}, {"driver", info.driver},
+                    {"cuda_runtime", info.cuda_runtime}, {"cudnn", info.cudnn}, {"cudnn_build", info.cudnn_build},
+                    {"cublas", info.cublas}};
+    m["data"] = {{"train", data.train.summary()}, {"test", data.test.summary()},
+                 {"train_fingerprint", hex64(data.train.fingerprint())}, {"test_fingerprint", hex64(data.test.fingerprint())},
+                 {"normalization", cfg.standardize ? json("per-image standardization")
+                                                   : json{{"mean", stats.mean}, {"std", stats.std}}}};
+    m["model"] = {{"name", net->name()}, {"parameters", net->param_count()}};
+    m["ops"] = json::parse(ctx.manifest().to_json())["ops"];
+    m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", hex64(result.weights_fingerprint)},
+                    {"test_top1", log.empty() ? 0.0 : log.back().test_top1}};
+    write_file_atomic((out / "manifest.json").string(), m.dump(2));
+    write_file_atomic((out / "metrics.json").string(), metrics.dump(2));
+  };
+
+  Tensor loss_sum = ctx.zeros({1});
+  Tensor correct = ctx.zeros({2}, DType::I32);
+  for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
+    const float lr = lr_at(schedule, cfg.lr, epoch - 1, cfg.epochs, cfg.milestones);
+    auto t0 = Clock::now();
+    fill(ctx, loss_sum, 0.0f);
+    ctx.copy(correct, Context().zeros({2}, DType::I32));
+    // Loader epochs are 0-based: epoch e of the run draws order and augmentation for e-1.
+    train_loader.start_epoch(epoch - 1);
+    Batch batch;
+    int64_t b = 0, seen = 0;
+    const int64_t nb = train_loader.batches_per_epoch();
+    const double mean_epoch = epochs_timed ? epoch_seconds_total / epochs_timed : 0;
+    while (train_loader.next(batch)) {
+      Var logits = net->forward(ctx, Var(batch.images), true);
+      Var loss = softmax_cross_entropy(ctx, "loss", logits, batch.labels);
+      ctx.tape().backward(ctx, loss);
+      opt->step(ctx, lr);
+      opt->zero_grad();
+      // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
+      axpy_inplace(ctx, loss_sum, static_cast<float>(batch.labels.numel()), loss.value());
+      accumulate_correct(ctx, logits.value(), batch.labels, correct);
+      seen += batch.labels.numel();
+      progress.update(epoch, ++b, nb, seen, t0, mean_epoch);
+    }
+    double loss_mean = loss_sum.to_host_f32()[0] / std::max<int64_t>(1, seen);
+    double train_acc = correct.to_host_i32()[0] / double(std::max<int64_t>(1, seen));
+
+    // Evaluation: no tape, running batch-norm statistics, dataset order.
+    top5_host.assign(static_cast<std::size_t>(data.test.n * k5), 0);
+    {
+      NoGradGuard ng(ctx);
+      test_loader.start_epoch(0);
+      while (test_loader.next(batch)) {
+        Var logits = net->forward(ctx, Var(batch.images), false);
+        auto t = topk(ctx, logits.value(), k5).to_host_i32();
+        for (std::size_t r = 0; r < batch.indices.size(); ++r)
+          std::copy(t.begin() + r * k5, t.begin() + (r + 1) * k5, top5_host.begin() + batch.indices[r] * k5);
+      }
+    }
+    int64_t hit1 = 0, hit5 = 0;
+    std::vector<int64_t> class_hit(classes, 0), class_n(classes, 0);
+    std::size_t groups = data.test.subgroup_names.size();
+    std::vector<int64_t> group_hit(groups, 0), group_n(groups, 0);
+    result.predictions.assign(static_cast<std::size_t>(data.test.n), 0);
+    for (int64_t i = 0; i < data.test.n; ++i) {
+      int32_t y = data.test.labels[i];
+      bool h1 = top5_host[i * k5] == y;
+      bool h5 = std::find(&top5_host[i * k5], &top5_host[i * k5] + k5, y) != &top5_host[i * k5] + k5;
+      hit1 += h1;
+      hit5 += h5;
+      class_hit[y] += h1;
+      class_n[y]++;
+      if (groups) {
+        group_hit[data.test.subgroups[i]] += h1;
+        group_n[data.test.subgroups[i]]++;
+      }
+      result.predictions[i] = top5_host[i * k5];
+    }
+    ctx.synchronize();
+    double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    epoch_seconds_total += seconds;
+    ++epochs_timed;
+    EpochLog row{epoch, lr, loss_mean, train_acc, hit1 / double(data.test.n), hit5 / double(data.test.n), seconds};
+    log.push_back(row);
+    result.test_top1 = row.test_top1;
+
+    metrics = json{{"epoch", epoch}, {"test_top1", row.test_top1}, {"test_top5", row.test_top5}};
+    json per_class = json::object(), per_group = json::object();
+    for (int64_t c = 0; c < classes; ++c)
+      per_class[data.test.class_names.at(c)] = class_n[c] ? class_hit[c] / double(class_n[c]) : 0.0;
+    for (std::size_t g = 0; g < groups; ++g)
+      per_group[data.test.subgroup_names[g]] = {{"accuracy", group_n[g] ? group_hit[g] / double(group_n[g]) : 0.0},
+                                                {"count", group_n[g]}};
+    metrics["per_class_accuracy"] = per_class;
+    if (groups) metrics["per_subgroup_accuracy"] = per_group;
+
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const auto& [name, t] : all_state) {
+      if (name.rfind("optim.", 0) == 0) continue;
+      uint64_t fp = t->fingerprint();
+      h = fingerprint_bytes(&fp, sizeof fp, h);
+    }
+    result.weights_fingerprint = h;
+    progress.line(fmt::format("epoch {}/{}  loss {:.4f}  train {:.4f}  test top1 {:.4f} top5 {:.4f}  {:.1f}s  {:.0f} img/s",
+                              epoch, cfg.epochs, row.loss, row.train_acc, row.test_top1, row.test_top5, seconds,
+                              seen / std::max(1e-9, seconds)));
+    write_outputs(epoch);
+  }
+  result.log = log;
+  return result;
+}
+
+}  // namespace ditto

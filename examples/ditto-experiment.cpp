@@ -1,0 +1,218 @@
+// ditto-experiment: the paper's protocol on a small scale. For each setting, train several
+// replicas that differ only in what the setting lets vary, then measure how far they drift:
+//   ALGO+IMPL  seeds (init, order, augmentation) drawn per replica, nondeterministic kernels
+//   ALGO       seeds drawn per replica, deterministic kernels
+//   IMPL       seeds fixed, nondeterministic kernels (only the GPU's summation order varies)
+//   CONTROL    seeds fixed, deterministic kernels (must be bit-identical)
+// Metrics per setting: test accuracy mean and standard deviation, pairwise churn (fraction of
+// test predictions that differ between two replicas), pairwise L2 distance of the final
+// weights, the number of distinct weight fingerprints, and seconds per epoch (the overhead of
+// determinism). Writes results.csv, results.json and results.svg to --out; each replica's own
+// run folder (manifest, log, predictions, checkpoint) lies beside them.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/train.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Setting {
+  std::string name;
+  bool vary_seeds;
+  std::string kernels;
+};
+
+struct SettingResult {
+  std::string name;
+  std::vector<double> acc;
+  std::vector<double> churn, l2;
+  std::size_t distinct = 0;
+  double epoch_seconds = 0;
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  double m = mean(v), s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / (v.size() - 1));
+}
+
+std::vector<float> load_weights(const std::string& dir) {
+  auto f = ditto::load_safetensors((fs::path(dir) / "checkpoint.safetensors").string());
+  std::vector<float> all;
+  for (const auto& [name, t] : f.tensors) {
+    if (name.rfind("optim.", 0) == 0 || t.dtype() != ditto::DType::F32) continue;
+    auto v = t.to_host_f32();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+std::string svg_chart(const std::vector<SettingResult>& rs) {
+  // Two panels of bars: mean pairwise churn (%) and accuracy stddev (points), one bar per setting.
+  const int w = 720, h = 300, pad = 50, panel = (w - 3 * pad) / 2;
+  std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='12'>\n", w, h);
+  s += fmt::format("<rect width='{}' height='{}' fill='white'/>\n", w, h);
+  auto panel_svg = [&](int x0, const std::string& title, auto value) {
+    double top = 1e-9;
+    for (const auto& r : rs) top = std::max(top, value(r));
+    s += fmt::format("<text x='{}' y='20' font-weight='bold'>{}</text>\n", x0, title);
+    const int base = h - 40, bw = panel / std::max<std::size_t>(1, rs.size());
+    s += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n", x0, base, x0 + panel, base);
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      double v = value(rs[i]);
+      int bh = static_cast<int>((base - 40) * v / top);
+      int x = x0 + static_cast<int>(i) * bw + 6;
+      s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='{}'/>\n", x, base - bh, bw - 12, bh,
+                       i % 2 ? "#d95f02" : "#1b9e77");
+      s += fmt::format("<text x='{}' y='{}' text-anchor='middle'>{:.3g}</text>\n", x + (bw - 12) / 2, base - bh - 4, v);
+      s += fmt::format("<text x='{}' y='{}' text-anchor='middle'>{}</text>\n", x + (bw - 12) / 2, base + 16, rs[i].name);
+    }
+  };
+  panel_svg(pad, "churn between replicas (% of test predictions)", [](const SettingResult& r) { return 100 * mean(r.churn); });
+  panel_svg(2 * pad + panel, "test accuracy std dev (points)", [](const SettingResult& r) { return 100 * stddev(r.acc); });
+  return s + "</svg>\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ditto-experiment: ALGO+IMPL / ALGO / IMPL / CONTROL replicas on one dataset"};
+  ditto::TrainConfig base;
+  base.dataset = "synthetic";
+  base.model = "smallcnn";
+  base.lr = 2e-3f;
+  std::string device = "auto";
+  int replicas = 0, epochs = 0;
+  std::string out = "runs/experiment";
+  std::vector<std::string> settings = {"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"};
+  app.add_option("--device", device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)");
+  app.add_option("--model", base.model);
+  app.add_option("--dataset", base.dataset);
+  app.add_option("--data", base.data);
+  app.add_option("--replicas", replicas, "replicas per setting (default 3 on GPU, 2 on CPU)")->check(CLI::Range(2, 100));
+  app.add_option("--epochs", epochs, "epochs per replica (default 5 on GPU, 3 on CPU)")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", base.batch_size)->check(CLI::PositiveNumber);
+  app.add_option("--lr", base.lr)->check(CLI::PositiveNumber);
+  app.add_option("--train-size", base.train_size)->check(CLI::NonNegativeNumber);
+  app.add_option("--test-size", base.test_size)->check(CLI::NonNegativeNumber);
+  app.add_option("--settings", settings, "subset of ALGO+IMPL ALGO IMPL CONTROL")
+      ->check(CLI::IsMember({"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"}));
+  app.add_option("--out", out);
+  bool quiet = false;
+  app.add_flag("--quiet", quiet);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (device == "auto") {
+      // A CUDA context that cannot be made means no usable GPU here.
+      try {
+        ditto::Context probe(ditto::Device::cuda(0));
+        device = "cuda";
+      } catch (const ditto::CudaError&) {
+        device = "cpu";
+      }
+    }
+    const bool gpu = device != "cpu";
+    base.device = device;
+    base.epochs = epochs ? epochs : (gpu ? 5 : 3);
+    replicas = replicas ? replicas : (gpu ? 3 : 2);
+    if (base.dataset == "synthetic") {
+      base.synthetic_train = gpu ? 10000 : 1000;
+      base.synthetic_test = gpu ? 2000 : 500;
+      base.synthetic_size = gpu ? 32 : 16;
+    }
+    base.progress = !quiet;
+    std::printf("ditto-experiment on %s: %s on %s, %d replicas x %d epochs per setting\n", device.c_str(),
+                base.model.c_str(), base.dataset.c_str(), replicas, base.epochs);
+
+    const std::vector<Setting> all = {{"ALGO+IMPL", true, "nondeterministic"},
+                                      {"ALGO", true, "deterministic"},
+                                      {"IMPL", false, "nondeterministic"},
+                                      {"CONTROL", false, "deterministic"}};
+    std::vector<SettingResult> results;
+    for (const auto& s : all) {
+      if (std::find(settings.begin(), settings.end(), s.name) == settings.end()) continue;
+      SettingResult r{s.name};
+      std::vector<std::vector<int32_t>> preds;
+      std::vector<std::vector<float>> weights;
+      std::set<uint64_t> prints;
+      double secs = 0;
+      int epochs_counted = 0;
+      for (int k = 0; k < replicas; ++k) {
+        ditto::TrainConfig c = base;
+        c.kernels = s.kernels;
+        if (s.vary_seeds) {
+          c.seed_init = 1000 + k;  // distinct, recorded seeds: replays exactly
+          c.seed_order = 2000 + k;
+          c.seed_augment = 3000 + k;
+        } else {
+          c.deterministic_init = c.deterministic_input = true;
+        }
+        c.out = (fs::path(out) / fmt::format("{}-{}", s.name == "ALGO+IMPL" ? "ALGO_IMPL" : s.name, k)).string();
+        c.command_line = fmt::format("ditto-experiment setting {} replica {}", s.name, k);
+        std::printf("[%s] replica %d/%d\n", s.name.c_str(), k + 1, replicas);
+        std::fflush(stdout);
+        auto res = ditto::train(c);
+        r.acc.push_back(res.test_top1);
+        preds.push_back(res.predictions);
+        prints.insert(res.weights_fingerprint);
+        weights.push_back(load_weights(c.out));
+        for (const auto& e : res.log) secs += e.seconds, ++epochs_counted;
+      }
+      for (int a = 0; a < replicas; ++a)
+        for (int b = a + 1; b < replicas; ++b) {
+          std::size_t diff = 0;
+          for (std::size_t i = 0; i < preds[a].size(); ++i) diff += preds[a][i] != preds[b][i];
+          r.churn.push_back(double(diff) / preds[a].size());
+          double d2 = 0;
+          for (std::size_t i = 0; i < weights[a].size(); ++i) d2 += double(weights[a][i] - weights[b][i]) * (weights[a][i] - weights[b][i]);
+          r.l2.push_back(std::sqrt(d2));
+        }
+      r.distinct = prints.size();
+      r.epoch_seconds = secs / std::max(1, epochs_counted);
+      results.push_back(r);
+    }
+
+    std::string csv = "setting,replicas,acc_mean,acc_std,churn_mean,l2_mean,distinct_weights,seconds_per_epoch\n";
+    nlohmann::json j = nlohmann::json::array();
+    std::printf("\n%-10s %8s %8s %10s %10s %9s %8s\n", "setting", "acc", "acc_std", "churn", "weight_L2", "distinct", "s/epoch");
+    for (const auto& r : results) {
+      csv += fmt::format("{},{},{:.6f},{:.6f},{:.6f},{:.6g},{},{:.3f}\n", r.name, r.acc.size(), mean(r.acc), stddev(r.acc),
+                         mean(r.churn), mean(r.l2), r.distinct, r.epoch_seconds);
+      j.push_back({{"setting", r.name}, {"accuracy", r.acc}, {"churn", r.churn}, {"weight_l2", r.l2},
+                   {"distinct_weight_fingerprints", r.distinct}, {"seconds_per_epoch", r.epoch_seconds}});
+      std::printf("%-10s %8.4f %8.4f %9.2f%% %10.4g %5zu/%-3zu %8.2f\n", r.name.c_str(), mean(r.acc), stddev(r.acc),
+                  100 * mean(r.churn), mean(r.l2), r.distinct, r.acc.size(), r.epoch_seconds);
+    }
+    nlohmann::json doc{{"device", device}, {"model", base.model}, {"dataset", base.dataset}, {"epochs", base.epochs},
+                       {"replicas", replicas}, {"settings", j}};
+    ditto::write_file_atomic((fs::path(out) / "results.csv").string(), csv);
+    ditto::write_file_atomic((fs::path(out) / "results.json").string(), doc.dump(2));
+    ditto::write_file_atomic((fs::path(out) / "results.svg").string(), svg_chart(results));
+    std::printf("\nwrote %s/results.{csv,json,svg}\n", out.c_str());
+    for (const auto& r : results)
+      if (r.name == "CONTROL" && r.distinct != 1) {
+        std::fprintf(stderr, "CONTROL replicas are not bit-identical: %zu distinct weight fingerprints\n", r.distinct);
+        return 1;
+      }
+    return 0;
+  } catch (const ditto::Error& e) {
+    std::fprintf(stderr, "ditto-experiment: %s\n", e.what());
+    return 2;
+  }
+}
