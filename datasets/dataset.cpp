@@ -65,7 +65,7 @@ std::string Dataset::summary() const {
   std::string s = fmt::format("{}: {} examples, {}x{}x{}, {} classes (", name, n, channels, height, width, num_classes);
   auto counts = class_counts();
   for (std::size_t k = 0; k < counts.size(); ++k)
-    s += fmt::format("{}{}={}", k ? " " : "", k < class_names.size() ? class_names[k] : std::to_string(k), counts[k]);
+    s += fmt::format("{}{}:{}", k ? " " : "", k < class_names.size() ? class_names[k] : std::to_string(k), counts[k]);
   s += ")";
   if (has_subgroups()) {
     auto g = subgroup_counts();

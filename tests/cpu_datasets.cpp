@@ -634,7 +634,7 @@ TEST_CASE("dataset helpers: channel stats, class counts, take_first, validate") 
   CHECK(take_first(ds, 0).n == 0);
   CHECK_THROWS_AS(take_first(ds, 31), Error);
   CHECK_THROWS_AS(take_first(ds, -1), Error);
-  CHECK(ds.summary().find("4 classes (class_0=8 class_1=8 class_2=7 class_3=7)") != std::string::npos);
+  CHECK(ds.summary().find("4 classes (class_0:8 class_1:8 class_2:7 class_3:7)") != std::string::npos);
   ds.labels[3] = 4;
   CHECK_THROWS_AS(ds.validate(), DataError);
 }
