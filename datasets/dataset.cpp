@@ -1,0 +1,121 @@
+#include "datasets/dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+namespace ditto {
+
+const char* split_name(Split s) {
+  switch (s) {
+    case Split::Train: return "train";
+    case Split::Val: return "val";
+    case Split::Test: return "test";
+  }
+  return "?";
+}
+
+ChannelStats Dataset::channel_stats() const {
+  ChannelStats st;
+  const int64_t plane = int64_t(height) * width;
+  for (int c = 0; c < channels; ++c) {
+    // Exact integer sums (a uint64 holds 255^2 * 2^40), so the result does not depend on order.
+    uint64_t sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = image(i) + c * plane;
+      for (int64_t k = 0; k < plane; ++k) {
+        sum += p[k];
+        sum_sq += uint64_t(p[k]) * p[k];
+      }
+    }
+    const double count = double(n) * plane;
+    const double mean = count > 0 ? double(sum) / count : 0.0;
+    const double var = count > 0 ? std::max(0.0, double(sum_sq) / count - mean * mean) : 0.0;
+    st.mean.push_back(static_cast<float>(mean / 255.0));
+    st.std.push_back(static_cast<float>(std::sqrt(var) / 255.0));
+  }
+  return st;
+}
+
+std::vector<int64_t> Dataset::class_counts() const {
+  std::vector<int64_t> counts(static_cast<std::size_t>(std::max(num_classes, 0)), 0);
+  for (int32_t l : labels)
+    if (l >= 0 && l < num_classes) ++counts[l];
+  return counts;
+}
+
+std::vector<int64_t> Dataset::subgroup_counts() const {
+  std::vector<int64_t> counts(subgroups.empty() ? 0 : subgroup_names.size(), 0);
+  for (int32_t g : subgroups)
+    if (g >= 0 && static_cast<std::size_t>(g) < counts.size()) ++counts[g];
+  return counts;
+}
+
+uint64_t Dataset::fingerprint() const {
+  uint64_t h = fingerprint_bytes(images.data(), images.size());
+  h = fingerprint_bytes(labels.data(), labels.size() * sizeof(int32_t), h);
+  return fingerprint_bytes(subgroups.data(), subgroups.size() * sizeof(int32_t), h);
+}
+
+std::string Dataset::summary() const {
+  std::string s = fmt::format("{}: {} examples, {}x{}x{}, {} classes (", name, n, channels, height, width, num_classes);
+  auto counts = class_counts();
+  for (std::size_t k = 0; k < counts.size(); ++k)
+    s += fmt::format("{}{}:{}", k ? " " : "", k < class_names.size() ? class_names[k] : std::to_string(k), counts[k]);
+  s += ")";
+  if (has_subgroups()) {
+    auto g = subgroup_counts();
+    s += ", subgroups (";
+    for (std::size_t k = 0; k < g.size(); ++k) s += fmt::format("{}{}: {}", k ? "; " : "", subgroup_names[k], g[k]);
+    s += ")";
+  }
+  return s + ", fingerprint " + hex64(fingerprint());
+}
+
+void Dataset::validate() const {
+  if (n < 0 || channels <= 0 || height <= 0 || width <= 0)
+    throw DataError(fmt::format("dataset '{}': bad shape n={} c={} h={} w={}", name, n, channels, height, width));
+  if (static_cast<int64_t>(images.size()) != n * image_numel())
+    throw DataError(fmt::format("dataset '{}': {} image bytes for {} examples of {}x{}x{}", name, images.size(), n,
+                                channels, height, width));
+  if (static_cast<int64_t>(labels.size()) != n)
+    throw DataError(fmt::format("dataset '{}': {} labels for {} examples", name, labels.size(), n));
+  if (static_cast<int>(class_names.size()) != num_classes)
+    throw DataError(fmt::format("dataset '{}': {} class names for {} classes", name, class_names.size(), num_classes));
+  for (int64_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= num_classes)
+      throw DataError(fmt::format("dataset '{}': label {} of example {} is outside [0, {})", name, labels[i], i,
+                                  num_classes));
+  if (!subgroups.empty()) {
+    if (static_cast<int64_t>(subgroups.size()) != n)
+      throw DataError(fmt::format("dataset '{}': {} subgroup ids for {} examples", name, subgroups.size(), n));
+    for (int64_t i = 0; i < n; ++i)
+      if (subgroups[i] < 0 || static_cast<std::size_t>(subgroups[i]) >= subgroup_names.size())
+        throw DataError(fmt::format("dataset '{}': subgroup {} of example {} is outside [0, {})", name, subgroups[i],
+                                    i, subgroup_names.size()));
+  }
+}
+
+Dataset take_first(const Dataset& ds, int64_t n) {
+  if (n < 0 || n > ds.n)
+    throw Error(fmt::format("take_first: {} examples requested from '{}', which has {}", n, ds.name, ds.n));
+  Dataset out;
+  out.name = n == ds.n ? ds.name : fmt::format("{}[:{}]", ds.name, n);
+  out.n = n;
+  out.channels = ds.channels;
+  out.height = ds.height;
+  out.width = ds.width;
+  out.images.assign(ds.images.begin(), ds.images.begin() + n * ds.image_numel());
+  out.labels.assign(ds.labels.begin(), ds.labels.begin() + n);
+  out.num_classes = ds.num_classes;
+  out.class_names = ds.class_names;
+  if (ds.has_subgroups()) out.subgroups.assign(ds.subgroups.begin(), ds.subgroups.begin() + n);
+  out.subgroup_names = ds.subgroup_names;
+  return out;
+}
+
+}  // namespace ditto
