@@ -4,6 +4,7 @@
 // Selection (per direction, shape, math mode and policy ask; cached in ctx.op_state("conv2d")):
 //   pinned            that algorithm, or PolicyError listing what cuDNN supports for the shape
 //   heuristic         cuDNN's pick: first successful result of cudnnGetConvolution*Algorithm_v7
+//                     (skipping results whose math type the layer's math mode forbids)
 //   deterministic     fastest result of cudnnFindConvolution*Algorithm that cuDNN labels
 //                     CUDNN_DETERMINISTIC and whose workspace can be allocated
 //   nondeterministic  the atomics algorithm (bwd_data algo0, bwd_filter algo0); forward has
@@ -455,8 +456,15 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
   if (!ws.ok())
     throw PolicyError(fmt::format("{}: the workspace of algorithm '{}' ({} bytes) cannot be allocated; supported: {}",
                                   prob.where(layer), Problem<T>::name(sel.algo), sel.workspace, prob.supported_str()));
-  DITTO_CUDNN_CHECK(T::compute(ctx.cuda().cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(),
-                               ws.bytes()));
+  const cudnnStatus_t status =
+      T::compute(ctx.cuda().cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
+  // Its workspace query accepted the algorithm; should the call itself refuse it, that is still
+  // the policy's ask failing for this shape, not a fault.
+  if (status == CUDNN_STATUS_NOT_SUPPORTED)
+    throw PolicyError(fmt::format("{}: cuDNN refused to run algorithm '{}' ({}) for this shape; supported: {}",
+                                  prob.where(layer), Problem<T>::name(sel.algo), select_mode_name(choice.mode),
+                                  prob.supported_str()));
+  DITTO_CUDNN_CHECK(status);
   ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
                          name_of(math), sel.workspace, ctx.device().str()});
 }
