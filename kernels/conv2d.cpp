@@ -1,0 +1,624 @@
+// conv2d: operand checks, algorithm selection through one traits-driven path for the three
+// cuDNN directions, manifest records, CPU/CUDA dispatch and the tape entry.
+//
+// Selection (per direction, shape, math mode and policy ask; cached in ctx.op_state("conv2d")):
+//   pinned            that algorithm, or PolicyError listing what cuDNN supports for the shape
+//   heuristic         cuDNN's pick: first successful result of cudnnGetConvolution*Algorithm_v7
+//                     (skipping results whose math type the layer's math mode forbids)
+//   deterministic     fastest result of cudnnFindConvolution*Algorithm that cuDNN labels
+//                     CUDNN_DETERMINISTIC and whose workspace can be allocated
+//   nondeterministic  the atomics algorithm (bwd_data algo0, bwd_filter algo0); forward has
+//                     none and resolves like heuristic (the manifest says what ran)
+//   fastest           fastest successful result of cudnnFind*
+// Find runs the candidates (it allocates and synchronizes): it belongs to selection, which
+// runs once per shape. The steady-state path only sets up host descriptors, takes its
+// workspace from the stream-ordered pool and queues the cuDNN call. Never a fallback: a
+// workspace that cannot be allocated is a PolicyError naming the layer and algorithm.
+#include "kernels/conv2d.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "kernels/check.h"
+#include "kernels/conv2d_ref.h"
+
+namespace ditto {
+
+// Our enums are cuDNN's numbering: the traits below cast between them.
+static_assert(int(ConvFwdAlgo::ImplicitGemm) == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+static_assert(int(ConvFwdAlgo::ImplicitPrecompGemm) == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+static_assert(int(ConvFwdAlgo::Gemm) == CUDNN_CONVOLUTION_FWD_ALGO_GEMM);
+static_assert(int(ConvFwdAlgo::Direct) == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT);
+static_assert(int(ConvFwdAlgo::Fft) == CUDNN_CONVOLUTION_FWD_ALGO_FFT);
+static_assert(int(ConvFwdAlgo::FftTiling) == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING);
+static_assert(int(ConvFwdAlgo::Winograd) == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
+static_assert(int(ConvFwdAlgo::WinogradNonfused) == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
+static_assert(int(ConvFwdAlgo::WinogradNonfused) + 1 == CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+static_assert(int(ConvBwdDataAlgo::Algo0) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
+static_assert(int(ConvBwdDataAlgo::Algo1) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+static_assert(int(ConvBwdDataAlgo::Fft) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT);
+static_assert(int(ConvBwdDataAlgo::FftTiling) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING);
+static_assert(int(ConvBwdDataAlgo::Winograd) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD);
+static_assert(int(ConvBwdDataAlgo::WinogradNonfused) == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED);
+static_assert(int(ConvBwdDataAlgo::WinogradNonfused) + 1 == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+static_assert(int(ConvBwdFilterAlgo::Algo0) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
+static_assert(int(ConvBwdFilterAlgo::Algo1) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+static_assert(int(ConvBwdFilterAlgo::Fft) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT);
+static_assert(int(ConvBwdFilterAlgo::Algo3) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3);
+static_assert(int(ConvBwdFilterAlgo::Winograd) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD);
+static_assert(int(ConvBwdFilterAlgo::WinogradNonfused) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
+static_assert(int(ConvBwdFilterAlgo::FftTiling) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING);
+static_assert(int(ConvBwdFilterAlgo::FftTiling) + 1 == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+
+namespace {
+
+std::string params_str(const Conv2dParams& p) {
+  return fmt::format("stride {}x{}, pad {}x{}, dilation {}x{}, groups {}", p.stride_h, p.stride_w, p.pad_h,
+                     p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+}
+
+std::string op_name(const std::string& layer) { return fmt::format("conv2d layer '{}'", layer); }
+
+// ---- cuDNN descriptors (RAII) -------------------------------------------------------------
+
+class TensorDesc {
+ public:
+  TensorDesc() { DITTO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  void set(const Shape& s) {
+    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s[0]), int(s[1]),
+                                                 int(s[2]), int(s[3])));
+  }
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+class FilterDesc {
+ public:
+  FilterDesc() { DITTO_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d_)); }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d_); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+  void set(const Shape& s) {
+    DITTO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(s[0]), int(s[1]),
+                                                 int(s[2]), int(s[3])));
+  }
+  cudnnFilterDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnFilterDescriptor_t d_ = nullptr;
+};
+
+cudnnMathType_t cudnn_math(MathMode m) {
+  // FMA_MATH keeps tensor cores out entirely; DEFAULT_MATH lets cuDNN use TF32 tensor cores
+  // for float data on Ampere and later.
+  return m == MathMode::Fma ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
+class ConvDesc {
+ public:
+  ConvDesc() { DITTO_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d_); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+  void set(const Conv2dParams& p, MathMode math) {
+    DITTO_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d_, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
+                                                      p.dilation_w, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DITTO_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d_, p.groups));
+    DITTO_CUDNN_CHECK(cudnnSetConvolutionMathType(d_, cudnn_math(math)));
+  }
+  cudnnConvolutionDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnConvolutionDescriptor_t d_ = nullptr;
+};
+
+// One convolution problem: shapes (checked) and parameters.
+struct ConvSpec {
+  Shape x, w, y;
+  Conv2dParams p;
+  std::string key() const {
+    return fmt::format("x{}w{}s{},{}p{},{}d{},{}g{}", shape_str(x), shape_str(w), p.stride_h, p.stride_w, p.pad_h,
+                       p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+  }
+  std::string str() const {
+    return fmt::format("x {}, w {}, y {}, {}", shape_str(x), shape_str(w), shape_str(y), params_str(p));
+  }
+};
+
+// All descriptors of one problem; the three directions share them (y doubles as dy, x as dx,
+// w as dw).
+struct ConvDescs {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  ConvDescs(const ConvSpec& s, MathMode math) {
+    x.set(s.x);
+    y.set(s.y);
+    w.set(s.w);
+    conv.set(s.p, math);
+  }
+};
+
+// Device pointers of one call: inputs, and `out` for the direction's result.
+struct ConvOperands {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* dy = nullptr;
+  void* out = nullptr;
+};
+
+// ---- the traits table: everything that differs between the three directions ---------------
+
+struct FwdTraits {
+  using Algo = ConvFwdAlgo;
+  using CudnnAlgo = cudnnConvolutionFwdAlgo_t;
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  static constexpr const char* kKnob = "fwd";
+  static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
+  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_fwd(layer); }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), n, got, r);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
+    return cudnnFindConvolutionForwardAlgorithm(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), n, got, r);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), a, bytes);
+  }
+  static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
+                               std::size_t ws_bytes) {
+    const float one = 1.f, zero = 0.f;
+    return cudnnConvolutionForward(h, &one, d.x.get(), o.x, d.w.get(), o.w, d.conv.get(), a, ws, ws_bytes, &zero,
+                                   d.y.get(), o.out);
+  }
+};
+
+struct BwdDataTraits {
+  using Algo = ConvBwdDataAlgo;
+  using CudnnAlgo = cudnnConvolutionBwdDataAlgo_t;
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  static constexpr const char* kKnob = "bwd_data";
+  static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_bwd_data(layer); }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), n, got, r);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
+    return cudnnFindConvolutionBackwardDataAlgorithm(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), n, got, r);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), a, bytes);
+  }
+  static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
+                               std::size_t ws_bytes) {
+    const float one = 1.f, zero = 0.f;
+    return cudnnConvolutionBackwardData(h, &one, d.w.get(), o.w, d.y.get(), o.dy, d.conv.get(), a, ws, ws_bytes,
+                                        &zero, d.x.get(), o.out);
+  }
+};
+
+struct BwdFilterTraits {
+  using Algo = ConvBwdFilterAlgo;
+  using CudnnAlgo = cudnnConvolutionBwdFilterAlgo_t;
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  static constexpr const char* kKnob = "bwd_filter";
+  static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_bwd_filter(layer); }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), n, got,
+                                                         r);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
+    return cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), n, got, r);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), a,
+                                                          bytes);
+  }
+  static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
+                               std::size_t ws_bytes) {
+    const float one = 1.f, zero = 0.f;
+    return cudnnConvolutionBackwardFilter(h, &one, d.x.get(), o.x, d.y.get(), o.dy, d.conv.get(), a, ws, ws_bytes,
+                                          &zero, d.w.get(), o.out);
+  }
+};
+
+// ---- the one selection path ---------------------------------------------------------------
+
+// One row of a cuDNN perf list, read without trusting fields cuDNN may have left unset.
+struct AlgoPerf {
+  int algo = 0;
+  int status = 0;       // cudnnStatus_t
+  float time_ms = 0;
+  int math = 0;         // cudnnMathType_t
+  Determinism det = Determinism::Unknown;
+  bool ok() const { return status == CUDNN_STATUS_SUCCESS; }
+};
+
+struct Selection {
+  int algo = 0;
+  std::size_t workspace = 0;
+  Determinism det = Determinism::Unknown;
+};
+
+// Per-context cache (ctx.op_state("conv2d")). Keys: problem = shapes+params+math;
+// list = direction+problem; selection = list+policy ask.
+struct ConvState {
+  std::map<std::string, std::unique_ptr<ConvDescs>> descs;
+  std::map<std::string, std::vector<AlgoPerf>> heuristics, finds;
+  std::map<std::string, Selection> selections;
+};
+
+ConvState& conv_state(Context& ctx) {
+  std::shared_ptr<void>& slot = ctx.op_state("conv2d");
+  if (!slot) slot = std::make_shared<ConvState>();
+  return *static_cast<ConvState*>(slot.get());
+}
+
+const ConvDescs& descs_for(ConvState& st, const ConvSpec& spec, MathMode math) {
+  std::string key = spec.key() + "|" + name_of(math);
+  auto it = st.descs.find(key);
+  if (it == st.descs.end()) it = st.descs.emplace(key, std::make_unique<ConvDescs>(spec, math)).first;
+  return *it->second;
+}
+
+// An algorithm whose math cuDNN reports as tensor-op is not one the fma policy allows; one that
+// converts float inputs to half is not what tf32 means either.
+bool math_allowed(int perf_math, MathMode mode) {
+  if (perf_math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
+  return mode == MathMode::Tf32 || perf_math != CUDNN_TENSOR_OP_MATH;
+}
+
+// Runs a perf query (v7 heuristic or Find). The array is pre-filled with 0xff bytes, so a
+// determinism field cuDNN did not write reads as neither label and becomes Unknown.
+template <class T, class Query>
+std::vector<AlgoPerf> perf_query(Query&& query) {
+  static_assert(sizeof(cudnnDeterminism_t) == sizeof(int) && sizeof(cudnnStatus_t) == sizeof(int) &&
+                sizeof(cudnnMathType_t) == sizeof(int) && sizeof(typename T::CudnnAlgo) == sizeof(int));
+  typename T::Perf perf[T::kCount];
+  std::memset(static_cast<void*>(perf), 0xff, sizeof(perf));
+  int got = 0;
+  DITTO_CUDNN_CHECK(query(T::kCount, &got, perf));
+  std::vector<AlgoPerf> out;
+  for (int i = 0; i < std::min(got, T::kCount); ++i) {
+    AlgoPerf r;
+    int det = -1;
+    std::memcpy(&r.algo, &perf[i].algo, sizeof(int));
+    std::memcpy(&r.status, &perf[i].status, sizeof(int));
+    std::memcpy(&r.math, &perf[i].mathType, sizeof(int));
+    std::memcpy(&det, &perf[i].determinism, sizeof(int));
+    r.time_ms = perf[i].time;
+    r.det = det == CUDNN_DETERMINISTIC ? Determinism::Yes
+            : det == CUDNN_NON_DETERMINISTIC ? Determinism::No
+                                             : Determinism::Unknown;
+    if (r.algo < 0 || r.algo >= T::kCount) continue;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The direction's view of one problem: handles, descriptors, cache keys, names for messages.
+template <class T>
+struct Problem {
+  Context& ctx;
+  ConvState& st;
+  const ConvSpec& spec;
+  const ConvDescs& d;
+  MathMode math;
+  std::string list_key;  // direction + problem
+
+  Problem(Context& c, const ConvSpec& s, MathMode m)
+      : ctx(c), st(conv_state(c)), spec(s), d(descs_for(st, s, m)), math(m),
+        list_key(fmt::format("{}|{}|{}", T::kKnob, s.key(), name_of(m))) {}
+
+  cudnnHandle_t handle() const { return ctx.cuda().cudnn; }
+  static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
+
+  // cuDNN supports `algo` for this problem when its workspace-size query succeeds.
+  bool workspace_of(int algo, std::size_t* bytes) const {
+    *bytes = 0;
+    return T::workspace(handle(), d, static_cast<typename T::CudnnAlgo>(algo), bytes) == CUDNN_STATUS_SUCCESS;
+  }
+
+  const std::vector<AlgoPerf>& heuristics() {
+    auto it = st.heuristics.find(list_key);
+    if (it != st.heuristics.end()) return it->second;
+    auto list = perf_query<T>([&](int n, int* got, typename T::Perf* r) { return T::heuristic(handle(), d, n, got, r); });
+    return st.heuristics.emplace(list_key, std::move(list)).first->second;
+  }
+  // Runs every algorithm once (cuDNN allocates its own buffers and synchronizes): selection only.
+  const std::vector<AlgoPerf>& finds() {
+    auto it = st.finds.find(list_key);
+    if (it != st.finds.end()) return it->second;
+    auto list = perf_query<T>([&](int n, int* got, typename T::Perf* r) { return T::find(handle(), d, n, got, r); });
+    std::stable_sort(list.begin(), list.end(), [](const AlgoPerf& a, const AlgoPerf& b) {
+      if (a.ok() != b.ok()) return a.ok();
+      return a.ok() && a.time_ms < b.time_ms;
+    });
+    return st.finds.emplace(list_key, std::move(list)).first->second;
+  }
+
+  // cuDNN's determinism label for `algo`: from the heuristic list where it reports the
+  // algorithm as usable, else from Find (only when allowed: it runs the algorithms).
+  Determinism label(int algo, bool allow_find) {
+    for (const auto& r : heuristics())
+      if (r.algo == algo && r.ok() && r.det != Determinism::Unknown) return r.det;
+    if (allow_find)
+      for (const auto& r : finds())
+        if (r.algo == algo && r.ok() && r.det != Determinism::Unknown) return r.det;
+    return Determinism::Unknown;
+  }
+
+  std::vector<ConvAlgoInfo> supported(bool allow_find) {
+    std::vector<ConvAlgoInfo> out;
+    for (int a = 0; a < T::kCount; ++a) {
+      std::size_t bytes = 0;
+      if (workspace_of(a, &bytes)) out.push_back({name(a), label(a, allow_find), bytes});
+    }
+    return out;
+  }
+  // For error messages: names, labels as far as the cheap heuristic query knows them, workspaces.
+  std::string supported_str() {
+    std::string s;
+    for (const auto& i : supported(false))
+      s += fmt::format("{}{} (deterministic: {}, workspace {} bytes)", s.empty() ? "" : ", ", i.name,
+                       determinism_name(i.deterministic), i.workspace_bytes);
+    return s.empty() ? "none" : s;
+  }
+  std::string where(const std::string& layer) const {
+    return fmt::format("{} {}: {}, math {}", op_name(layer), T::kKnob, spec.str(), name_of(math));
+  }
+
+  Selection pinned(const std::string& layer, int algo, const char* why) {
+    Selection sel;
+    if (!workspace_of(algo, &sel.workspace))
+      throw PolicyError(fmt::format("{}: {} algorithm '{}' is not supported by cuDNN for this shape; supported: {}",
+                                    where(layer), why, name(algo), supported_str()));
+    sel.algo = algo;
+    sel.det = label(algo, true);
+    return sel;
+  }
+
+  Selection select(const std::string& layer, const AlgoChoice<typename T::Algo>& choice) {
+    const std::string key = list_key + "|" + choice.str();
+    if (auto it = st.selections.find(key); it != st.selections.end()) return it->second;
+    Selection sel;
+    SelectMode mode = choice.mode;
+    if (mode == SelectMode::Nondeterministic && T::kAtomicsAlgo < 0) mode = SelectMode::Heuristic;
+    switch (mode) {
+      case SelectMode::Pinned:
+        sel = pinned(layer, static_cast<int>(choice.algo), "pinned");
+        break;
+      case SelectMode::Nondeterministic:
+        sel = pinned(layer, T::kAtomicsAlgo, "nondeterministic asks for the atomics");
+        break;
+      case SelectMode::Heuristic: {
+        const auto& list = heuristics();
+        auto it = std::find_if(list.begin(), list.end(), [&](const AlgoPerf& r) { return r.ok() && math_allowed(r.math, math); });
+        if (it == list.end())
+          throw PolicyError(fmt::format("{}: cuDNN's heuristic returned no usable algorithm; supported: {}",
+                                        where(layer), supported_str()));
+        sel.algo = it->algo;
+        sel.det = it->det;
+        DITTO_CUDNN_CHECK(T::workspace(handle(), d, static_cast<typename T::CudnnAlgo>(sel.algo), &sel.workspace));
+        break;
+      }
+      case SelectMode::Deterministic:
+      case SelectMode::Fastest: {
+        bool found = false;
+        for (const auto& r : finds()) {  // fastest first
+          if (!r.ok() || !math_allowed(r.math, math)) continue;
+          if (mode == SelectMode::Deterministic && r.det != Determinism::Yes) continue;
+          std::size_t bytes = 0;
+          if (!workspace_of(r.algo, &bytes)) continue;
+          detail::Workspace probe(ctx.cuda(), bytes);
+          if (!probe.ok()) continue;
+          sel = {r.algo, bytes, r.det};
+          found = true;
+          break;
+        }
+        if (!found)
+          throw PolicyError(fmt::format("{}: no algorithm {}succeeded in cuDNN's Find with an allocatable workspace; "
+                                        "supported: {}",
+                                        where(layer), mode == SelectMode::Deterministic ? "labelled deterministic " : "",
+                                        supported_str()));
+        break;
+      }
+    }
+    st.selections.emplace(key, sel);
+    return sel;
+  }
+};
+
+// Resolves the layer's policy for direction T, runs it, records what ran.
+template <class T>
+void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec, const ConvOperands& ops) {
+  const MathMode math = ctx.policy().math(layer, OpKind::Conv2d);
+  const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer);
+  Problem<T> prob(ctx, spec, math);
+  const Selection sel = prob.select(layer, choice);
+  detail::Workspace ws(ctx.cuda(), sel.workspace);
+  if (!ws.ok())
+    throw PolicyError(fmt::format("{}: the workspace of algorithm '{}' ({} bytes) cannot be allocated; supported: {}",
+                                  prob.where(layer), Problem<T>::name(sel.algo), sel.workspace, prob.supported_str()));
+  const cudnnStatus_t status =
+      T::compute(ctx.cuda().cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
+  // Its workspace query accepted the algorithm; should the call itself refuse it, that is still
+  // the policy's ask failing for this shape, not a fault.
+  if (status == CUDNN_STATUS_NOT_SUPPORTED)
+    throw PolicyError(fmt::format("{}: cuDNN refused to run algorithm '{}' ({}) for this shape; supported: {}",
+                                  prob.where(layer), Problem<T>::name(sel.algo), select_mode_name(choice.mode),
+                                  prob.supported_str()));
+  DITTO_CUDNN_CHECK(status);
+  ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
+                         name_of(math), sel.workspace, ctx.device().str()});
+}
+
+void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested) {
+  // The CPU has one path, whatever the policy asks: the deterministic double-accumulating reference.
+  ctx.manifest().record({layer, "conv2d", knob, "cpu-reference", select_mode_name(requested), Determinism::Yes, "", 0,
+                         ctx.device().str()});
+}
+
+template <class Fn>
+std::vector<ConvAlgoInfo> with_direction(const std::string& direction, Fn&& fn) {
+  if (direction == "fwd") return fn(FwdTraits{});
+  if (direction == "bwd_data") return fn(BwdDataTraits{});
+  if (direction == "bwd_filter") return fn(BwdFilterTraits{});
+  throw PolicyError(fmt::format("conv2d: unknown direction '{}'; directions are fwd, bwd_data, bwd_filter", direction));
+}
+
+}  // namespace
+
+Shape conv2d_output_shape(const std::string& layer, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  auto fail = [&](const std::string& why) {
+    throw ShapeError(fmt::format("{}: {} (x {}, w {}, {})", op_name(layer), why, shape_str(x), shape_str(w),
+                                 params_str(p)));
+  };
+  if (x.size() != 4) fail("x must be 4-D (N,C,H,W)");
+  if (w.size() != 4) fail("w must be 4-D (K,C/groups,R,S)");
+  for (int64_t d : x)
+    if (d < 1 || d > INT_MAX) fail("every dimension of x must be in [1, 2^31)");
+  for (int64_t d : w)
+    if (d < 1 || d > INT_MAX) fail("every dimension of w must be in [1, 2^31)");
+  if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.groups < 1 || p.pad_h < 0 ||
+      p.pad_w < 0)
+    fail("strides, dilations and groups must be positive and padding non-negative");
+  if (x[1] % p.groups) fail(fmt::format("C = {} is not divisible by groups = {}", x[1], p.groups));
+  if (w[0] % p.groups) fail(fmt::format("K = {} is not divisible by groups = {}", w[0], p.groups));
+  if (w[1] != x[1] / p.groups)
+    fail(fmt::format("w has {} input channels per group, x has C/groups = {}", w[1], x[1] / p.groups));
+  const int64_t span_h = int64_t(p.dilation_h) * (w[2] - 1) + 1, span_w = int64_t(p.dilation_w) * (w[3] - 1) + 1;
+  const int64_t in_h = x[2] + 2 * int64_t(p.pad_h), in_w = x[3] + 2 * int64_t(p.pad_w);
+  if (in_h < span_h || in_w < span_w)
+    fail(fmt::format("the dilated kernel ({}x{}) is larger than the padded input ({}x{})", span_h, span_w, in_h, in_w));
+  return {x[0], w[0], (in_h - span_h) / p.stride_h + 1, (in_w - span_w) / p.stride_w + 1};
+}
+
+Tensor conv2d_forward(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  check_f32_on(ctx, x, op_name(layer), "x");
+  check_f32_on(ctx, w, op_name(layer), "w");
+  const Shape ys = conv2d_output_shape(layer, x.shape(), w.shape(), p);
+  Tensor y = ctx.empty(ys);
+  if (ctx.is_cuda()) {
+    ConvOperands ops;
+    ops.x = x.raw();
+    ops.w = w.raw();
+    ops.out = y.raw();
+    run_direction<FwdTraits>(ctx, layer, ConvSpec{x.shape(), w.shape(), ys, p}, ops);
+  } else {
+    ref::conv2d_fwd(ref::conv2d_geom(x.shape(), w.shape(), p), x.f32(), w.f32(), y.f32());
+    record_cpu(ctx, layer, "fwd", ctx.policy().conv_fwd(layer).mode);
+  }
+  return y;
+}
+
+namespace {
+void check_dy(const std::string& layer, const Tensor& dy, const Shape& want) {
+  if (dy.shape() != want)
+    throw ShapeError(fmt::format("{}: dy has shape {} but the convolution's output shape is {}", op_name(layer),
+                                 shape_str(dy.shape()), shape_str(want)));
+}
+}  // namespace
+
+Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& w,
+                            const Shape& x_shape, const Conv2dParams& p) {
+  check_f32_on(ctx, dy, op_name(layer), "dy");
+  check_f32_on(ctx, w, op_name(layer), "w");
+  const Shape ys = conv2d_output_shape(layer, x_shape, w.shape(), p);
+  check_dy(layer, dy, ys);
+  Tensor dx = ctx.empty(x_shape);
+  if (ctx.is_cuda()) {
+    ConvOperands ops;
+    ops.w = w.raw();
+    ops.dy = dy.raw();
+    ops.out = dx.raw();
+    run_direction<BwdDataTraits>(ctx, layer, ConvSpec{x_shape, w.shape(), ys, p}, ops);
+  } else {
+    ref::conv2d_bwd_data(ref::conv2d_geom(x_shape, w.shape(), p), dy.f32(), w.f32(), dx.f32());
+    record_cpu(ctx, layer, "bwd_data", ctx.policy().conv_bwd_data(layer).mode);
+  }
+  return dx;
+}
+
+Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& dy,
+                              const Shape& w_shape, const Conv2dParams& p) {
+  check_f32_on(ctx, x, op_name(layer), "x");
+  check_f32_on(ctx, dy, op_name(layer), "dy");
+  const Shape ys = conv2d_output_shape(layer, x.shape(), w_shape, p);
+  check_dy(layer, dy, ys);
+  Tensor dw = ctx.empty(w_shape);
+  if (ctx.is_cuda()) {
+    ConvOperands ops;
+    ops.x = x.raw();
+    ops.dy = dy.raw();
+    ops.out = dw.raw();
+    run_direction<BwdFilterTraits>(ctx, layer, ConvSpec{x.shape(), w_shape, ys, p}, ops);
+  } else {
+    ref::conv2d_bwd_filter(ref::conv2d_geom(x.shape(), w_shape, p), x.f32(), dy.f32(), dw.f32());
+    record_cpu(ctx, layer, "bwd_filter", ctx.policy().conv_bwd_filter(layer).mode);
+  }
+  return dw;
+}
+
+Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, const Conv2dParams& p) {
+  Tensor y = conv2d_forward(ctx, layer, x.value(), w.value(), p);
+  const bool grad = needs_grad(ctx, {&x, &w});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("conv2d", layer, [x, w, out, p, layer](Context& c) {
+      if (!out.grad().defined()) return;
+      // Only the gradients someone asked for: dx costs as much as the forward pass.
+      if (x.requires_grad())
+        accumulate_grad(c, x, conv2d_backward_data(c, layer, out.grad(), w.value(), x.shape(), p));
+      if (w.requires_grad())
+        accumulate_grad(c, w, conv2d_backward_filter(c, layer, x.value(), out.grad(), w.shape(), p));
+    });
+  }
+  return out;
+}
+
+namespace {
+// allow_find: also take determinism labels from cuDNN's Find where the heuristic query does
+// not report the algorithm as usable (Find runs the algorithms; the names alone do not need it).
+std::vector<ConvAlgoInfo> algos_impl(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
+                                     const Conv2dParams& p, MathMode math, bool allow_find) {
+  const Shape ys = conv2d_output_shape("conv_algos", x, w, p);
+  if (!ctx.is_cuda())
+    throw Error(fmt::format("conv_algos: cuDNN algorithms need a CUDA context; this one is on {}", ctx.device().str()));
+  const ConvSpec spec{x, w, ys, p};
+  return with_direction(direction, [&](auto traits) {
+    using T = decltype(traits);
+    return Problem<T>(ctx, spec, math).supported(allow_find);
+  });
+}
+}  // namespace
+
+std::vector<ConvAlgoInfo> conv_algos(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
+                                     const Conv2dParams& p, MathMode math) {
+  return algos_impl(ctx, direction, x, w, p, math, true);
+}
+
+std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& direction, const Shape& x,
+                                              const Shape& w, const Conv2dParams& p, MathMode math) {
+  std::vector<std::string> names;
+  for (const auto& i : algos_impl(ctx, direction, x, w, p, math, false)) names.push_back(i.name);
+  return names;
+}
+
+}  // namespace ditto

@@ -1,0 +1,365 @@
+// conv2d on the GPU: every cuDNN algorithm of every direction against the CPU reference,
+// the selection modes, determinism (bit-equal repeats of deterministic algorithms, visible
+// variation of the atomics ones), unsupported pins, TF32, and the DETERMINISM table.
+//
+// Tolerances. For output element i let A_i = sum of |a||b| over the products that make it (the
+// reference run on |x|, |w| (fwd), |dy|, |w| (bwd_data) or |x|, |dy| (bwd_filter)), L the
+// number of products per element (fwd C/groups*R*S, bwd_data at most K/groups*R*S, bwd_filter
+// N*Ho*Wo), u = 2^-24 and S = max_i A_i. Then:
+//  * Direct-class algorithms (implicit/precomp gemm, gemm, direct, bwd algo0/algo1/algo3) in
+//    FMA math: the result is a float32 sum of float32 products in SOME order (tiles, split-K,
+//    atomics): whatever the order, |got - ref| <= gamma_{L+1} * A_i with gamma_n = n u/(1 - n u)
+//    (Higham, Accuracy and Stability, 3.1). A rigorous bound, not a fudge factor; it is still
+//    small next to one product (about A_i / L), so a dropped, doubled or misplaced tap shows.
+//  * Transform algorithms (fft, fft_tiling, winograd, winograd_nonfused) are not sums of the
+//    products: they transform tiles of x and w, multiply pointwise and transform back. Rounding
+//    happens on transformed values, whose size is set by the whole tile (FFT error bounds are
+//    ~ u log2(n) ||x_tile|| ||w||; Winograd's transform matrices have entries up to ~8 that
+//    amplify input rounding), so the error of an element is not proportional to its own A_i:
+//    an output near zero from cancelling large terms gets the same absolute error as its
+//    neighbours. They get gamma_{L+1} * A_i + 2^-12 * S: 4096 u of the output's scale (2.4e-4
+//    relative), room for log2(tile) ~ 10 times a transform amplification of up to ~25, and
+//    still below the average single product (S/L >= S/1024 on these shapes).
+//  * TF32 math: tensor cores read each operand with a 10-bit mantissa; truncation (the worst
+//    case) errs by up to 2^-10 per operand, so a product by up to 2^-9 (plus 2^-20): every
+//    algorithm gets (2^-9 * 1.01 + gamma_{L+1}) * A_i, and transform algorithms additionally
+//    2^-7 * S (8 x 2^-10 for the transform amplification of the rounded transformed operands).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "kernels/conv2d.h"
+#include "kernels/conv2d_ref.h"
+#include "support.h"
+
+using namespace ditto;
+using Catch::Matchers::Contains;
+
+namespace {
+
+enum class Dir { Fwd, BwdData, BwdFilter };
+const Dir kDirs[] = {Dir::Fwd, Dir::BwdData, Dir::BwdFilter};
+std::string knob(Dir d) { return d == Dir::Fwd ? "fwd" : d == Dir::BwdData ? "bwd_data" : "bwd_filter"; }
+
+struct Case {
+  const char* name;
+  Shape x, w;
+  Conv2dParams p;
+};
+
+Conv2dParams make(int stride, int pad, int dilation, int groups) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return p;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {"3x3 pad 1", {4, 8, 16, 16}, {16, 8, 3, 3}, make(1, 1, 1, 1)},
+      {"3x3 stride 2 pad 1", {4, 8, 16, 16}, {16, 8, 3, 3}, make(2, 1, 1, 1)},
+      {"1x1", {4, 8, 16, 16}, {16, 8, 1, 1}, make(1, 0, 1, 1)},
+      {"3x3 groups 2 pad 1", {4, 8, 16, 16}, {16, 4, 3, 3}, make(1, 1, 1, 2)},
+      {"3x3 dilation 2 pad 2", {4, 8, 16, 16}, {16, 8, 3, 3}, make(1, 2, 2, 1)},
+  };
+  return c;
+}
+
+std::vector<double> absd(const std::vector<float>& v) {
+  std::vector<double> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = std::fabs(double(v[i]));
+  return out;
+}
+
+// One problem: random inputs on the device, the double reference of each direction and the
+// per-element sums of |products| (A_i above).
+struct Problem {
+  Case c;
+  ref::Conv2dGeom g;
+  Shape ys;
+  Tensor x, w, dy;
+  std::vector<double> want[3], abs_sum[3];
+
+  Problem(Context& ctx, const Case& cs, uint64_t seed, bool with_reference = true)
+      : c(cs), g(ref::conv2d_geom(cs.x, cs.w, cs.p)) {
+    ys = conv2d_output_shape("ref", c.x, c.w, c.p);
+    auto xf = test::random_vec(static_cast<std::size_t>(shape_numel(c.x)), seed);
+    auto wf = test::random_vec(static_cast<std::size_t>(shape_numel(c.w)), seed + 1);
+    auto dyf = test::random_vec(static_cast<std::size_t>(shape_numel(ys)), seed + 2);
+    x = ctx.from_host(xf, c.x);
+    w = ctx.from_host(wf, c.w);
+    dy = ctx.from_host(dyf, ys);
+    if (!with_reference) return;
+    auto xd = test::to_double(xf), wd = test::to_double(wf), dyd = test::to_double(dyf);
+    auto xa = absd(xf), wa = absd(wf), dya = absd(dyf);
+    const std::size_t ny = dyd.size();
+    want[0].resize(ny), abs_sum[0].resize(ny);
+    want[1].resize(xd.size()), abs_sum[1].resize(xd.size());
+    want[2].resize(wd.size()), abs_sum[2].resize(wd.size());
+    ref::conv2d_fwd(g, xd.data(), wd.data(), want[0].data());
+    ref::conv2d_fwd(g, xa.data(), wa.data(), abs_sum[0].data());
+    ref::conv2d_bwd_data(g, dyd.data(), wd.data(), want[1].data());
+    ref::conv2d_bwd_data(g, dya.data(), wa.data(), abs_sum[1].data());
+    ref::conv2d_bwd_filter(g, xd.data(), dyd.data(), want[2].data());
+    ref::conv2d_bwd_filter(g, xa.data(), dya.data(), abs_sum[2].data());
+  }
+
+  int64_t products_per_element(Dir d) const {
+    if (d == Dir::Fwd) return g.Cg() * g.R * g.S;
+    if (d == Dir::BwdData) return g.Kg() * g.R * g.S;
+    return g.N * g.Ho * g.Wo;
+  }
+};
+
+Tensor run(Context& ctx, const std::string& layer, Dir d, const Problem& pr) {
+  switch (d) {
+    case Dir::Fwd: return conv2d_forward(ctx, layer, pr.x, pr.w, pr.c.p);
+    case Dir::BwdData: return conv2d_backward_data(ctx, layer, pr.dy, pr.w, pr.c.x, pr.c.p);
+    case Dir::BwdFilter: return conv2d_backward_filter(ctx, layer, pr.x, pr.dy, pr.c.w, pr.c.p);
+  }
+  return {};
+}
+
+bool is_transform(const std::string& algo) {
+  return algo.find("fft") != std::string::npos || algo.find("winograd") != std::string::npos;
+}
+
+// The bound of the header comment; returns "" when every element is within it.
+std::string compare(const std::vector<float>& got, const Problem& pr, Dir d, const std::string& algo, MathMode math) {
+  const auto& want = pr.want[int(d)];
+  const auto& a = pr.abs_sum[int(d)];
+  if (got.size() != want.size()) return "size mismatch";
+  const double u = std::ldexp(1.0, -24);
+  const double n = double(pr.products_per_element(d) + 1);
+  const double gamma = n * u / (1 - n * u);
+  double scale = 0;
+  for (double v : a) scale = std::max(scale, v);
+  const bool tf32 = math == MathMode::Tf32;
+  const double per_elem = gamma + (tf32 ? 1.01 * std::ldexp(1.0, -9) : 0.0);
+  const double global = is_transform(algo) ? (tf32 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -12)) * scale : 0.0;
+  double worst = 0;
+  std::size_t wi = 0;
+  bool ok = true;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]), tol = per_elem * a[i] + global;
+    if (!(err <= tol)) {  // NaN fails
+      if (ok || err / tol > worst) worst = err / tol, wi = i;
+      ok = false;
+    }
+  }
+  if (ok) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "element %zu: got %.9g, reference %.9g, error %.3g = %.3g x tolerance %.3g (A_i %.3g)",
+                wi, double(got[wi]), want[wi], std::fabs(double(got[wi]) - want[wi]), worst,
+                per_elem * a[wi] + global, a[wi]);
+  return buf;
+}
+
+Policy pin_policy(const std::string& layer, Dir d, const std::string& value, MathMode math = MathMode::Fma) {
+  return Policy::parse({layer + "." + knob(d) + "=" + value, layer + ".math=" + name_of(math)});
+}
+
+double micros_per_call(Context& ctx, const std::function<Tensor()>& fn) {
+  const int calls = 20;
+  ctx.synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) fn();
+  ctx.synchronize();
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d GPU: every supported algorithm of every direction matches the reference (fma)") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0));
+  for (const auto& c : cases()) {
+    INFO("case " << c.name);
+    Problem pr(ctx, c, seed);
+    for (Dir d : kDirs) {
+      auto algos = conv_algos(ctx, knob(d), c.x, c.w, c.p, MathMode::Fma);
+      std::string names;
+      for (const auto& i : algos) names += i.name + " ";
+      std::printf("conv2d %s %s supported (fma): %s\n", c.name, knob(d).c_str(), names.c_str());
+      REQUIRE(!algos.empty());
+      for (const auto& info : algos) {
+        INFO(knob(d) << "=" << info.name);
+        ctx.policy() = pin_policy("c", d, info.name);
+        Tensor out = run(ctx, "c", d, pr);
+        std::string bad = compare(out.to_host_f32(), pr, d, info.name, MathMode::Fma);
+        CHECK(bad == "");
+        const ManifestEntry* e = ctx.manifest().find("c", knob(d));
+        REQUIRE(e != nullptr);
+        CHECK(e->op == "conv2d");
+        CHECK(e->variant == info.name);
+        CHECK(e->requested == "pinned");
+        CHECK(e->math == "fma");
+        CHECK(e->deterministic == info.deterministic);
+        CHECK(e->workspace_bytes == info.workspace_bytes);
+        CHECK(e->device == "cuda:0");
+        if (info.deterministic == Determinism::Unknown)
+          WARN("cuDNN reported no determinism label for " << knob(d) << "=" << info.name);
+        if (info.deterministic == Determinism::Yes)
+          CHECK(test::distinct_results(10, [&] { return run(ctx, "c", d, pr); }) == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d GPU: TF32 math, every supported algorithm on one shape, looser stated tolerance") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0));
+  Problem pr(ctx, cases()[0], seed);
+  for (Dir d : kDirs) {
+    auto algos = conv_algos(ctx, knob(d), pr.c.x, pr.c.w, pr.c.p, MathMode::Tf32);
+    REQUIRE(!algos.empty());
+    for (const auto& info : algos) {
+      INFO(knob(d) << "=" << info.name << " tf32");
+      ctx.policy() = pin_policy("t", d, info.name, MathMode::Tf32);
+      Tensor out = run(ctx, "t", d, pr);
+      CHECK(compare(out.to_host_f32(), pr, d, info.name, MathMode::Tf32) == "");
+      const ManifestEntry* e = ctx.manifest().find("t", knob(d));
+      REQUIRE(e != nullptr);
+      CHECK(e->math == "tf32");
+      CHECK(e->variant == info.name);
+    }
+  }
+}
+
+TEST_CASE("conv2d GPU: selection modes resolve as documented and are recorded") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0));
+  for (const Case& c : {cases()[0], cases()[1]}) {
+    INFO("case " << c.name);
+    Problem pr(ctx, c, seed);
+    for (Dir d : kDirs) {
+      INFO(knob(d));
+      std::string heuristic_variant;
+      for (const char* mode : {"heuristic", "fastest", "deterministic", "nondeterministic"}) {
+        INFO("mode " << mode);
+        ctx.policy() = pin_policy("m", d, mode);
+        Tensor out = run(ctx, "m", d, pr);
+        const ManifestEntry* e = ctx.manifest().find("m", knob(d));
+        REQUIRE(e != nullptr);
+        CHECK(e->requested == mode);
+        CHECK(compare(out.to_host_f32(), pr, d, e->variant, MathMode::Fma) == "");
+        auto supported = conv_supported_algos(ctx, knob(d), c.x, c.w, c.p);
+        CHECK(std::find(supported.begin(), supported.end(), e->variant) != supported.end());
+        std::printf("conv2d %s %s=%s -> %s (deterministic: %s, workspace %zu bytes)\n", c.name, knob(d).c_str(), mode,
+                    e->variant.c_str(), determinism_name(e->deterministic), e->workspace_bytes);
+        if (std::string(mode) == "heuristic") heuristic_variant = e->variant;
+        if (std::string(mode) == "deterministic") {
+          CHECK(e->deterministic == Determinism::Yes);
+          CHECK(test::distinct_results(10, [&] { return run(ctx, "m", d, pr); }) == 1);
+        }
+        if (std::string(mode) == "nondeterministic") {
+          if (d == Dir::Fwd)
+            CHECK(e->variant == heuristic_variant);  // no atomics algorithm forward: resolves like heuristic
+          else
+            CHECK(e->variant == "algo0");
+        }
+      }
+    }
+  }
+  CHECK(ctx.op_state("conv2d") != nullptr);  // selections are cached per context
+}
+
+TEST_CASE("conv2d GPU: a pinned algorithm cuDNN does not support is a PolicyError listing the supported ones") {
+  Context ctx(Device::cuda(0));
+  struct Unsupported {
+    const char* why;
+    Case c;
+    Dir d;
+    const char* algo;
+  };
+  const Unsupported probes[] = {
+      {"FFT needs stride 1", {"3x3 stride 2", {4, 8, 16, 16}, {16, 8, 3, 3}, make(2, 1, 1, 1)}, Dir::Fwd, "fft"},
+      {"Winograd needs 3x3, stride 1", {"5x5 stride 2", {4, 8, 16, 16}, {16, 8, 5, 5}, make(2, 2, 1, 1)}, Dir::Fwd, "winograd"},
+      {"Winograd needs 3x3, stride 1", {"5x5 stride 2", {4, 8, 16, 16}, {16, 8, 5, 5}, make(2, 2, 1, 1)}, Dir::BwdData, "winograd"},
+  };
+  uint64_t seed = test::fresh_seed();
+  for (const auto& u : probes) {
+    INFO(u.why << ": " << knob(u.d) << "=" << u.algo);
+    auto supported = conv_supported_algos(ctx, knob(u.d), u.c.x, u.c.w, u.c.p);
+    REQUIRE(std::find(supported.begin(), supported.end(), u.algo) == supported.end());
+    REQUIRE(!supported.empty());
+    Problem pr(ctx, u.c, seed);
+    ctx.policy() = pin_policy("conv3", u.d, u.algo);
+    std::string msg;
+    try {
+      run(ctx, "conv3", u.d, pr);
+    } catch (const PolicyError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK_THAT(msg, Contains("conv3") && Contains(knob(u.d)) && Contains(std::string("'") + u.algo + "'") &&
+                        Contains(shape_str(u.c.x)) && Contains(shape_str(u.c.w)) && Contains("supported:"));
+    for (const auto& name : supported) CHECK_THAT(msg, Contains(name));
+  }
+  // The same through the differentiable op.
+  Var x(ctx.zeros({4, 8, 16, 16})), w(ctx.zeros({16, 8, 3, 3}));
+  ctx.policy() = Policy::parse({"conv3.fwd=fft"});
+  CHECK_THROWS_AS(conv2d(ctx, "conv3", x, w, make(2, 1, 1, 1)), PolicyError);
+}
+
+TEST_CASE("conv2d GPU: DETERMINISM table on N=32,C=64,H=W=32,K=64, 3x3 pad 1") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0));
+  const Case v{"varies", {32, 64, 32, 32}, {64, 64, 3, 3}, make(1, 1, 1, 1)};
+  Problem pr(ctx, v, seed, /*with_reference=*/false);  // the small shapes above check values
+
+  for (Dir d : kDirs) {
+    auto algos = conv_algos(ctx, knob(d), v.x, v.w, v.p, MathMode::Fma);
+    REQUIRE(!algos.empty());
+    bool atomics_seen = false;
+    for (const auto& info : algos) {
+      INFO(knob(d) << "=" << info.name);
+      ctx.policy() = pin_policy("v", d, info.name);
+      auto fn = [&] { return run(ctx, "v", d, pr); };
+      const std::size_t distinct = test::distinct_results(10, fn);
+      const double us = micros_per_call(ctx, fn);
+      std::printf("DETERMINISM | conv2d | %s=%s | %zu/10 | %.1f us\n", knob(d).c_str(), info.name.c_str(), distinct, us);
+      std::printf("  (cuDNN label: deterministic=%s, workspace %zu bytes)\n", determinism_name(info.deterministic),
+                  info.workspace_bytes);
+      if (info.deterministic == Determinism::Yes) CHECK(distinct == 1);
+      // The atomics algorithms: partial sums land in hardware order, so on this shape the
+      // low bits differ between runs.
+      if (d != Dir::Fwd && info.name == "algo0") {
+        atomics_seen = true;
+        CHECK(distinct > 1);
+      }
+      if (d == Dir::BwdFilter && info.name == "algo3" && distinct == 1)
+        WARN("bwd_filter algo3 (labelled " << determinism_name(info.deterministic) << ") gave 1 distinct result of 10");
+    }
+    if (d != Dir::Fwd) CHECK(atomics_seen);
+    for (const char* mode : {"deterministic", "nondeterministic", "heuristic", "fastest"}) {
+      INFO("mode " << mode);
+      ctx.policy() = pin_policy("v", d, mode);
+      auto fn = [&] { return run(ctx, "v", d, pr); };
+      const std::size_t distinct = test::distinct_results(10, fn);
+      const double us = micros_per_call(ctx, fn);
+      const ManifestEntry* e = ctx.manifest().find("v", knob(d));
+      REQUIRE(e != nullptr);
+      std::printf("DETERMINISM | conv2d | %s=%s:%s | %zu/10 | %.1f us\n", knob(d).c_str(), mode, e->variant.c_str(),
+                  distinct, us);
+      if (std::string(mode) == "deterministic") {
+        CHECK(e->deterministic == Determinism::Yes);
+        CHECK(distinct == 1);
+      }
+    }
+  }
+}
