@@ -5,8 +5,9 @@
 // the four mode words that every knob understands:
 //   heuristic        what frameworks do by default (cuDNN's own pick, cuDNN pooling, atomics in
 //                    the bias and loss reductions of linear layers and the loss)
-//   deterministic    conv: fastest algorithm cuDNN labels deterministic; every reduction in a
-//                    fixed order; max-pool backward by gather
+//   deterministic    conv: the algorithm cuDNN's heuristic ranks first among those it labels
+//                    deterministic (a function of shape, so two runs choose alike); every
+//                    reduction in a fixed order; max-pool backward by gather
 //   nondeterministic conv: the atomics algorithm where one exists (bwd_data ALGO_0, bwd_filter
 //                    ALGO_0); every reduction by atomicAdd; max-pool backward by atomic scatter
 //   fastest          conv: autotune among all algorithms; other knobs as heuristic

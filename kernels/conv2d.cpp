@@ -420,8 +420,13 @@ struct Problem {
       }
       case SelectMode::Deterministic:
       case SelectMode::Fastest: {
+        // `deterministic` ranks by cuDNN's heuristic (its performance model: a pure function of
+        // shape, device and library), not by Find's timings: two runs must pick the same
+        // algorithm, or "deterministic" runs would differ by timing noise in the choice itself.
+        // `fastest` autotunes with Find and is recorded in the manifest like every choice.
         bool found = false;
-        for (const auto& r : finds()) {  // fastest first
+        const auto& ranked = mode == SelectMode::Deterministic ? heuristics() : finds();
+        for (const auto& r : ranked) {  // best first
           if (!r.ok() || !math_allowed(r.math, math)) continue;
           if (mode == SelectMode::Deterministic && r.det != Determinism::Yes) continue;
           std::size_t bytes = 0;
@@ -433,10 +438,10 @@ struct Problem {
           break;
         }
         if (!found)
-          throw PolicyError(fmt::format("{}: no algorithm {}succeeded in cuDNN's Find with an allocatable workspace; "
+          throw PolicyError(fmt::format("{}: no algorithm {}usable in cuDNN's {} with an allocatable workspace; "
                                         "supported: {}",
                                         where(layer), mode == SelectMode::Deterministic ? "labelled deterministic " : "",
-                                        supported_str()));
+                                        mode == SelectMode::Deterministic ? "heuristic ranking" : "Find", supported_str()));
         break;
       }
     }
