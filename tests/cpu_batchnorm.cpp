@@ -143,17 +143,20 @@ TEST_CASE("batch_norm on the CPU: gradients on the tape match the reference and 
     CHECK(ctx.tape().op_names() == std::vector<std::string>{"bn:batchnorm"});
     ctx.tape().backward(ctx, y, ctx.from_host(dyv, y.shape()));
     // The same float reference run directly.
+    // The op's float defaults (momentum 0.1f, eps 1e-5f), widened as the op widens them.
+    const double mom = double(0.1f), eps = double(1e-5f);
     std::vector<float> mean(c), invstd(c), rm(c, 0.f), rv(c, 1.f), dx(xv.size()), dg(c), db(c);
     if (training)
-      ref::bn_batch_stats(xv.data(), n, c, hw, 0.1, 1e-5, mean.data(), invstd.data(), rm.data(), rv.data());
+      ref::bn_batch_stats(xv.data(), n, c, hw, mom, eps, mean.data(), invstd.data(), rm.data(), rv.data());
     else
-      ref::bn_running_stats(rm.data(), rv.data(), c, 1e-5, mean.data(), invstd.data());
+      ref::bn_running_stats(rm.data(), rv.data(), c, eps, mean.data(), invstd.data());
     ref::bn_bwd(xv.data(), dyv.data(), mean.data(), invstd.data(), gv.data(), training, dx.data(), dg.data(),
                 db.data(), n, c, hw);
     CHECK(x.grad().to_host_f32() == dx);
     CHECK(gamma.grad().to_host_f32() == dg);
     CHECK(beta.grad().to_host_f32() == db);
     CHECK(st.running_mean.to_host_f32() == rm);
+    CHECK(st.running_var.to_host_f32() == rv);
     // A second backward pass adds.
     Var y2 = batch_norm(ctx, "bn", x, gamma, beta, st, training);
     ctx.tape().backward(ctx, y2, ctx.from_host(dyv, y.shape()));
