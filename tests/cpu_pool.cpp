@@ -207,7 +207,7 @@ TEST_CASE("pooling on the tape: chains, accumulates, and records nothing without
   Context ctx;
   auto xv = test::random_vec(2 * 3 * 8 * 8, seed);
   Var x(ctx.from_host(xv, {2, 3, 8, 8}), true);
-  // max pool -> avg pool -> global avg pool; every output element's gradient is 1/4 * 1/(3*3)...
+  // max pool -> avg pool -> global avg pool on the tape, then the same again without zero_grad.
   auto run = [&] { return global_avg_pool(ctx, avg_pool2d(ctx, max_pool2d(ctx, "m", x, PoolParams{}), PoolParams{})); };
   Var y = run();
   CHECK(y.shape() == Shape{2, 3});
