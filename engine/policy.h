@@ -100,6 +100,11 @@ class Policy {
   Reduction loss_reduce(const std::string& layer) const;
   CublasAtomics cublas_atomics(const std::string& layer) const;
 
+  // What the policy asked for one knob of one layer, as manifests record it: the mode word that
+  // resolved it ("heuristic", "deterministic", "nondeterministic", "fastest") or "pinned" where
+  // the winning rule names a variant. For knobs whose resolvers return only the variant.
+  std::string requested(const std::string& layer, const std::string& knob, OpKind kind) const;
+
   // Checks every layer-specific rule against the layers a network actually has: an unknown
   // layer, or a knob its op kind lacks, throws PolicyError listing the valid ones.
   void check_layers(const std::vector<std::pair<std::string, OpKind>>& layers) const;

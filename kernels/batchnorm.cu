@@ -1,0 +1,273 @@
+// ditto's own batch-norm kernels. Per-channel reductions run on a (P, C) grid: block (p, c) owns
+// a fixed contiguous range of the channel's M = N*HW values (range and P depend only on the
+// shape, not on the device), each thread sums its strided share in order, and the block combines
+// its 256 thread sums with a fixed shuffle/shared-memory tree. Then either
+//   - fixed order: the block writes its partial, and one thread per channel adds the P partials
+//     in index order (deterministic: every addition happens in the same order every run), or
+//   - atomic: each warp atomicAdds its sum into the channel's accumulator (NOT deterministic:
+//     the order of the P*8 float adds per channel depends on scheduling).
+#include "engine/detail/cuda_state.h"
+#include "kernels/detail/batchnorm_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kElemsPerBlock = 4096;
+constexpr int64_t kMaxPartials = 128;
+
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
+}
+
+// Blocks per channel: a function of the shape alone, so the reduction tree is the same on any GPU.
+inline int64_t partials_per_channel(int64_t m) {
+  int64_t p = (m + kElemsPerBlock - 1) / kElemsPerBlock;
+  return p < 1 ? 1 : (p > kMaxPartials ? kMaxPartials : p);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Fixed-order block sum of two values; the result is valid in thread 0.
+__device__ __forceinline__ void block_sum2(float& a, float& b) {
+  __shared__ float sa[kWarps], sb[kWarps];
+  a = warp_sum(a);
+  b = warp_sum(b);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    sa[warp] = a;
+    sb[warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < kWarps ? sa[lane] : 0.f;
+    b = lane < kWarps ? sb[lane] : 0.f;
+    a = warp_sum(a);
+    b = warp_sum(b);
+  }
+}
+
+// The contiguous range [begin, end) of the channel's values that block p owns.
+struct Chunk {
+  int64_t begin, end;
+};
+__device__ __forceinline__ Chunk chunk_of(int64_t m, int64_t parts) {
+  const int64_t len = (m + parts - 1) / parts;
+  const int64_t b = blockIdx.x * len;
+  return {b, b + len < m ? b + len : m};
+}
+// Offset of the channel's value number j (j over N*HW, n-major).
+__device__ __forceinline__ int64_t offset_of(int64_t j, int64_t ch, int64_t c, int64_t hw) {
+  return ((j / hw) * c + ch) * hw + (j % hw);
+}
+
+// Pass 1 of the statistics: per-block partial sums of x (fixed order; see the file comment).
+__global__ void partial_sum_kernel(const float* __restrict__ x, int64_t n, int64_t c, int64_t hw, int64_t parts,
+                                   float* __restrict__ partial) {
+  const int64_t ch = blockIdx.y;
+  const Chunk k = chunk_of(n * hw, parts);
+  float s = 0.f, unused = 0.f;
+  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) s += x[offset_of(j, ch, c, hw)];
+  block_sum2(s, unused);
+  if (threadIdx.x == 0) partial[ch * parts + blockIdx.x] = s;
+}
+
+// One thread per channel adds the partials in index order: mean = sum / M.
+__global__ void mean_finalize_kernel(const float* __restrict__ partial, int64_t parts, int64_t c, float m,
+                                     float* __restrict__ mean) {
+  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (ch >= c) return;
+  float s = 0.f;
+  for (int64_t p = 0; p < parts; ++p) s += partial[ch * parts + p];
+  mean[ch] = s / m;
+}
+
+// Pass 2: per-block partial sums of (x - mean)^2 (two-pass variance: no cancellation).
+__global__ void partial_sqdev_kernel(const float* __restrict__ x, const float* __restrict__ mean, int64_t n, int64_t c,
+                                     int64_t hw, int64_t parts, float* __restrict__ partial) {
+  const int64_t ch = blockIdx.y;
+  const Chunk k = chunk_of(n * hw, parts);
+  const float mu = mean[ch];
+  float s = 0.f, unused = 0.f;
+  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) {
+    const float dv = x[offset_of(j, ch, c, hw)] - mu;
+    s += dv * dv;
+  }
+  block_sum2(s, unused);
+  if (threadIdx.x == 0) partial[ch * parts + blockIdx.x] = s;
+}
+
+// One thread per channel: biased variance -> invstd; running stats with the unbiased variance.
+__global__ void var_finalize_kernel(const float* __restrict__ partial, int64_t parts, int64_t c, float m,
+                                    float momentum, float eps, const float* __restrict__ mean,
+                                    float* __restrict__ invstd, float* __restrict__ running_mean,
+                                    float* __restrict__ running_var) {
+  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (ch >= c) return;
+  float q = 0.f;
+  for (int64_t p = 0; p < parts; ++p) q += partial[ch * parts + p];
+  invstd[ch] = 1.f / sqrtf(q / m + eps);
+  running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * mean[ch];
+  running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (q / (m - 1.f));
+}
+
+__global__ void running_stats_kernel(const float* __restrict__ rm, const float* __restrict__ rv, int64_t c, float eps,
+                                     float* __restrict__ mean, float* __restrict__ invstd) {
+  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (ch >= c) return;
+  mean[ch] = rm[ch];
+  invstd[ch] = 1.f / sqrtf(rv[ch] + eps);
+}
+
+// Elementwise normalization: deterministic.
+__global__ void apply_kernel(const float* __restrict__ x, const float* __restrict__ mean,
+                             const float* __restrict__ invstd, const float* __restrict__ gamma,
+                             const float* __restrict__ beta, float* __restrict__ y, int64_t total, int64_t c,
+                             int64_t hw) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = (i / hw) % c;
+    y[i] = (x[i] - mean[ch]) * (invstd[ch] * gamma[ch]) + beta[ch];
+  }
+}
+
+// Backward sums sum(dy) and sum(dy * xhat) over the block's range. Fixed order: block partials
+// into `partial_dy` / `partial_dyx` (finalized by bwd_finalize_kernel). Atomic: one atomicAdd
+// per warp into dbeta / dgamma — NOT deterministic.
+template <bool kAtomic>
+__global__ void bwd_reduce_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                  const float* __restrict__ mean, const float* __restrict__ invstd, int64_t n, int64_t c,
+                                  int64_t hw, int64_t parts, float* __restrict__ out_dy, float* __restrict__ out_dyx) {
+  const int64_t ch = blockIdx.y;
+  const Chunk k = chunk_of(n * hw, parts);
+  const float mu = mean[ch], is = invstd[ch];
+  float sdy = 0.f, sdyx = 0.f;
+  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) {
+    const int64_t o = offset_of(j, ch, c, hw);
+    const float g = dy[o];
+    sdy += g;
+    sdyx += g * ((x[o] - mu) * is);
+  }
+  if (kAtomic) {
+    sdy = warp_sum(sdy);
+    sdyx = warp_sum(sdyx);
+    if ((threadIdx.x & 31) == 0) {
+      atomicAdd(out_dy + ch, sdy);
+      atomicAdd(out_dyx + ch, sdyx);
+    }
+  } else {
+    block_sum2(sdy, sdyx);
+    if (threadIdx.x == 0) {
+      out_dy[ch * parts + blockIdx.x] = sdy;
+      out_dyx[ch * parts + blockIdx.x] = sdyx;
+    }
+  }
+}
+
+__global__ void bwd_finalize_kernel(const float* __restrict__ partial_dy, const float* __restrict__ partial_dyx,
+                                    int64_t parts, int64_t c, float* __restrict__ dbeta, float* __restrict__ dgamma) {
+  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (ch >= c) return;
+  float a = 0.f, b = 0.f;
+  for (int64_t p = 0; p < parts; ++p) {
+    a += partial_dy[ch * parts + p];
+    b += partial_dyx[ch * parts + p];
+  }
+  dbeta[ch] = a;
+  dgamma[ch] = b;
+}
+
+// Elementwise dx from the per-channel sums: deterministic given the sums.
+__global__ void bwd_dx_kernel(const float* __restrict__ x, const float* __restrict__ dy, const float* __restrict__ mean,
+                              const float* __restrict__ invstd, const float* __restrict__ gamma,
+                              const float* __restrict__ dgamma, const float* __restrict__ dbeta, bool training,
+                              float* __restrict__ dx, int64_t total, int64_t c, int64_t hw, float m) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = (i / hw) % c;
+    const float is = invstd[ch], g = gamma[ch] * is;
+    if (training) {
+      const float xhat = (x[i] - mean[ch]) * is;
+      dx[i] = g * (dy[i] - dbeta[ch] / m - xhat * (dgamma[ch] / m));
+    } else {
+      dx[i] = g * dy[i];
+    }
+  }
+}
+
+inline unsigned channel_blocks(int64_t c) { return static_cast<unsigned>((c + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+int64_t bn_scratch_floats(const BnDims& d) { return 2 * d.c * partials_per_channel(d.m()); }
+
+void bn_batch_stats(Context& ctx, const float* x, const BnDims& d, float momentum, float eps, float* saved_mean,
+                    float* saved_invstd, float* running_mean, float* running_var, float* scratch) {
+  if (d.c == 0) return;
+  cudaStream_t s = detail::stream_of(ctx);
+  const int64_t parts = partials_per_channel(d.m());
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(d.c));
+  const float m = float(d.m());
+  partial_sum_kernel<<<grid, kThreads, 0, s>>>(x, d.n, d.c, d.hw, parts, scratch);
+  DITTO_CHECK_LAUNCH(ctx);
+  mean_finalize_kernel<<<channel_blocks(d.c), kThreads, 0, s>>>(scratch, parts, d.c, m, saved_mean);
+  DITTO_CHECK_LAUNCH(ctx);
+  partial_sqdev_kernel<<<grid, kThreads, 0, s>>>(x, saved_mean, d.n, d.c, d.hw, parts, scratch);
+  DITTO_CHECK_LAUNCH(ctx);
+  var_finalize_kernel<<<channel_blocks(d.c), kThreads, 0, s>>>(scratch, parts, d.c, m, momentum, eps, saved_mean,
+                                                               saved_invstd, running_mean, running_var);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void bn_running_stats(Context& ctx, const float* running_mean, const float* running_var, int64_t c, float eps,
+                      float* mean, float* invstd) {
+  if (c == 0) return;
+  running_stats_kernel<<<channel_blocks(c), kThreads, 0, detail::stream_of(ctx)>>>(running_mean, running_var, c, eps,
+                                                                                   mean, invstd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void bn_apply(Context& ctx, const float* x, const float* mean, const float* invstd, const float* gamma,
+              const float* beta, float* y, const BnDims& d) {
+  const int64_t total = d.n * d.c * d.hw;
+  if (total == 0) return;
+  apply_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, mean, invstd, gamma, beta, y, total, d.c,
+                                                                          d.hw);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void bn_bwd_reduce(Context& ctx, const float* x, const float* dy, const float* mean, const float* invstd,
+                   const BnDims& d, bool atomic, float* dgamma, float* dbeta, float* scratch) {
+  if (d.c == 0) return;
+  cudaStream_t s = detail::stream_of(ctx);
+  const int64_t parts = partials_per_channel(d.m());
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(d.c));
+  if (atomic) {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dbeta, 0, sizeof(float) * d.c, s));
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dgamma, 0, sizeof(float) * d.c, s));
+    bwd_reduce_kernel<true><<<grid, kThreads, 0, s>>>(x, dy, mean, invstd, d.n, d.c, d.hw, parts, dbeta, dgamma);
+    DITTO_CHECK_LAUNCH(ctx);
+  } else {
+    float* pdy = scratch;
+    float* pdyx = scratch + d.c * parts;
+    bwd_reduce_kernel<false><<<grid, kThreads, 0, s>>>(x, dy, mean, invstd, d.n, d.c, d.hw, parts, pdy, pdyx);
+    DITTO_CHECK_LAUNCH(ctx);
+    bwd_finalize_kernel<<<channel_blocks(d.c), kThreads, 0, s>>>(pdy, pdyx, parts, d.c, dbeta, dgamma);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+}
+
+void bn_bwd_dx(Context& ctx, const float* x, const float* dy, const float* mean, const float* invstd,
+               const float* gamma, const float* dgamma, const float* dbeta, bool training, float* dx, const BnDims& d) {
+  const int64_t total = d.n * d.c * d.hw;
+  if (total == 0) return;
+  bwd_dx_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, dy, mean, invstd, gamma, dgamma, dbeta,
+                                                                           training, dx, total, d.c, d.hw,
+                                                                           float(d.m()));
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda

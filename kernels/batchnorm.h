@@ -1,0 +1,52 @@
+// Spatial batch normalization of NCHW tensors: one mean and variance per channel, over N, H, W.
+//
+// Training (training = true): x is normalized with the batch mean and the BIASED batch variance;
+// the caller's running statistics are updated in place with the UNBIASED variance, as PyTorch
+// and cuDNN do (M = N*H*W values per channel; training needs M > 1):
+//   running_mean = (1 - momentum) * running_mean + momentum * batch_mean
+//   running_var  = (1 - momentum) * running_var  + momentum * batch_var * M / (M - 1)
+// Inference (training = false): the running statistics normalize x and are left alone.
+// y = (x - mean) / sqrt(var + eps) * gamma + beta.
+//
+// The kernels are chosen per layer by ctx.policy().bn_bwd(layer) (knob "bwd" of op kind
+// batchnorm):
+//   cudnn          cudnnBatchNormalizationForwardTraining / ForwardInference / Backward
+//                  (CUDNN_BATCHNORM_SPATIAL, exponentialAverageFactor = momentum; the saved mean
+//                  and inverse std of the forward feed the backward). Determinism: Unknown —
+//                  cuDNN's reproducibility notes do not list these routines among those that use
+//                  atomics, but the list is given "for example", so no guarantee is documented.
+//   atomic         ditto's kernels. Forward statistics are a fixed-order reduction (per-block
+//                  partial sums, then one pass over the partials per channel: deterministic).
+//                  Backward reduces dbeta = sum dy and dgamma = sum dy*xhat (dx needs both)
+//                  with one atomicAdd per warp: NOT deterministic.
+//   deterministic  ditto's kernels; the backward reductions use the same fixed-order scheme as
+//                  the forward statistics. Deterministic.
+// In inference mode the backward treats the running statistics as constants
+// (dx = gamma * dy / sqrt(running_var + eps)); cuDNN has no such backward, so there the
+// deterministic kernels run: a layer PINNED to cudnn throws PolicyError (when a gradient is
+// needed), a mode word ("heuristic", "fastest") that resolved to cudnn is recorded as what ran
+// ("deterministic").
+// The manifest gets (layer, "batchnorm", "bwd") at forward and again when the backward runs. On
+// a CPU context the CPU reference runs (deterministic); its entry reads variant "cpu-reference".
+// Backward contributions go to accumulate_grad (gradients accumulate).
+#pragma once
+#include <string>
+
+#include "engine/context.h"
+#include "engine/tape.h"
+
+namespace ditto {
+
+// Per-channel running statistics, owned by the caller (a network keeps one per layer) and
+// updated in place by training-mode forwards. Both f32 of shape {C} on the context's device.
+struct BatchNormState {
+  Tensor running_mean, running_var;
+};
+
+// Fresh state for `channels` channels: running_mean = 0, running_var = 1 (PyTorch's start).
+BatchNormState batch_norm_state(Context& ctx, int64_t channels);
+
+Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
+               BatchNormState& state, bool training, float momentum = 0.1f, float eps = 1e-5f);
+
+}  // namespace ditto

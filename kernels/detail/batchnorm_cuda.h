@@ -1,0 +1,36 @@
+// Internal: CUDA launchers of kernels/batchnorm.cu (ditto's own batch-norm kernels; the cuDNN
+// variant is called from kernels/batchnorm.cpp). x, y, dy, dx are N x C x HW; per-channel
+// arrays have C elements.
+#pragma once
+#include <cstdint>
+
+namespace ditto { class Context; }
+
+namespace ditto::cuda {
+
+struct BnDims {
+  int64_t n = 0, c = 0, hw = 0;
+  int64_t m() const { return n * hw; }  // values per channel
+};
+
+// Floats of scratch the fixed-order reductions need (two arrays of per-block partials).
+int64_t bn_scratch_floats(const BnDims& d);
+
+// Batch mean / inverse std (two fixed-order passes: mean, then sum of squared deviations) and the
+// running-stat update (unbiased variance). scratch: bn_scratch_floats(d) floats.
+void bn_batch_stats(Context& ctx, const float* x, const BnDims& d, float momentum, float eps, float* saved_mean,
+                    float* saved_invstd, float* running_mean, float* running_var, float* scratch);
+// mean = running_mean, invstd = 1/sqrt(running_var + eps).
+void bn_running_stats(Context& ctx, const float* running_mean, const float* running_var, int64_t c, float eps,
+                      float* mean, float* invstd);
+void bn_apply(Context& ctx, const float* x, const float* mean, const float* invstd, const float* gamma,
+              const float* beta, float* y, const BnDims& d);
+// dbeta = sum dy, dgamma = sum dy * xhat per channel. `atomic`: one atomicAdd per warp into
+// dbeta/dgamma (zeroed here); otherwise fixed-order partials in scratch, then one pass per channel.
+void bn_bwd_reduce(Context& ctx, const float* x, const float* dy, const float* mean, const float* invstd,
+                   const BnDims& d, bool atomic, float* dgamma, float* dbeta, float* scratch);
+// dx from the reduced sums (training) or dx = gamma * invstd * dy (inference).
+void bn_bwd_dx(Context& ctx, const float* x, const float* dy, const float* mean, const float* invstd,
+               const float* gamma, const float* dgamma, const float* dbeta, bool training, float* dx, const BnDims& d);
+
+}  // namespace ditto::cuda

@@ -1,0 +1,201 @@
+// ditto's own pooling kernels. Which of them are deterministic, and why, is said per kernel.
+// In-plane indices are int (the op checks H*W < 2^31); totals are int64.
+#include "engine/detail/cuda_state.h"
+#include "kernels/detail/pool_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
+}
+
+// Max-pool forward with argmax: one thread per output. The window is scanned row-major and the
+// first maximum wins (a NaN beats any number, the first NaN wins), exactly as ref::max_pool_fwd.
+// No reduction across threads: deterministic.
+__global__ void max_pool_fwd_kernel(const float* __restrict__ x, float* __restrict__ y, int32_t* __restrict__ argmax,
+                                    ref::PoolDims d) {
+  const int64_t total = (d.n * d.c) * d.oh * d.ow;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
+    const int ow = static_cast<int>(o % d.ow);
+    const int oh = static_cast<int>((o / d.ow) % d.oh);
+    const int64_t pl = o / (d.ow * d.oh);
+    const float* xp = x + pl * d.h * d.w;
+    const int h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+    const int hs = max(h0, 0), he = min(h0 + d.kh, int(d.h));
+    const int ws = max(w0, 0), we = min(w0 + d.kw, int(d.w));
+    float best = xp[hs * d.w + ws];
+    int best_i = hs * int(d.w) + ws;
+    for (int ih = hs; ih < he; ++ih)
+      for (int iw = ws; iw < we; ++iw) {
+        const float v = xp[ih * d.w + iw];
+        if (v > best || (isnan(v) && !isnan(best))) {
+          best = v;
+          best_i = ih * int(d.w) + iw;
+        }
+      }
+    y[o] = best;
+    if (argmax) argmax[o] = best_i;
+  }
+}
+
+// Max-pool backward by atomic scatter: one thread per OUTPUT adds its dy into dx[argmax] with
+// atomicAdd. NOT deterministic: where windows overlap several outputs can share one argmax, and
+// the order in which their float adds land depends on scheduling.
+__global__ void max_pool_bwd_scatter_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                            float* __restrict__ dx, ref::PoolDims d) {
+  const int64_t out_plane = d.oh * d.ow, in_plane = d.h * d.w;
+  const int64_t total = (d.n * d.c) * out_plane;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x)
+    atomicAdd(dx + (o / out_plane) * in_plane + argmax[o], dy[o]);
+}
+
+// Max-pool backward by gather: one thread per INPUT element visits the outputs whose windows
+// cover it — output rows ascending, then columns ascending — and sums the dy of those whose
+// argmax is this element. Each dx is written by one thread with a fixed summation order:
+// deterministic, no atomics (Caffe's scheme).
+__global__ void max_pool_bwd_gather_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                           float* __restrict__ dx, ref::PoolDims d) {
+  const int64_t total = (d.n * d.c) * d.h * d.w;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int iw = static_cast<int>(i % d.w);
+    const int ih = static_cast<int>((i / d.w) % d.h);
+    const int64_t pl = i / (d.w * d.h);
+    const int me = ih * int(d.w) + iw;
+    // Output row oh covers rows [oh*sh - ph, oh*sh - ph + kh): oh in [ceil((ih+ph-kh+1)/sh), (ih+ph)/sh].
+    const int oh_lo = (ih + d.ph < d.kh) ? 0 : (ih + d.ph - d.kh) / d.sh + 1;
+    const int oh_hi = min((ih + d.ph) / d.sh, int(d.oh) - 1);
+    const int ow_lo = (iw + d.pw < d.kw) ? 0 : (iw + d.pw - d.kw) / d.sw + 1;
+    const int ow_hi = min((iw + d.pw) / d.sw, int(d.ow) - 1);
+    const int64_t base = pl * d.oh * d.ow;
+    float s = 0.f;
+    for (int oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int ow = ow_lo; ow <= ow_hi; ++ow) {
+        const int64_t o = base + int64_t(oh) * d.ow + ow;
+        if (argmax[o] == me) s += dy[o];
+      }
+    dx[i] = s;
+  }
+}
+
+// Average-pool forward: one thread per output sums its window row-major in float and divides by
+// kh*kw (padding counts). No cross-thread reduction: deterministic.
+__global__ void avg_pool_fwd_kernel(const float* __restrict__ x, float* __restrict__ y, ref::PoolDims d) {
+  const int64_t total = (d.n * d.c) * d.oh * d.ow;
+  const float count = float(d.kh * d.kw);
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
+    const int ow = static_cast<int>(o % d.ow);
+    const int oh = static_cast<int>((o / d.ow) % d.oh);
+    const float* xp = x + (o / (d.ow * d.oh)) * d.h * d.w;
+    const int h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+    const int hs = max(h0, 0), he = min(h0 + d.kh, int(d.h));
+    const int ws = max(w0, 0), we = min(w0 + d.kw, int(d.w));
+    float s = 0.f;
+    for (int ih = hs; ih < he; ++ih)
+      for (int iw = ws; iw < we; ++iw) s += xp[ih * d.w + iw];
+    y[o] = s / count;
+  }
+}
+
+// Average-pool backward by gather: one thread per input sums the dy of the covering windows in a
+// fixed order (rows, then columns ascending), then divides by kh*kw. Deterministic, no atomics.
+__global__ void avg_pool_bwd_kernel(const float* __restrict__ dy, float* __restrict__ dx, ref::PoolDims d) {
+  const int64_t total = (d.n * d.c) * d.h * d.w;
+  const float count = float(d.kh * d.kw);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int iw = static_cast<int>(i % d.w);
+    const int ih = static_cast<int>((i / d.w) % d.h);
+    const int64_t pl = i / (d.w * d.h);
+    const int oh_lo = (ih + d.ph < d.kh) ? 0 : (ih + d.ph - d.kh) / d.sh + 1;
+    const int oh_hi = min((ih + d.ph) / d.sh, int(d.oh) - 1);
+    const int ow_lo = (iw + d.pw < d.kw) ? 0 : (iw + d.pw - d.kw) / d.sw + 1;
+    const int ow_hi = min((iw + d.pw) / d.sw, int(d.ow) - 1);
+    const float* dyp = dy + pl * d.oh * d.ow;
+    float s = 0.f;
+    for (int oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int ow = ow_lo; ow <= ow_hi; ++ow) s += dyp[int64_t(oh) * d.ow + ow];
+    dx[i] = s / count;
+  }
+}
+
+// Global average pool: one warp per plane. Lane l sums elements l, l+32, l+64, ... in order,
+// then the 32 lane sums are combined by a fixed xor-shuffle tree. The assignment of elements to
+// lanes and the tree depend only on hw: deterministic, no atomics.
+constexpr int kWarpsPerBlock = 8;
+__global__ void global_avg_pool_fwd_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t planes,
+                                           int64_t hw) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t p = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5); p < planes;
+       p += int64_t(gridDim.x) * kWarpsPerBlock) {
+    const float* xp = x + p * hw;
+    float s = 0.f;
+    for (int64_t i = lane; i < hw; i += 32) s += xp[i];
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) y[p] = s / float(hw);
+  }
+}
+
+// Elementwise: dx = dy[plane] / hw. Deterministic.
+__global__ void global_avg_pool_bwd_kernel(const float* __restrict__ dy, float* __restrict__ dx, int64_t planes,
+                                           int64_t hw) {
+  const int64_t total = planes * hw;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    dx[i] = dy[i / hw] / float(hw);
+}
+
+}  // namespace
+
+void max_pool_fwd_argmax(Context& ctx, const float* x, float* y, int32_t* argmax, const ref::PoolDims& d) {
+  const int64_t n = d.planes() * d.oh * d.ow;
+  if (n == 0) return;
+  max_pool_fwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, argmax, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void max_pool_bwd_atomic_scatter(Context& ctx, const float* dy, const int32_t* argmax, float* dx,
+                                 const ref::PoolDims& d) {
+  const int64_t n = d.planes() * d.oh * d.ow;
+  if (n == 0) return;
+  max_pool_bwd_scatter_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, argmax, dx, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void max_pool_bwd_gather(Context& ctx, const float* dy, const int32_t* argmax, float* dx, const ref::PoolDims& d) {
+  const int64_t n = d.planes() * d.h * d.w;
+  if (n == 0) return;
+  max_pool_bwd_gather_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, argmax, dx, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::PoolDims& d) {
+  const int64_t n = d.planes() * d.oh * d.ow;
+  if (n == 0) return;
+  avg_pool_fwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::PoolDims& d) {
+  const int64_t n = d.planes() * d.h * d.w;
+  if (n == 0) return;
+  avg_pool_bwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void global_avg_pool_fwd(Context& ctx, const float* x, float* y, int64_t planes, int64_t hw) {
+  if (planes == 0) return;
+  int64_t b = (planes + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  unsigned blocks = static_cast<unsigned>(b < 524280 ? b : 524280);
+  global_avg_pool_fwd_kernel<<<blocks, 32 * kWarpsPerBlock, 0, detail::stream_of(ctx)>>>(x, y, planes, hw);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void global_avg_pool_bwd(Context& ctx, const float* dy, float* dx, int64_t planes, int64_t hw) {
+  const int64_t n = planes * hw;
+  if (n == 0) return;
+  global_avg_pool_bwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, planes, hw);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda
