@@ -269,6 +269,11 @@ CublasAtomics Policy::cublas_atomics(const std::string& layer) const {
   return parse_enum<CublasAtomics>(v, kCublasAtomicsNames);
 }
 
+std::string Policy::requested(const std::string& layer, const std::string& knob, OpKind kind) const {
+  auto v = lookup(layer, knob, kind);
+  return is_mode_word(v) ? v : "pinned";
+}
+
 void Policy::check_layers(const std::vector<std::pair<std::string, OpKind>>& layers) const {
   std::vector<std::string> names;
   for (const auto& l : layers) names.push_back(l.first);

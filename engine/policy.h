@@ -99,6 +99,10 @@ class Policy {
   Reduction loss_reduce(const std::string& layer) const;
   CublasAtomics cublas_atomics(const std::string& layer) const;
 
+  // What the policy asked for on one (layer, knob) of an op kind, for manifests: "pinned" when
+  // the winning rule names a variant, else its mode word ("heuristic" when no rule applies).
+  std::string requested(const std::string& layer, const std::string& knob, OpKind kind) const;
+
   // Checks every layer-specific rule against the layers a network actually has: an unknown
   // layer, or a knob its op kind lacks, throws PolicyError listing the valid ones.
   void check_layers(const std::vector<std::pair<std::string, OpKind>>& layers) const;
