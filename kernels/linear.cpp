@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <cstdlib>
 
 #include "engine/detail/cuda_state.h"
 #include "kernels/check.h"
@@ -117,6 +118,15 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
                                  op, shape_str(x.shape()), shape_str(w.shape())));
   const int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
   const GemmModes md{ctx.policy().math(layer, OpKind::Linear), ctx.policy().cublas_atomics(layer)};
+  // NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside NVIDIA's libraries: a pinned tf32 would silently
+  // run as fma while the manifest said tf32.
+  if (ctx.is_cuda() && md.math == MathMode::Tf32) {
+    const char* env = std::getenv("NVIDIA_TF32_OVERRIDE");
+    if (env && std::string(env) == "0")
+      throw PolicyError(fmt::format("{}: math=tf32 cannot run while NVIDIA_TF32_OVERRIDE=0 disables TF32 in "
+                                    "cuBLAS; unset it or use math=fma",
+                                    op));
+  }
   record_manifest(ctx, layer, md);
 
   Tensor y = ctx.empty({n, out});

@@ -13,7 +13,9 @@
 //                           another user of the shared handle cannot leave TF32 switched on.)
 //                   tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to TF32 (10-bit mantissa)
 //                           on tensor cores, fp32 accumulation. Deterministic run to run, but its
-//                           bits differ from fma.
+//                           bits differ from fma. With NVIDIA_TF32_OVERRIDE=0 in the environment
+//                           (which turns TF32 off inside cuBLAS) a tf32 layer throws PolicyError
+//                           rather than run fma under a tf32 label.
 //   cublas_atomics  off  -> CUBLAS_ATOMICS_NOT_ALLOWED (the context default). cuBLAS documents that
 //                           with atomics disallowed every routine gives the same bits from run to
 //                           run for identical parameters on the same hardware: Determinism yes.
