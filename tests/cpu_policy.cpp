@@ -108,3 +108,11 @@ TEST_CASE("policy: rules are checked against the network's layers") {
   // resolution itself refuses, too, so an op never runs with a choice its kind lacks
   CHECK_THROWS_AS(linear_cudnn.bias_bwd("fc1", OpKind::Linear), PolicyError);
 }
+
+TEST_CASE("policy: requested() reports pinned or the mode word, for manifests") {
+  Policy p = Policy::parse({"fc1.bias_bwd=deterministic", "fc2.math=tf32", "*=nondeterministic"});
+  CHECK(p.requested("fc1", "bias_bwd", OpKind::Linear) == "deterministic");
+  CHECK(p.requested("fc2", "math", OpKind::Linear) == "pinned");
+  CHECK(p.requested("fc3", "cublas_atomics", OpKind::Linear) == "nondeterministic");
+  CHECK(Policy{}.requested("loss", "reduce", OpKind::SoftmaxXent) == "heuristic");
+}

@@ -1,0 +1,126 @@
+#include "kernels/bias.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+#include "engine/detail/cuda_state.h"
+#include "kernels/bias_ref.h"
+#include "kernels/check.h"
+#include "kernels/detail/bias_cuda.h"
+
+namespace ditto {
+namespace {
+
+struct BiasShape {
+  int64_t n, c, s;
+};
+
+class TensorDesc {
+ public:
+  TensorDesc() { DITTO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+Determinism determinism_of(BiasBwd v) { return v == BiasBwd::Atomic ? Determinism::No : Determinism::Yes; }
+
+void cudnn_db(Context& ctx, const Tensor& dy, Tensor& db) {
+  const Shape& sh = dy.shape();  // checked 4-D and within int range at the forward call
+  TensorDesc dy_desc, db_desc;
+  DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(dy_desc.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(sh[0]),
+                                               int(sh[1]), int(sh[2]), int(sh[3])));
+  DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(db_desc.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, int(sh[1]), 1, 1));
+  const float alpha = 1.0f, beta = 0.0f;
+  DITTO_CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx.cuda().cudnn, &alpha, dy_desc.get(), dy.f32(), &beta,
+                                                 db_desc.get(), db.f32()));
+}
+
+void backward_bias(Context& c, const std::string& layer, OpKind kind, BiasBwd variant, const BiasShape& bs,
+                   const Tensor& dy, Tensor& db) {
+  const char* op = op_kind_name(kind);
+  const std::string requested = c.policy().requested(layer, "bias_bwd", kind);
+  if (!c.is_cuda()) {
+    ref::bias_bwd_db(dy.f32(), db.f32(), bs.n, bs.c, bs.s);
+    c.manifest().record({layer, op, "bias_bwd", "reference", requested, Determinism::Yes, "", 0, c.device().str()});
+    return;
+  }
+  std::size_t ws_bytes = 0;
+  switch (variant) {
+    case BiasBwd::Atomic:
+      cuda::bias_bwd_atomic(c, dy.f32(), db.f32(), bs.n, bs.c, bs.s);
+      break;
+    case BiasBwd::Deterministic: {
+      ws_bytes = sizeof(float) * static_cast<std::size_t>(cuda::bias_bwd_partials(bs.n, bs.s) * bs.c);
+      detail::Workspace ws(c.cuda(), ws_bytes);
+      if (!ws.ok())
+        throw PolicyError(fmt::format("bias_add (layer '{}'): bias_bwd=deterministic needs a workspace of {} bytes "
+                                      "for dy {}, which could not be allocated; bias_bwd=atomic needs none",
+                                      layer, ws_bytes, shape_str(dy.shape())));
+      cuda::bias_bwd_deterministic(c, dy.f32(), db.f32(), static_cast<float*>(ws.get()), bs.n, bs.c, bs.s);
+      break;
+    }
+    case BiasBwd::Cudnn:
+      cudnn_db(c, dy, db);
+      break;
+  }
+  c.manifest().record({layer, op, "bias_bwd", name_of(variant), requested, determinism_of(variant), "", ws_bytes,
+                       c.device().str()});
+}
+
+}  // namespace
+
+Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, const Var& b) {
+  const std::string op = fmt::format("bias_add (layer '{}')", layer);
+  if (kind != OpKind::Conv2d && kind != OpKind::Linear)
+    throw Error(fmt::format("{}: the owning layer's kind must be conv2d or linear, not {}", op, op_kind_name(kind)));
+  check_f32_on(ctx, x.value(), op, "x");
+  check_f32_on(ctx, b.value(), op, "b");
+  if (x.value().ndim() != 2 && x.value().ndim() != 4)
+    throw ShapeError(fmt::format("{}: x must be {{N, C}} or {{N, C, H, W}}, has shape {}", op, shape_str(x.shape())));
+  check_ndim(b.value(), 1, op, "b");
+  const Shape& xs = x.shape();
+  if (b.shape()[0] != xs[1])
+    throw ShapeError(fmt::format("{}: b has shape {} but x has shape {}: b must have x's channel count {}", op,
+                                 shape_str(b.shape()), shape_str(xs), xs[1]));
+  const BiasShape bs{xs[0], xs[1], xs.size() == 4 ? xs[2] * xs[3] : 1};
+
+  // Resolved here so a misconfigured layer fails at its first forward call, not in backward.
+  const BiasBwd variant = ctx.policy().bias_bwd(layer, kind);
+  if (variant == BiasBwd::Cudnn) {
+    bool dims_ok = xs.size() == 4;
+    for (int64_t d : xs) dims_ok = dims_ok && d <= INT_MAX;
+    if (!dims_ok)
+      throw PolicyError(fmt::format("{}: bias_bwd=cudnn needs a 4-D NCHW x with int-sized dimensions, x has shape "
+                                    "{}; supported for this shape: atomic, deterministic",
+                                    op, shape_str(xs)));
+  }
+
+  Tensor y = ctx.empty(xs);
+  if (ctx.is_cuda())
+    cuda::bias_fwd(ctx, x.value().f32(), b.value().f32(), y.f32(), bs.n, bs.c, bs.s);
+  else
+    ref::bias_fwd(x.value().f32(), b.value().f32(), y.f32(), bs.n, bs.c, bs.s);
+
+  bool grad = needs_grad(ctx, {&x, &b});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("bias_add", layer, [x, b, out, layer, kind, variant, bs](Context& c) {
+      if (!out.grad().defined()) return;
+      if (x.requires_grad()) accumulate_grad(c, x, c.to_device(out.grad()));  // a fresh copy, never an alias
+      if (b.requires_grad()) {
+        Tensor db = c.empty({bs.c});
+        backward_bias(c, layer, kind, variant, bs, out.grad(), db);
+        accumulate_grad(c, b, std::move(db));
+      }
+    });
+  }
+  return out;
+}
+
+}  // namespace ditto

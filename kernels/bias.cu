@@ -1,0 +1,114 @@
+// Bias CUDA kernels.
+//
+// bias_fwd_kernel: one thread per element, no reduction: deterministic.
+// bias_db_partial_kernel: grid (C, P). Block (c, p) owns the elements j = p*256 + t + k*P*256 of
+// channel c (j runs over the N*S positions of that channel); each thread adds its elements in
+// increasing k, the warp adds its 32 sums by a fixed shuffle tree.
+//   kAtomic = true:  lane 0 of each warp atomicAdds its sum into db[c]. The order in which the
+//                    8*P warps of a channel arrive depends on scheduling, and float addition is
+//                    not associative: NOT deterministic. (This is what frameworks do by default.)
+//   kAtomic = false: the block's 8 warp sums are added by warp 0 in a fixed order and written to
+//                    partials[c*P + p]. No atomics.
+// bias_db_final_kernel: one block per channel adds its P <= 256 partials by a fixed tree. Which
+// element goes to which thread, block and tree leaf depends only on (N, C, S): the deterministic
+// variant is bit-reproducible for a given shape on a given GPU.
+#include "engine/detail/cuda_state.h"
+#include "kernels/detail/bias_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int kThreads = 256;       // db kernels rely on 8 warps per block
+constexpr int64_t kPerThread = 4;   // target elements per thread before a new partial is opened
+constexpr int64_t kMaxPartials = 256;
+
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
+}
+
+__global__ void bias_fwd_kernel(const float* x, const float* b, float* y, int64_t n, int64_t c, int64_t s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = x[i] + b[(i / s) % c];
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;  // complete in lane 0
+}
+
+template <bool kAtomic>
+__global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, int64_t c, int64_t s) {
+  const int64_t ch = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
+  const int64_t m = n * s;
+  float acc = 0.f;
+  for (int64_t j = p * kThreads + threadIdx.x; j < m; j += parts * kThreads)
+    acc += dy[((j / s) * c + ch) * s + j % s];
+  acc = warp_sum(acc);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (kAtomic) {
+    if (lane == 0) atomicAdd(out + ch, acc);
+    return;
+  }
+  __shared__ float warp_sums[kThreads / 32];
+  if (lane == 0) warp_sums[warp] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    float v = lane < kThreads / 32 ? warp_sums[lane] : 0.f;
+    v = warp_sum(v);
+    if (lane == 0) out[ch * parts + p] = v;
+  }
+}
+
+__global__ void bias_db_final_kernel(const float* partials, float* db, int64_t parts) {
+  const int64_t ch = blockIdx.x;
+  float v = threadIdx.x < parts ? partials[ch * parts + threadIdx.x] : 0.f;
+  v = warp_sum(v);
+  __shared__ float warp_sums[kThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < kThreads / 32 ? warp_sums[lane] : 0.f;
+    w = warp_sum(w);
+    if (lane == 0) db[ch] = w;
+  }
+}
+
+}  // namespace
+
+void bias_fwd(Context& ctx, const float* x, const float* b, float* y, int64_t n, int64_t c, int64_t s) {
+  const int64_t total = n * c * s;
+  if (total == 0) return;
+  bias_fwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, b, y, total, c, s);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+int64_t bias_bwd_partials(int64_t n, int64_t s) {
+  int64_t parts = (n * s + kThreads * kPerThread - 1) / (kThreads * kPerThread);
+  return parts < 1 ? 1 : (parts > kMaxPartials ? kMaxPartials : parts);
+}
+
+void bias_bwd_atomic(Context& ctx, const float* dy, float* db, int64_t n, int64_t c, int64_t s) {
+  if (c == 0) return;
+  cudaStream_t st = detail::stream_of(ctx);
+  DITTO_CUDA_CHECK(cudaMemsetAsync(db, 0, sizeof(float) * static_cast<size_t>(c), st));
+  if (n * s == 0) return;
+  dim3 grid(static_cast<unsigned>(c), static_cast<unsigned>(bias_bwd_partials(n, s)));
+  bias_db_partial_kernel<true><<<grid, kThreads, 0, st>>>(dy, db, n, c, s);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void bias_bwd_deterministic(Context& ctx, const float* dy, float* db, float* partials, int64_t n, int64_t c,
+                            int64_t s) {
+  if (c == 0) return;
+  cudaStream_t st = detail::stream_of(ctx);
+  const int64_t parts = bias_bwd_partials(n, s);
+  dim3 grid(static_cast<unsigned>(c), static_cast<unsigned>(parts));
+  bias_db_partial_kernel<false><<<grid, kThreads, 0, st>>>(dy, partials, n, c, s);
+  DITTO_CHECK_LAUNCH(ctx);
+  bias_db_final_kernel<<<static_cast<unsigned>(c), kThreads, 0, st>>>(partials, db, parts);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda

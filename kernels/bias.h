@@ -1,0 +1,32 @@
+// Bias addition for convolution and fully connected layers: y = x + b, b broadcast over the batch
+// and the spatial positions. x is {N, C} or {N, C, H, W}; b is {C}.
+//
+// `kind` is the owning layer's kind (OpKind::Conv2d or OpKind::Linear) and `layer` its name: the
+// policy knob `bias_bwd` and the manifest entry belong to that layer (op "conv2d" / "linear").
+//
+// Forward: one thread per element, deterministic.
+// Backward: dx = dy (a fresh copy); db[c] = sum of dy over N and the spatial positions, by the
+// layer's BiasBwd variant:
+//   atomic         per-warp partial sums added into db[c] with atomicAdd, in the order the warps
+//                  happen to finish: NOT deterministic (Determinism no).
+//   deterministic  per-block partial sums (a fixed set of elements per thread, a fixed tree per
+//                  block) into a workspace, then one block per channel adds the partials in a
+//                  fixed tree: bit-reproducible for a given shape (Determinism yes).
+//   cudnn          cudnnConvolutionBackwardBias; 4-D x only (a PolicyError otherwise, naming the
+//                  layer and shape and listing atomic and deterministic). cuDNN documents its
+//                  routines as bit-reproducible on one architecture except a listed few, which do
+//                  not include this one (Determinism yes).
+// The policy is resolved at the forward call, so a misconfigured layer fails there.
+// On the CPU the double-accumulating reference runs and the manifest records variant "reference".
+#pragma once
+#include <string>
+
+#include "engine/context.h"
+#include "engine/policy.h"
+#include "engine/tape.h"
+
+namespace ditto {
+
+Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, const Var& b);
+
+}  // namespace ditto

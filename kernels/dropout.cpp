@@ -1,0 +1,44 @@
+#include "kernels/dropout.h"
+
+#include <fmt/format.h>
+
+#include "kernels/check.h"
+#include "kernels/detail/dropout_cuda.h"
+#include "kernels/dropout_ref.h"
+
+namespace ditto {
+
+Var dropout(Context& ctx, const std::string& layer, const Var& x, float p, uint64_t seed, uint64_t step,
+            bool training) {
+  const std::string op = fmt::format("dropout (layer '{}')", layer);
+  if (!(p >= 0.0f && p < 1.0f)) throw Error(fmt::format("{}: p = {} is outside [0, 1)", op, p));
+  check_f32_on(ctx, x.value(), op, "x");
+  if (!training || p == 0.0f) return x;
+
+  const uint64_t key = dropout_key(seed, step, layer);
+  const float scale = 1.0f / (1.0f - p);  // the one scale both devices use
+  Tensor y = ctx.empty(x.shape());
+  const int64_t n = y.numel();
+  if (ctx.is_cuda())
+    cuda::dropout_apply(ctx, x.value().f32(), y.f32(), n, p, scale, key);
+  else
+    ref::dropout_fwd(x.value().f32(), y.f32(), n, p, key);
+
+  bool grad = needs_grad(ctx, {&x});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("dropout", layer, [x, out, p, scale, key](Context& c) {
+      if (!out.grad().defined()) return;
+      Tensor dx = c.empty(x.shape());
+      const int64_t n = dx.numel();
+      if (c.is_cuda())
+        cuda::dropout_apply(c, out.grad().f32(), dx.f32(), n, p, scale, key);
+      else
+        ref::dropout_bwd(out.grad().f32(), dx.f32(), n, p, key);
+      accumulate_grad(c, x, std::move(dx));
+    });
+  }
+  return out;
+}
+
+}  // namespace ditto

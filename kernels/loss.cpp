@@ -1,0 +1,74 @@
+#include "kernels/loss.h"
+
+#include <fmt/format.h>
+
+#include "engine/detail/cuda_state.h"
+#include "kernels/check.h"
+#include "kernels/detail/loss_cuda.h"
+#include "kernels/loss_ref.h"
+
+namespace ditto {
+
+Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels) {
+  const std::string op = fmt::format("softmax_cross_entropy (layer '{}')", layer);
+  check_f32_on(ctx, logits.value(), op, "logits");
+  check_ndim(logits.value(), 2, op, "logits");
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  if (n == 0 || c == 0)
+    throw ShapeError(fmt::format("{}: logits has shape {}; the batch and the class count must be non-empty", op,
+                                 shape_str(logits.shape())));
+  if (!labels.defined()) throw ShapeError(fmt::format("{}: labels is undefined", op));
+  if (labels.dtype() != DType::I32)
+    throw ShapeError(fmt::format("{}: labels must be i32, is {}", op, dtype_name(labels.dtype())));
+  if (labels.device() != ctx.device())
+    throw ShapeError(fmt::format("{}: labels is on {} but the context is on {}", op, labels.device().str(),
+                                 ctx.device().str()));
+  if (labels.ndim() != 1 || labels.shape()[0] != n)
+    throw ShapeError(fmt::format("{}: labels has shape {}, logits {}: one label per row expected", op,
+                                 shape_str(labels.shape()), shape_str(logits.shape())));
+
+  const Reduction reduce = ctx.policy().loss_reduce(layer);
+  const std::string requested = ctx.policy().requested(layer, "reduce", OpKind::SoftmaxXent);
+  Tensor loss = ctx.empty({1});
+  Tensor lse;  // per-row log-sum-exp kept for the backward pass (CUDA only)
+  if (ctx.is_cuda()) {
+    lse = ctx.empty({n});
+    std::size_t ws_bytes = reduce == Reduction::Deterministic ? sizeof(float) * static_cast<std::size_t>(n) : 0;
+    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    if (!ws.ok())
+      throw PolicyError(fmt::format("{}: reduce=deterministic needs a workspace of {} bytes for logits {}, which "
+                                    "could not be allocated; reduce=atomic needs none",
+                                    op, ws_bytes, shape_str(logits.shape())));
+    cuda::softmax_xent_fwd(ctx, logits.value().f32(), labels.i32(), lse.f32(), static_cast<float*>(ws.get()),
+                           loss.f32(), n, c, reduce);
+    ctx.manifest().record({layer, "softmax_xent", "reduce", name_of(reduce), requested,
+                           reduce == Reduction::Atomic ? Determinism::No : Determinism::Yes, "", ws_bytes,
+                           ctx.device().str()});
+  } else {
+    const int32_t* lab = labels.i32();
+    for (int64_t i = 0; i < n; ++i)
+      if (lab[i] < 0 || lab[i] >= c)
+        throw DataError(fmt::format("{}: example {} has label {}, outside [0, {})", op, i, lab[i], c));
+    loss.f32()[0] = static_cast<float>(ref::softmax_xent_fwd(logits.value().f32(), lab, n, c));
+    ctx.manifest().record({layer, "softmax_xent", "reduce", "reference", requested, Determinism::Yes, "", 0,
+                           ctx.device().str()});
+  }
+
+  bool grad = needs_grad(ctx, {&logits});
+  Var out(std::move(loss), grad);
+  if (grad) {
+    ctx.tape().record("softmax_xent", layer, [logits, labels, lse, out, n, c](Context& cx) {
+      if (!out.grad().defined()) return;
+      Tensor dlogits = cx.empty({n, c});
+      if (cx.is_cuda())
+        cuda::softmax_xent_bwd(cx, logits.value().f32(), labels.i32(), lse.f32(), out.grad().f32(), dlogits.f32(),
+                               n, c);
+      else
+        ref::softmax_xent_bwd(logits.value().f32(), labels.i32(), n, c, double(out.grad().f32()[0]), dlogits.f32());
+      accumulate_grad(cx, logits, std::move(dlogits));
+    });
+  }
+  return out;
+}
+
+}  // namespace ditto

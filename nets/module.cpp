@@ -1,0 +1,153 @@
+#include "nets/module.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "engine/philox.h"
+#include "kernels/bias.h"
+#include "kernels/linear.h"
+
+namespace ditto {
+
+const char* init_name(Init i) {
+  switch (i) {
+    case Init::GlorotUniform: return "glorot_uniform";
+    case Init::GlorotNormal: return "glorot_normal";
+    case Init::HeUniform: return "he_uniform";
+    case Init::HeNormal: return "he_normal";
+    case Init::Zeros: return "zeros";
+    case Init::Ones: return "ones";
+  }
+  return "?";
+}
+
+void init_tensor(Context& ctx, Tensor& t, Init rule, int64_t fan_in, int64_t fan_out, uint64_t seed,
+                 const std::string& name) {
+  const int64_t n = t.numel();
+  std::vector<float> v(static_cast<std::size_t>(n));
+  const uint64_t key = mix_key(seed, hash_name(name));
+  auto uniform = [&](float limit) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits = philox4x32(static_cast<uint64_t>(i) / 4, 0, key).v[i % 4];
+      v[i] = (2.0f * philox_uniform(bits) - 1.0f) * limit;
+    }
+  };
+  auto normal = [&](double stddev) {
+    // Box–Muller: element i takes the pair (2*(i%2), 2*(i%2)+1) of block i/2.
+    for (int64_t i = 0; i < n; ++i) {
+      auto blk = philox4x32(static_cast<uint64_t>(i) / 2, 1, key);
+      int j = 2 * static_cast<int>(i % 2);
+      double u1 = (static_cast<double>(blk.v[j]) + 1.0) / 4294967296.0;  // (0, 1]
+      double u2 = static_cast<double>(blk.v[j + 1]) / 4294967296.0;
+      v[i] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+    }
+  };
+  switch (rule) {
+    case Init::GlorotUniform: uniform(static_cast<float>(std::sqrt(6.0 / double(fan_in + fan_out)))); break;
+    case Init::GlorotNormal: normal(std::sqrt(2.0 / double(fan_in + fan_out))); break;
+    case Init::HeUniform: uniform(static_cast<float>(std::sqrt(6.0 / double(fan_in)))); break;
+    case Init::HeNormal: normal(std::sqrt(2.0 / double(fan_in))); break;
+    case Init::Zeros: std::fill(v.begin(), v.end(), 0.0f); break;
+    case Init::Ones: std::fill(v.begin(), v.end(), 1.0f); break;
+  }
+  Tensor src = Context().from_host(v, t.shape());
+  ctx.copy(t, src);
+}
+
+int64_t Net::param_count() {
+  int64_t n = 0;
+  for (const auto& p : params()) n += p.var.value().numel();
+  return n;
+}
+
+namespace {
+void trace_row(SummaryTrace* trace, const std::string& name, const std::string& op, const Var& out, int64_t params) {
+  if (trace) trace->push_back({name, op, out.shape(), params});
+}
+}  // namespace
+
+Conv2d::Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel, int stride, int padding,
+               bool bias, Init init)
+    : name_(std::move(name)), init_(init) {
+  p_.stride_h = p_.stride_w = stride;
+  p_.pad_h = p_.pad_w = padding;
+  weight = Var(ctx.empty({out_channels, in_channels, kernel, kernel}), true);
+  if (bias) this->bias = Var(ctx.zeros({out_channels}), true);
+}
+
+Var Conv2d::operator()(Context& ctx, const Var& x, SummaryTrace* trace) const {
+  Var y = conv2d(ctx, name_, x, weight, p_);
+  if (bias.defined()) y = bias_add(ctx, name_, OpKind::Conv2d, y, bias);
+  trace_row(trace, name_, "conv2d", y, weight.value().numel() + (bias.defined() ? bias.value().numel() : 0));
+  return y;
+}
+
+void Conv2d::collect(std::vector<Param>& params) const {
+  params.push_back({name_ + ".weight", weight});
+  if (bias.defined()) params.push_back({name_ + ".bias", bias});
+}
+
+Linear::Linear(Context& ctx, std::string name, int in_features, int out_features, bool bias, Init init)
+    : name_(std::move(name)), init_(init) {
+  weight = Var(ctx.empty({out_features, in_features}), true);
+  if (bias) this->bias = Var(ctx.zeros({out_features}), true);
+}
+
+Var Linear::operator()(Context& ctx, const Var& x, SummaryTrace* trace) const {
+  Var y = linear(ctx, name_, x, weight);
+  if (bias.defined()) y = bias_add(ctx, name_, OpKind::Linear, y, bias);
+  trace_row(trace, name_, "linear", y, weight.value().numel() + (bias.defined() ? bias.value().numel() : 0));
+  return y;
+}
+
+void Linear::collect(std::vector<Param>& params) const {
+  params.push_back({name_ + ".weight", weight});
+  if (bias.defined()) params.push_back({name_ + ".bias", bias});
+}
+
+BatchNorm2d::BatchNorm2d(Context& ctx, std::string name, int channels, float momentum, float eps)
+    : name_(std::move(name)), momentum_(momentum), eps_(eps) {
+  gamma = Var(ctx.full({channels}, 1.0f), true);
+  beta = Var(ctx.zeros({channels}), true);
+  state.running_mean = ctx.zeros({channels});
+  state.running_var = ctx.full({channels}, 1.0f);
+}
+
+Var BatchNorm2d::operator()(Context& ctx, const Var& x, bool training, SummaryTrace* trace) {
+  Var y = batch_norm(ctx, name_, x, gamma, beta, state, training, momentum_, eps_);
+  trace_row(trace, name_, "batchnorm", y, gamma.value().numel() * 2);
+  return y;
+}
+
+void BatchNorm2d::collect(std::vector<Param>& params) const {
+  params.push_back({name_ + ".weight", gamma});
+  params.push_back({name_ + ".bias", beta});
+}
+
+void BatchNorm2d::collect(std::vector<Buffer>& buffers) {
+  buffers.push_back({name_ + ".running_mean", &state.running_mean});
+  buffers.push_back({name_ + ".running_var", &state.running_var});
+}
+
+MaxPool2d::MaxPool2d(std::string name, int kernel, int stride, int padding) : name_(std::move(name)) {
+  p_.kernel_h = p_.kernel_w = kernel;
+  p_.stride_h = p_.stride_w = stride;
+  p_.pad_h = p_.pad_w = padding;
+}
+
+Var MaxPool2d::operator()(Context& ctx, const Var& x, SummaryTrace* trace) const {
+  Var y = max_pool2d(ctx, name_, x, p_);
+  trace_row(trace, name_, "maxpool2d", y, 0);
+  return y;
+}
+
+std::string format_summary(const SummaryTrace& rows, int64_t total_params) {
+  std::string out = fmt::format("{:<28} {:<12} {:<20} {:>12}\n", "layer", "op", "output", "params");
+  for (const auto& r : rows) out += fmt::format("{:<28} {:<12} {:<20} {:>12}\n", r.name, r.op, shape_str(r.output), r.params);
+  out += fmt::format("total parameters: {}\n", total_params);
+  return out;
+}
+
+}  // namespace ditto
