@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "engine/context.h"
+#include "engine/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
