@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -127,30 +128,34 @@ std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so,
 
 class Progress {
  public:
-  Progress(bool on, int epochs) : on_(on), epochs_(epochs), start_(Clock::now()) {}
+  // On a terminal the line redraws in place; in a log file a plain line every 30 s.
+  Progress(bool on, int epochs) : on_(on), tty_(::isatty(::fileno(stderr)) == 1), epochs_(epochs), start_(Clock::now()) {}
   void update(int epoch, int64_t batch, int64_t batches, int64_t images, Clock::time_point epoch_start,
               double mean_epoch_s) {
     if (!on_) return;
     auto now = Clock::now();
-    if (batch != batches && now - last_ < std::chrono::milliseconds(500)) return;
+    if (batch != batches && now - last_ < std::chrono::milliseconds(tty_ ? 500 : 30000)) return;
+    if (!tty_ && batch == batches) return;  // the epoch summary line follows
     last_ = now;
     double el = std::chrono::duration<double>(now - epoch_start).count();
     double rate = el > 0 ? images / el : 0;
     double epoch_left = batch ? el / batch * (batches - batch) : 0;
     double eta = epoch_left + mean_epoch_s * (epochs_ - epoch);
     int filled = static_cast<int>(20.0 * batch / std::max<int64_t>(1, batches));
-    std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.0f img/s  ETA %s  (elapsed %s)   ", epoch, epochs_,
+    std::fprintf(stderr, tty_ ? "\repoch %d/%d [%s%s] %lld/%lld  %.0f img/s  ETA %s  (elapsed %s)   "
+                              : "epoch %d/%d [%s%s] %lld/%lld  %.0f img/s  ETA %s  (elapsed %s)\n",
+                 epoch, epochs_,
                  std::string(filled, '#').c_str(), std::string(20 - filled, ' ').c_str(), (long long)batch,
                  (long long)batches, rate, hms(eta).c_str(),
                  hms(std::chrono::duration<double>(now - start_).count()).c_str());
     std::fflush(stderr);
   }
   void line(const std::string& s) {
-    if (on_) std::fprintf(stderr, "\r%-110s\n", s.c_str());
+    if (on_) std::fprintf(stderr, tty_ ? "\r%-110s\n" : "%s\n", s.c_str());
   }
 
  private:
-  bool on_;
+  bool on_, tty_;
   int epochs_;
   Clock::time_point start_, last_{};
 };

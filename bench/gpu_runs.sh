@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU-host runs behind issue 3's numbers, in one device call. Needs the CIFAR-10 JPEG
+# tarball at .data/cifar10-jpeg.tar.gz (copied from ../shared/data, carried with the call) and
+# .deps (scripts/pack-deps.sh). Writes a summary and logs under $OUT (or ./gpu-out).
+#   bench/gpu_runs.sh tests small pairs resnet-adam peers-small peers-resnet resnet-sgd experiment
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+S="$OUT/summary.txt"
+log() { echo "$*" | tee -a "$S"; }
+DATA=/tmp/cifar10
+if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
+scripts/gpu-build.sh >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+B=build-gpu
+T=$B/examples/ditto-train
+log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(git rev-parse --short HEAD 2>/dev/null) date: $(date -u +%F)"
+common="--dataset cifar10 --data $DATA --quiet --loader-threads 8"
+run() {  # name, seconds limit, ditto-train args...
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout "$limit" $T $common "$@" --out /tmp/runs/$name >"$OUT/$name.log" 2>&1
+  local rc=$?
+  log "$name rc=$rc wall=$(( $(date +%s) - start ))s :: $(tail -1 "$OUT/$name.log")"
+  [ -f /tmp/runs/$name/log.csv ] && cat /tmp/runs/$name/log.csv >>"$S"
+}
+for step in "$@"; do
+  case $step in
+    tests)
+      (cd $B && ctest -L gpu --timeout 300 >"$OUT/gpu-tests.log" 2>&1)
+      log "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$OUT/gpu-tests.log")"
+      for t in $B/tests/gpu_*; do $t -s 2>/dev/null | grep -E '^(DETERMINISM|LOADER|GPU) '; done >"$OUT/determinism.txt"
+      ;;
+    small)
+      run smallcnn_adam 300 --model smallcnn --epochs 10 --batch-size 128 --lr 4e-4 --optimizer adam
+      ;;
+    pairs)
+      for r in a b; do
+        run det_$r 200 --model smallcnn --epochs 3 --lr 4e-4 --deterministic-init --deterministic-input --deterministic-kernels
+      done
+      for r in a b; do
+        run nondet_$r 200 --model smallcnn --epochs 3 --lr 4e-4 --deterministic-init --deterministic-input --kernels nondeterministic
+      done
+      log "checkpoint sha256:"; (cd /tmp/runs && sha256sum det_*/checkpoint.safetensors nondet_*/checkpoint.safetensors) | tee -a "$S"
+      ;;
+    resnet-adam)
+      run resnet18_adam 400 --model resnet18 --epochs 3 --batch-size 128 --lr 4e-4 --optimizer adam
+      ;;
+    resnet-sgd)
+      run resnet18_sgd 560 --model resnet18 --epochs 15 --batch-size 128 --lr 0.1 --optimizer sgd --momentum 0.9 \
+        --weight-decay 5e-4 --augment --lr-schedule cosine
+      ;;
+    peers-small)
+      timeout 200 python3 bench/peers/torch_train.py --data $DATA --model smallcnn --epochs 3 --optimizer adam --lr 4e-4 \
+        >"$OUT/torch_smallcnn.log" 2>&1; log "torch smallcnn: $(tail -1 "$OUT/torch_smallcnn.log")"
+      ;;
+    peers-resnet)
+      timeout 300 python3 bench/peers/torch_train.py --data $DATA --model resnet18 --epochs 2 --optimizer adam --lr 4e-4 \
+        >"$OUT/torch_resnet18.log" 2>&1; log "torch resnet18: $(tail -1 "$OUT/torch_resnet18.log")"
+      ;;
+    experiment)
+      timeout 400 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$OUT/experiment.log" 2>&1
+      log "experiment rc=$?"; tail -8 "$OUT/experiment.log" >>"$S"
+      cp /tmp/runs/experiment/results.* "$OUT/" 2>/dev/null
+      ;;
+  esac
+done
+# Run folders without checkpoints (those are hashed above), one file for the trip back.
+tar czf "$OUT/runs.tar.gz" -C /tmp --exclude='*.safetensors' runs 2>/dev/null
+cat "$S"
