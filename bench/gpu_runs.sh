@@ -8,10 +8,12 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 S="$OUT/summary.txt"
+L=/tmp/runs/logs  # per-run logs travel back inside runs.tar.gz (the trip back takes 8 files)
+mkdir -p $L
 log() { echo "$*" | tee -a "$S"; }
 DATA=/tmp/cifar10
 if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
-scripts/gpu-build.sh >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+scripts/gpu-build.sh >"$L/build.log" 2>&1 || { tail -30 "$L/build.log"; exit 1; }
 B=build-gpu
 T=$B/examples/ditto-train
 log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(git rev-parse --short HEAD 2>/dev/null) date: $(date -u +%F)"
@@ -19,9 +21,9 @@ common="--dataset cifar10 --data $DATA --quiet --loader-threads 8"
 run() {  # name, seconds limit, ditto-train args...
   local name=$1 limit=$2; shift 2
   local start=$(date +%s)
-  timeout "$limit" $T $common "$@" --out /tmp/runs/$name >"$OUT/$name.log" 2>&1
+  timeout "$limit" $T $common "$@" --out /tmp/runs/$name >"$L/$name.log" 2>&1
   local rc=$?
-  log "$name rc=$rc wall=$(( $(date +%s) - start ))s :: $(tail -1 "$OUT/$name.log")"
+  log "$name rc=$rc wall=$(( $(date +%s) - start ))s :: $(tail -1 "$L/$name.log")"
   [ -f /tmp/runs/$name/log.csv ] && cat /tmp/runs/$name/log.csv >>"$S"
 }
 for step in "$@"; do
@@ -52,15 +54,15 @@ for step in "$@"; do
       ;;
     peers-small)
       timeout 200 python3 bench/peers/torch_train.py --data $DATA --model smallcnn --epochs 3 --optimizer adam --lr 4e-4 \
-        >"$OUT/torch_smallcnn.log" 2>&1; log "torch smallcnn: $(tail -1 "$OUT/torch_smallcnn.log")"
+        >"$L/torch_smallcnn.log" 2>&1; log "torch smallcnn: $(tail -1 "$L/torch_smallcnn.log")"
       ;;
     peers-resnet)
       timeout 300 python3 bench/peers/torch_train.py --data $DATA --model resnet18 --epochs 2 --optimizer adam --lr 4e-4 \
-        >"$OUT/torch_resnet18.log" 2>&1; log "torch resnet18: $(tail -1 "$OUT/torch_resnet18.log")"
+        >"$L/torch_resnet18.log" 2>&1; log "torch resnet18: $(tail -1 "$L/torch_resnet18.log")"
       ;;
     experiment)
-      timeout 400 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$OUT/experiment.log" 2>&1
-      log "experiment rc=$?"; tail -8 "$OUT/experiment.log" >>"$S"
+      timeout 400 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$L/experiment.log" 2>&1
+      log "experiment rc=$?"; tail -8 "$L/experiment.log" >>"$S"
       cp /tmp/runs/experiment/results.* "$OUT/" 2>/dev/null
       ;;
   esac
