@@ -16,7 +16,7 @@ if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.g
 scripts/gpu-build.sh >"$L/build.log" 2>&1 || { tail -30 "$L/build.log"; exit 1; }
 B=build-gpu
 T=$B/examples/ditto-train
-log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(git rev-parse --short HEAD 2>/dev/null) date: $(date -u +%F)"
+log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(git rev-parse --short=12 HEAD 2>/dev/null || cat .ditto-commit) date: $(date -u +%F)"
 common="--dataset cifar10 --data $DATA --quiet --loader-threads 8"
 run() {  # name, seconds limit, ditto-train args...
   local name=$1 limit=$2; shift 2
@@ -60,8 +60,17 @@ for step in "$@"; do
       timeout 300 python3 bench/peers/torch_train.py --data $DATA --model resnet18 --epochs 2 --optimizer adam --lr 4e-4 \
         >"$L/torch_resnet18.log" 2>&1; log "torch resnet18: $(tail -1 "$L/torch_resnet18.log")"
       ;;
+    overhead)
+      # The cost of determinism: one ResNet-18 epoch per kernels mode (same seeds), and PyTorch
+      # with and without torch.use_deterministic_algorithms.
+      for k in heuristic deterministic nondeterministic fastest; do
+        run overhead_$k 120 --model resnet18 --epochs 1 --lr 4e-4 --deterministic-init --deterministic-input --kernels $k
+      done
+      timeout 200 python3 bench/peers/torch_train.py --data $DATA --model resnet18 --epochs 2 --optimizer adam --lr 4e-4 \
+        --deterministic >"$L/torch_resnet18_det.log" 2>&1; log "torch resnet18 deterministic: $(tail -1 "$L/torch_resnet18_det.log")"
+      ;;
     experiment)
-      timeout 400 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$L/experiment.log" 2>&1
+      timeout 200 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$L/experiment.log" 2>&1
       log "experiment rc=$?"; tail -8 "$L/experiment.log" >>"$S"
       cp /tmp/runs/experiment/results.* "$OUT/" 2>/dev/null
       ;;
