@@ -40,24 +40,27 @@ Dataset make_synthetic(int64_t n, int num_classes, int channels, int height, int
     const Philox4x32 r0 = philox4x32(uint64_t(i), 0, key);  // grating jitter
     const Philox4x32 r1 = philox4x32(uint64_t(i), 1, key);  // distractor blob
     // Class parameters depend on k and K only; the per-example jitter (orientation within
-    // +-0.8 of the spacing between classes, frequency +-15%) makes neighbouring classes overlap,
+    // +-1.5 of the spacing between classes, frequency +-25%) makes neighbouring classes overlap,
     // so no classifier reaches 100% and replicas disagree on the ambiguous examples, as on
     // real data (a determinism study needs examples near the decision boundary).
     const double spacing = kPi / num_classes;
-    const double theta = k * spacing + (unit(r0.v[0]) - 0.5) * 1.6 * spacing;
-    const double cycles = (k % 2 == 0 ? 2.0 : 3.5) * (0.85 + 0.3 * unit(r0.v[2]));
+    const double theta = k * spacing + (unit(r0.v[0]) - 0.5) * 3.0 * spacing;
+    const double cycles = (k % 2 == 0 ? 2.0 : 3.5) * (0.75 + 0.5 * unit(r0.v[2]));
     const double freq = cycles / side;
     const double phase = 2 * kPi * unit(r0.v[1]);
     const double contrast = 0.5 + 0.5 * unit(r0.v[3]);
     const double ct = std::cos(theta), st = std::sin(theta);
+    // The grating's colour is random per example: colour carries no class information, so the
+    // class must be read from orientation and frequency, which overlap between classes.
+    const double hue = unit(philox4x32(uint64_t(i), 3, key).v[0]);
     const double bx = unit(r1.v[0]) * width, by = unit(r1.v[1]) * height;
     const double sigma = (0.08 + 0.17 * unit(r1.v[2])) * side;
     const double amp = (unit(r1.v[3]) - 0.5) * 0.6;
     uint8_t* img = ds.images.data() + i * ds.image_numel();
     for (int c = 0; c < channels; ++c) {
-      // Class colour: how strongly the grating shows in each channel (zero-mean grating, so the
-      // channel means carry no class information). Blob colour is random per example.
-      const double colour = channels == 1 ? 1.0 : 0.55 + 0.45 * std::cos(2 * kPi * (double(k) / num_classes + double(c) / channels));
+      // How strongly the grating shows in each channel (zero-mean grating, so the channel means
+      // carry no class information either). Blob colour is random per example too.
+      const double colour = channels == 1 ? 1.0 : 0.55 + 0.45 * std::cos(2 * kPi * (hue + double(c) / channels));
       const double blob_colour = unit(philox4x32(uint64_t(i), 2 + uint64_t(c) / 4, key).v[c % 4]);
       for (int y = 0; y < height; ++y) {
         for (int x = 0; x < width; ++x) {

@@ -91,17 +91,17 @@ const char* lr_schedule_name(LrSchedule s) {
   return "?";
 }
 
-float lr_at(LrSchedule s, float base, int epoch, int total_epochs, const std::vector<int>& milestones) {
+float lr_at(LrSchedule s, float base, double epoch, int total_epochs, const std::vector<int>& milestones) {
   switch (s) {
     case LrSchedule::Constant: return base;
     case LrSchedule::Step: {
       double lr = base;
       for (int m : milestones)
-        if (epoch >= m) lr /= 10.0;
+        if (std::floor(epoch) >= m) lr /= 10.0;
       return static_cast<float>(lr);
     }
     case LrSchedule::Cosine:
-      return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * double(epoch) / double(std::max(1, total_epochs)))));
+      return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * epoch / double(std::max(1, total_epochs)))));
   }
   return base;
 }

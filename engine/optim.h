@@ -68,9 +68,11 @@ enum class LrSchedule { Constant, Step, Cosine };
 LrSchedule parse_lr_schedule(const std::string& s);  // constant|step|cosine, else Error
 const char* lr_schedule_name(LrSchedule s);
 
-// Learning rate for an epoch (0-based). step: divided by 10 at each milestone (the paper's
-// 50 and 100 by default); cosine: base * (1 + cos(pi * epoch / total)) / 2.
-float lr_at(LrSchedule s, float base, int epoch, int total_epochs,
+// Learning rate at a point of training measured in epochs (0-based, fractional: 2.5 is half-way
+// through the third epoch). step: divided by 10 at each milestone epoch (the paper's 50 and 100
+// by default), constant within an epoch; cosine: base * (1 + cos(pi * t / total)) / 2, evaluated
+// per step so the rate falls smoothly to zero at the end of the last epoch.
+float lr_at(LrSchedule s, float base, double epoch, int total_epochs,
             const std::vector<int>& milestones = {50, 100});
 
 }  // namespace ditto

@@ -378,10 +378,11 @@ TrainResult train(const TrainConfig& cfg) {
     const int64_t nb = train_loader.batches_per_epoch();
     const double mean_epoch = epochs_timed ? epoch_seconds_total / epochs_timed : 0;
     while (train_loader.next(batch)) {
+      const float step_lr = lr_at(schedule, cfg.lr, epoch - 1 + double(b) / double(nb), cfg.epochs, cfg.milestones);
       Var logits = net->forward(ctx, Var(batch.images), true);
       Var loss = softmax_cross_entropy(ctx, "loss", logits, batch.labels);
       ctx.tape().backward(ctx, loss);
-      opt->step(ctx, lr);
+      opt->step(ctx, step_lr);
       opt->zero_grad();
       // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
       axpy_inplace(ctx, loss_sum, static_cast<float>(batch.labels.numel()), loss.value());

@@ -600,12 +600,13 @@ TEST_CASE("synthetic: classes separable by orientation features, not by a pixel 
     return std::vector<double>(ds.image(i), ds.image(i) + ds.image_numel());
   });
   INFO("orientation-feature accuracy " << orient << ", raw-pixel template accuracy " << pixels);
-  // Measured with these seeds: 0.936 from orientation features, 0.444 from a raw-pixel
-  // template (chance 0.1). The class lives in the grating's orientation, frequency and colour,
-  // which a template over pixels captures only partly since the phase is random per example.
-  CHECK(orient > 0.8);
-  CHECK(orient < 1.0);  // neighbouring classes overlap: not trivial
-  CHECK(pixels < orient - 0.3);
+  // Measured with these seeds: 0.514 from orientation features, 0.298 from a raw-pixel
+  // template (chance 0.1). The class lives in the grating's orientation and frequency, which
+  // overlap between classes by design; a template over pixels captures them only partly since
+  // the phase and colour are random per example.
+  CHECK(orient > 0.4);
+  CHECK(orient < 0.8);  // classes overlap: hand features cannot separate them
+  CHECK(pixels < orient - 0.1);
 }
 
 TEST_CASE("dataset helpers: channel stats, class counts, take_first, validate") {

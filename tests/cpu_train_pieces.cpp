@@ -89,6 +89,8 @@ TEST_CASE("lr schedules") {
   CHECK(lr_at(LrSchedule::Step, 0.1f, 100, 150) == Approx(0.001));
   CHECK(lr_at(LrSchedule::Cosine, 0.1f, 0, 10) == Approx(0.1));
   CHECK(lr_at(LrSchedule::Cosine, 0.1f, 5, 10) == Approx(0.05));
+  CHECK(lr_at(LrSchedule::Cosine, 0.1f, 9.999, 10) < 1e-6);           // per step: falls to zero
+  CHECK(lr_at(LrSchedule::Step, 0.1f, 49.9, 150) == Approx(0.1));     // step: constant within an epoch
   CHECK(parse_lr_schedule("cosine") == LrSchedule::Cosine);
   CHECK_THROWS_WITH(parse_lr_schedule("linear"), Catch::Matchers::Contains("constant, step, cosine"));
 }
