@@ -3,15 +3,11 @@
 // Contractions into FMA are disabled (__fmul_rn/__fadd_rn) so the GPU rounds exactly like the
 // CPU reference, which makes CPU and GPU updates bit-comparable.
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "engine/detail/optim_cuda.h"
 
 namespace ditto::cuda {
 namespace {
-constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
-}
 
 __global__ void sgd_kernel(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum, bool nesterov,
                            float wd) {

@@ -160,14 +160,13 @@ class Progress {
   Clock::time_point start_, last_{};
 };
 
-std::vector<std::pair<std::string, Tensor*>> state_tensors(Net& net, Optimizer& opt, std::vector<Param>& params,
-                                                           std::vector<Buffer>& buffers, std::vector<Buffer>& ostate) {
+// Everything a checkpoint holds: parameters, buffers, optimizer state ("optim.<param>.<slot>").
+std::vector<std::pair<std::string, Tensor*>> state_tensors(std::vector<Param>& params, std::vector<Buffer>& buffers,
+                                                           std::vector<Buffer>& ostate) {
   std::vector<std::pair<std::string, Tensor*>> all;
   for (auto& p : params) all.push_back({p.name, &p.var.value()});
   for (auto& b : buffers) all.push_back({b.name, b.tensor});
   for (auto& s : ostate) all.push_back({"optim." + s.name, s.tensor});
-  (void)net;
-  (void)opt;
   return all;
 }
 
@@ -232,7 +231,7 @@ TrainResult train(const TrainConfig& cfg) {
   else
     opt = std::make_unique<Sgd>(ctx, params, SgdOptions{cfg.momentum, cfg.nesterov, cfg.weight_decay});
   std::vector<Buffer> ostate = opt->state();
-  auto all_state = state_tensors(*net, *opt, params, buffers, ostate);
+  auto all_state = state_tensors(params, buffers, ostate);
 
   // Resume: weights, buffers, optimizer state, step count, seeds and finished epochs come from
   // the checkpoint; the loop continues exactly where the earlier run stopped.

@@ -1,14 +1,10 @@
 // ReLU CUDA kernels: one thread per element, no reductions, so bit-reproducible.
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "kernels/detail/activation_cuda.h"
 
 namespace ditto::cuda {
 namespace {
-constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
-}
 __global__ void relu_fwd_kernel(const float* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = x[i] > 0.f ? x[i] : 0.f;

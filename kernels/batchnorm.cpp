@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
 #include "kernels/batchnorm_ref.h"
 #include "kernels/check.h"
@@ -16,13 +17,7 @@ namespace {
 constexpr const char* kOp = "batchnorm";
 
 // ---- cuDNN (RAII descriptors; cudnn.h stays out of the public header) ----------------------
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { DITTO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
+using TensorDesc = detail::CudnnTensorDesc;
 
 // x/y descriptor (N, C, HW, 1) and the derived per-channel descriptor (1, C, 1, 1).
 struct BnDescs {

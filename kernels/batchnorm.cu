@@ -7,20 +7,16 @@
 //   - atomic: each warp atomicAdds its sum into the channel's accumulator (NOT deterministic:
 //     the order of the P*8 float adds per channel depends on scheduling).
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "kernels/detail/batchnorm_cuda.h"
 
 namespace ditto::cuda {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kElemsPerBlock = 4096;
 constexpr int64_t kMaxPartials = 128;
 
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
-}
 
 // Blocks per channel: a function of the shape alone, so the reduction tree is the same on any GPU.
 inline int64_t partials_per_channel(int64_t m) {

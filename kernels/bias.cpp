@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/cudnn_desc.h"
 #include "kernels/bias_ref.h"
 #include "kernels/check.h"
 #include "kernels/detail/bias_cuda.h"
@@ -16,17 +17,7 @@ struct BiasShape {
   int64_t n, c, s;
 };
 
-class TensorDesc {
- public:
-  TensorDesc() { DITTO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  cudnnTensorDescriptor_t get() const { return d_; }
-
- private:
-  cudnnTensorDescriptor_t d_ = nullptr;
-};
+using TensorDesc = detail::CudnnTensorDesc;
 
 Determinism determinism_of(BiasBwd v) { return v == BiasBwd::Atomic ? Determinism::No : Determinism::Yes; }
 

@@ -13,19 +13,16 @@
 // element goes to which thread, block and tree leaf depends only on (N, C, S): the deterministic
 // variant is bit-reproducible for a given shape on a given GPU.
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "kernels/detail/bias_cuda.h"
 
 namespace ditto::cuda {
 namespace {
+static_assert(kThreads == 256, "the db kernels reduce 8 warps per block");
 
-constexpr int kThreads = 256;       // db kernels rely on 8 warps per block
 constexpr int64_t kPerThread = 4;   // target elements per thread before a new partial is opened
 constexpr int64_t kMaxPartials = 256;
 
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
-}
 
 __global__ void bias_fwd_kernel(const float* x, const float* b, float* y, int64_t n, int64_t c, int64_t s) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)

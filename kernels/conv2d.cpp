@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
 #include "kernels/check.h"
 #include "kernels/conv2d_ref.h"
@@ -68,21 +69,7 @@ std::string op_name(const std::string& layer) { return fmt::format("conv2d layer
 
 // ---- cuDNN descriptors (RAII) -------------------------------------------------------------
 
-class TensorDesc {
- public:
-  TensorDesc() { DITTO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  void set(const Shape& s) {
-    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s[0]), int(s[1]),
-                                                 int(s[2]), int(s[3])));
-  }
-  cudnnTensorDescriptor_t get() const { return d_; }
-
- private:
-  cudnnTensorDescriptor_t d_ = nullptr;
-};
+using TensorDesc = detail::CudnnTensorDesc;
 
 class FilterDesc {
  public:

@@ -3,13 +3,13 @@
 // bits as the CPU reference (same Philox, same float comparison, same single float multiply by a
 // scale computed once on the host).
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "engine/philox.h"
 #include "kernels/detail/dropout_cuda.h"
 
 namespace ditto::cuda {
 namespace {
 
-constexpr int kThreads = 256;
 
 __global__ void dropout_kernel(const float* x, float* y, int64_t n, float p, float scale, uint64_t key) {
   const int64_t counters = (n + 3) / 4;

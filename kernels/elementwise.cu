@@ -1,15 +1,11 @@
 // Elementwise CUDA kernels. Deterministic: one thread per element (grid-stride), no atomics.
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "kernels/detail/elementwise_cuda.h"
 
 namespace ditto::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-inline int blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
-}
 
 __global__ void fill_kernel(float* p, int64_t n, float v) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;

@@ -13,19 +13,15 @@
 #include <cmath>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "kernels/detail/loss_cuda.h"
 
 namespace ditto::cuda {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = kThreads / 32;
 constexpr int kMeanThreads = 1024;
 
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
-}
 
 template <bool kAtomic>
 __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, float* lse_out, float* row_loss,

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
 #include "kernels/check.h"
 #include "kernels/detail/pool_cuda.h"
@@ -52,16 +53,7 @@ ref::PoolDims pool_dims(const Shape& x, const PoolParams& p, const std::string& 
 Shape out_shape(const ref::PoolDims& d) { return {d.n, d.c, d.oh, d.ow}; }
 
 // ---- cuDNN max pooling (RAII descriptors; cudnn.h stays out of the public header) ----------
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w) {
-    DITTO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c), int(h), int(w)));
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
+using TensorDesc = detail::CudnnTensorDesc;
 
 struct PoolDesc {
   cudnnPoolingDescriptor_t d = nullptr;

@@ -1,16 +1,12 @@
 // ditto's own pooling kernels. Which of them are deterministic, and why, is said per kernel.
 // In-plane indices are int (the op checks H*W < 2^31); totals are int64.
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
 #include "kernels/detail/pool_cuda.h"
 
 namespace ditto::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 524280 ? (b > 0 ? b : 1) : 524280);
-}
 
 // Max-pool forward with argmax: one thread per output. The window is scanned row-major and the
 // first maximum wins (a NaN beats any number, the first NaN wins), exactly as ref::max_pool_fwd.

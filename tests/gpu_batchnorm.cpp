@@ -18,18 +18,12 @@
 
 using namespace ditto;
 
+using test::us_per_call;
+
 namespace {
 
 const BnBwd kAllVariants[] = {BnBwd::Cudnn, BnBwd::Atomic, BnBwd::Deterministic};
 
-double us_per_call(Context& ctx, const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  ctx.synchronize();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) fn();
-  ctx.synchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-}
 
 struct StepOut {
   Tensor y, dx, dgamma, dbeta;

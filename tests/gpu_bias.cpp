@@ -12,15 +12,10 @@
 
 using namespace ditto;
 
+using test::us_per_call;
+
 namespace {
 
-double us_per_call(Context& ctx, const std::function<void()>& fn) {
-  ctx.synchronize();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) fn();
-  ctx.synchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-}
 
 const char* const kPolicy[] = {"b_atomic.bias_bwd=atomic", "b_det.bias_bwd=deterministic", "b_cudnn.bias_bwd=cudnn"};
 

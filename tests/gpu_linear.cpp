@@ -13,6 +13,8 @@
 
 using namespace ditto;
 
+using test::us_per_call;
+
 namespace {
 
 constexpr double kU = 0x1p-24;  // unit roundoff of float
@@ -48,13 +50,6 @@ std::size_t distinct_of(int runs, const std::function<std::vector<Tensor>()>& fn
   return prints.size();
 }
 
-double us_per_call(Context& ctx, const std::function<void()>& fn) {
-  ctx.synchronize();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) fn();
-  ctx.synchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-}
 
 struct LinearRun {
   std::vector<float> y, dx, dw;

@@ -13,17 +13,12 @@
 
 using namespace ditto;
 
+using test::us_per_call;
+
 namespace {
 
 constexpr double kU = 0x1p-24;
 
-double us_per_call(Context& ctx, const std::function<void()>& fn) {
-  ctx.synchronize();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) fn();
-  ctx.synchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-}
 
 std::vector<int32_t> random_labels(int64_t n, int64_t c, uint64_t seed) {
   std::mt19937_64 g(seed);

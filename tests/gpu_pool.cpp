@@ -18,6 +18,8 @@
 
 using namespace ditto;
 
+using test::us_per_call;
+
 namespace {
 
 const PoolBwd kAllVariants[] = {PoolBwd::Cudnn, PoolBwd::CudnnDeterministic, PoolBwd::AtomicScatter, PoolBwd::Gather};
@@ -43,14 +45,6 @@ ref::PoolDims dims_of(const Shape& x, const PoolParams& p) {
 }
 
 // Microseconds per call of fn (3 warm-up calls, then 20 timed between synchronizations).
-double us_per_call(Context& ctx, const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  ctx.synchronize();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) fn();
-  ctx.synchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-}
 
 // Forward and backward of max_pool2d with upstream gradient dy; returns (y, dx).
 std::pair<Tensor, Tensor> max_pool_step(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& dy,
