@@ -201,6 +201,28 @@ std::vector<EpochLog> read_log_csv(const std::string& path) {
 
 }  // namespace
 
+std::vector<std::string> pins_from_manifest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(fmt::format("{}: cannot open manifest", path));
+  json m;
+  try {
+    m = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw DataError(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  if (!m.contains("ops") || !m["ops"].is_array()) throw DataError(fmt::format("{}: no \"ops\" list", path));
+  std::vector<std::string> pins;
+  for (const auto& op : m["ops"]) {
+    const std::string variant = op.value("variant", "");
+    if (variant.empty() || variant == "cpu-reference" || variant == "reference") continue;
+    pins.push_back(fmt::format("{}.{}={}", op.value("layer", ""), op.value("knob", ""), variant));
+    // Convolution entries carry their math mode rather than a knob entry of its own.
+    const std::string math = op.value("math", "");
+    if (!math.empty() && op.value("knob", "") != "math") pins.push_back(fmt::format("{}.math={}", op.value("layer", ""), math));
+  }
+  return pins;
+}
+
 TrainResult train(const TrainConfig& cfg) {
   if (cfg.epochs < 1) throw Error(fmt::format("--epochs: must be at least 1, got {}", cfg.epochs));
   if (cfg.batch_size < 1) throw Error(fmt::format("--batch-size: must be at least 1, got {}", cfg.batch_size));
@@ -210,6 +232,10 @@ TrainResult train(const TrainConfig& cfg) {
   const LrSchedule schedule = parse_lr_schedule(cfg.lr_schedule);
   const Device device = Device::parse(cfg.device);
   Policy policy = Policy::parse({"*=" + cfg.kernels});
+  // A resumed run keeps the kernels the first part ran (recorded in its manifest), so choices
+  // made by timing or by a heuristic cannot change half-way; explicit pins still override.
+  if (!cfg.resume.empty())
+    for (const auto& p : pins_from_manifest((fs::path(cfg.resume) / "manifest.json").string())) policy.set(p);
   for (const auto& p : cfg.pins) policy.set(p);
   if (!cfg.out.empty()) ensure_out_dir(cfg.out);
 
@@ -409,6 +435,10 @@ TrainResult train(const TrainConfig& cfg) {
     std::size_t groups = data.test.subgroup_names.size();
     std::vector<int64_t> group_hit(groups, 0), group_n(groups, 0);
     result.predictions.assign(static_cast<std::size_t>(data.test.n), 0);
+    result.test_labels = data.test.labels;
+    result.test_subgroups = data.test.subgroups;
+    result.class_names = data.test.class_names;
+    result.subgroup_names = data.test.subgroup_names;
     for (int64_t i = 0; i < data.test.n; ++i) {
       int32_t y = data.test.labels[i];
       bool h1 = top5_host[i * k5] == y;

@@ -32,6 +32,7 @@ struct TrainConfig {
   bool deterministic_input = false;   // seed_order and seed_augment fixed (0 unless given)
   std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
   std::vector<std::string> pins;      // LAYER.KNOB=VARIANT rules, after the kernels mode
+                                      // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all
   std::string resume;                 // run folder to continue from
   std::string out;                    // run folder to write
@@ -55,8 +56,18 @@ struct TrainResult {
   uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
   uint64_t weights_fingerprint = 0;   // over all parameters and buffers, in name order
   std::vector<int32_t> predictions;   // final top-1 per test example
+  std::vector<int32_t> test_labels;   // the test labels, same order
+  std::vector<int32_t> test_subgroups;             // per test example; empty without subgroups
+  std::vector<std::string> class_names, subgroup_names;
   double test_top1 = 0;
 };
+
+// Pins that reproduce every kernel choice a run made: one "layer.knob=variant" per manifest
+// entry (entries of the CPU reference, which has no variants, are skipped). With them a replay
+// runs the same algorithms even where the original chose by timing (`fastest`) or where another
+// cuDNN would rank algorithms differently. Throws DataError naming the file for a manifest that
+// cannot be read.
+std::vector<std::string> pins_from_manifest(const std::string& manifest_path);
 
 // Trains, evaluates each epoch, writes manifest.json, log.csv, predictions.csv, metrics.json
 // and checkpoint.safetensors to cfg.out (when set; each written atomically). Throws

@@ -7,7 +7,8 @@
 // Metrics per setting: test accuracy mean and standard deviation, pairwise churn (fraction of
 // test predictions that differ between two replicas), pairwise L2 distance of the final
 // weights, the number of distinct weight fingerprints, and seconds per epoch (the overhead of
-// determinism). Writes results.csv, results.json and results.svg to --out; each replica's own
+// determinism), and per class / per subgroup the spread of accuracy across replicas. Writes
+// results.csv, results.json, results.svg and groups.csv to --out; each replica's own
 // run folder (manifest, log, predictions, checkpoint) lies beside them.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -34,6 +35,10 @@ struct Setting {
 struct SettingResult {
   std::string name;
   std::vector<double> acc;
+  // [group][replica] accuracy per class and per subgroup: their spread across replicas shows
+  // which classes (or subgroups) the noise hits hardest.
+  std::vector<std::vector<double>> class_acc, subgroup_acc;
+  std::vector<std::string> class_names, subgroup_names;
   std::vector<double> churn, l2;
   std::size_t distinct = 0;
   double epoch_seconds = 0;
@@ -105,8 +110,8 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", base.dataset);
   app.add_option("--data", base.data);
   app.add_option("--replicas", replicas, "replicas per setting (default 3 on GPU, 2 on CPU)")->check(CLI::Range(2, 100));
-  app.add_option("--epochs", epochs, "epochs per replica (default 5 on GPU, 3 on CPU)")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", base.batch_size)->check(CLI::PositiveNumber);
+  app.add_option("--epochs", epochs, "epochs per replica (default 5)")->check(CLI::PositiveNumber);
+  auto* batch_opt = app.add_option("--batch-size", base.batch_size, "default 128 on GPU, 32 on CPU")->check(CLI::PositiveNumber);
   app.add_option("--lr", base.lr)->check(CLI::PositiveNumber);
   app.add_option("--train-size", base.train_size)->check(CLI::NonNegativeNumber);
   app.add_option("--test-size", base.test_size)->check(CLI::NonNegativeNumber);
@@ -129,7 +134,9 @@ int main(int argc, char** argv) {
     }
     const bool gpu = device != "cpu";
     base.device = device;
-    base.epochs = epochs ? epochs : (gpu ? 5 : 3);
+    base.epochs = epochs ? epochs : 5;
+    // The CPU run is small (1000 images of 16x16): smaller batches give it enough steps to learn.
+    if (!*batch_opt) base.batch_size = gpu ? 128 : 32;
     replicas = replicas ? replicas : (gpu ? 3 : 2);
     if (base.dataset == "synthetic") {
       base.synthetic_train = gpu ? 10000 : 1000;
@@ -169,6 +176,19 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         auto res = ditto::train(c);
         r.acc.push_back(res.test_top1);
+        auto group_acc = [&](const std::vector<int32_t>& group, std::size_t groups, std::vector<std::vector<double>>& out) {
+          std::vector<double> hit(groups, 0), n(groups, 0);
+          for (std::size_t i = 0; i < group.size(); ++i) {
+            hit[group[i]] += res.predictions[i] == res.test_labels[i];
+            n[group[i]] += 1;
+          }
+          out.resize(groups);
+          for (std::size_t g = 0; g < groups; ++g) out[g].push_back(n[g] ? hit[g] / n[g] : 0.0);
+        };
+        r.class_names = res.class_names;
+        r.subgroup_names = res.subgroup_names;
+        group_acc(res.test_labels, res.class_names.size(), r.class_acc);
+        if (!res.test_subgroups.empty()) group_acc(res.test_subgroups, res.subgroup_names.size(), r.subgroup_acc);
         preds.push_back(res.predictions);
         prints.insert(res.weights_fingerprint);
         weights.push_back(load_weights(c.out));
@@ -188,23 +208,44 @@ int main(int argc, char** argv) {
       results.push_back(r);
     }
 
-    std::string csv = "setting,replicas,acc_mean,acc_std,churn_mean,l2_mean,distinct_weights,seconds_per_epoch\n";
+    std::string csv = "setting,replicas,acc_mean,acc_std,churn_mean,l2_mean,distinct_weights,seconds_per_epoch,"
+                      "class_acc_std_max\n";
+    std::string groups_csv = "setting,kind,group,acc_mean,acc_std\n";
+    auto std_max = [](const std::vector<std::vector<double>>& g) {
+      double m = 0;
+      for (const auto& v : g) m = std::max(m, stddev(v));
+      return m;
+    };
     nlohmann::json j = nlohmann::json::array();
-    std::printf("\n%-10s %8s %8s %10s %10s %9s %8s\n", "setting", "acc", "acc_std", "churn", "weight_L2", "distinct", "s/epoch");
+    std::printf("\n%-10s %8s %8s %10s %10s %9s %8s %14s\n", "setting", "acc", "acc_std", "churn", "weight_L2", "distinct",
+                "s/epoch", "class_std_max");
     for (const auto& r : results) {
-      csv += fmt::format("{},{},{:.6f},{:.6f},{:.6f},{:.6g},{},{:.3f}\n", r.name, r.acc.size(), mean(r.acc), stddev(r.acc),
-                         mean(r.churn), mean(r.l2), r.distinct, r.epoch_seconds);
+      csv += fmt::format("{},{},{:.6f},{:.6f},{:.6f},{:.6g},{},{:.3f},{:.6f}\n", r.name, r.acc.size(), mean(r.acc),
+                         stddev(r.acc), mean(r.churn), mean(r.l2), r.distinct, r.epoch_seconds, std_max(r.class_acc));
+      nlohmann::json per_class = nlohmann::json::object(), per_subgroup = nlohmann::json::object();
+      for (std::size_t g = 0; g < r.class_acc.size(); ++g) {
+        per_class[r.class_names[g]] = {{"accuracy", r.class_acc[g]}, {"std", stddev(r.class_acc[g])}};
+        groups_csv += fmt::format("{},class,{},{:.6f},{:.6f}\n", r.name, r.class_names[g], mean(r.class_acc[g]),
+                                  stddev(r.class_acc[g]));
+      }
+      for (std::size_t g = 0; g < r.subgroup_acc.size(); ++g) {
+        per_subgroup[r.subgroup_names[g]] = {{"accuracy", r.subgroup_acc[g]}, {"std", stddev(r.subgroup_acc[g])}};
+        groups_csv += fmt::format("{},subgroup,{},{:.6f},{:.6f}\n", r.name, r.subgroup_names[g],
+                                  mean(r.subgroup_acc[g]), stddev(r.subgroup_acc[g]));
+      }
       j.push_back({{"setting", r.name}, {"accuracy", r.acc}, {"churn", r.churn}, {"weight_l2", r.l2},
-                   {"distinct_weight_fingerprints", r.distinct}, {"seconds_per_epoch", r.epoch_seconds}});
-      std::printf("%-10s %8.4f %8.4f %9.2f%% %10.4g %5zu/%-3zu %8.2f\n", r.name.c_str(), mean(r.acc), stddev(r.acc),
-                  100 * mean(r.churn), mean(r.l2), r.distinct, r.acc.size(), r.epoch_seconds);
+                   {"distinct_weight_fingerprints", r.distinct}, {"seconds_per_epoch", r.epoch_seconds},
+                   {"per_class", per_class}, {"per_subgroup", per_subgroup}});
+      std::printf("%-10s %8.4f %8.4f %9.2f%% %10.4g %5zu/%-3zu %8.2f %14.4f\n", r.name.c_str(), mean(r.acc), stddev(r.acc),
+                  100 * mean(r.churn), mean(r.l2), r.distinct, r.acc.size(), r.epoch_seconds, std_max(r.class_acc));
     }
     nlohmann::json doc{{"device", device}, {"model", base.model}, {"dataset", base.dataset}, {"epochs", base.epochs},
                        {"replicas", replicas}, {"settings", j}};
     ditto::write_file_atomic((fs::path(out) / "results.csv").string(), csv);
     ditto::write_file_atomic((fs::path(out) / "results.json").string(), doc.dump(2));
+    ditto::write_file_atomic((fs::path(out) / "groups.csv").string(), groups_csv);
     ditto::write_file_atomic((fs::path(out) / "results.svg").string(), svg_chart(results));
-    std::printf("\nwrote %s/results.{csv,json,svg}\n", out.c_str());
+    std::printf("\nwrote %s/results.{csv,json,svg} and groups.csv (per-class / per-subgroup spread)\n", out.c_str());
     for (const auto& r : results)
       if (r.name == "CONTROL" && r.distinct != 1) {
         std::fprintf(stderr, "CONTROL replicas are not bit-identical: %zu distinct weight fingerprints\n", r.distinct);

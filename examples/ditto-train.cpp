@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                   ->check(CLI::IsMember({"heuristic", "deterministic", "nondeterministic", "fastest"}));
   o_dk->excludes(o_k);
   app.add_option("--pin", c.pins, "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0");
+  std::string pins_from;
+  app.add_option("--pins-from", pins_from, "pin every kernel a run's manifest.json recorded (exact replay)")
+      ->check(CLI::ExistingFile);
   app.add_option("--train-size", c.train_size, "use only the first N training examples")->check(CLI::NonNegativeNumber);
   app.add_option("--test-size", c.test_size, "use only the first N test examples")->check(CLI::NonNegativeNumber);
   app.add_option("--resume", c.resume, "run folder to continue from")->check(CLI::ExistingDirectory);
@@ -59,6 +62,12 @@ int main(int argc, char** argv) {
   c.progress = !quiet;
   for (int i = 0; i < argc; ++i) c.command_line += (i ? " " : "") + std::string(argv[i]);
   try {
+    if (!pins_from.empty()) {
+      // Recorded pins first, so explicit --pin flags still override them.
+      auto recorded = ditto::pins_from_manifest(pins_from);
+      recorded.insert(recorded.end(), c.pins.begin(), c.pins.end());
+      c.pins = recorded;
+    }
     auto r = ditto::train(c);
     std::printf("final test top-1 %.4f, weights fingerprint %s, seeds init=%llu order=%llu augment=%llu\n",
                 r.test_top1, ditto::hex64(r.weights_fingerprint).c_str(), (unsigned long long)r.seed_init,

@@ -162,3 +162,35 @@ TEST_CASE("train: bad flags and data are errors naming the flag") {
   c.lr_schedule = "linear";
   CHECK_THROWS_WITH(train(c), Contains("constant, step, cosine"));
 }
+
+TEST_CASE("pins_from_manifest: every recorded kernel becomes a pin the policy accepts") {
+  nlohmann::json m = {{"ops",
+                       {{{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo0"}, {"math", "tf32"}},
+                        {{"layer", "pool1"}, {"knob", "bwd"}, {"variant", "gather"}, {"math", ""}},
+                        {{"layer", "fc1"}, {"knob", "math"}, {"variant", "fma"}, {"math", "fma"}},
+                        {{"layer", "conv2"}, {"knob", "fwd"}, {"variant", "cpu-reference"}, {"math", ""}}}}};
+  write_file_atomic("m.json", m.dump());
+  auto pins = pins_from_manifest("m.json");
+  CHECK(pins == std::vector<std::string>{"conv1.bwd_filter=algo0", "conv1.math=tf32", "pool1.bwd=gather", "fc1.math=fma"});
+  Policy p = Policy::parse(pins);
+  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo0);
+  CHECK(p.math("conv1", OpKind::Conv2d) == MathMode::Tf32);
+  write_file_atomic("bad.json", "{\"ops\": [");
+  CHECK_THROWS_WITH(pins_from_manifest("bad.json"), Catch::Matchers::Contains("bad.json"));
+  CHECK_THROWS_AS(pins_from_manifest("none.json"), IoError);
+  std::remove("m.json");
+  std::remove("bad.json");
+}
+
+TEST_CASE("train: a run's manifest replays it through pins_from_manifest") {
+  fs::remove_all("replay_a");
+  auto c = small_config("replay_a");
+  c.epochs = 1;
+  c.kernels = "fastest";
+  auto a = train(c);
+  auto r = small_config("");
+  r.epochs = 1;
+  r.kernels = "nondeterministic";  // overridden by every recorded pin
+  r.pins = pins_from_manifest("replay_a/manifest.json");
+  CHECK(train(r).weights_fingerprint == a.weights_fingerprint);
+}
