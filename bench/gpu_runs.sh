@@ -69,10 +69,28 @@ for step in "$@"; do
       timeout 200 python3 bench/peers/torch_train.py --data $DATA --model resnet18 --epochs 2 --optimizer adam --lr 4e-4 \
         --deterministic >"$L/torch_resnet18_det.log" 2>&1; log "torch resnet18 deterministic: $(tail -1 "$L/torch_resnet18_det.log")"
       ;;
+    replay)
+      # A run with --kernels fastest (algorithms chosen by timing), then a replay that pins every
+      # kernel its manifest recorded, under a policy that would otherwise pick atomics.
+      run fastest_a 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input --kernels fastest
+      run replay_a 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input \
+        --kernels nondeterministic --pins-from /tmp/runs/fastest_a/manifest.json
+      ;;
+    celeba)
+      # Subgroup sensitivity: Blond_Hair with Male subgroups on the CelebA subset, SmallCNN.
+      CEL=/tmp/celeba
+      [ -d $CEL ] || { mkdir -p $CEL && tar xzf .data/celeba64.tar.gz -C $CEL; }
+      root=$(dirname "$(find $CEL -name list_attr_celeba.txt | head -1)")
+      timeout 300 $B/examples/ditto-experiment --dataset celeba --data "$root" --epochs 3 --replicas 3 \
+        --out /tmp/runs/celeba --quiet >"$L/celeba.log" 2>&1
+      log "celeba experiment rc=$?"; tail -8 "$L/celeba.log" >>"$S"
+      cp /tmp/runs/celeba/groups.csv "$OUT/celeba_groups.csv" 2>/dev/null
+      cp /tmp/runs/celeba/results.csv "$OUT/celeba_results.csv" 2>/dev/null
+      ;;
     experiment)
       timeout 200 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$L/experiment.log" 2>&1
       log "experiment rc=$?"; tail -8 "$L/experiment.log" >>"$S"
-      cp /tmp/runs/experiment/results.* "$OUT/" 2>/dev/null
+      cp /tmp/runs/experiment/results.* /tmp/runs/experiment/groups.csv "$OUT/" 2>/dev/null
       ;;
   esac
 done

@@ -186,9 +186,18 @@ int main(int argc, char** argv) {
           for (std::size_t g = 0; g < groups; ++g) out[g].push_back(n[g] ? hit[g] / n[g] : 0.0);
         };
         r.class_names = res.class_names;
-        r.subgroup_names = res.subgroup_names;
         group_acc(res.test_labels, res.class_names.size(), r.class_acc);
-        if (!res.test_subgroups.empty()) group_acc(res.test_subgroups, res.subgroup_names.size(), r.subgroup_acc);
+        if (!res.test_subgroups.empty()) {
+          // Subgroups crossed with classes (e.g. "Blond_Hair=1 & Male=1"): the paper found the
+          // small cells the most sensitive to noise.
+          const std::size_t ns = res.subgroup_names.size();
+          std::vector<int32_t> cell(res.test_labels.size());
+          for (std::size_t i = 0; i < cell.size(); ++i) cell[i] = res.test_labels[i] * int32_t(ns) + res.test_subgroups[i];
+          group_acc(cell, res.class_names.size() * ns, r.subgroup_acc);
+          r.subgroup_names.clear();
+          for (const auto& cn : res.class_names)
+            for (const auto& sn : res.subgroup_names) r.subgroup_names.push_back(cn + " & " + sn);
+        }
         preds.push_back(res.predictions);
         prints.insert(res.weights_fingerprint);
         weights.push_back(load_weights(c.out));
