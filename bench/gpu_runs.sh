@@ -70,11 +70,12 @@ for step in "$@"; do
         --deterministic >"$L/torch_resnet18_det.log" 2>&1; log "torch resnet18 deterministic: $(tail -1 "$L/torch_resnet18_det.log")"
       ;;
     replay)
-      # A run with --kernels fastest (algorithms chosen by timing), then a replay that pins every
-      # kernel its manifest recorded, under a policy that would otherwise pick atomics.
-      run fastest_a 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input --kernels fastest
-      run replay_a 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input \
-        --kernels nondeterministic --pins-from /tmp/runs/fastest_a/manifest.json
+      # Pins cover every choice: a --kernels deterministic run, replayed from its manifest under a
+      # policy that would otherwise pick atomics everywhere, must end bit-identical.
+      run replay_src 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input --kernels deterministic
+      run replay_dst 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input \
+        --kernels nondeterministic --pins-from /tmp/runs/replay_src/manifest.json
+      (cd /tmp/runs && sha256sum replay_src/checkpoint.safetensors replay_dst/checkpoint.safetensors) | tee -a "$S"
       ;;
     celeba)
       # Subgroup sensitivity: Blond_Hair with Male subgroups on the CelebA subset, SmallCNN.
@@ -84,16 +85,14 @@ for step in "$@"; do
       timeout 300 $B/examples/ditto-experiment --dataset celeba --data "$root" --epochs 3 --replicas 3 \
         --out /tmp/runs/celeba --quiet >"$L/celeba.log" 2>&1
       log "celeba experiment rc=$?"; tail -8 "$L/celeba.log" >>"$S"
-      cp /tmp/runs/celeba/groups.csv "$OUT/celeba_groups.csv" 2>/dev/null
-      cp /tmp/runs/celeba/results.csv "$OUT/celeba_results.csv" 2>/dev/null
       ;;
     experiment)
       timeout 200 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$L/experiment.log" 2>&1
       log "experiment rc=$?"; tail -8 "$L/experiment.log" >>"$S"
-      cp /tmp/runs/experiment/results.* /tmp/runs/experiment/groups.csv "$OUT/" 2>/dev/null
       ;;
   esac
 done
-# Run folders without checkpoints (those are hashed above), one file for the trip back.
+# Run folders (experiment results, CSVs, manifests, logs) without checkpoints (those are hashed
+# above), one file for the trip back: at most 8 files come back.
 tar czf "$OUT/runs.tar.gz" -C /tmp --exclude='*.safetensors' runs 2>/dev/null
 cat "$S"
