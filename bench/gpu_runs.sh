@@ -76,6 +76,12 @@ for step in "$@"; do
       run replay_dst 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input \
         --kernels nondeterministic --pins-from /tmp/runs/replay_src/manifest.json
       (cd /tmp/runs && sha256sum replay_src/checkpoint.safetensors replay_dst/checkpoint.safetensors) | tee -a "$S"
+      # The same for a run that chose by timing (--kernels fastest, cuDNN's Find).
+      run fastest_src 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input --kernels fastest \
+        --pin '*.bias_bwd=deterministic' --pin '*.bwd=gather' --pin 'loss.reduce=deterministic'
+      run fastest_dst 120 --model smallcnn --epochs 2 --lr 4e-4 --deterministic-init --deterministic-input \
+        --kernels nondeterministic --pins-from /tmp/runs/fastest_src/manifest.json
+      (cd /tmp/runs && sha256sum fastest_src/checkpoint.safetensors fastest_dst/checkpoint.safetensors) | tee -a "$S"
       ;;
     celeba)
       # Subgroup sensitivity: Blond_Hair with Male subgroups on the CelebA subset, SmallCNN.

@@ -155,6 +155,7 @@ struct FwdTraits {
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
   static constexpr const char* kKnob = "fwd";
   static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
+  static Determinism documented(int) { return Determinism::Yes; }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_fwd(layer); }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), n, got, r);
@@ -180,6 +181,9 @@ struct BwdDataTraits {
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
   static constexpr const char* kKnob = "bwd_data";
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  static Determinism documented(int a) {
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? Determinism::No : Determinism::Yes;
+  }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_bwd_data(layer); }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), n, got, r);
@@ -205,6 +209,10 @@ struct BwdFilterTraits {
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   static constexpr const char* kKnob = "bwd_filter";
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+  static Determinism documented(int a) {
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 ? Determinism::No
+                                                                                                 : Determinism::Yes;
+  }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_bwd_filter(layer); }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), n, got,
@@ -371,13 +379,21 @@ struct Problem {
     return fmt::format("{} {}: {}, math {}", op_name(layer), T::kKnob, spec.str(), name_of(math));
   }
 
+  // A pinned algorithm is checked and labelled without running cuDNN's Find: Find autotunes
+  // inside an algorithm too, and cuDNN keeps what it found, so a Find call would change which
+  // kernel a later call of the same algorithm runs — and its bits. A pin must run what a
+  // heuristic-selected (e.g. `deterministic`) run ran, so that replaying a manifest's pins gives
+  // the same bits. The label comes from cuDNN's heuristic report, else from cuDNN's
+  // documentation of the algorithm enums (only bwd_data ALGO_0 and bwd_filter ALGO_0 / ALGO_3
+  // are documented as nondeterministic).
   Selection pinned(const std::string& layer, int algo, const char* why) {
     Selection sel;
     if (!workspace_of(algo, &sel.workspace))
       throw PolicyError(fmt::format("{}: {} algorithm '{}' is not supported by cuDNN for this shape; supported: {}",
                                     where(layer), why, name(algo), supported_str()));
     sel.algo = algo;
-    sel.det = label(algo, true);
+    sel.det = label(algo, false);
+    if (sel.det == Determinism::Unknown) sel.det = T::documented(algo);
     return sel;
   }
 
