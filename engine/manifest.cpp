@@ -22,25 +22,38 @@ const char* determinism_name(Determinism d) {
 }
 
 void Manifest::record(ManifestEntry e) {
-  auto key = std::make_pair(e.layer, e.knob);
+  auto key = std::make_tuple(e.layer, e.knob, e.shape);
   auto it = index_.find(key);
   if (it != index_.end()) {
     entries_[it->second] = std::move(e);
+    seq_[it->second] = ++next_seq_;
   } else {
     index_[key] = entries_.size();
     entries_.push_back(std::move(e));
+    seq_.push_back(++next_seq_);
   }
 }
 
-const ManifestEntry* Manifest::find(const std::string& layer, const std::string& knob) const {
-  auto it = index_.find({layer, knob});
-  return it == index_.end() ? nullptr : &entries_[it->second];
+const ManifestEntry* Manifest::find(const std::string& layer, const std::string& knob, const std::string& shape) const {
+  if (!shape.empty()) {
+    auto it = index_.find({layer, knob, shape});
+    return it == index_.end() ? nullptr : &entries_[it->second];
+  }
+  const ManifestEntry* latest = nullptr;
+  uint64_t latest_seq = 0;
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].layer == layer && entries_[i].knob == knob && (!latest || seq_[i] > latest_seq)) {
+      latest = &entries_[i];
+      latest_seq = seq_[i];
+    }
+  return latest;
 }
 
 std::vector<ManifestEntry> Manifest::entries() const { return entries_; }
 
 void Manifest::clear() {
   entries_.clear();
+  seq_.clear();
   index_.clear();
 }
 
@@ -56,6 +69,7 @@ std::string Manifest::to_json(int indent) const {
                    {"math", e.math},
                    {"workspace_bytes", e.workspace_bytes},
                    {"device", e.device}});
+    if (!e.shape.empty()) ops.back()["shape"] = e.shape;
   }
   return nlohmann::json{{"ops", ops}}.dump(indent);
 }

@@ -4,7 +4,9 @@
 // what lets a run be replayed exactly.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,22 +26,28 @@ struct ManifestEntry {
   std::string math;          // "fma", "tf32" or "" where no math mode applies
   std::size_t workspace_bytes = 0;
   std::string device;        // "cpu" or "cuda:0"
+  std::string shape;         // conv knobs: the input shape ("NxCxHxW"), since choices depend on it
 };
 
 class Manifest {
  public:
-  // Inserts or replaces the entry for (layer, knob).
+  // Inserts or replaces the entry for (layer, knob, shape).
   void record(ManifestEntry e);
-  const ManifestEntry* find(const std::string& layer, const std::string& knob) const;
+  // The entry for (layer, knob): the one of that shape, or with shape "" the most recently
+  // recorded of any shape.
+  const ManifestEntry* find(const std::string& layer, const std::string& knob, const std::string& shape = "") const;
   std::vector<ManifestEntry> entries() const;  // in first-recorded order
   void clear();
 
-  // {"ops": [ {layer, op, knob, variant, requested, deterministic, math, workspace_bytes, device}, ...]}
+  // {"ops": [ {layer, op, knob, variant, requested, deterministic, math, workspace_bytes, device,
+  //           shape (conv only)}, ...]}
   std::string to_json(int indent = 2) const;
 
  private:
   std::vector<ManifestEntry> entries_;
-  std::map<std::pair<std::string, std::string>, std::size_t> index_;
+  std::vector<uint64_t> seq_;  // when each entry was last recorded
+  uint64_t next_seq_ = 0;
+  std::map<std::tuple<std::string, std::string, std::string>, std::size_t> index_;
 };
 
 // Writes text to path atomically: to a temporary file beside it, then rename. Throws IoError

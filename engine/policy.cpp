@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "engine/error.h"
 
@@ -131,6 +132,15 @@ Policy& Policy::set(const std::string& rule) {
   if (eq == std::string::npos || eq == 0 || eq + 1 == rule.size())
     throw PolicyError(fmt::format("policy rule '{}': expected LAYER.KNOB=VALUE, LAYER=MODE or *=MODE", rule));
   std::string lhs = rule.substr(0, eq), value = rule.substr(eq + 1);
+  std::string shape;
+  if (auto at = lhs.find('@'); at != std::string::npos) {
+    shape = lhs.substr(at + 1);
+    lhs = lhs.substr(0, at);
+    bool ok = !shape.empty() && std::isdigit(static_cast<unsigned char>(shape.front())) &&
+              std::isdigit(static_cast<unsigned char>(shape.back()));
+    for (char ch : shape) ok = ok && (std::isdigit(static_cast<unsigned char>(ch)) || ch == 'x');
+    if (!ok) throw PolicyError(fmt::format("policy rule '{}': a shape is written NxCxHxW, got '{}'", rule, shape));
+  }
   std::string layer = lhs, knob = "*";
   if (auto dot = lhs.rfind('.'); dot != std::string::npos) {
     layer = lhs.substr(0, dot);
@@ -138,6 +148,9 @@ Policy& Policy::set(const std::string& rule) {
     if (layer.empty() || knob.empty())
       throw PolicyError(fmt::format("policy rule '{}': empty layer or knob name", rule));
   }
+  if (!shape.empty() && (layer == "*" || (knob != "fwd" && knob != "bwd_data" && knob != "bwd_filter")))
+    throw PolicyError(fmt::format("policy rule '{}': only a named layer's fwd, bwd_data or bwd_filter knob takes @SHAPE",
+                                  rule));
   if (knob == "*") {
     if (!is_mode_word(value))
       throw PolicyError(fmt::format("policy rule '{}': a rule for all knobs takes a mode, one of {}; "
@@ -160,7 +173,7 @@ Policy& Policy::set(const std::string& rule) {
       throw PolicyError(fmt::format("policy rule '{}': unknown variant '{}' for knob '{}'; valid: {}", rule,
                                     value, knob, fmt::join(accepted, ", ")));
   }
-  rules_.push_back({layer, knob, value});
+  rules_.push_back({layer, knob, value, shape});
   rule_text_.push_back(rule);
   return *this;
 }
@@ -175,7 +188,14 @@ Policy& Policy::pin(const std::string& l, BnBwd b) { return set(l + ".bwd=" + na
 Policy& Policy::pin(const std::string& l, Reduction r) { return set(l + ".reduce=" + name_of(r)); }
 Policy& Policy::pin(const std::string& l, CublasAtomics c) { return set(l + ".cublas_atomics=" + name_of(c)); }
 
-std::string Policy::lookup(const std::string& layer, const std::string& knob, OpKind kind) const {
+std::string shape_key(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
+  return out;
+}
+
+std::string Policy::lookup(const std::string& layer, const std::string& knob, OpKind kind,
+                           const std::string& shape) const {
   const KnobSpec* spec = find_spec(knob, kind);
   int best_rank = -1;
   std::string best = "heuristic";
@@ -193,10 +213,11 @@ std::string Policy::lookup(const std::string& layer, const std::string& knob, Op
                                       fmt::join(kModeWords, ", ")));
     }
     if (r.knob != "*" && r.knob != knob) continue;
+    if (!r.shape.empty() && r.shape != shape) continue;  // a rule for another input shape
     // A wildcard-layer rule applies only where the value fits this op kind (`*.bwd=gather` is
     // meant for pools, not batch norm).
     if (!layer_specific && r.knob != "*" && !(spec && value_ok(*spec, r.value))) continue;
-    int rank = (layer_specific ? 2 : 0) + (r.knob != "*" ? 1 : 0);
+    int rank = (layer_specific ? 2 : 0) + (r.knob != "*" ? 1 : 0) + (r.shape.empty() ? 0 : 4);
     if (rank >= best_rank) {
       best_rank = rank;
       best = r.value;
@@ -216,14 +237,14 @@ AlgoChoice<Algo> algo_choice(const std::string& v, const char* const (&names)[N]
 }
 }  // namespace
 
-AlgoChoice<ConvFwdAlgo> Policy::conv_fwd(const std::string& layer) const {
-  return algo_choice<ConvFwdAlgo>(lookup(layer, "fwd", OpKind::Conv2d), kFwdNames);
+AlgoChoice<ConvFwdAlgo> Policy::conv_fwd(const std::string& layer, const std::string& shape) const {
+  return algo_choice<ConvFwdAlgo>(lookup(layer, "fwd", OpKind::Conv2d, shape), kFwdNames);
 }
-AlgoChoice<ConvBwdDataAlgo> Policy::conv_bwd_data(const std::string& layer) const {
-  return algo_choice<ConvBwdDataAlgo>(lookup(layer, "bwd_data", OpKind::Conv2d), kBwdDataNames);
+AlgoChoice<ConvBwdDataAlgo> Policy::conv_bwd_data(const std::string& layer, const std::string& shape) const {
+  return algo_choice<ConvBwdDataAlgo>(lookup(layer, "bwd_data", OpKind::Conv2d, shape), kBwdDataNames);
 }
-AlgoChoice<ConvBwdFilterAlgo> Policy::conv_bwd_filter(const std::string& layer) const {
-  return algo_choice<ConvBwdFilterAlgo>(lookup(layer, "bwd_filter", OpKind::Conv2d), kBwdFilterNames);
+AlgoChoice<ConvBwdFilterAlgo> Policy::conv_bwd_filter(const std::string& layer, const std::string& shape) const {
+  return algo_choice<ConvBwdFilterAlgo>(lookup(layer, "bwd_filter", OpKind::Conv2d, shape), kBwdFilterNames);
 }
 
 MathMode Policy::math(const std::string& layer, OpKind kind) const {

@@ -11,7 +11,11 @@
 //   nondeterministic conv: the atomics algorithm where one exists (bwd_data ALGO_0, bwd_filter
 //                    ALGO_0); every reduction by atomicAdd; max-pool backward by atomic scatter
 //   fastest          conv: autotune among all algorithms; other knobs as heuristic
-// The most specific rule wins (LAYER.KNOB > LAYER=* > *.KNOB > *=*); among equals the last.
+// A convolution knob may also be qualified by the layer's input shape, "LAYER.KNOB@NxCxHxW=VALUE"
+// (e.g. conv1.bwd_filter@80x3x32x32=algo1): cuDNN's choices depend on the shape, so a final
+// partial batch may run another algorithm than the full ones, and an exact replay pins each.
+// The most specific rule wins (LAYER.KNOB@SHAPE > LAYER.KNOB > LAYER=* > *.KNOB > *=*); among
+// equals the last.
 // Knobs and their variants (see knobs() for the authoritative table):
 //   conv2d:    fwd, bwd_data, bwd_filter (cuDNN algorithm names), math (fma|tf32),
 //              bias_bwd (atomic|deterministic|cudnn)
@@ -20,6 +24,7 @@
 //   batchnorm: bwd (cudnn|atomic|deterministic)
 //   softmax_xent: reduce (atomic|deterministic)
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -71,6 +76,9 @@ struct KnobSpec {
 // The table every policy string is checked against: one row per (knob, op kind).
 const std::vector<KnobSpec>& knobs();
 
+// "NxCxHxW": how shapes are written in @SHAPE rules and manifest entries.
+std::string shape_key(const std::vector<int64_t>& shape);
+
 class Policy {
  public:
   Policy() = default;
@@ -90,9 +98,10 @@ class Policy {
 
   // Resolution for one layer. Throws PolicyError if a rule naming this layer uses a knob that
   // its op kind lacks.
-  AlgoChoice<ConvFwdAlgo> conv_fwd(const std::string& layer) const;
-  AlgoChoice<ConvBwdDataAlgo> conv_bwd_data(const std::string& layer) const;
-  AlgoChoice<ConvBwdFilterAlgo> conv_bwd_filter(const std::string& layer) const;
+  // shape: the convolution's input shape as shape_key() writes it ("" matches no @SHAPE rule).
+  AlgoChoice<ConvFwdAlgo> conv_fwd(const std::string& layer, const std::string& shape = "") const;
+  AlgoChoice<ConvBwdDataAlgo> conv_bwd_data(const std::string& layer, const std::string& shape = "") const;
+  AlgoChoice<ConvBwdFilterAlgo> conv_bwd_filter(const std::string& layer, const std::string& shape = "") const;
   MathMode math(const std::string& layer, OpKind kind) const;
   BiasBwd bias_bwd(const std::string& layer, OpKind kind) const;
   PoolBwd pool_bwd(const std::string& layer) const;
@@ -112,8 +121,9 @@ class Policy {
   const std::vector<std::string>& rules() const { return rule_text_; }
 
  private:
-  struct Rule { std::string layer, knob, value; };
-  std::string lookup(const std::string& layer, const std::string& knob, OpKind kind) const;
+  struct Rule { std::string layer, knob, value, shape; };
+  std::string lookup(const std::string& layer, const std::string& knob, OpKind kind,
+                     const std::string& shape = "") const;
   std::vector<Rule> rules_;
   std::vector<std::string> rule_text_;
 };

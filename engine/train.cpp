@@ -215,7 +215,9 @@ std::vector<std::string> pins_from_manifest(const std::string& path) {
   for (const auto& op : m["ops"]) {
     const std::string variant = op.value("variant", "");
     if (variant.empty() || variant == "cpu-reference" || variant == "reference") continue;
-    pins.push_back(fmt::format("{}.{}={}", op.value("layer", ""), op.value("knob", ""), variant));
+    const std::string shape = op.value("shape", "");
+    pins.push_back(fmt::format("{}.{}{}={}", op.value("layer", ""), op.value("knob", ""), shape.empty() ? "" : "@" + shape,
+                               variant));
     // Convolution entries carry their math mode rather than a knob entry of its own.
     const std::string math = op.value("math", "");
     if (!math.empty() && op.value("knob", "") != "math") pins.push_back(fmt::format("{}.math={}", op.value("layer", ""), math));

@@ -62,8 +62,8 @@ struct TrainResult {
   double test_top1 = 0;
 };
 
-// Pins that reproduce every kernel choice a run made: one "layer.knob=variant" per manifest
-// entry (entries of the CPU reference, which has no variants, are skipped). With them a replay
+// Pins that reproduce every kernel choice a run made: one "layer.knob[@shape]=variant" per
+// manifest entry (entries of the CPU reference, which has no variants, are skipped). With them a replay
 // runs the same algorithms even where the original chose by timing (`fastest`) or where another
 // cuDNN would rank algorithms differently. Throws DataError naming the file for a manifest that
 // cannot be read.

@@ -156,7 +156,9 @@ struct FwdTraits {
   static constexpr const char* kKnob = "fwd";
   static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
   static Determinism documented(int) { return Determinism::Yes; }
-  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_fwd(layer); }
+  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
+    return p.conv_fwd(layer, shape);
+  }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), n, got, r);
   }
@@ -184,7 +186,9 @@ struct BwdDataTraits {
   static Determinism documented(int a) {
     return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? Determinism::No : Determinism::Yes;
   }
-  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_bwd_data(layer); }
+  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
+    return p.conv_bwd_data(layer, shape);
+  }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), n, got, r);
   }
@@ -213,7 +217,9 @@ struct BwdFilterTraits {
     return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 ? Determinism::No
                                                                                                  : Determinism::Yes;
   }
-  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer) { return p.conv_bwd_filter(layer); }
+  static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
+    return p.conv_bwd_filter(layer, shape);
+  }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), n, got,
                                                          r);
@@ -457,7 +463,8 @@ struct Problem {
 template <class T>
 void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec, const ConvOperands& ops) {
   const MathMode math = ctx.policy().math(layer, OpKind::Conv2d);
-  const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer);
+  const std::string shape = shape_key(spec.x);
+  const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer, shape);
   Problem<T> prob(ctx, spec, math);
   const Selection sel = prob.select(layer, choice);
   detail::Workspace ws(ctx.cuda(), sel.workspace);
@@ -474,7 +481,7 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
                                   prob.supported_str()));
   DITTO_CUDNN_CHECK(status);
   ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
-                         name_of(math), sel.workspace, ctx.device().str()});
+                         name_of(math), sel.workspace, ctx.device().str(), shape});
 }
 
 void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested) {

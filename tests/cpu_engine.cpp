@@ -133,10 +133,17 @@ TEST_CASE("manifest: entries are per (layer, knob), JSON holds every field") {
   m.record({"conv1", "conv2d", "bwd_filter", "algo0", "pinned", Determinism::No, "fma", 1024, "cuda:0"});
   m.record({"conv1", "conv2d", "fwd", "implicit_gemm", "heuristic", Determinism::Yes, "fma", 0, "cuda:0"});
   m.record({"conv1", "conv2d", "bwd_filter", "algo1", "deterministic", Determinism::Yes, "fma", 2048, "cuda:0"});
-  REQUIRE(m.entries().size() == 2);
+  // conv choices depend on the input shape: one entry per shape
+  m.record({"conv1", "conv2d", "bwd_filter", "algo0", "pinned", Determinism::No, "fma", 0, "cuda:0", "80x3x32x32"});
+  CHECK(m.find("conv1", "bwd_filter", "80x3x32x32")->variant == "algo0");
+  CHECK(m.find("conv1", "bwd_filter")->variant == "algo0");  // the latest of any shape
+  CHECK(nlohmann::json::parse(m.to_json())["ops"][2]["shape"] == "80x3x32x32");
+  m.record({"conv1", "conv2d", "bwd_filter", "algo1", "pinned", Determinism::Yes, "fma", 0, "cuda:0", "80x3x32x32"});
+  CHECK(m.find("conv1", "bwd_filter", "80x3x32x32")->variant == "algo1");
+  REQUIRE(m.entries().size() == 3);
   CHECK(m.find("conv1", "bwd_filter")->variant == "algo1");
   auto j = nlohmann::json::parse(m.to_json());
-  REQUIRE(j["ops"].size() == 2);
+  REQUIRE(j["ops"].size() == 3);
   CHECK(j["ops"][0]["knob"] == "bwd_filter");
   CHECK(j["ops"][0]["variant"] == "algo1");
   CHECK(j["ops"][0]["deterministic"] == "yes");

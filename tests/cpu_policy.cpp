@@ -116,3 +116,17 @@ TEST_CASE("policy: requested() reports pinned or the mode word, for manifests") 
   CHECK(p.requested("fc3", "cublas_atomics", OpKind::Linear) == "nondeterministic");
   CHECK(Policy{}.requested("loss", "reduce", OpKind::SoftmaxXent) == "heuristic");
 }
+
+TEST_CASE("policy: shape-qualified conv rules beat plain ones, for their shape only") {
+  Policy p = Policy::parse({"*=deterministic", "conv1.bwd_filter=algo1", "conv1.bwd_filter@80x3x32x32=winograd_nonfused"});
+  CHECK(p.conv_bwd_filter("conv1", "128x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
+  CHECK(p.conv_bwd_filter("conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::WinogradNonfused);
+  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo1);
+  CHECK(p.conv_bwd_filter("conv2", "80x3x32x32").mode == SelectMode::Deterministic);
+  CHECK(shape_key({80, 3, 32, 32}) == "80x3x32x32");
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(Policy::parse({"conv1.bwd_filter@80x3=algo1x"}), Contains("unknown variant"));
+  CHECK_THROWS_WITH(Policy::parse({"conv1.bwd_filter@80,3=algo1"}), Contains("NxCxHxW"));
+  CHECK_THROWS_WITH(Policy::parse({"pool1.bwd@8x3x4x4=gather"}), Contains("only a named layer's fwd"));
+  CHECK_THROWS_WITH(Policy::parse({"*.fwd@8x3x4x4=gemm"}), Contains("only a named layer's fwd"));
+}

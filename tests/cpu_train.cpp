@@ -166,14 +166,18 @@ TEST_CASE("train: bad flags and data are errors naming the flag") {
 TEST_CASE("pins_from_manifest: every recorded kernel becomes a pin the policy accepts") {
   nlohmann::json m = {{"ops",
                        {{{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo0"}, {"math", "tf32"}},
+                        {{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo1"}, {"math", "tf32"},
+                         {"shape", "80x3x32x32"}},
                         {{"layer", "pool1"}, {"knob", "bwd"}, {"variant", "gather"}, {"math", ""}},
                         {{"layer", "fc1"}, {"knob", "math"}, {"variant", "fma"}, {"math", "fma"}},
                         {{"layer", "conv2"}, {"knob", "fwd"}, {"variant", "cpu-reference"}, {"math", ""}}}}};
   write_file_atomic("m.json", m.dump());
   auto pins = pins_from_manifest("m.json");
-  CHECK(pins == std::vector<std::string>{"conv1.bwd_filter=algo0", "conv1.math=tf32", "pool1.bwd=gather", "fc1.math=fma"});
+  CHECK(pins == std::vector<std::string>{"conv1.bwd_filter=algo0", "conv1.math=tf32", "conv1.bwd_filter@80x3x32x32=algo1",
+                                         "conv1.math=tf32", "pool1.bwd=gather", "fc1.math=fma"});
   Policy p = Policy::parse(pins);
   CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo0);
+  CHECK(p.conv_bwd_filter("conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
   CHECK(p.math("conv1", OpKind::Conv2d) == MathMode::Tf32);
   write_file_atomic("bad.json", "{\"ops\": [");
   CHECK_THROWS_WITH(pins_from_manifest("bad.json"), Catch::Matchers::Contains("bad.json"));
