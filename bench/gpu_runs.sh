@@ -92,6 +92,15 @@ for step in "$@"; do
         --out /tmp/runs/celeba --quiet >"$L/celeba.log" 2>&1
       log "celeba experiment rc=$?"; tail -8 "$L/celeba.log" >>"$S"
       ;;
+    opnoise)
+      # Per-op micro-experiment on three ResNet-18-like layers (stem, mid, last stage).
+      for shp in "128 3 32 64" "128 128 16 128" "128 512 4 512"; do
+        set -- $shp
+        timeout 200 $B/bench/op_noise --n $1 --c $2 --hw $3 --k $4 --runs 20 --out /tmp/runs/op_noise_$2x$3 \
+          >"$L/op_noise_$2x$3.log" 2>&1
+        log "op_noise n=$1 c=$2 hw=$3 k=$4 rc=$?"; cat "$L/op_noise_$2x$3.log" >>"$S"
+      done
+      ;;
     experiment)
       timeout 200 $B/examples/ditto-experiment --out /tmp/runs/experiment --quiet >"$L/experiment.log" 2>&1
       log "experiment rc=$?"; tail -8 "$L/experiment.log" >>"$S"

@@ -1,0 +1,205 @@
+// op_noise: the per-op determinism micro-experiment. For one shape, runs every variant of every
+// op family (each conv direction with every algorithm cuDNN supports, max-pool backward, bias
+// gradient, batch-norm backward, loss reduction) `--runs` times on the same inputs and reports,
+// per variant: how many distinct results (bitwise, by fingerprint), the largest elementwise
+// difference from the first result (how big the noise is), and microseconds per call.
+// Writes op_noise.csv and op_noise.json to --out.
+//   op_noise --n 32 --c 64 --hw 32 --k 64 --r 3 --runs 20 --out runs/op_noise
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "kernels/batchnorm.h"
+#include "kernels/bias.h"
+#include "kernels/conv2d.h"
+#include "kernels/loss.h"
+#include "kernels/pool.h"
+
+using namespace ditto;
+
+namespace {
+
+struct Row {
+  std::string op, knob, variant, shape;
+  std::size_t distinct = 0;
+  int runs = 0;
+  double max_abs_diff = 0, us_per_call = 0;
+};
+
+std::vector<float> randoms(int64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Runs `fn` (one call of the op under test, returning the tensor whose bits are compared)
+// `runs` times after 3 warm-ups.
+Row measure(Context& ctx, int runs, const std::function<Tensor()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  ctx.synchronize();
+  std::set<uint64_t> prints;
+  std::vector<float> first;
+  double max_diff = 0, us = 0;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor out = fn();
+    ctx.synchronize();
+    us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    prints.insert(out.fingerprint());
+    auto v = out.to_host_f32();
+    if (first.empty()) first = v;
+    for (std::size_t j = 0; j < v.size(); ++j) max_diff = std::max(max_diff, double(std::fabs(v[j] - first[j])));
+  }
+  Row r;
+  r.distinct = prints.size();
+  r.runs = runs;
+  r.max_abs_diff = max_diff;
+  r.us_per_call = us / runs;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"op_noise: distinct results per kernel variant, on one shape"};
+  int64_t n = 32, c = 64, hw = 32, k = 64;
+  int r = 3, stride = 1, runs = 20;
+  std::string device = "cuda", out = "runs/op_noise";
+  app.add_option("--n", n, "batch")->check(CLI::PositiveNumber);
+  app.add_option("--c", c, "input channels")->check(CLI::PositiveNumber);
+  app.add_option("--hw", hw, "height = width")->check(CLI::PositiveNumber);
+  app.add_option("--k", k, "output channels")->check(CLI::PositiveNumber);
+  app.add_option("--r", r, "kernel size (padding r/2)")->check(CLI::PositiveNumber);
+  app.add_option("--stride", stride)->check(CLI::PositiveNumber);
+  app.add_option("--runs", runs, "calls per variant")->check(CLI::Range(2, 10000));
+  app.add_option("--device", device);
+  app.add_option("--out", out);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const Device dev = Device::parse(device);
+    if (!dev.is_cuda()) throw Error("--device: op_noise measures GPU kernels; the CPU has one path per op");
+    Conv2dParams p;
+    p.stride_h = p.stride_w = stride;
+    p.pad_h = p.pad_w = r / 2;
+    const Shape xs{n, c, hw, hw}, ws{k, c, r, r};
+    const Shape ys = conv2d_output_shape("conv", xs, ws, p);
+    const std::string shape = fmt::format("x{} w{}", shape_str(xs), shape_str(ws));
+    const auto xv = randoms(shape_numel(xs), 1), wv = randoms(shape_numel(ws), 2), dyv = randoms(shape_numel(ys), 3);
+    std::vector<Row> rows;
+    auto add = [&](Row row, std::string op, std::string knob, std::string variant, std::string sh) {
+      row.op = std::move(op);
+      row.knob = std::move(knob);
+      row.variant = std::move(variant);
+      row.shape = std::move(sh);
+      std::printf("%-13s %-11s %-22s %4zu/%-4d  max|diff| %-10.3g %9.1f us\n", row.op.c_str(), row.knob.c_str(),
+                  row.variant.c_str(), row.distinct, row.runs, row.max_abs_diff, row.us_per_call);
+      std::fflush(stdout);
+      rows.push_back(row);
+    };
+
+    // Convolution: every algorithm cuDNN supports for each direction (a fresh context each, so
+    // no cache or autotuning state carries over).
+    for (std::string dir : {"fwd", "bwd_data", "bwd_filter"}) {
+      std::vector<std::string> algos;
+      {
+        Context probe(dev);
+        algos = conv_supported_algos(probe, dir, xs, ws, p);
+      }
+      for (const auto& algo : algos) {
+        Context ctx(dev, Policy::parse({"conv." + dir + "=" + algo}));
+        Tensor x = ctx.from_host(xv, xs), w = ctx.from_host(wv, ws), dy = ctx.from_host(dyv, ys);
+        Row row = measure(ctx, runs, [&] {
+          if (dir == "fwd") return conv2d_forward(ctx, "conv", x, w, p);
+          if (dir == "bwd_data") return conv2d_backward_data(ctx, "conv", dy, w, xs, p);
+          return conv2d_backward_filter(ctx, "conv", x, dy, ws, p);
+        });
+        add(row, "conv2d", dir, algo, shape);
+      }
+    }
+    // Bias gradient of the conv output (db over N*H*W per channel).
+    for (std::string v : {"atomic", "deterministic", "cudnn"}) {
+      Context ctx(dev, Policy::parse({"conv.bias_bwd=" + v}));
+      Var y(ctx.from_host(dyv, ys), true), b(ctx.zeros({ys[1]}), true);
+      Tensor seed = ctx.from_host(dyv, ys);
+      add(measure(ctx, runs, [&] {
+            b.zero_grad();
+            ctx.tape().backward(ctx, bias_add(ctx, "conv", OpKind::Conv2d, y, b), seed);
+            return b.grad();
+          }),
+          "bias_add", "bias_bwd", v, fmt::format("dy{}", shape_str(ys)));
+    }
+    // Max-pool 3x3 stride 2 pad 1 (overlapping windows) on the conv input.
+    const PoolParams pp{3, 3, 2, 2, 1, 1};
+    const Shape ps = pool_output_shape(xs, pp);
+    const auto pdy = randoms(shape_numel(ps), 4);
+    for (std::string v : {"cudnn", "cudnn-deterministic", "atomic-scatter", "gather"}) {
+      Context ctx(dev, Policy::parse({"pool.bwd=" + v}));
+      Var x(ctx.from_host(xv, xs), true);
+      Tensor seed = ctx.from_host(pdy, ps);
+      add(measure(ctx, runs, [&] {
+            x.zero_grad();
+            ctx.tape().backward(ctx, max_pool2d(ctx, "pool", x, pp), seed);
+            return x.grad();
+          }),
+          "max_pool2d", "bwd", v, fmt::format("x{} 3x3/2", shape_str(xs)));
+    }
+    // Batch norm (training) on the conv input: dgamma is the reduced quantity.
+    for (std::string v : {"cudnn", "atomic", "deterministic"}) {
+      Context ctx(dev, Policy::parse({"bn.bwd=" + v}));
+      Var x(ctx.from_host(xv, xs), true), g(ctx.full({c}, 1.f), true), be(ctx.zeros({c}), true);
+      BatchNormState st{ctx.zeros({c}), ctx.full({c}, 1.f)};
+      Tensor seed = ctx.from_host(xv, xs);
+      add(measure(ctx, runs, [&] {
+            g.zero_grad();
+            ctx.tape().backward(ctx, batch_norm(ctx, "bn", x, g, be, st, true), seed);
+            return g.grad();
+          }),
+          "batch_norm", "bwd", v, fmt::format("x{}", shape_str(xs)));
+    }
+    // Loss over a batch of n*hw*hw rows of 10 classes (the batch reduction is what varies).
+    const int64_t rows_n = n * hw * hw;
+    const auto logits_v = randoms(rows_n * 10, 5);
+    std::vector<int32_t> labels(static_cast<std::size_t>(rows_n));
+    for (int64_t i = 0; i < rows_n; ++i) labels[i] = static_cast<int32_t>(i % 10);
+    for (std::string v : {"atomic", "deterministic"}) {
+      Context ctx(dev, Policy::parse({"loss.reduce=" + v}));
+      Var logits(ctx.from_host(logits_v, {rows_n, 10}), false);
+      Tensor lab = ctx.from_host(labels, {rows_n});
+      add(measure(ctx, runs, [&] { return softmax_cross_entropy(ctx, "loss", logits, lab).value(); }), "softmax_xent",
+          "reduce", v, fmt::format("logits[{}, 10]", rows_n));
+    }
+
+    std::string csv = "op,knob,variant,shape,distinct,runs,max_abs_diff,us_per_call\n";
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& row : rows) {
+      csv += fmt::format("{},{},{},\"{}\",{},{},{:.6g},{:.2f}\n", row.op, row.knob, row.variant, row.shape, row.distinct,
+                         row.runs, row.max_abs_diff, row.us_per_call);
+      j.push_back({{"op", row.op}, {"knob", row.knob}, {"variant", row.variant}, {"shape", row.shape},
+                   {"distinct", row.distinct}, {"runs", row.runs}, {"max_abs_diff", row.max_abs_diff},
+                   {"us_per_call", row.us_per_call}});
+    }
+    Context info_ctx(dev);
+    auto info = info_ctx.runtime_info();
+    nlohmann::json doc{{"gpu", info.gpu_name}, {"cudnn", info.cudnn}, {"git_commit", info.git_commit}, {"rows", j}};
+    std::filesystem::create_directories(out);
+    write_file_atomic((std::filesystem::path(out) / "op_noise.csv").string(), csv);
+    write_file_atomic((std::filesystem::path(out) / "op_noise.json").string(), doc.dump(2));
+    std::printf("wrote %s/op_noise.{csv,json}\n", out.c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "op_noise: %s\n", e.what());
+    return 2;
+  }
+}
