@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,15 @@ using namespace ditto;
 namespace fs = std::filesystem;
 
 namespace {
-TrainConfig small_config(const std::string& out) {
+// Run folders go to a scratch folder of this process, never into the caller's working tree.
+std::string scratch(const std::string& name) {
+  static const fs::path root = fs::temp_directory_path() / ("ditto_cpu_train_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  return name.empty() ? "" : (root / name).string();
+}
+
+TrainConfig small_config(const std::string& name) {
+  const std::string out = scratch(name);
   TrainConfig c;
   c.model = "smallcnn";
   c.dataset = "synthetic";
@@ -81,19 +90,19 @@ TEST_CASE("nets: names, parameter counts, unknown models") {
 }
 
 TEST_CASE("train: two CPU runs of SmallCNN on synthetic data are bit-identical; outputs are complete") {
-  fs::remove_all("train_a");
-  fs::remove_all("train_b");
+  fs::remove_all(scratch("train_a"));
+  fs::remove_all(scratch("train_b"));
   auto a = train(small_config("train_a"));
   auto b = train(small_config("train_b"));
   REQUIRE(a.log.size() == 2);
   CHECK(a.weights_fingerprint == b.weights_fingerprint);
   CHECK(a.predictions == b.predictions);
-  CHECK(slurp("train_a/checkpoint.safetensors") == slurp("train_b/checkpoint.safetensors"));
-  CHECK(slurp("train_a/predictions.csv") == slurp("train_b/predictions.csv"));
+  CHECK(slurp(scratch("train_a") + "/checkpoint.safetensors") == slurp(scratch("train_b") + "/checkpoint.safetensors"));
+  CHECK(slurp(scratch("train_a") + "/predictions.csv") == slurp(scratch("train_b") + "/predictions.csv"));
   // learning happened (the synthetic classes overlap, so two tiny epochs only lower the loss)
   CHECK(a.log[1].loss < a.log[0].loss);
 
-  auto m = nlohmann::json::parse(slurp("train_a/manifest.json"));
+  auto m = nlohmann::json::parse(slurp(scratch("train_a") + "/manifest.json"));
   CHECK(m["seeds"]["init"]["value"] == 0);
   CHECK(m["seeds"]["init"]["source"] == "deterministic switch");
   CHECK(m["policy"]["kernels"] == "deterministic");
@@ -101,14 +110,14 @@ TEST_CASE("train: two CPU runs of SmallCNN on synthetic data are bit-identical; 
   CHECK(m["ops"].size() > 5);
   CHECK(m["replay"].get<std::string>().find("--seed-init 0") != std::string::npos);
   CHECK(m["results"]["weights_fingerprint"] == hex64(a.weights_fingerprint));
-  std::string log = slurp("train_a/log.csv");
+  std::string log = slurp(scratch("train_a") + "/log.csv");
   CHECK(log.rfind("epoch,lr,loss,train_acc,test_top1,test_top5,seconds\n", 0) == 0);
   CHECK(std::count(log.begin(), log.end(), '\n') == 3);
-  std::string pred = slurp("train_a/predictions.csv");
+  std::string pred = slurp(scratch("train_a") + "/predictions.csv");
   CHECK(std::count(pred.begin(), pred.end(), '\n') == 65);
-  CHECK(fs::exists("train_a/metrics.json"));
+  CHECK(fs::exists(scratch("train_a") + "/metrics.json"));
   // no temporaries left behind
-  for (const auto& e : fs::directory_iterator("train_a")) CHECK(e.path().string().find(".tmp.") == std::string::npos);
+  for (const auto& e : fs::directory_iterator(scratch("train_a"))) CHECK(e.path().string().find(".tmp.") == std::string::npos);
 }
 
 TEST_CASE("train: seeds drawn from the OS differ between runs and are recorded") {
@@ -126,17 +135,17 @@ TEST_CASE("train: seeds drawn from the OS differ between runs and are recorded")
 }
 
 TEST_CASE("train: resuming after epoch 1 ends bit-identical to an uninterrupted run") {
-  fs::remove_all("resume_full");
-  fs::remove_all("resume_part");
+  fs::remove_all(scratch("resume_full"));
+  fs::remove_all(scratch("resume_part"));
   auto full = train(small_config("resume_full"));
   auto part_cfg = small_config("resume_part");
   part_cfg.epochs = 1;
   train(part_cfg);
   auto cont = small_config("resume_part");
-  cont.resume = "resume_part";
+  cont.resume = scratch("resume_part");
   auto resumed = train(cont);
   CHECK(resumed.weights_fingerprint == full.weights_fingerprint);
-  CHECK(slurp("resume_part/checkpoint.safetensors") == slurp("resume_full/checkpoint.safetensors"));
+  CHECK(slurp(scratch("resume_part") + "/checkpoint.safetensors") == slurp(scratch("resume_full") + "/checkpoint.safetensors"));
   REQUIRE(resumed.log.size() == 2);
   CHECK(resumed.log[0].loss == Approx(full.log[0].loss).epsilon(1e-7));  // read back from log.csv text
 }
@@ -153,7 +162,8 @@ TEST_CASE("train: bad flags and data are errors naming the flag") {
   c.dataset = "cifar10";
   c.data = "/nonexistent";
   CHECK_THROWS_WITH(train(c), Contains("--data"));
-  c = small_config("/proc/ditto-cannot-write-here");
+  c = small_config("");
+  c.out = "/proc/ditto-cannot-write-here";
   CHECK_THROWS_WITH(train(c), Contains("--out"));
   c = small_config("");
   c.train_size = 100000;
@@ -187,7 +197,7 @@ TEST_CASE("pins_from_manifest: every recorded kernel becomes a pin the policy ac
 }
 
 TEST_CASE("train: a run's manifest replays it through pins_from_manifest") {
-  fs::remove_all("replay_a");
+  fs::remove_all(scratch("replay_a"));
   auto c = small_config("replay_a");
   c.epochs = 1;
   c.kernels = "fastest";
@@ -195,6 +205,6 @@ TEST_CASE("train: a run's manifest replays it through pins_from_manifest") {
   auto r = small_config("");
   r.epochs = 1;
   r.kernels = "nondeterministic";  // overridden by every recorded pin
-  r.pins = pins_from_manifest("replay_a/manifest.json");
+  r.pins = pins_from_manifest(scratch("replay_a") + "/manifest.json");
   CHECK(train(r).weights_fingerprint == a.weights_fingerprint);
 }
