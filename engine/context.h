@@ -54,6 +54,8 @@ class Context {
   const Policy& policy() const { return policy_; }
   Manifest& manifest() { return manifest_; }
   Tape& tape() { return tape_; }
+  // Observer of every op (engine/tracer.h); the caller owns it. nullptr: no tracing.
+  void set_tracer(Tracer* t) { tape_.set_tracer(t); }
   bool debug_sync() const { return debug_sync_; }
 
   bool grad_enabled() const { return grad_enabled_; }

@@ -4,6 +4,7 @@
 
 #include "engine/context.h"
 #include "engine/error.h"
+#include "engine/tracer.h"
 #include "kernels/elementwise.h"
 
 namespace ditto {
@@ -27,8 +28,36 @@ void Var::zero_grad() const {
   if (node_) node_->grad = Tensor();
 }
 
-void Tape::record(std::string op, std::string layer, BackwardFn fn) {
-  entries_.push_back({std::move(op), std::move(layer), std::move(fn)});
+void Tape::record(std::string op, std::string layer, std::vector<TapeInput> inputs, Var output, BackwardFn fn) {
+  if (tracer_) {
+    std::vector<TracedTensor> in;
+    for (const auto& i : inputs) in.push_back({i.name, &i.var.value()});
+    tracer_->event("fwd", layer, op, in, {{"y", &output.value()}});
+  }
+  entries_.push_back({std::move(op), std::move(layer), std::move(inputs), std::move(output), std::move(fn)});
+}
+
+void Tape::run_traced(Context& ctx, Entry& e) {
+  // Inputs of a backward closure: the upstream gradient, the forward values it reads, and any
+  // gradient already accumulated into an input (fan-out), since the closure adds to it.
+  if (!e.output.grad().defined()) return e.fn(ctx);  // nothing flows back through this op
+  std::vector<TracedTensor> in{{"dy", &e.output.grad()}};
+  std::vector<std::string> acc_names, grad_names;
+  for (const auto& i : e.inputs) in.push_back({i.name, &i.var.value()});
+  std::vector<Tensor> before;  // copies: the closure adds into the accumulated gradient in place
+  for (const auto& i : e.inputs)
+    if (i.var.requires_grad() && i.var.grad().defined()) {
+      acc_names.push_back(fmt::format("d{}_acc", i.name));
+      before.push_back(ctx.to_device(i.var.grad()));
+    }
+  for (std::size_t k = 0; k < before.size(); ++k) in.push_back({acc_names[k], &before[k]});
+  e.fn(ctx);
+  std::vector<TracedTensor> out;
+  for (const auto& i : e.inputs) grad_names.push_back(fmt::format("d{}", i.name));
+  for (std::size_t k = 0; k < e.inputs.size(); ++k)
+    if (e.inputs[k].var.requires_grad() && e.inputs[k].var.grad().defined())
+      out.push_back({grad_names[k], &e.inputs[k].var.grad()});
+  tracer_->event("bwd", e.layer, e.op, in, out);
 }
 
 void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
@@ -45,7 +74,12 @@ void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
   bool prev = ctx.grad_enabled();
   ctx.set_grad_enabled(false);
   try {
-    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) it->fn(ctx);
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+      if (tracer_)
+        run_traced(ctx, *it);
+      else
+        it->fn(ctx);
+    }
   } catch (...) {
     ctx.set_grad_enabled(prev);
     entries_.clear();

@@ -5,6 +5,9 @@
 // Tape::backward runs the closures in reverse order of recording. Gradients ACCUMULATE: a
 // contribution is added to an existing gradient (fan-out, or several backward passes before
 // zero_grad) and moved in where there is none.
+//
+// Each recorded op names its inputs and its output, so a Tracer set on the tape (see
+// engine/tracer.h) can observe every forward output and every backward closure.
 #pragma once
 #include <functional>
 #include <memory>
@@ -41,9 +44,19 @@ class Var {
 
 using BackwardFn = std::function<void(Context&)>;
 
+class Tracer;
+
+// One named input of a recorded op ("x", "w", "b", "gamma", ...).
+struct TapeInput {
+  const char* name;
+  Var var;
+};
+
 class Tape {
  public:
-  void record(std::string op, std::string layer, BackwardFn fn);
+  // Records op's backward closure. inputs and output are what the op read and produced; they
+  // are kept for the tracer (the closure holds its own references for the gradients).
+  void record(std::string op, std::string layer, std::vector<TapeInput> inputs, Var output, BackwardFn fn);
   // Seeds root's gradient (ones of root's shape when seed is undefined), runs every recorded
   // closure in reverse order, then clears the tape.
   void backward(Context& ctx, const Var& root, Tensor seed = {});
@@ -51,12 +64,20 @@ class Tape {
   std::size_t size() const { return entries_.size(); }
   std::vector<std::string> op_names() const;  // "layer:op" in recording order
 
+  // The caller keeps the tracer alive while it is set; nullptr switches tracing off.
+  void set_tracer(Tracer* t) { tracer_ = t; }
+  Tracer* tracer() const { return tracer_; }
+
  private:
   struct Entry {
     std::string op, layer;
+    std::vector<TapeInput> inputs;
+    Var output;
     BackwardFn fn;
   };
+  void run_traced(Context& ctx, Entry& e);
   std::vector<Entry> entries_;
+  Tracer* tracer_ = nullptr;
 };
 
 // True when ctx records gradients and any input requires one.

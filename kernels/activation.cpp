@@ -17,7 +17,7 @@ Var relu(Context& ctx, const Var& x) {
   bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("relu", "", [x, out](Context& c) {
+    ctx.tape().record("relu", "", {{"x", x}}, out, [x, out](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
       const int64_t n = dx.numel();

@@ -147,7 +147,7 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
 
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record(kOp, layer,
+    ctx.tape().record(kOp, layer, {{"x", x}, {"gamma", gamma}, {"beta", beta}}, out,
                       [x, gamma, beta, out, mean, invstd, d, training, variant, requested, layer, eps](Context& c) {
       if (!out.grad().defined()) return;
       record_bn(c, layer, variant, requested);

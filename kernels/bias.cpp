@@ -101,7 +101,7 @@ Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, 
   bool grad = needs_grad(ctx, {&x, &b});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("bias_add", layer, [x, b, out, layer, kind, variant, bs](Context& c) {
+    ctx.tape().record("bias_add", layer, {{"x", x}, {"b", b}}, out, [x, b, out, layer, kind, variant, bs](Context& c) {
       if (!out.grad().defined()) return;
       if (x.requires_grad()) accumulate_grad(c, x, c.to_device(out.grad()));  // a fresh copy, never an alias
       if (b.requires_grad()) {

@@ -596,7 +596,7 @@ Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, c
   const bool grad = needs_grad(ctx, {&x, &w});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("conv2d", layer, [x, w, out, p, layer](Context& c) {
+    ctx.tape().record("conv2d", layer, {{"x", x}, {"w", w}}, out, [x, w, out, p, layer](Context& c) {
       if (!out.grad().defined()) return;
       // Only the gradients someone asked for: dx costs as much as the forward pass.
       if (x.requires_grad())

@@ -27,7 +27,7 @@ Var dropout(Context& ctx, const std::string& layer, const Var& x, float p, uint6
   bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("dropout", layer, [x, out, p, scale, key](Context& c) {
+    ctx.tape().record("dropout", layer, {{"x", x}}, out, [x, out, p, scale, key](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
       const int64_t n = dx.numel();

@@ -62,7 +62,7 @@ Var add(Context& ctx, const Var& a, const Var& b) {
   bool grad = needs_grad(ctx, {&a, &b});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("add", "", [a, b, out](Context& c) {
+    ctx.tape().record("add", "", {{"a", a}, {"b", b}}, out, [a, b, out](Context& c) {
       if (!out.grad().defined()) return;
       // Each input gets its own copy: gradients are moved into variables and must not alias.
       if (a.requires_grad()) accumulate_grad(c, a, c.to_device(out.grad()));

@@ -138,7 +138,7 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
   bool grad = needs_grad(ctx, {&x, &w});
   Var result(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("linear", layer, [x, w, out = result, layer, md, n, in](Context& c) {
+    ctx.tape().record("linear", layer, {{"x", x}, {"w", w}}, result, [x, w, out = result, layer, md, n, in](Context& c) {
       if (!out.grad().defined()) return;
       const int64_t o = out.shape()[1];
       const float* dy = out.grad().f32();

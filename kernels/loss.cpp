@@ -57,7 +57,7 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
   bool grad = needs_grad(ctx, {&logits});
   Var out(std::move(loss), grad);
   if (grad) {
-    ctx.tape().record("softmax_xent", layer, [logits, labels, lse, out, n, c](Context& cx) {
+    ctx.tape().record("softmax_xent", layer, {{"logits", logits}, {"labels", Var(labels)}}, out, [logits, labels, lse, out, n, c](Context& cx) {
       if (!out.grad().defined()) return;
       Tensor dlogits = cx.empty({n, c});
       if (cx.is_cuda())

@@ -162,7 +162,7 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
 
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record(kMaxOp, layer, [x, out, argmax, d, variant, requested, layer](Context& c) {
+    ctx.tape().record(kMaxOp, layer, {{"x", x}}, out, [x, out, argmax, d, variant, requested, layer](Context& c) {
       if (!out.grad().defined()) return;
       record_max_pool(c, layer, variant, requested);
       Tensor dx;
@@ -196,7 +196,7 @@ Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p) {
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("avg_pool2d", "", [x, out, d](Context& c) {
+    ctx.tape().record("avg_pool2d", "", {{"x", x}}, out, [x, out, d](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
       if (c.is_cuda())
@@ -224,7 +224,7 @@ Var global_avg_pool(Context& ctx, const Var& x) {
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("global_avg_pool", "", [x, out, planes, hw](Context& c) {
+    ctx.tape().record("global_avg_pool", "", {{"x", x}}, out, [x, out, planes, hw](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
       if (c.is_cuda())
