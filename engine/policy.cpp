@@ -107,16 +107,18 @@ const char* name_of(CublasAtomics c) { return enum_name(c, kCublasAtomicsNames);
 const std::vector<KnobSpec>& knobs() {
   static const std::vector<KnobSpec> table = {
       {"fwd", OpKind::Conv2d, names_vec(kFwdNames)},
-      {"bwd_data", OpKind::Conv2d, names_vec(kBwdDataNames)},
-      {"bwd_filter", OpKind::Conv2d, names_vec(kBwdFilterNames)},
+      {"bwd_data", OpKind::Conv2d, names_vec(kBwdDataNames), {"algo0"}},
+      {"bwd_filter", OpKind::Conv2d, names_vec(kBwdFilterNames), {"algo0", "algo3"}},
       {"math", OpKind::Conv2d, names_vec(kMathNames)},
-      {"bias_bwd", OpKind::Conv2d, names_vec(kBiasNames)},
+      {"bias_bwd", OpKind::Conv2d, names_vec(kBiasNames), {"atomic"}},
       {"math", OpKind::Linear, names_vec(kMathNames)},
-      {"bias_bwd", OpKind::Linear, {"atomic", "deterministic"}},
-      {"cublas_atomics", OpKind::Linear, names_vec(kCublasAtomicsNames)},
-      {"bwd", OpKind::MaxPool2d, names_vec(kPoolNames)},
-      {"bwd", OpKind::BatchNorm, names_vec(kBnNames)},
-      {"reduce", OpKind::SoftmaxXent, names_vec(kReduceNames)},
+      {"bias_bwd", OpKind::Linear, {"atomic", "deterministic"}, {"atomic"}},
+      {"cublas_atomics", OpKind::Linear, names_vec(kCublasAtomicsNames), {"on"}},
+      // cuDNN's CUDNN_POOLING_MAX backward scatters with atomics where windows overlap.
+      {"bwd", OpKind::MaxPool2d, names_vec(kPoolNames), {"cudnn", "atomic-scatter"}},
+      // cuDNN's batch-norm backward is undocumented either way.
+      {"bwd", OpKind::BatchNorm, names_vec(kBnNames), {"cudnn", "atomic"}},
+      {"reduce", OpKind::SoftmaxXent, names_vec(kReduceNames), {"atomic"}},
   };
   return table;
 }

@@ -72,6 +72,9 @@ struct KnobSpec {
   std::string name;
   OpKind op;                            // the op kind that has this knob
   std::vector<std::string> variants;    // accepted values besides the four mode words
+  // Variants that are not guaranteed to give the same bits on every call: atomics, or a cuDNN
+  // path cuDNN labels nondeterministic or leaves undocumented. The noise lab's candidates.
+  std::vector<std::string> nondeterministic = {};
 };
 // The table every policy string is checked against: one row per (knob, op kind).
 const std::vector<KnobSpec>& knobs();

@@ -20,7 +20,8 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
-#include "engine/train.h"
+#include "experiments/cli.h"
+#include "experiments/stats.h"
 
 namespace fs = std::filesystem;
 
@@ -44,28 +45,8 @@ struct SettingResult {
   double epoch_seconds = 0;
 };
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / v.size();
-}
-double stddev(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  double m = mean(v), s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return std::sqrt(s / (v.size() - 1));
-}
-
-std::vector<float> load_weights(const std::string& dir) {
-  auto f = ditto::load_safetensors((fs::path(dir) / "checkpoint.safetensors").string());
-  std::vector<float> all;
-  for (const auto& [name, t] : f.tensors) {
-    if (name.rfind("optim.", 0) == 0 || t.dtype() != ditto::DType::F32) continue;
-    auto v = t.to_host_f32();
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
+using ditto::mean;
+using ditto::stddev;
 
 std::string svg_chart(const std::vector<SettingResult>& rs) {
   // Two panels of bars: mean pairwise churn (%) and accuracy stddev (points), one bar per setting.
@@ -97,53 +78,38 @@ std::string svg_chart(const std::vector<SettingResult>& rs) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ditto-experiment: ALGO+IMPL / ALGO / IMPL / CONTROL replicas on one dataset"};
+  app.set_help_all_flag("--help-all");
   ditto::TrainConfig base;
   base.dataset = "synthetic";
   base.model = "smallcnn";
   base.lr = 2e-3f;
-  std::string device = "auto";
-  int replicas = 0, epochs = 0;
+  base.epochs = 5;
+  base.device = "auto";
+  ditto::TrainFlags flags;
+  int replicas = 0;
   std::string out = "runs/experiment";
   std::vector<std::string> settings = {"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"};
-  app.add_option("--device", device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)");
-  app.add_option("--model", base.model);
-  app.add_option("--dataset", base.dataset);
-  app.add_option("--data", base.data);
+  // The training flags are ditto-train's own definition; seeds, kernels and the run folder are
+  // what the settings decide, so those groups are left out.
+  ditto::add_train_flags(app, base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins);
   app.add_option("--replicas", replicas, "replicas per setting (default 3 on GPU, 2 on CPU)")->check(CLI::Range(2, 100));
-  app.add_option("--epochs", epochs, "epochs per replica (default 5)")->check(CLI::PositiveNumber);
-  auto* batch_opt = app.add_option("--batch-size", base.batch_size, "default 128 on GPU, 32 on CPU")->check(CLI::PositiveNumber);
-  app.add_option("--lr", base.lr)->check(CLI::PositiveNumber);
-  app.add_option("--train-size", base.train_size)->check(CLI::NonNegativeNumber);
-  app.add_option("--test-size", base.test_size)->check(CLI::NonNegativeNumber);
   app.add_option("--settings", settings, "subset of ALGO+IMPL ALGO IMPL CONTROL")
       ->check(CLI::IsMember({"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"}));
-  app.add_option("--out", out);
-  bool quiet = false;
-  app.add_flag("--quiet", quiet);
+  app.add_option("--out", out)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (device == "auto") {
-      // A CUDA context that cannot be made means no usable GPU here.
-      try {
-        ditto::Context probe(ditto::Device::cuda(0));
-        device = "cuda";
-      } catch (const ditto::CudaError&) {
-        device = "cpu";
-      }
-    }
+    ditto::apply_train_flags(base, flags, argc, argv);
+    const std::string device = base.device;
     const bool gpu = device != "cpu";
-    base.device = device;
-    base.epochs = epochs ? epochs : 5;
     // The CPU run is small (1000 images of 16x16): smaller batches give it enough steps to learn.
-    if (!*batch_opt) base.batch_size = gpu ? 128 : 32;
+    if (!app.count("--batch-size")) base.batch_size = gpu ? 128 : 32;
     replicas = replicas ? replicas : (gpu ? 3 : 2);
     if (base.dataset == "synthetic") {
-      base.synthetic_train = gpu ? 10000 : 1000;
-      base.synthetic_test = gpu ? 2000 : 500;
-      base.synthetic_size = gpu ? 32 : 16;
+      if (!app.count("--synthetic-train")) base.synthetic_train = gpu ? 10000 : 1000;
+      if (!app.count("--synthetic-test")) base.synthetic_test = gpu ? 2000 : 500;
+      if (!app.count("--synthetic-size")) base.synthetic_size = gpu ? 32 : 16;
     }
-    base.progress = !quiet;
     std::printf("ditto-experiment on %s: %s on %s, %d replicas x %d epochs per setting\n", device.c_str(),
                 base.model.c_str(), base.dataset.c_str(), replicas, base.epochs);
 
@@ -200,17 +166,13 @@ int main(int argc, char** argv) {
         }
         preds.push_back(res.predictions);
         prints.insert(res.weights_fingerprint);
-        weights.push_back(load_weights(c.out));
+        weights.push_back(res.weights);
         for (const auto& e : res.log) secs += e.seconds, ++epochs_counted;
       }
       for (int a = 0; a < replicas; ++a)
         for (int b = a + 1; b < replicas; ++b) {
-          std::size_t diff = 0;
-          for (std::size_t i = 0; i < preds[a].size(); ++i) diff += preds[a][i] != preds[b][i];
-          r.churn.push_back(double(diff) / preds[a].size());
-          double d2 = 0;
-          for (std::size_t i = 0; i < weights[a].size(); ++i) d2 += double(weights[a][i] - weights[b][i]) * (weights[a][i] - weights[b][i]);
-          r.l2.push_back(std::sqrt(d2));
+          r.churn.push_back(ditto::churn(preds[a], preds[b]));
+          r.l2.push_back(ditto::l2_distance(weights[a], weights[b]));
         }
       r.distinct = prints.size();
       r.epoch_seconds = secs / std::max(1, epochs_counted);

@@ -225,10 +225,56 @@ class ResNet18 : public Net {
   Linear fc_;
 };
 
+// The smallest network with every kind of noisy kernel the noise lab studies: conv 3x3 16 →
+// relu → max-pool 3x3 stride 2 (overlapping windows, so the pool's backward scatter can
+// collide) → conv 3x3 32 → relu → global average pool → dense classes.
+class TwoConv : public Net {
+ public:
+  TwoConv(Context& ctx, const NetConfig& cfg)
+      : conv1_(ctx, "conv1", cfg.in_channels, 16, 3, 1, 1),
+        pool1_("pool1", 3, 2, 1),
+        conv2_(ctx, "conv2", 16, 32, 3, 1, 1),
+        fc_(ctx, "fc", 32, cfg.num_classes) {}
+  std::string name() const override { return "two-conv"; }
+  Var forward(Context& ctx, const Var& x, bool, SummaryTrace* trace) override {
+    Var h = traced(trace, "relu1", "relu", relu(ctx, conv1_(ctx, x, trace)));
+    h = traced(trace, "relu2", "relu", relu(ctx, conv2_(ctx, pool1_(ctx, h, trace), trace)));
+    return fc_(ctx, traced(trace, "gap", "global_avg_pool", global_avg_pool(ctx, h)), trace);
+  }
+  std::vector<Param> params() override {
+    std::vector<Param> p;
+    conv1_.collect(p);
+    conv2_.collect(p);
+    fc_.collect(p);
+    return p;
+  }
+  std::vector<std::pair<std::string, OpKind>> knob_layers() const override {
+    return {{"conv1", OpKind::Conv2d}, {"pool1", OpKind::MaxPool2d}, {"conv2", OpKind::Conv2d},
+            {"fc", OpKind::Linear}, {"loss", OpKind::SoftmaxXent}};
+  }
+  void init(Context& ctx, uint64_t seed) override {
+    for (Conv2d* c : {&conv1_, &conv2_}) {
+      const Shape& s = c->weight.value().shape();
+      init_tensor(ctx, c->weight.value(), Init::GlorotUniform, s[1] * s[2] * s[3], s[0] * s[2] * s[3], seed,
+                  c->name() + ".weight");
+      init_tensor(ctx, c->bias.value(), Init::Zeros, 0, 0, seed, c->name() + ".bias");
+    }
+    const Shape& s = fc_.weight.value().shape();
+    init_tensor(ctx, fc_.weight.value(), Init::GlorotUniform, s[1], s[0], seed, "fc.weight");
+    init_tensor(ctx, fc_.bias.value(), Init::Zeros, 0, 0, seed, "fc.bias");
+  }
+
+ private:
+  Conv2d conv1_;
+  MaxPool2d pool1_;
+  Conv2d conv2_;
+  Linear fc_;
+};
+
 }  // namespace
 
 const std::vector<std::string>& known_models() {
-  static const std::vector<std::string> m = {"smallcnn", "smallcnn-bn", "resnet18", "resnet18-imagenet"};
+  static const std::vector<std::string> m = {"smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet"};
   return m;
 }
 
@@ -236,6 +282,7 @@ std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg) {
   if (cfg.num_classes < 2) throw Error(fmt::format("model {}: need at least 2 classes, got {}", cfg.model, cfg.num_classes));
   if (cfg.model == "smallcnn") return std::make_unique<SmallCnn>(ctx, cfg, false);
   if (cfg.model == "smallcnn-bn") return std::make_unique<SmallCnn>(ctx, cfg, true);
+  if (cfg.model == "two-conv") return std::make_unique<TwoConv>(ctx, cfg);
   if (cfg.model == "resnet18") return std::make_unique<ResNet18>(ctx, cfg, false);
   if (cfg.model == "resnet18-imagenet") return std::make_unique<ResNet18>(ctx, cfg, true);
   throw Error(fmt::format("unknown model '{}'; known models: {}", cfg.model, fmt::join(known_models(), ", ")));

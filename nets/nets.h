@@ -3,6 +3,8 @@
 //             maxpool 2; conv3x3 32 → relu → maxpool 2; global average pool; dense 32 → relu;
 //             dense classes. Glorot-uniform weights, zero biases; optional batch norm after each
 //             conv (conv → bn → relu). Convs use padding 1 ("same").
+//   two-conv  conv3x3 16 → relu → maxpool 3 stride 2 → conv3x3 32 → relu → global average pool →
+//             dense classes: the noise lab's smallest example.
 //   ResNet-18 for CIFAR (3x3 stem, stride 1, no stem pool) and for ImageNet-size inputs (7x7
 //             stride-2 stem + 3x3 stride-2 max pool "pool1"). Convs without bias, He-normal
 //             (fan_in); BN gamma 1, beta 0; fc Glorot-uniform.
@@ -15,7 +17,7 @@
 namespace ditto {
 
 struct NetConfig {
-  std::string model;        // "smallcnn", "smallcnn-bn", "resnet18", "resnet18-imagenet"
+  std::string model;        // "smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet"
   int num_classes = 10;
   int in_channels = 3;
 };

@@ -9,7 +9,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
-#include "engine/train.h"
+#include "experiments/train.h"
 #include "nets/nets.h"
 #include "support.h"
 

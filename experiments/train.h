@@ -5,17 +5,26 @@
 // (the Policy, and the manifest of what ran).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/manifest.h"
+
 namespace ditto {
+
+class Context;
+class Tracer;
+struct Param;
 
 struct TrainConfig {
   std::string model = "smallcnn";
   std::string dataset = "synthetic";  // synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist
   std::string data;                   // dataset folder (not for synthetic)
   int epochs = 10;
+  int64_t max_steps = 0;              // > 0: stop after this many optimizer steps (a screening
+                                      // run), then evaluate and write outputs as after an epoch
   int64_t batch_size = 128;
   float lr = 4e-4f;
   std::string optimizer = "adam";     // adam | sgd
@@ -36,6 +45,7 @@ struct TrainConfig {
   int64_t train_size = 0, test_size = 0;  // 0: all
   std::string resume;                 // run folder to continue from
   std::string out;                    // run folder to write
+  bool checkpoint = true;             // false: no checkpoint.safetensors in out (large sweeps)
   bool summary = false;               // print the network summary before training
   bool progress = true;               // progress line on stderr
   int loader_threads = 4;
@@ -60,6 +70,29 @@ struct TrainResult {
   std::vector<int32_t> test_subgroups;             // per test example; empty without subgroups
   std::vector<std::string> class_names, subgroup_names;
   double test_top1 = 0;
+  int64_t steps = 0;                  // optimizer steps taken by this call
+  double train_seconds = 0;           // wall time of those steps (no evaluation, no hooks)
+  std::vector<float> weights;         // every parameter and buffer, in name order, on the host
+  std::vector<ManifestEntry> ops;     // what every op ran (the manifest's "ops")
+};
+
+// What a hook sees after each optimizer step.
+struct StepView {
+  int64_t step;                       // 1-based, counted over the whole run
+  int epoch;                          // 1-based
+  Context& ctx;
+  const std::vector<Param>& params;
+  // Top-1 predictions of the current weights on the test set (evaluation mode, no tape): the
+  // run's own training state is not touched, so calling it does not change the run's bits.
+  std::function<std::vector<int32_t>()> predict;
+};
+
+// Observers of a run, owned by the caller. A tracer sees every op (engine/tracer.h), the data
+// of each step and each parameter update; after_step runs after every optimizer step. Time
+// spent in either is left out of TrainResult::train_seconds.
+struct TrainHooks {
+  Tracer* tracer = nullptr;
+  std::function<void(const StepView&)> after_step;
 };
 
 // Pins that reproduce every kernel choice a run made: one "layer.knob[@shape]=variant" per
@@ -72,6 +105,22 @@ std::vector<std::string> pins_from_manifest(const std::string& manifest_path);
 // Trains, evaluates each epoch, writes manifest.json, log.csv, predictions.csv, metrics.json
 // and checkpoint.safetensors to cfg.out (when set; each written atomically). Throws
 // ditto::Error (with the flag, file or layer named) on bad input.
-TrainResult train(const TrainConfig& cfg);
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks = {});
+
+// "auto" becomes "cuda" when a CUDA device can be used, else "cpu"; other values pass through.
+std::string resolve_device(const std::string& device);
+
+// Every parameter's values, concatenated in the order given, on the host (waits for the GPU).
+std::vector<float> params_to_host(const std::vector<Param>& params);
+// One fingerprint of all the parameters' bits, in the order given.
+uint64_t params_fingerprint(const std::vector<Param>& params);
+// "mm:ss", or "h:mm:ss" from an hour on: elapsed times and ETAs in progress lines.
+std::string format_hms(double seconds);
+// Creates dir and its parents; IoError naming `flag` and the folder when it cannot.
+void make_folder(const std::string& dir, const std::string& flag = "--out");
+
+// Every parameter and buffer of a run folder's checkpoint, flattened in name order (optimizer
+// state left out), as TrainResult::weights holds them.
+std::vector<float> load_checkpoint_weights(const std::string& run_dir);
 
 }  // namespace ditto

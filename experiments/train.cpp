@@ -1,4 +1,4 @@
-#include "engine/train.h"
+#include "experiments/train.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,6 +20,7 @@
 #include "engine/context.h"
 #include "engine/error.h"
 #include "engine/optim.h"
+#include "engine/tracer.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
 #include "kernels/metrics.h"
@@ -106,11 +107,6 @@ std::string now_utc() {
   return buf;
 }
 
-std::string hms(double s) {
-  long v = static_cast<long>(s + 0.5);
-  return v >= 3600 ? fmt::format("{}:{:02}:{:02}", v / 3600, (v / 60) % 60, v % 60) : fmt::format("{:02}:{:02}", v / 60, v % 60);
-}
-
 // The flags that reproduce this run exactly (seeds made explicit).
 std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so, const Seed& sa) {
   std::string s = fmt::format(
@@ -123,7 +119,20 @@ std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so,
   if (c.standardize) s += " --standardize";
   if (c.train_size) s += fmt::format(" --train-size {}", c.train_size);
   if (c.test_size) s += fmt::format(" --test-size {}", c.test_size);
+  if (c.max_steps) s += fmt::format(" --steps {}", c.max_steps);
   return s;
+}
+
+// Parameters and buffers (no optimizer state), flattened in name order.
+std::vector<float> flatten_by_name(std::vector<std::pair<std::string, const Tensor*>> named) {
+  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<float> all;
+  for (const auto& [name, t] : named) {
+    if (name.rfind("optim.", 0) == 0 || t->dtype() != DType::F32) continue;
+    auto v = t->to_host_f32();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
 }
 
 class Progress {
@@ -146,8 +155,8 @@ class Progress {
                               : "epoch %d/%d [%s%s] %lld/%lld  %.0f img/s  ETA %s  (elapsed %s)\n",
                  epoch, epochs_,
                  std::string(filled, '#').c_str(), std::string(20 - filled, ' ').c_str(), (long long)batch,
-                 (long long)batches, rate, hms(eta).c_str(),
-                 hms(std::chrono::duration<double>(now - start_).count()).c_str());
+                 (long long)batches, rate, format_hms(eta).c_str(),
+                 format_hms(std::chrono::duration<double>(now - start_).count()).c_str());
     std::fflush(stderr);
   }
   void line(const std::string& s) {
@@ -171,9 +180,7 @@ std::vector<std::pair<std::string, Tensor*>> state_tensors(std::vector<Param>& p
 }
 
 void ensure_out_dir(const std::string& out) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out)) throw IoError(fmt::format("--out: cannot create folder '{}': {}", out, ec.message()));
+  make_folder(out);
   std::string probe = (fs::path(out) / ".ditto-write-test").string();
   std::FILE* f = std::fopen(probe.c_str(), "wb");
   if (!f) throw IoError(fmt::format("--out: folder '{}' is not writable", out));
@@ -201,6 +208,53 @@ std::vector<EpochLog> read_log_csv(const std::string& path) {
 
 }  // namespace
 
+std::string format_hms(double seconds) {
+  long v = static_cast<long>(seconds + 0.5);
+  return v >= 3600 ? fmt::format("{}:{:02}:{:02}", v / 3600, (v / 60) % 60, v % 60)
+                   : fmt::format("{:02}:{:02}", v / 60, v % 60);
+}
+
+void make_folder(const std::string& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw IoError(fmt::format("{}: cannot create folder '{}': {}", flag, dir, ec.message()));
+}
+
+std::vector<float> params_to_host(const std::vector<Param>& params) {
+  std::vector<float> all;
+  for (const auto& p : params) {
+    auto v = p.var.value().to_host_f32();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+uint64_t params_fingerprint(const std::vector<Param>& params) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& p : params) {
+    uint64_t fp = p.var.value().fingerprint();
+    h = fingerprint_bytes(&fp, sizeof fp, h);
+  }
+  return h;
+}
+
+std::string resolve_device(const std::string& device) {
+  if (device != "auto") return device;
+  try {
+    Context probe(Device::cuda(0));  // a CUDA context that cannot be made means no usable GPU
+    return "cuda";
+  } catch (const CudaError&) {
+    return "cpu";
+  }
+}
+
+std::vector<float> load_checkpoint_weights(const std::string& run_dir) {
+  auto f = load_safetensors((fs::path(run_dir) / "checkpoint.safetensors").string());
+  std::vector<std::pair<std::string, const Tensor*>> named;
+  for (const auto& [name, t] : f.tensors) named.push_back({name, &t});
+  return flatten_by_name(named);
+}
+
 std::vector<std::string> pins_from_manifest(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw IoError(fmt::format("{}: cannot open manifest", path));
@@ -225,8 +279,11 @@ std::vector<std::string> pins_from_manifest(const std::string& path) {
   return pins;
 }
 
-TrainResult train(const TrainConfig& cfg) {
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
   if (cfg.epochs < 1) throw Error(fmt::format("--epochs: must be at least 1, got {}", cfg.epochs));
+  if (cfg.max_steps < 0) throw Error(fmt::format("--steps: must be at least 1, got {}", cfg.max_steps));
+  if (cfg.max_steps && !cfg.resume.empty())
+    throw Error("--steps: a screening run (a fixed number of steps) cannot be combined with --resume");
   if (cfg.batch_size < 1) throw Error(fmt::format("--batch-size: must be at least 1, got {}", cfg.batch_size));
   if (!(cfg.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", cfg.lr));
   if (cfg.optimizer != "adam" && cfg.optimizer != "sgd")
@@ -317,6 +374,7 @@ TrainResult train(const TrainConfig& cfg) {
 
   const int64_t classes = data.train.num_classes;
   const int k5 = static_cast<int>(std::min<int64_t>(5, classes));
+  ctx.set_tracer(hooks.tracer);
   TrainResult result;
   result.seed_init = seed_init.value;
   result.seed_order = seed_order.value;
@@ -350,7 +408,8 @@ TrainResult train(const TrainConfig& cfg) {
 
     std::vector<NamedTensor> tensors;
     for (const auto& [name, t] : all_state) tensors.push_back({name, *t});
-    save_safetensors((out / "checkpoint.safetensors").string(), tensors,
+    if (cfg.checkpoint)
+      save_safetensors((out / "checkpoint.safetensors").string(), tensors,
                      {{"model", cfg.model},
                       {"optimizer", cfg.optimizer},
                       {"epoch", std::to_string(epoch)},
@@ -366,7 +425,7 @@ TrainResult train(const TrainConfig& cfg) {
     m["command_line"] = cfg.command_line;
     m["replay"] = replay_command(cfg, seed_init, seed_order, seed_augment);
     m["config"] = {{"model", cfg.model}, {"dataset", cfg.dataset}, {"data", cfg.data}, {"epochs", cfg.epochs},
-                   {"batch_size", cfg.batch_size}, {"lr", cfg.lr}, {"optimizer", cfg.optimizer},
+                   {"max_steps", cfg.max_steps}, {"batch_size", cfg.batch_size}, {"lr", cfg.lr}, {"optimizer", cfg.optimizer},
                    {"momentum", cfg.momentum}, {"nesterov", cfg.nesterov}, {"weight_decay", cfg.weight_decay},
                    {"lr_schedule", cfg.lr_schedule}, {"augment", cfg.augment}, {"standardize", cfg.standardize},
                    {"device", cfg.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
@@ -391,9 +450,29 @@ TrainResult train(const TrainConfig& cfg) {
     write_file_atomic((out / "metrics.json").string(), metrics.dump(2));
   };
 
+  // Evaluation: no tape, running batch-norm statistics, dataset order. Returns k labels per
+  // test example. It reads the weights and touches no training state.
+  auto evaluate_topk = [&](int k) {
+    std::vector<int32_t> out(static_cast<std::size_t>(data.test.n * k), 0);
+    NoGradGuard ng(ctx);
+    Batch eb;
+    test_loader.start_epoch(0);
+    while (test_loader.next(eb)) {
+      Var logits = net->forward(ctx, Var(eb.images), false);
+      auto t = topk(ctx, logits.value(), k).to_host_i32();
+      for (std::size_t r = 0; r < eb.indices.size(); ++r)
+        std::copy(t.begin() + r * k, t.begin() + (r + 1) * k, out.begin() + eb.indices[r] * k);
+    }
+    return out;
+  };
+  auto predict = [&] { return evaluate_topk(1); };
+
+  Tracer* tracer = hooks.tracer;
+  int64_t step = opt->steps();
+  bool steps_done = false;
   Tensor loss_sum = ctx.zeros({1});
   Tensor correct = ctx.zeros({2}, DType::I32);
-  for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch <= cfg.epochs && !steps_done; ++epoch) {
     const float lr = lr_at(schedule, cfg.lr, epoch - 1, cfg.epochs, cfg.milestones);
     auto t0 = Clock::now();
     fill(ctx, loss_sum, 0.0f);
@@ -404,34 +483,53 @@ TrainResult train(const TrainConfig& cfg) {
     int64_t b = 0, seen = 0;
     const int64_t nb = train_loader.batches_per_epoch();
     const double mean_epoch = epochs_timed ? epoch_seconds_total / epochs_timed : 0;
+    double hook_seconds = 0;
     while (train_loader.next(batch)) {
       const float step_lr = lr_at(schedule, cfg.lr, epoch - 1 + double(b) / double(nb), cfg.epochs, cfg.milestones);
+      ++step;
+      if (tracer) {
+        tracer->begin_step(step);
+        tracer->event("data", "data", "loader", {}, {{"images", &batch.images}, {"labels", &batch.labels}});
+      }
       Var logits = net->forward(ctx, Var(batch.images), true);
       Var loss = softmax_cross_entropy(ctx, "loss", logits, batch.labels);
       ctx.tape().backward(ctx, loss);
-      opt->step(ctx, step_lr);
+      if (tracer) {
+        // Each update's inputs are the weight before it and its gradient; copies, since the
+        // optimizer updates in place.
+        std::vector<Tensor> before;
+        for (auto& p : params) before.push_back(p.var.grad().defined() ? ctx.to_device(p.var.value()) : Tensor());
+        opt->step(ctx, step_lr);
+        for (std::size_t i = 0; i < params.size(); ++i)
+          if (before[i].defined())
+            tracer->event("update", params[i].name, opt->name(),
+                          {{"w_before", &before[i]}, {"dw", &params[i].var.grad()}}, {{"w", &params[i].var.value()}});
+      } else {
+        opt->step(ctx, step_lr);
+      }
       opt->zero_grad();
       // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
       axpy_inplace(ctx, loss_sum, static_cast<float>(batch.labels.numel()), loss.value());
       accumulate_correct(ctx, logits.value(), batch.labels, correct);
       seen += batch.labels.numel();
+      ++result.steps;
+      if (hooks.after_step) {
+        auto h0 = Clock::now();
+        hooks.after_step(StepView{step, epoch, ctx, params, predict});
+        hook_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
+      }
       progress.update(epoch, ++b, nb, seen, t0, mean_epoch);
+      if (cfg.max_steps && result.steps >= cfg.max_steps) {
+        steps_done = true;
+        break;
+      }
     }
+    ctx.synchronize();
+    result.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
     double loss_mean = loss_sum.to_host_f32()[0] / std::max<int64_t>(1, seen);
     double train_acc = correct.to_host_i32()[0] / double(std::max<int64_t>(1, seen));
 
-    // Evaluation: no tape, running batch-norm statistics, dataset order.
-    top5_host.assign(static_cast<std::size_t>(data.test.n * k5), 0);
-    {
-      NoGradGuard ng(ctx);
-      test_loader.start_epoch(0);
-      while (test_loader.next(batch)) {
-        Var logits = net->forward(ctx, Var(batch.images), false);
-        auto t = topk(ctx, logits.value(), k5).to_host_i32();
-        for (std::size_t r = 0; r < batch.indices.size(); ++r)
-          std::copy(t.begin() + r * k5, t.begin() + (r + 1) * k5, top5_host.begin() + batch.indices[r] * k5);
-      }
-    }
+    top5_host = evaluate_topk(k5);
     int64_t hit1 = 0, hit5 = 0;
     std::vector<int64_t> class_hit(classes, 0), class_n(classes, 0);
     std::size_t groups = data.test.subgroup_names.size();
@@ -456,7 +554,7 @@ TrainResult train(const TrainConfig& cfg) {
       result.predictions[i] = top5_host[i * k5];
     }
     ctx.synchronize();
-    double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
     epoch_seconds_total += seconds;
     ++epochs_timed;
     EpochLog row{epoch, lr, loss_mean, train_acc, hit1 / double(data.test.n), hit5 / double(data.test.n), seconds};
@@ -485,6 +583,11 @@ TrainResult train(const TrainConfig& cfg) {
                               seen / std::max(1e-9, seconds)));
     write_outputs(epoch);
   }
+  ctx.set_tracer(nullptr);
+  std::vector<std::pair<std::string, const Tensor*>> named;
+  for (const auto& [name, t] : all_state) named.push_back({name, t});
+  result.weights = flatten_by_name(named);
+  result.ops = ctx.manifest().entries();
   result.log = log;
   return result;
 }

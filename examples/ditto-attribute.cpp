@@ -1,0 +1,84 @@
+// ditto-attribute: which layer's which kernel makes two identical runs drift apart, by how much,
+// and what removing it costs. See experiments/attribute.h for the two forms and the measures.
+//   ditto-attribute --model smallcnn --dataset cifar10 --data DIR --epochs 10 --form both
+//   ditto-attribute --model resnet18 ... --steps 100 --replicas 2      (a cheap screen)
+#include <cstdio>
+
+#include "engine/error.h"
+#include "experiments/attribute.h"
+#include "experiments/cli.h"
+
+int main(int argc, char** argv) {
+  ditto::TrainConfig base;
+  base.device = "auto";
+  ditto::TrainFlags flags;
+  ditto::AttributeOptions opts;
+  std::string form = "add-one", out = "runs/attribution";
+  std::vector<std::string> only;
+  bool no_groups = false, list = false, no_checkpoint = false;
+  CLI::App app{"ditto-attribute: attribute run-to-run churn to single kernels (add-one / leave-one-out)"};
+  app.set_help_all_flag("--help-all");
+  ditto::add_train_flags(app, base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins);
+  app.add_option("--form", form, "add-one | leave-one-out | both")
+      ->check(CLI::IsMember({"add-one", "leave-one-out", "both"}))->capture_default_str();
+  app.add_option("--replicas", opts.replicas, "replicas per configuration")->check(CLI::Range(2, 100))->capture_default_str();
+  app.add_option("--only", only, "keep candidates whose name contains one of these (repeatable, or comma-separated)")
+      ->delimiter(',');
+  app.add_flag("--no-groups", no_groups, "no grouped candidates (all layers' same knob)");
+  app.add_option("--l2-steps", opts.l2_steps, "steps after which the replicas' weight L2 distance is measured")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--fingerprint-steps", opts.fingerprint_steps, "compare weights bitwise after each step up to here")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--bootstrap", opts.bootstrap, "bootstrap resamples for the churn interval")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--no-checkpoint", no_checkpoint, "run folders without checkpoint.safetensors (large sweeps)");
+  app.add_flag("--list", list, "list the candidates and exit");
+  app.add_option("--out", out, "results and one run folder per replica")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    ditto::apply_train_flags(base, flags, argc, argv);
+    base.checkpoint = !no_checkpoint;
+    // The probe that finds which knobs a step calls runs on a batch shaped like the data.
+    const bool synthetic = base.dataset == "synthetic", mnist = base.dataset == "mnist";
+    const int classes = synthetic ? base.synthetic_classes
+                        : base.dataset == "celeba" ? 2 : base.dataset == "cifar100" ? 100 : 10;
+    const int size = synthetic ? base.synthetic_size : mnist ? 28 : base.dataset == "celeba" ? 64 : 32;
+    std::vector<ditto::Candidate> all = ditto::model_candidates(base.model, classes, mnist ? 1 : 3, size, !no_groups);
+    std::vector<ditto::Candidate> cands;
+    for (const auto& c : all) {
+      bool keep = only.empty();
+      for (const auto& o : only) keep = keep || c.name.find(o) != std::string::npos;
+      if (keep) cands.push_back(c);
+    }
+    if (list) {
+      for (const auto& c : cands) std::printf("%s\n", c.name.c_str());
+      return 0;
+    }
+    std::vector<ditto::AttributionForm> forms;
+    if (form != "leave-one-out") forms.push_back(ditto::AttributionForm::AddOne);
+    if (form != "add-one") forms.push_back(ditto::AttributionForm::LeaveOneOut);
+    opts.out = out;
+    for (auto f : forms) {
+      opts.form = f;
+      auto cs = ditto::candidates_for(cands, f);
+      std::printf("%s: %zu candidates + 2 baselines x %d replicas of %s on %s (%s)\n", ditto::form_name(f), cs.size(),
+                  opts.replicas, base.model.c_str(), base.dataset.c_str(), base.device.c_str());
+      std::fflush(stdout);
+      auto r = ditto::attribute(base, cs, opts);
+      const std::string dir = out + "/" + ditto::form_name(f);
+      ditto::write_attribution(r, dir);
+      std::printf("\n%s\nwrote %s/attribution.{csv,json,svg} and attribution_l2.svg\n\n",
+                  ditto::format_attribution(r).c_str(), dir.c_str());
+      for (const auto& row : r.rows)
+        if (row.name == "all-deterministic" && row.status == "ok" && row.distinct_fingerprints != 1) {
+          std::fprintf(stderr, "ditto-attribute: the all-deterministic baseline is not bit-identical (%d fingerprints)\n",
+                       row.distinct_fingerprints);
+          return 1;
+        }
+    }
+    return 0;
+  } catch (const ditto::Error& e) {
+    std::fprintf(stderr, "ditto-attribute: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,400 @@
+#include "experiments/attribute.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/param.h"
+#include "kernels/loss.h"
+#include "experiments/svg.h"
+#include "nets/nets.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Run-folder names: candidate names contain '=', '*' and spaces.
+std::string folder_name(const std::string& s) {
+  std::string out;
+  for (char ch : s) out += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-') ? ch : '_';
+  return out;
+}
+
+// What one replica leaves behind for the comparison across replicas.
+struct ReplicaTrace {
+  std::vector<uint64_t> step_prints;                   // weights fingerprint after each step
+  std::map<int64_t, std::vector<float>> snapshots;     // weights at the early L2 steps
+};
+
+double mean_pairwise_l2(const std::vector<const std::vector<float>*>& w) {
+  std::vector<double> d;
+  for (std::size_t a = 0; a < w.size(); ++a)
+    for (std::size_t b = a + 1; b < w.size(); ++b) d.push_back(l2_distance(*w[a], *w[b]));
+  return mean(d);
+}
+
+// Did every layer of the candidate run the knob at all, and with the asked variant? An entry is
+// recorded only when the kernel ran, so a knob that is never called has none.
+std::string check_ran(const Candidate& c, AttributionForm form, const std::vector<ManifestEntry>& ops) {
+  std::vector<std::string> missing, other;
+  for (const auto& layer : c.layers) {
+    bool any = false, asked = false;
+    for (const auto& e : ops) {
+      if (e.layer != layer || e.knob != c.knob) continue;
+      any = true;
+      if (form == AttributionForm::LeaveOneOut || e.variant == c.variant || e.variant == "cpu-reference" ||
+          e.variant == "reference")
+        asked = true;
+    }
+    if (!any) missing.push_back(layer);
+    else if (!asked) other.push_back(layer);
+  }
+  if (!missing.empty() && missing.size() == c.layers.size())
+    return fmt::format("{} never runs {} (e.g. the first conv has no input gradient)", fmt::join(missing, ", "), c.knob);
+  if (!other.empty()) return fmt::format("{} ran another {} variant than {}", fmt::join(other, ", "), c.knob, c.variant);
+  return "";
+}
+
+}  // namespace
+
+std::vector<Candidate> list_candidates(const std::vector<std::pair<std::string, OpKind>>& knob_layers, bool groups,
+                                       const std::vector<std::pair<std::string, std::string>>& runs) {
+  std::vector<Candidate> out;
+  for (const auto& [layer, kind] : knob_layers)
+    for (const auto& spec : knobs()) {
+      if (spec.op != kind) continue;
+      if (!runs.empty() && std::find(runs.begin(), runs.end(), std::make_pair(layer, spec.name)) == runs.end()) continue;
+      for (const auto& v : spec.nondeterministic)
+        out.push_back({fmt::format("{}.{}={}", layer, spec.name, v), kind, spec.name, v, {layer}, false});
+    }
+  if (!groups) return out;
+  std::vector<Candidate> grouped;
+  for (const auto& c : out) {
+    auto it = std::find_if(grouped.begin(), grouped.end(), [&](const Candidate& g) {
+      return g.op == c.op && g.knob == c.knob && g.variant == c.variant;
+    });
+    if (it == grouped.end())
+      grouped.push_back({fmt::format("all {}.{}={}", op_kind_name(c.op), c.knob, c.variant), c.op, c.knob, c.variant,
+                         c.layers, true});
+    else
+      it->layers.push_back(c.layers.front());
+  }
+  for (auto& g : grouped)
+    if (g.layers.size() > 1) out.push_back(g);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> knobs_that_run(const std::string& model, int num_classes,
+                                                                int in_channels, int image_size) {
+  Context cpu;
+  auto net = make_net(cpu, NetConfig{model, num_classes, in_channels});
+  net->init(cpu, 0);
+  std::vector<float> pixels(static_cast<std::size_t>(2 * in_channels * image_size * image_size));
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 7) / 7.0f - 0.5f;
+  Var logits = net->forward(cpu, Var(cpu.from_host(pixels, {2, in_channels, image_size, image_size})), true);
+  Var loss = softmax_cross_entropy(cpu, "loss", logits, cpu.from_host(std::vector<int32_t>{0, 1}, {2}));
+  cpu.tape().backward(cpu, loss);
+  std::vector<std::pair<std::string, std::string>> runs;
+  for (const auto& e : cpu.manifest().entries()) {
+    auto key = std::make_pair(e.layer, e.knob);
+    if (std::find(runs.begin(), runs.end(), key) == runs.end()) runs.push_back(key);
+  }
+  return runs;
+}
+
+std::vector<Candidate> model_candidates(const std::string& model, int num_classes, int in_channels, int image_size,
+                                        bool groups) {
+  Context cpu;
+  auto net = make_net(cpu, NetConfig{model, num_classes, in_channels});
+  return list_candidates(net->knob_layers(), groups, knobs_that_run(model, num_classes, in_channels, image_size));
+}
+
+const char* form_name(AttributionForm f) { return f == AttributionForm::AddOne ? "add-one" : "leave-one-out"; }
+
+AttributionForm parse_form(const std::string& s) {
+  if (s == "add-one") return AttributionForm::AddOne;
+  if (s == "leave-one-out") return AttributionForm::LeaveOneOut;
+  throw Error(fmt::format("--form: unknown form '{}'; forms are add-one, leave-one-out, both", s));
+}
+
+std::vector<Candidate> candidates_for(const std::vector<Candidate>& all, AttributionForm form) {
+  if (form == AttributionForm::AddOne) return all;
+  std::vector<Candidate> out;
+  for (const auto& c : all) {
+    bool seen = std::any_of(out.begin(), out.end(), [&](const Candidate& o) {
+      return o.knob == c.knob && o.layers == c.layers && o.group == c.group;
+    });
+    if (seen) continue;
+    Candidate k = c;
+    k.name = c.group ? fmt::format("all {}.{}", op_kind_name(c.op), c.knob) : fmt::format("{}.{}", c.layers[0], c.knob);
+    k.variant = "deterministic";
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::string form_kernels(AttributionForm form) {
+  return form == AttributionForm::AddOne ? "deterministic" : "nondeterministic";
+}
+
+std::vector<std::string> candidate_pins(const Candidate& c, AttributionForm form) {
+  std::vector<std::string> pins;
+  for (const auto& l : c.layers)
+    pins.push_back(fmt::format("{}.{}={}", l, c.knob, form == AttributionForm::AddOne ? c.variant : "deterministic"));
+  return pins;
+}
+
+AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate>& candidates,
+                            const AttributeOptions& opts) {
+  if (opts.replicas < 2) throw Error(fmt::format("--replicas must be at least 2, got {}", opts.replicas));
+  if (opts.fingerprint_steps < 0) throw Error("--fingerprint-steps must be at least 0");
+  auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+
+  struct Config {
+    ConfigResult row;
+    const Candidate* cand = nullptr;
+  };
+  std::vector<Config> configs;
+  if (opts.baselines) {
+    configs.push_back({{"all-deterministic", "baseline"}, nullptr});
+    configs.back().row.kernels = "deterministic";
+    configs.push_back({{"all-nondeterministic", "baseline"}, nullptr});
+    configs.back().row.kernels = "nondeterministic";
+  }
+  for (const auto& c : candidates) {
+    configs.push_back({{c.name, c.group ? "group" : "candidate"}, &c});
+    configs.back().row.kernels = form_kernels(opts.form);
+    configs.back().row.pins = candidate_pins(c, opts.form);
+  }
+
+  AttributionResult result;
+  result.form = opts.form;
+  result.model = base.model;
+  result.dataset = base.dataset;
+  result.device = base.device;
+  result.replicas = opts.replicas;
+  result.epochs = base.epochs;
+  result.max_steps = base.max_steps;
+  result.l2_steps = opts.l2_steps;
+
+  const std::size_t total_runs = configs.size() * static_cast<std::size_t>(opts.replicas);
+  std::size_t runs_done = 0;
+  const auto start = Clock::now();
+  for (auto& cfg_row : configs) {
+    ConfigResult& row = cfg_row.row;
+    std::vector<TrainResult> results;
+    std::vector<ReplicaTrace> traces(static_cast<std::size_t>(opts.replicas));
+    row.status = "ok";
+    for (int k = 0; k < opts.replicas && row.status == "ok"; ++k) {
+      TrainConfig c = base;
+      c.kernels = row.kernels;
+      // Pins the user gave apply to every configuration, then the candidate's own.
+      c.pins.insert(c.pins.end(), row.pins.begin(), row.pins.end());
+      // CONTROL: the same seeds for every replica, so only kernels can make them differ.
+      c.deterministic_init = c.deterministic_input = true;
+      c.progress = false;
+      c.resume.clear();
+      if (!opts.out.empty()) {
+        c.out = (fs::path(opts.out) / form_name(opts.form) / folder_name(row.name) / fmt::format("r{}", k)).string();
+        row.run_dirs.push_back(c.out);
+      }
+      c.command_line = fmt::format("ditto-attribute {} '{}' replica {}", form_name(opts.form), row.name, k);
+      ReplicaTrace& tr = traces[static_cast<std::size_t>(k)];
+      TrainHooks hooks;
+      hooks.after_step = [&](const StepView& v) {
+        if (v.step <= opts.fingerprint_steps) tr.step_prints.push_back(params_fingerprint(v.params));
+        if (std::find(opts.l2_steps.begin(), opts.l2_steps.end(), v.step) != opts.l2_steps.end())
+          tr.snapshots[v.step] = params_to_host(v.params);
+      };
+      try {
+        results.push_back(train(c, hooks));
+      } catch (const PolicyError& e) {
+        // A variant cuDNN refuses for a layer's shape: reported, not skipped.
+        row.status = "unsupported";
+        row.message = e.what();
+      }
+      ++runs_done;
+      double el = std::chrono::duration<double>(Clock::now() - start).count();
+      log(fmt::format("[{}/{}] {} {} replica {}/{}: {}  elapsed {}  ETA {}", runs_done, total_runs,
+                      form_name(opts.form), row.name, k + 1, opts.replicas,
+                      row.status == "ok" ? fmt::format("top-1 {:.4f}", results.back().test_top1) : row.status,
+                      format_hms(el), format_hms(el / runs_done * (total_runs - runs_done))));
+    }
+    if (row.status != "ok") {
+      runs_done += static_cast<std::size_t>(opts.replicas) - results.size() - 1;
+      continue;
+    }
+    if (cfg_row.cand) {
+      std::string why = check_ran(*cfg_row.cand, opts.form, results.front().ops);
+      if (!why.empty()) {
+        row.status = "not run";
+        row.message = why;
+      }
+    }
+
+    std::vector<std::vector<int32_t>> preds;
+    std::vector<const std::vector<float>*> finals;
+    std::set<uint64_t> prints;
+    double ms = 0, epoch_s = 0;
+    int epochs_logged = 0;
+    for (const auto& r : results) {
+      preds.push_back(r.predictions);
+      finals.push_back(&r.weights);
+      prints.insert(r.weights_fingerprint);
+      row.accuracy.push_back(r.test_top1);
+      ms += 1000.0 * r.train_seconds / std::max<int64_t>(1, r.steps);
+      if (!base.max_steps)
+        for (const auto& e : r.log) epoch_s += e.seconds, ++epochs_logged;
+    }
+    row.ms_per_step = ms / results.size();
+    row.seconds_per_epoch = epochs_logged ? epoch_s / epochs_logged : 0;
+    row.churn = churn_interval(preds, opts.bootstrap, opts.bootstrap_seed);
+    row.weight_l2 = mean_pairwise_l2(finals);
+    row.accuracy_std = stddev(row.accuracy);
+    row.distinct_fingerprints = static_cast<int>(prints.size());
+
+    std::size_t compared = traces.front().step_prints.size();
+    for (const auto& t : traces) compared = std::min(compared, t.step_prints.size());
+    row.first_divergence_step = 0;
+    for (std::size_t s = 0; s < compared && !row.first_divergence_step; ++s)
+      for (const auto& t : traces)
+        if (t.step_prints[s] != traces.front().step_prints[s]) row.first_divergence_step = static_cast<int64_t>(s) + 1;
+    if (!row.first_divergence_step && prints.size() > 1) row.first_divergence_step = opts.fingerprint_steps + 1;
+    for (int64_t s : opts.l2_steps) {
+      std::vector<const std::vector<float>*> snaps;
+      for (const auto& t : traces)
+        if (auto it = t.snapshots.find(s); it != t.snapshots.end()) snaps.push_back(&it->second);
+      if (snaps.size() == traces.size()) row.l2_at.push_back({s, mean_pairwise_l2(snaps)});
+    }
+    std::vector<std::pair<int64_t, double>> nonzero;
+    for (const auto& p : row.l2_at)
+      if (p.second > 0) nonzero.push_back(p);
+    if (nonzero.size() >= 2)
+      row.growth_per_step = (std::log(nonzero.back().second) - std::log(nonzero.front().second)) /
+                            double(nonzero.back().first - nonzero.front().first);
+  }
+  for (auto& c : configs) result.rows.push_back(std::move(c.row));
+  rank_rows(result.rows);
+  return result;
+}
+
+void rank_rows(std::vector<ConfigResult>& rows) {
+  auto last_l2 = [](const ConfigResult& r) { return r.l2_at.empty() ? r.weight_l2 : r.l2_at.back().second; };
+  std::stable_sort(rows.begin(), rows.end(), [&](const ConfigResult& a, const ConfigResult& b) {
+    bool ab = a.kind == "baseline", bb = b.kind == "baseline";
+    if (ab != bb) return ab;
+    if (ab) return false;
+    if ((a.status == "ok") != (b.status == "ok")) return a.status == "ok";
+    if (a.diverged() != b.diverged()) return a.diverged();
+    if (last_l2(a) != last_l2(b)) return last_l2(a) > last_l2(b);
+    if (a.first_divergence_step != b.first_divergence_step) return a.first_divergence_step < b.first_divergence_step;
+    return a.churn.value > b.churn.value;
+  });
+}
+
+std::string format_attribution(const AttributionResult& r) {
+  std::string l2_head;
+  for (int64_t s : r.l2_steps) l2_head += fmt::format(" {:>9}", fmt::format("L2@{}", s));
+  std::string out = fmt::format("{} attribution: {} on {} ({}), {} replicas, {}\n", form_name(r.form), r.model,
+                                r.dataset, r.device, r.replicas,
+                                r.max_steps ? fmt::format("{} steps", r.max_steps) : fmt::format("{} epochs", r.epochs));
+  out += fmt::format("{:>4} {:<36} {:>6}{} {:>8} {:>22} {:>9} {:>7} {:>8} {:>8} {:>8}\n", "rank", "configuration",
+                     "div@", l2_head, "growth", "churn % [95% CI]", "L2 final", "acc_sd", "distinct", "ms/step",
+                     "s/epoch");
+  int rank = 0;
+  for (const auto& row : r.rows) {
+    std::string rk = row.kind == "baseline" ? "-" : std::to_string(++rank);
+    if (row.status != "ok") {
+      out += fmt::format("{:>4} {:<36} {}: {}\n", rk, row.name, row.status, row.message);
+      continue;
+    }
+    std::string l2;
+    for (int64_t s : r.l2_steps) {
+      auto it = std::find_if(row.l2_at.begin(), row.l2_at.end(), [&](const auto& p) { return p.first == s; });
+      l2 += it == row.l2_at.end() ? fmt::format(" {:>9}", "-") : fmt::format(" {:>9.3g}", it->second);
+    }
+    std::string div = row.first_divergence_step == 0 ? "none" : std::to_string(row.first_divergence_step);
+    out += fmt::format("{:>4} {:<36} {:>6}{} {:>8.3g} {:>6.2f} [{:>5.2f}, {:>5.2f}] {:>9.3g} {:>7.4f} {:>4}/{:<3} {:>8.2f} {:>8.2f}{}\n",
+                       rk, row.name, div, l2, row.growth_per_step, 100 * row.churn.value, 100 * row.churn.low,
+                       100 * row.churn.high, row.weight_l2, row.accuracy_std, row.distinct_fingerprints,
+                       row.accuracy.size(), row.ms_per_step, row.seconds_per_epoch,
+                       row.diverged() ? "" : "  no divergence");
+  }
+  return out;
+}
+
+void write_attribution(const AttributionResult& r, const std::string& dir) {
+  make_folder(dir);
+  std::string csv = "form,rank,configuration,kind,status,kernels,pins,first_divergence_step";
+  for (int64_t s : r.l2_steps) csv += fmt::format(",l2_step{}", s);
+  csv += ",growth_per_step,churn,churn_low,churn_high,weight_l2,acc_mean,acc_std,distinct_weights,replicas,ms_per_step,"
+         "seconds_per_epoch,message\n";
+  json rows = json::array();
+  std::vector<BarRow> churn_bars, l2_bars;
+  int rank = 0;
+  for (const auto& row : r.rows) {
+    const std::string rk = row.kind == "baseline" ? "" : std::to_string(++rank);
+    std::string msg = row.message;
+    std::replace(msg.begin(), msg.end(), '"', '\'');
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    csv += fmt::format("{},{},\"{}\",{},{},{},\"{}\",{}", form_name(r.form), rk, row.name, row.kind, row.status,
+                       row.kernels, fmt::join(row.pins, " "), row.first_divergence_step);
+    for (int64_t s : r.l2_steps) {
+      auto it = std::find_if(row.l2_at.begin(), row.l2_at.end(), [&](const auto& p) { return p.first == s; });
+      csv += it == row.l2_at.end() ? "," : fmt::format(",{:.6g}", it->second);
+    }
+    csv += fmt::format(",{:.6g},{:.6f},{:.6f},{:.6f},{:.6g},{:.6f},{:.6f},{},{},{:.4f},{:.4f},\"{}\"\n",
+                       row.growth_per_step, row.churn.value, row.churn.low, row.churn.high, row.weight_l2,
+                       mean(row.accuracy), row.accuracy_std, row.distinct_fingerprints, row.accuracy.size(),
+                       row.ms_per_step, row.seconds_per_epoch, msg);
+    json l2 = json::object();
+    for (const auto& [s, v] : row.l2_at) l2[std::to_string(s)] = v;
+    rows.push_back({{"configuration", row.name}, {"kind", row.kind}, {"rank", rk}, {"status", row.status},
+                    {"message", row.message}, {"kernels", row.kernels}, {"pins", row.pins},
+                    {"run_dirs", row.run_dirs}, {"accuracy", row.accuracy},
+                    {"churn", {{"mean_pairwise", row.churn.value}, {"ci95_low", row.churn.low}, {"ci95_high", row.churn.high}}},
+                    {"weight_l2", row.weight_l2}, {"accuracy_std", row.accuracy_std},
+                    {"distinct_weight_fingerprints", row.distinct_fingerprints},
+                    {"first_divergence_step", row.first_divergence_step}, {"weight_l2_at_step", l2},
+                    {"growth_per_step", row.growth_per_step}, {"ms_per_step", row.ms_per_step},
+                    {"seconds_per_epoch", row.seconds_per_epoch}, {"diverged", row.diverged()}});
+    BarRow cb{row.name, row.churn.value, row.churn.low, row.churn.high, true, ""};
+    BarRow lb{row.name, row.l2_at.empty() ? 0.0 : row.l2_at.back().second, 0, 0, false, ""};
+    if (row.status != "ok") cb.note = lb.note = row.status, cb.value = cb.low = cb.high = 0, cb.has_interval = false;
+    else if (!row.diverged()) cb.note = lb.note = "no divergence";
+    churn_bars.push_back(cb);
+    l2_bars.push_back(lb);
+  }
+  json doc{{"form", form_name(r.form)}, {"model", r.model}, {"dataset", r.dataset}, {"device", r.device},
+           {"replicas", r.replicas}, {"epochs", r.epochs}, {"max_steps", r.max_steps}, {"l2_steps", r.l2_steps},
+           {"ranking", "diverged first, then weight L2 at the last early step, then first divergence step, then churn"},
+           {"configurations", rows}};
+  const fs::path d(dir);
+  const std::string what = r.max_steps ? fmt::format("{} steps", r.max_steps) : fmt::format("{} epochs", r.epochs);
+  write_file_atomic((d / "attribution.csv").string(), csv);
+  write_file_atomic((d / "attribution.json").string(), doc.dump(2));
+  write_file_atomic((d / "attribution.svg").string(),
+                    svg_bar_chart(fmt::format("{} {}: churn between {} replicas after {} (95% bootstrap CI)",
+                                              r.model, form_name(r.form), r.replicas, what),
+                                  "churn (% of test predictions)", churn_bars, 100.0));
+  if (!r.l2_steps.empty())
+    write_file_atomic((d / "attribution_l2.svg").string(),
+                      svg_bar_chart(fmt::format("{} {}: weight L2 distance between replicas after step {}", r.model,
+                                                form_name(r.form), r.l2_steps.back()),
+                                    "mean pairwise L2 distance of the weights", l2_bars));
+}
+
+}  // namespace ditto

@@ -1,0 +1,359 @@
+#include "experiments/diverge.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/manifest.h"
+#include "engine/param.h"
+#include "engine/tracer.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Two runs meet after every step; the second to arrive compares while the first waits, so
+// neither runs ahead and each step's traces can be compared (and dropped) together.
+class Lockstep {
+ public:
+  void arrive(const std::function<void()>& meet) {
+    std::unique_lock<std::mutex> lk(m_);
+    if (failed_) throw Error("stopped: the other run failed");
+    if (++arrived_ == 2) {
+      arrived_ = 0;
+      try {
+        meet();
+      } catch (...) {
+        failed_ = true;
+        cv_.notify_all();
+        throw;
+      }
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const uint64_t g = generation_;
+    cv_.wait(lk, [&] { return generation_ != g || failed_; });
+    if (failed_) throw Error("stopped: the other run failed");
+  }
+  void fail() {
+    std::lock_guard<std::mutex> lk(m_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool failed_ = false;
+};
+
+TraceMeta meta_of(const TrainConfig& c, const std::string& run) {
+  RuntimeInfo info = Context(Device::parse(c.device)).runtime_info();
+  std::string pins;
+  for (const auto& p : c.pins) pins += (pins.empty() ? "" : " ") + p;
+  return {{"run", run},           {"model", c.model},         {"dataset", c.dataset},
+          {"kernels", c.kernels}, {"pins", pins},             {"device", c.device},
+          {"gpu", info.gpu_name.empty() ? "cpu" : info.gpu_name},  {"cudnn", info.cudnn},
+          {"driver", info.driver}, {"git_commit", info.git_commit}, {"batch_size", std::to_string(c.batch_size)},
+          {"command_line", c.command_line}};
+}
+
+}  // namespace
+
+void RecordingTracer::begin_step(int64_t step) {
+  if (!events_.empty()) clear_step();
+  step_ = step;
+  unnamed_.clear();
+}
+
+void RecordingTracer::event(const std::string& phase, const std::string& layer, const std::string& op,
+                            const std::vector<TracedTensor>& inputs, const std::vector<TracedTensor>& outputs) {
+  TraceEvent e;
+  e.step = step_;
+  e.seq = static_cast<int64_t>(events_.size());
+  e.phase = phase;
+  // Unnamed ops (ReLU, adds, pooling without knobs) are told apart by their order in the step;
+  // the backward closure of "relu#3" gets the same name as its forward.
+  if (layer.empty()) {
+    const std::string key = phase == "fwd" ? op : phase + op;
+    e.layer = fmt::format("{}#{}", op, ++unnamed_[key]);
+    if (phase == "bwd") {
+      // Backward runs in reverse: count down from the number of forward occurrences.
+      int fwd = unnamed_.count(op) ? unnamed_[op] : 0;
+      e.layer = fmt::format("{}#{}", op, fwd - unnamed_[key] + 1);
+    }
+  } else {
+    e.layer = layer;
+  }
+  e.op = op;
+  for (const auto& t : inputs) e.inputs.push_back({t.name, t.tensor->fingerprint(), t.tensor->numel()});
+  std::vector<std::vector<float>> values;
+  for (const auto& t : outputs) {
+    e.outputs.push_back({t.name, t.tensor->fingerprint(), t.tensor->numel()});
+    values.push_back(keep_data_ && t.tensor->dtype() == DType::F32 ? t.tensor->to_host_f32() : std::vector<float>{});
+  }
+  events_.push_back(std::move(e));
+  data_.push_back(std::move(values));
+  ++events_seen_;
+}
+
+const std::vector<float>* RecordingTracer::output_values(int64_t seq, const std::string& tensor) const {
+  if (seq < 0 || seq >= static_cast<int64_t>(events_.size())) return nullptr;
+  const auto& e = events_[static_cast<std::size_t>(seq)];
+  for (std::size_t k = 0; k < e.outputs.size(); ++k)
+    if (e.outputs[k].name == tensor) {
+      const auto& v = data_[static_cast<std::size_t>(seq)][k];
+      return v.empty() ? nullptr : &v;
+    }
+  return nullptr;
+}
+
+void RecordingTracer::clear_step() {
+  if (writer_)
+    for (const auto& e : events_) writer_->write(e);
+  events_.clear();
+  data_.clear();
+}
+
+DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
+  auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  TrainConfig base = cfg;
+  // Same seeds in both runs: only the kernels may make them differ.
+  if (!base.seed_init) base.deterministic_init = true;
+  if (!base.seed_order && !base.seed_augment) base.deterministic_input = true;
+  base.progress = false;
+  TrainConfig ca = base, cb = base;
+  if (!cfg.out.empty()) {
+    ca.out = (fs::path(cfg.out) / "a").string();
+    cb.out = (fs::path(cfg.out) / "b").string();
+  }
+
+  std::unique_ptr<TraceWriter> wa, wb;
+  if (!opts.trace_a.empty()) wa = std::make_unique<TraceWriter>(opts.trace_a, meta_of(ca, "a"));
+  if (!opts.trace_b.empty()) wb = std::make_unique<TraceWriter>(opts.trace_b, meta_of(cb, "b"));
+  RecordingTracer ta(wa.get()), tb(wb.get());
+  ta.set_keep_data(true);
+  tb.set_keep_data(true);
+
+  DivergeResult result;
+  Lockstep lockstep;
+  struct Side {
+    std::vector<float> weights;
+    std::vector<int32_t> preds;
+    bool evaluated = false;
+  } side[2];
+
+  auto meet = [&](int64_t step) {
+    const auto& ea = ta.step_events();
+    const auto& eb = tb.step_events();
+    if (result.events_per_step == 0) result.events_per_step = static_cast<int64_t>(ea.size());
+    StepGrowth g;
+    g.step = step;
+    auto per_step = differing_outputs_per_step(ea, eb);
+    g.differing_outputs = per_step.empty() ? 0 : per_step.front().second;
+    if (!result.first.found && !result.first.structure_mismatch) {
+      Divergence d = first_divergence(ea, eb);
+      if (d.found || d.structure_mismatch) {
+        result.first = d;
+        if (d.found) {
+          const auto* va = ta.output_values(d.event_a.seq, d.tensor);
+          const auto* vb = tb.output_values(d.event_b.seq, d.tensor);
+          if (va && vb && va->size() == vb->size()) result.first_diff = diff_f32(va->data(), vb->data(), va->size());
+        }
+        ta.set_keep_data(false);  // the values were kept only to measure this point
+        tb.set_keep_data(false);
+      }
+    }
+    TensorDiff w = diff_f32(side[0].weights.data(), side[1].weights.data(),
+                            std::min(side[0].weights.size(), side[1].weights.size()));
+    g.weights_max_ulp = w.max_ulp;
+    g.weights_differing = w.differing;
+    g.weights_l2 = w.l2;
+    if (side[0].evaluated && side[1].evaluated) {
+      g.prediction_diffs = 0;
+      for (std::size_t i = 0; i < side[0].preds.size(); ++i) g.prediction_diffs += side[0].preds[i] != side[1].preds[i];
+      if (g.prediction_diffs > 0 && !result.first_prediction_step) result.first_prediction_step = step;
+    }
+    result.growth.push_back(g);
+    ta.clear_step();
+    tb.clear_step();
+    if (step == 1 || step % 50 == 0)
+      log(fmt::format("step {}: {} of {} traced tensors differ; weights max ULP {}, L2 {:.3g}{}", step,
+                      g.differing_outputs, result.events_per_step, g.weights_max_ulp, g.weights_l2,
+                      g.prediction_diffs >= 0 ? fmt::format(", {} test predictions differ", g.prediction_diffs) : ""));
+  };
+
+  std::exception_ptr err[2];
+  bool secondary[2] = {false, false};
+  TrainResult res[2];
+  auto run = [&](int k) {
+    RecordingTracer& t = k == 0 ? ta : tb;
+    TrainHooks hooks;
+    hooks.tracer = &t;
+    hooks.after_step = [&, k](const StepView& v) {
+      side[k].weights = params_to_host(v.params);
+      side[k].evaluated = opts.eval_every > 0 && v.step % opts.eval_every == 0;
+      if (side[k].evaluated) side[k].preds = v.predict();
+      lockstep.arrive([&] { meet(v.step); });
+    };
+    try {
+      res[k] = train(k == 0 ? ca : cb, hooks);
+    } catch (const Error& e) {
+      secondary[k] = std::string(e.what()).rfind("stopped: the other run failed", 0) == 0;
+      err[k] = std::current_exception();
+      lockstep.fail();
+    } catch (...) {
+      err[k] = std::current_exception();
+      lockstep.fail();
+    }
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+  for (int k = 0; k < 2; ++k)
+    if (err[k] && !secondary[k]) std::rethrow_exception(err[k]);
+  for (int k = 0; k < 2; ++k)
+    if (err[k]) std::rethrow_exception(err[k]);
+  if (wa) wa->close();
+  if (wb) wb->close();
+  result.run_a = std::move(res[0]);
+  result.run_b = std::move(res[1]);
+  result.steps = result.run_a.steps;
+  result.traced_ms_per_step = 1000.0 * result.run_a.train_seconds / std::max<int64_t>(1, result.run_a.steps);
+  result.ops = result.run_a.ops;
+  return result;
+}
+
+TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, const TraceMeta& meta) {
+  TraceMeta m = meta_of(cfg, "single");
+  for (const auto& [k, v] : meta) m[k] = v;
+  TraceWriter writer(trace_path, m);
+  RecordingTracer tracer(&writer);
+  TrainHooks hooks;
+  hooks.tracer = &tracer;
+  hooks.after_step = [&](const StepView&) { tracer.clear_step(); };
+  TrainResult r = train(cfg, hooks);
+  tracer.clear_step();
+  writer.close();
+  return r;
+}
+
+TraceComparison compare_trace_files(const std::string& path_a, const std::string& path_b) {
+  Trace a = read_trace(path_a), b = read_trace(path_b);
+  TraceComparison c;
+  c.first = first_divergence(a.events, b.events);
+  c.differing_per_step = differing_outputs_per_step(a.events, b.events);
+  c.meta_a = a.meta;
+  c.meta_b = b.meta;
+  return c;
+}
+
+namespace {
+std::string describe_first(const Divergence& d) {
+  if (d.structure_mismatch) return "the two runs ran different sequences of ops: " + d.note;
+  if (!d.found) return "no divergence: every traced tensor of every step was bitwise identical";
+  return fmt::format("first divergence: {}{}", describe(d.event_a, d.tensor),
+                     d.inputs_identical ? " — all of its inputs were identical, so this kernel introduced it"
+                                        : " — but its inputs already differed (an untraced op changed them): " + d.note);
+}
+}  // namespace
+
+std::string format_divergence(const DivergeResult& r) {
+  std::string out = describe_first(r.first) + "\n";
+  if (r.first.found && r.first_diff.numel)
+    out += fmt::format("  there: {} of {} elements differ, max {} ULP, max |a-b| {:.3g}\n", r.first_diff.differing,
+                       r.first_diff.numel, r.first_diff.max_ulp, r.first_diff.max_abs);
+  if (r.first.found) {
+    // The kernel that ran there, from the manifest.
+    const std::string knob = r.first.event_a.phase == "fwd" ? "fwd" : "";
+    for (const auto& e : r.ops)
+      if (e.layer == r.first.event_a.layer && (knob.empty() ? e.knob != "fwd" : e.knob == knob))
+        out += fmt::format("  {}.{} ran {} ({}){}\n", e.layer, e.knob, e.variant, determinism_name(e.deterministic),
+                           e.shape.empty() ? "" : " at " + e.shape);
+  }
+  int64_t first_weights = 0;
+  for (const auto& g : r.growth)
+    if (g.weights_differing && !first_weights) first_weights = g.step;
+  out += fmt::format("steps traced: {} ({} tensors-events per step), traced training {:.2f} ms/step\n", r.steps,
+                     r.events_per_step, r.traced_ms_per_step);
+  out += first_weights ? fmt::format("weights first differ after step {}\n", first_weights)
+                       : "weights identical after every step\n";
+  out += r.first_prediction_step ? fmt::format("test predictions first differ at step {}\n", r.first_prediction_step)
+                                 : "test predictions never differed at the evaluated steps\n";
+  if (!r.growth.empty()) {
+    out += "growth (step: weights max ULP, differing weights, L2, differing predictions):\n";
+    for (const auto& g : r.growth) {
+      bool show = g.step == 1 || g.step == 2 || g.step == 5 || (g.step % 10 == 0 && (g.step <= 50 || g.step % 50 == 0)) ||
+                  &g == &r.growth.back();
+      if (show)
+        out += fmt::format("  {:>6}: {:>12} {:>9} {:>10.3g} {:>6}\n", g.step, g.weights_max_ulp, g.weights_differing,
+                           g.weights_l2, g.prediction_diffs >= 0 ? std::to_string(g.prediction_diffs) : "");
+    }
+  }
+  out += fmt::format("final weights fingerprints: {} {}\n", hex64(r.run_a.weights_fingerprint),
+                     hex64(r.run_b.weights_fingerprint));
+  return out;
+}
+
+std::string format_comparison(const TraceComparison& c) {
+  std::string out;
+  for (const auto* m : {&c.meta_a, &c.meta_b}) {
+    auto get = [&](const char* k) { auto it = m->find(k); return it == m->end() ? std::string("?") : it->second; };
+    out += fmt::format("trace: {} {} on {} ({}), kernels {}\n", get("model"), get("dataset"), get("gpu"), get("device"),
+                       get("kernels"));
+  }
+  out += describe_first(c.first) + "\n";
+  int64_t total = 0, steps_diff = 0;
+  for (const auto& [s, n] : c.differing_per_step) total += n, steps_diff += n > 0;
+  out += fmt::format("{} steps compared, {} with differing tensors ({} differing tensors in all)\n",
+                     c.differing_per_step.size(), steps_diff, total);
+  return out;
+}
+
+void write_divergence(const DivergeResult& r, const std::string& dir) {
+  make_folder(dir);
+  std::string csv = "step,differing_tensors,weights_max_ulp,weights_differing,weights_l2,prediction_diffs\n";
+  for (const auto& g : r.growth)
+    csv += fmt::format("{},{},{},{},{:.6g},{}\n", g.step, g.differing_outputs, g.weights_max_ulp, g.weights_differing,
+                       g.weights_l2, g.prediction_diffs >= 0 ? std::to_string(g.prediction_diffs) : "");
+  auto tensors = [](const std::vector<TraceTensor>& ts) {
+    json j = json::array();
+    for (const auto& t : ts) j.push_back({{"name", t.name}, {"fingerprint", hex64(t.fingerprint)}, {"numel", t.numel}});
+    return j;
+  };
+  json first{{"found", r.first.found}, {"structure_mismatch", r.first.structure_mismatch},
+             {"inputs_identical", r.first.inputs_identical}, {"note", r.first.note}};
+  if (r.first.found)
+    first.update({{"step", r.first.event_a.step}, {"phase", r.first.event_a.phase}, {"layer", r.first.event_a.layer},
+                  {"op", r.first.event_a.op}, {"tensor", r.first.tensor}, {"inputs", tensors(r.first.event_a.inputs)},
+                  {"outputs_a", tensors(r.first.event_a.outputs)}, {"outputs_b", tensors(r.first.event_b.outputs)},
+                  {"differing_elements", r.first_diff.differing}, {"numel", r.first_diff.numel},
+                  {"max_ulp", r.first_diff.max_ulp}, {"max_abs", r.first_diff.max_abs}});
+  int64_t first_weights = 0;
+  for (const auto& g : r.growth)
+    if (g.weights_differing && !first_weights) first_weights = g.step;
+  json doc{{"first_divergence", first},
+           {"first_weights_difference_step", first_weights},
+           {"first_prediction_difference_step", r.first_prediction_step},
+           {"steps", r.steps},
+           {"events_per_step", r.events_per_step},
+           {"traced_ms_per_step", r.traced_ms_per_step},
+           {"final_fingerprints", {hex64(r.run_a.weights_fingerprint), hex64(r.run_b.weights_fingerprint)}}};
+  write_file_atomic((fs::path(dir) / "growth.csv").string(), csv);
+  write_file_atomic((fs::path(dir) / "diverge.json").string(), doc.dump(2));
+}
+
+}  // namespace ditto

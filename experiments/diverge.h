@@ -1,0 +1,98 @@
+// The noise lab's first-divergence search: train one configuration twice, fingerprint every
+// tensor of every op of every step (engine/tracer.h), and name the first (step, phase, layer, op,
+// tensor) whose output differs while all of its inputs were identical — the kernel that
+// introduced the difference — with the max ULP distance and the number of differing elements
+// there. Then how the difference grows: per step the weights' max ULP and L2 distance, and the
+// first step at which test predictions (on a fixed subset, every K steps) differ.
+//
+// The two runs execute in one process in lockstep: two threads, each with its own Context
+// (stream, cuDNN and cuBLAS handles) on the same device, meeting after every step. Each run's
+// trace can also be written to a file, and trace files from different machines, GPUs or builds
+// compared with compare_trace_files (ditto-diverge compare): that is how one learns whether two
+// GPUs agree.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/tracer.h"
+#include "experiments/stats.h"
+#include "experiments/trace.h"
+#include "experiments/train.h"
+
+namespace ditto {
+
+// A tracer that fingerprints every tensor it is shown (a host copy each: tracing is slow, never
+// wrong) and collects the events of the current step. With keep_data it also keeps each f32
+// output's values until the step is cleared, so a difference can be measured in ULPs.
+class RecordingTracer : public Tracer {
+ public:
+  explicit RecordingTracer(TraceWriter* writer = nullptr) : writer_(writer) {}
+  void begin_step(int64_t step) override;
+  void event(const std::string& phase, const std::string& layer, const std::string& op,
+             const std::vector<TracedTensor>& inputs, const std::vector<TracedTensor>& outputs) override;
+  const std::vector<TraceEvent>& step_events() const { return events_; }
+  // Values of output `tensor` of the event with index seq in this step; nullptr if not kept.
+  const std::vector<float>* output_values(int64_t seq, const std::string& tensor) const;
+  void clear_step();  // writes the step's events to the writer (if any), then forgets them
+  void set_keep_data(bool on) { keep_data_ = on; }
+  int64_t events_seen() const { return events_seen_; }
+
+ private:
+  TraceWriter* writer_;
+  bool keep_data_ = false;
+  int64_t step_ = 0, events_seen_ = 0;
+  std::vector<TraceEvent> events_;
+  std::vector<std::vector<std::vector<float>>> data_;  // [event][output] values
+  std::map<std::string, int> unnamed_;                 // per-step counters for "relu#3"
+};
+
+struct DivergeOptions {
+  int64_t eval_every = 10;          // compare test predictions every K steps (0: never)
+  std::string trace_a, trace_b;     // write each run's trace here when set
+  std::function<void(const std::string&)> log;  // progress lines; default stderr
+};
+
+struct StepGrowth {
+  int64_t step = 0;
+  int64_t differing_outputs = 0;    // traced tensors whose fingerprints differ in this step
+  uint64_t weights_max_ulp = 0;     // over all parameters after the step
+  int64_t weights_differing = 0;    // parameter elements whose bits differ
+  double weights_l2 = 0;
+  int64_t prediction_diffs = -1;    // test examples predicted differently; -1: not evaluated
+};
+
+struct DivergeResult {
+  Divergence first;                 // where the runs first parted (found == false: never)
+  TensorDiff first_diff;            // at that tensor: differing elements and max ULP
+  int64_t first_prediction_step = 0;  // first evaluated step with differing predictions; 0: none
+  int64_t steps = 0, events_per_step = 0;
+  std::vector<StepGrowth> growth;   // one row per step
+  TrainResult run_a, run_b;
+  double traced_ms_per_step = 0;    // training time per step with tracing on (both runs sharing the GPU)
+  std::vector<ManifestEntry> ops;   // what run A's kernels were
+};
+
+// Trains cfg twice in lockstep (CONTROL seeds unless cfg fixes others) and compares. cfg.out,
+// when set, gets run folders a/ and b/. Throws ditto::Error when either run fails.
+DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts);
+
+// Trains cfg once with a tracer writing every event to trace_path (for comparing machines).
+TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, const TraceMeta& meta = {});
+
+// Compares two trace files: the first divergence and the per-step differing-output counts.
+struct TraceComparison {
+  Divergence first;
+  std::vector<std::pair<int64_t, int64_t>> differing_per_step;
+  TraceMeta meta_a, meta_b;
+};
+TraceComparison compare_trace_files(const std::string& path_a, const std::string& path_b);
+
+// Text reports (what ditto-diverge prints) and diverge.json / growth.csv.
+std::string format_divergence(const DivergeResult& r);
+std::string format_comparison(const TraceComparison& c);
+void write_divergence(const DivergeResult& r, const std::string& dir);
+
+}  // namespace ditto

@@ -1,0 +1,160 @@
+#include "experiments/stats.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "engine/error.h"
+
+namespace ditto {
+
+namespace {
+
+// Every replica must predict the same examples, otherwise pairwise churn compares unrelated
+// positions; returns the common number of examples.
+std::size_t common_size(const std::vector<std::vector<int32_t>>& predictions, const char* caller) {
+  if (predictions.empty()) return 0;
+  const std::size_t n = predictions[0].size();
+  for (std::size_t r = 1; r < predictions.size(); ++r)
+    if (predictions[r].size() != n)
+      throw Error(fmt::format("{}: replica {} has {} predictions, replica 0 has {}", caller, r,
+                              predictions[r].size(), n));
+  return n;
+}
+
+uint32_t float_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+// Sign-magnitude float bits to a line of integers ordered like the floats: positives keep their
+// magnitude, negatives become -(magnitude) - 1, so -0.0 sits at -1, one step below +0.0 at 0.
+int64_t ordered_bits(float x) {
+  const uint32_t bits = float_bits(x);
+  const int64_t magnitude = bits & 0x7fffffffu;
+  return (bits & 0x80000000u) ? -magnitude - 1 : magnitude;
+}
+
+}  // namespace
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / double(v.size());
+}
+
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double sum_sq = 0;
+  for (double x : v) sum_sq += (x - m) * (x - m);
+  return std::sqrt(sum_sq / double(v.size() - 1));
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) throw Error("percentile: empty input has no quantile");
+  if (!(q >= 0 && q <= 1)) throw Error(fmt::format("percentile: q = {} is outside [0, 1]", q));
+  std::sort(v.begin(), v.end());
+  const double position = q * double(v.size() - 1);
+  const std::size_t below = std::size_t(std::floor(position));
+  const std::size_t above = std::min(below + 1, v.size() - 1);
+  return v[below] + (position - double(below)) * (v[above] - v[below]);
+}
+
+double churn(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  if (a.size() != b.size())
+    throw Error(fmt::format("churn: prediction vectors differ in size ({} vs {})", a.size(), b.size()));
+  if (a.empty()) return 0;
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differing += a[i] != b[i];
+  return double(differing) / double(a.size());
+}
+
+double mean_pairwise_churn(const std::vector<std::vector<int32_t>>& predictions) {
+  common_size(predictions, "mean_pairwise_churn");
+  const std::size_t replicas = predictions.size();
+  if (replicas < 2) return 0;
+  double sum = 0;
+  for (std::size_t a = 0; a < replicas; ++a)
+    for (std::size_t b = a + 1; b < replicas; ++b) sum += churn(predictions[a], predictions[b]);
+  return sum / (double(replicas) * double(replicas - 1) / 2);
+}
+
+std::vector<double> per_example_disagreement(const std::vector<std::vector<int32_t>>& predictions) {
+  const std::size_t n = common_size(predictions, "per_example_disagreement");
+  const std::size_t replicas = predictions.size();
+  std::vector<double> disagreement(n, 0.0);
+  if (replicas < 2) return disagreement;
+  const double pairs = double(replicas) * double(replicas - 1) / 2;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t differing_pairs = 0;
+    for (std::size_t a = 0; a < replicas; ++a)
+      for (std::size_t b = a + 1; b < replicas; ++b) differing_pairs += predictions[a][i] != predictions[b][i];
+    disagreement[i] = double(differing_pairs) / pairs;
+  }
+  return disagreement;
+}
+
+Interval bootstrap_mean(const std::vector<double>& per_item, int resamples, uint64_t seed, double level) {
+  if (resamples < 0) throw Error(fmt::format("bootstrap_mean: resamples = {} is negative", resamples));
+  if (!(level > 0 && level < 1)) throw Error(fmt::format("bootstrap_mean: level = {} is outside (0, 1)", level));
+  Interval interval;
+  interval.value = interval.low = interval.high = mean(per_item);
+  const std::size_t n = per_item.size();
+  if (resamples == 0 || n < 2) return interval;
+  std::mt19937_64 generator(seed);
+  std::vector<double> resample_means(static_cast<std::size_t>(resamples));
+  for (double& resample_mean : resample_means) {
+    double sum = 0;
+    // Modulo instead of std::uniform_int_distribution: the latter's algorithm differs between
+    // standard libraries, which would make the interval depend on the compiler. The bias is
+    // n / 2^64, far below the bootstrap's own noise.
+    for (std::size_t k = 0; k < n; ++k) sum += per_item[std::size_t(generator() % n)];
+    resample_mean = sum / double(n);
+  }
+  interval.low = percentile(resample_means, (1 - level) / 2);
+  interval.high = percentile(std::move(resample_means), (1 + level) / 2);
+  return interval;
+}
+
+Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, int resamples, uint64_t seed,
+                        double level) {
+  return bootstrap_mean(per_example_disagreement(predictions), resamples, seed, level);
+}
+
+double l2_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size())
+    throw Error(fmt::format("l2_distance: vectors differ in size ({} vs {})", a.size(), b.size()));
+  return diff_f32(a.data(), b.data(), a.size()).l2;
+}
+
+uint64_t ulp_distance(float a, float b) {
+  if (float_bits(a) == float_bits(b)) return 0;
+  if (std::isnan(a) || std::isnan(b)) return UINT64_MAX;
+  const int64_t ia = ordered_bits(a), ib = ordered_bits(b);
+  return uint64_t(ia > ib ? ia - ib : ib - ia);
+}
+
+TensorDiff diff_f32(const float* a, const float* b, std::size_t n) {
+  TensorDiff diff;
+  diff.numel = int64_t(n);
+  double sum_sq = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (float_bits(a[i]) == float_bits(b[i])) continue;
+    ++diff.differing;
+    diff.max_ulp = std::max(diff.max_ulp, ulp_distance(a[i], b[i]));
+    const double delta = double(a[i]) - double(b[i]);
+    sum_sq += delta * delta;
+    diff.max_abs = std::max(diff.max_abs, std::abs(delta));
+  }
+  diff.l2 = std::sqrt(sum_sq);
+  return diff;
+}
+
+}  // namespace ditto

@@ -1,0 +1,323 @@
+// The noise lab on the CPU: candidate lists read off the networks, the tracer's events, a traced
+// run that ends with the untraced run's bits, lockstep divergence search, attribution end to end
+// (every configuration has churn 0 here: the CPU has one code path per op), and the shared
+// training flags' messages in words.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <unistd.h>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "experiments/attribute.h"
+#include "experiments/cli.h"
+#include "experiments/diverge.h"
+#include "nets/nets.h"
+
+using namespace ditto;
+namespace fs = std::filesystem;
+
+namespace {
+std::string scratch(const std::string& name) {
+  static const fs::path root = fs::temp_directory_path() / ("ditto_cpu_noise_lab_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  return (root / name).string();
+}
+
+TrainConfig tiny(const std::string& model = "two-conv") {
+  TrainConfig c;
+  c.model = model;
+  c.dataset = "synthetic";
+  c.synthetic_train = 192;
+  c.synthetic_test = 64;
+  c.synthetic_size = 16;
+  c.epochs = 1;
+  c.batch_size = 32;
+  c.lr = 2e-3f;
+  c.device = "cpu";
+  c.deterministic_init = c.deterministic_input = true;
+  c.kernels = "deterministic";
+  c.progress = false;
+  c.loader_threads = 1;
+  return c;
+}
+
+std::set<std::string> names(const std::vector<Candidate>& cs) {
+  std::set<std::string> s;
+  for (const auto& c : cs) s.insert(c.name);
+  return s;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+}  // namespace
+
+TEST_CASE("candidates: SmallCNN's list is its knob layers times the knob table's nondeterministic variants") {
+  auto cs = model_candidates("smallcnn", 10, 3, 32, false);
+  std::set<std::string> expected;
+  for (const char* conv : {"conv1", "conv2", "conv3"}) {
+    // conv1's input (the images) needs no gradient, so its bwd_data never runs.
+    if (std::string(conv) != "conv1") expected.insert(std::string(conv) + ".bwd_data=algo0");
+    expected.insert(std::string(conv) + ".bwd_filter=algo0");
+    expected.insert(std::string(conv) + ".bwd_filter=algo3");
+    expected.insert(std::string(conv) + ".bias_bwd=atomic");
+  }
+  for (const char* pool : {"pool1", "pool2", "pool3"}) {
+    expected.insert(std::string(pool) + ".bwd=cudnn");
+    expected.insert(std::string(pool) + ".bwd=atomic-scatter");
+  }
+  for (const char* fc : {"fc1", "fc2"}) {
+    expected.insert(std::string(fc) + ".bias_bwd=atomic");
+    expected.insert(std::string(fc) + ".cublas_atomics=on");
+  }
+  expected.insert("loss.reduce=atomic");
+  CHECK(names(cs) == expected);
+
+  // Every candidate names a knob layer of the net, and every knob layer has a candidate.
+  Context cpu;
+  auto layers = make_net(cpu, {"smallcnn", 10, 3})->knob_layers();
+  std::set<std::string> layer_names, cand_layers;
+  for (const auto& l : layers) layer_names.insert(l.first);
+  for (const auto& c : cs) cand_layers.insert(c.layers.at(0));
+  CHECK(cand_layers == layer_names);
+
+  auto grouped = model_candidates("smallcnn", 10, 3, 32, true);
+  std::set<std::string> groups;
+  for (const auto& c : grouped)
+    if (c.group) groups.insert(c.name);
+  CHECK(groups == std::set<std::string>{"all conv2d.bwd_data=algo0", "all conv2d.bwd_filter=algo0",
+                                        "all conv2d.bwd_filter=algo3", "all conv2d.bias_bwd=atomic",
+                                        "all maxpool2d.bwd=cudnn", "all maxpool2d.bwd=atomic-scatter",
+                                        "all linear.bias_bwd=atomic", "all linear.cublas_atomics=on"});
+  for (const auto& c : grouped)
+    if (c.name == "all conv2d.bwd_filter=algo0") CHECK(c.layers == std::vector<std::string>{"conv1", "conv2", "conv3"});
+    else if (c.name == "all conv2d.bwd_data=algo0") CHECK(c.layers == std::vector<std::string>{"conv2", "conv3"});
+}
+
+TEST_CASE("candidates: ResNet-18's convs have no bias, every batch norm is a candidate, the stem has no bwd_data") {
+  auto cs = model_candidates("resnet18", 10, 3, 32, false);
+  Context cpu;
+  auto layers = make_net(cpu, {"resnet18", 10, 3})->knob_layers();
+  int convs = 0, bns = 0;
+  for (const auto& [name, kind] : layers) {
+    convs += kind == OpKind::Conv2d;
+    bns += kind == OpKind::BatchNorm;
+  }
+  REQUIRE(convs == 20);  // stem, 16 in the blocks, 3 shortcut projections
+  REQUIRE(bns == 20);
+  std::size_t bwd_filter = 0, bwd_data = 0, bias = 0, bn = 0;
+  for (const auto& c : cs) {
+    bwd_filter += c.knob == "bwd_filter";
+    bwd_data += c.knob == "bwd_data";
+    bias += c.knob == "bias_bwd" && c.op == OpKind::Conv2d;
+    bn += c.op == OpKind::BatchNorm;
+  }
+  CHECK(bwd_filter == 2 * 20);  // algo0 and algo3 for every conv
+  CHECK(bwd_data == 19);        // all but the stem conv1
+  CHECK(bias == 0);
+  CHECK(bn == 2 * 20);          // cudnn and atomic
+  CHECK(names(cs).count("conv1.bwd_data=algo0") == 0);
+  CHECK(names(cs).count("fc.bias_bwd=atomic") == 1);
+  CHECK(names(cs).count("loss.reduce=atomic") == 1);
+}
+
+TEST_CASE("candidates: forms and pins") {
+  auto cs = model_candidates("two-conv", 10, 3, 16, true);
+  auto loo = candidates_for(cs, AttributionForm::LeaveOneOut);
+  // algo0 and algo3 of one bwd_filter collapse to one leave-one-out candidate.
+  CHECK(names(loo).count("conv2.bwd_filter") == 1);
+  CHECK(loo.size() < cs.size());
+  const Candidate* g = nullptr;
+  for (const auto& c : cs)
+    if (c.name == "all conv2d.bwd_filter=algo0") g = &c;
+  REQUIRE(g);
+  CHECK(candidate_pins(*g, AttributionForm::AddOne) ==
+        std::vector<std::string>{"conv1.bwd_filter=algo0", "conv2.bwd_filter=algo0"});
+  CHECK(candidate_pins(*g, AttributionForm::LeaveOneOut) ==
+        std::vector<std::string>{"conv1.bwd_filter=deterministic", "conv2.bwd_filter=deterministic"});
+  CHECK(form_kernels(AttributionForm::AddOne) == "deterministic");
+  CHECK(form_kernels(AttributionForm::LeaveOneOut) == "nondeterministic");
+  CHECK_THROWS_AS(parse_form("add-two"), Error);
+}
+
+TEST_CASE("tracer: a traced run ends with exactly the untraced run's checkpoint, and sees every op") {
+  TrainConfig plain = tiny(), traced = tiny();
+  plain.out = scratch("plain");
+  traced.out = scratch("traced");
+  auto a = train(plain);
+  const std::string trace_path = scratch("run.trace");
+  auto b = record_trace(traced, trace_path);
+  CHECK(a.weights_fingerprint == b.weights_fingerprint);
+  CHECK(slurp(plain.out + "/checkpoint.safetensors") == slurp(traced.out + "/checkpoint.safetensors"));
+
+  Trace t = read_trace(trace_path);
+  REQUIRE(t.events.size() > 0);
+  CHECK(t.events.back().step == a.steps);
+  std::set<std::string> seen;
+  for (const auto& e : t.events)
+    if (e.step == 1) seen.insert(e.phase + ":" + e.layer + ":" + e.op);
+  for (const char* want : {"data:data:loader", "fwd:conv1:conv2d", "fwd:conv1:bias_add", "fwd:relu#1:relu",
+                           "fwd:pool1:maxpool2d", "fwd:conv2:conv2d", "fwd:fc:linear", "fwd:loss:softmax_xent",
+                           "bwd:loss:softmax_xent", "bwd:conv2:conv2d", "bwd:relu#1:relu", "bwd:conv1:conv2d",
+                           "update:conv2.weight:adam", "update:fc.bias:adam"})
+    CHECK(seen.count(want) == 1);
+  // conv2's backward reads dy, x and w and writes dx and dw; conv1's writes only dw.
+  for (const auto& e : t.events)
+    if (e.step == 1 && e.phase == "bwd" && e.op == "conv2d") {
+      std::vector<std::string> outs;
+      for (const auto& o : e.outputs) outs.push_back(o.name);
+      CHECK(outs == (e.layer == "conv2" ? std::vector<std::string>{"dx", "dw"} : std::vector<std::string>{"dw"}));
+    }
+  // The same run traced twice gives the same trace.
+  const std::string again = scratch("again.trace");
+  TrainConfig t2 = tiny();
+  record_trace(t2, again);
+  auto cmp = compare_trace_files(trace_path, again);
+  CHECK_FALSE(cmp.first.found);
+  CHECK_FALSE(cmp.first.structure_mismatch);
+}
+
+TEST_CASE("diverge: two lockstep CPU runs never part; a changed learning rate is found at the first update") {
+  TrainConfig c = tiny();
+  c.max_steps = 4;
+  c.out = scratch("diverge");
+  DivergeOptions o;
+  o.eval_every = 2;
+  o.log = [](const std::string&) {};
+  auto r = diverge(c, o);
+  CHECK_FALSE(r.first.found);
+  CHECK_FALSE(r.first.structure_mismatch);
+  CHECK(r.steps == 4);
+  CHECK(r.growth.size() == 4);
+  CHECK(r.events_per_step > 20);
+  for (const auto& g : r.growth) {
+    CHECK(g.differing_outputs == 0);
+    CHECK(g.weights_max_ulp == 0);
+  }
+  CHECK(r.growth[1].prediction_diffs == 0);  // evaluated at step 2
+  CHECK(r.growth[0].prediction_diffs == -1);
+  CHECK(r.run_a.weights_fingerprint == r.run_b.weights_fingerprint);
+  write_divergence(r, c.out);
+  CHECK(fs::exists(c.out + "/diverge.json"));
+  CHECK(fs::exists(c.out + "/growth.csv"));
+}
+
+TEST_CASE("diverge: traces of two different runs compare to the first differing op") {
+  TrainConfig a = tiny(), b = tiny();
+  a.max_steps = b.max_steps = 3;
+  b.lr = 1e-3f;  // the first op whose output depends on the learning rate is the first update
+  record_trace(a, scratch("lr_a.trace"));
+  record_trace(b, scratch("lr_b.trace"));
+  auto cmp = compare_trace_files(scratch("lr_a.trace"), scratch("lr_b.trace"));
+  REQUIRE(cmp.first.found);
+  CHECK(cmp.first.inputs_identical);
+  CHECK(cmp.first.event_a.step == 1);
+  CHECK(cmp.first.event_a.phase == "update");
+  CHECK(cmp.first.event_a.layer == "conv1.weight");
+  CHECK(cmp.first.tensor == "w");
+  CHECK(format_comparison(cmp).find("first divergence: ") != std::string::npos);
+}
+
+TEST_CASE("attribute: end to end on the CPU, every configuration bit-identical, outputs written") {
+  TrainConfig c = tiny();
+  c.max_steps = 3;
+  c.checkpoint = false;
+  auto all = model_candidates("two-conv", 10, 3, 16, true);
+  std::vector<Candidate> some;
+  for (const auto& k : all)
+    if (k.name == "conv2.bwd_filter=algo0" || k.name == "pool1.bwd=atomic-scatter" || k.name == "all conv2d.bwd_filter=algo3")
+      some.push_back(k);
+  REQUIRE(some.size() == 3);
+  AttributeOptions o;
+  o.replicas = 2;
+  o.l2_steps = {1, 2};
+  o.bootstrap = 50;
+  o.out = scratch("attribution");
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& s) { lines.push_back(s); };
+  auto r = attribute(c, some, o);
+  CHECK(lines.size() == 5 * 2);  // one line per replica, with an ETA
+  CHECK(lines.back().find("ETA") != std::string::npos);
+  REQUIRE(r.rows.size() == 5);
+  CHECK(r.rows[0].name == "all-deterministic");
+  CHECK(r.rows[1].name == "all-nondeterministic");
+  for (const auto& row : r.rows) {
+    INFO(row.name);
+    CHECK(row.status == "ok");
+    CHECK(row.churn.value == 0);
+    CHECK(row.churn.high == 0);
+    CHECK(row.weight_l2 == 0);
+    CHECK(row.distinct_fingerprints == 1);
+    CHECK(row.first_divergence_step == 0);
+    CHECK(row.l2_at == std::vector<std::pair<int64_t, double>>{{1, 0.0}, {2, 0.0}});
+    CHECK_FALSE(row.diverged());
+    CHECK(row.ms_per_step > 0);
+    CHECK(row.run_dirs.size() == 2);
+  }
+  write_attribution(r, o.out);
+  for (const char* f : {"attribution.csv", "attribution.json", "attribution.svg", "attribution_l2.svg"})
+    CHECK(fs::exists(fs::path(o.out) / f));
+  const std::string table = format_attribution(r);
+  CHECK(table.find("no divergence") != std::string::npos);
+  CHECK(fs::exists(fs::path(o.out) / "add-one" / "conv2.bwd_filter_algo0" / "r1" / "manifest.json"));
+  CHECK_FALSE(fs::exists(fs::path(o.out) / "add-one" / "conv2.bwd_filter_algo0" / "r1" / "checkpoint.safetensors"));
+}
+
+TEST_CASE("attribute: a knob the net never calls is reported as not run, not as quiet") {
+  TrainConfig c = tiny();
+  c.max_steps = 2;
+  Candidate never{"conv1.bwd_data=algo0", OpKind::Conv2d, "bwd_data", "algo0", {"conv1"}, false};
+  AttributeOptions o;
+  o.replicas = 2;
+  o.baselines = false;
+  o.log = [](const std::string&) {};
+  auto r = attribute(c, {never}, o);
+  REQUIRE(r.rows.size() == 1);
+  CHECK(r.rows[0].status == "not run");
+  CHECK(r.rows[0].message.find("conv1 never runs bwd_data") != std::string::npos);
+}
+
+TEST_CASE("ranking: diverged configurations first, by early weight distance") {
+  ConfigResult quiet{"q", "candidate", "ok"}, loud{"l", "candidate", "ok"}, louder{"L", "candidate", "ok"},
+      base{"all-deterministic", "baseline", "ok"}, refused{"u", "candidate", "unsupported"};
+  quiet.distinct_fingerprints = 1;
+  loud.distinct_fingerprints = louder.distinct_fingerprints = 3;
+  loud.l2_at = {{100, 0.5}};
+  louder.l2_at = {{100, 2.0}};
+  std::vector<ConfigResult> rows{quiet, refused, loud, base, louder};
+  rank_rows(rows);
+  std::vector<std::string> order;
+  for (const auto& r : rows) order.push_back(r.name);
+  CHECK(order == std::vector<std::string>{"all-deterministic", "L", "l", "q", "u"});
+}
+
+TEST_CASE("flags: one definition, ranges in words") {
+  auto parse = [](std::vector<std::string> args) {
+    TrainConfig c;
+    TrainFlags f;
+    CLI::App app;
+    add_train_flags(app, c, f);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    return c;
+  };
+  try {
+    parse({"--epochs", "0"});
+    FAIL("--epochs 0 accepted");
+  } catch (const CLI::ValidationError& e) {
+    CHECK(std::string(e.what()).find("must be at least 1, got 0") != std::string::npos);
+  }
+  try {
+    parse({"--lr", "-1"});
+    FAIL("--lr -1 accepted");
+  } catch (const CLI::ValidationError& e) {
+    CHECK(std::string(e.what()).find("must be positive, got -1") != std::string::npos);
+  }
+  CHECK(parse({"--steps", "7", "--model", "two-conv"}).max_steps == 7);
+  CHECK_THROWS_AS(parse({"--model", "nonet"}), CLI::ValidationError);
+}

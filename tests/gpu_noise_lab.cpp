@@ -1,0 +1,109 @@
+// The noise lab on the GPU: tracing does not change the bits it traces; the lockstep search names
+// the one kernel that was made nondeterministic; an all-deterministic pair never parts; a
+// one-candidate attribution separates a noisy kernel from a quiet one.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "experiments/attribute.h"
+#include "experiments/diverge.h"
+
+using namespace ditto;
+namespace fs = std::filesystem;
+
+namespace {
+std::string scratch(const std::string& name) {
+  static const fs::path root = fs::temp_directory_path() / ("ditto_gpu_noise_lab_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  return (root / name).string();
+}
+
+TrainConfig small(const std::string& model = "two-conv") {
+  TrainConfig c;
+  c.model = model;
+  c.dataset = "synthetic";
+  c.synthetic_train = 2560;
+  c.synthetic_test = 512;
+  c.synthetic_size = 32;
+  c.epochs = 1;
+  c.batch_size = 128;
+  c.lr = 2e-3f;
+  c.device = "cuda";
+  c.deterministic_init = c.deterministic_input = true;
+  c.kernels = "deterministic";
+  c.progress = false;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("gpu trace: a traced deterministic run ends with the untraced run's weights") {
+  for (const char* model : {"two-conv", "smallcnn-bn"}) {
+    TrainConfig c = small(model);
+    auto plain = train(c);
+    auto traced = record_trace(c, scratch(std::string(model) + ".trace"));
+    INFO(model);
+    CHECK(plain.weights_fingerprint == traced.weights_fingerprint);
+    CHECK(plain.steps == 20);
+  }
+}
+
+TEST_CASE("gpu diverge: only conv2.bwd_filter=algo0 nondeterministic is named as the first divergence") {
+  TrainConfig c = small();
+  c.max_steps = 20;
+  c.pins = {"conv2.bwd_filter=algo0"};
+  DivergeOptions o;
+  o.eval_every = 5;
+  o.log = [](const std::string&) {};
+  auto r = diverge(c, o);
+  std::printf("NOISELAB %s", format_divergence(r).c_str());
+  REQUIRE(r.first.found);
+  CHECK(r.first.inputs_identical);
+  CHECK(r.first.event_a.phase == "bwd");
+  CHECK(r.first.event_a.layer == "conv2");
+  CHECK(r.first.event_a.op == "conv2d");
+  CHECK(r.first.tensor == "dw");
+  CHECK(r.first_diff.differing > 0);
+  CHECK(r.first_diff.max_ulp > 0);
+}
+
+TEST_CASE("gpu diverge: an all-deterministic pair never parts") {
+  TrainConfig c = small("smallcnn");
+  c.max_steps = 40;
+  DivergeOptions o;
+  o.eval_every = 10;
+  o.log = [](const std::string&) {};
+  auto r = diverge(c, o);
+  CHECK_FALSE(r.first.found);
+  CHECK_FALSE(r.first.structure_mismatch);
+  CHECK(r.run_a.weights_fingerprint == r.run_b.weights_fingerprint);
+  for (const auto& g : r.growth) CHECK(g.weights_max_ulp == 0);
+}
+
+TEST_CASE("gpu attribute: a noisy kernel diverges, the deterministic baseline does not") {
+  TrainConfig c = small();
+  c.max_steps = 10;
+  c.checkpoint = false;
+  Candidate noisy{"conv2.bwd_filter=algo0", OpKind::Conv2d, "bwd_filter", "algo0", {"conv2"}, false};
+  AttributeOptions o;
+  o.replicas = 3;
+  o.l2_steps = {1, 10};
+  o.bootstrap = 100;
+  o.log = [](const std::string&) {};
+  auto r = attribute(c, {noisy}, o);
+  std::printf("NOISELAB %s", format_attribution(r).c_str());
+  for (const auto& row : r.rows) {
+    INFO(row.name << ": " << row.message);
+    REQUIRE(row.status == "ok");
+    if (row.name == "all-deterministic") {
+      CHECK(row.distinct_fingerprints == 1);
+      CHECK(row.weight_l2 == 0);
+    } else {
+      CHECK(row.distinct_fingerprints > 1);
+      CHECK(row.first_divergence_step >= 1);
+      CHECK(row.l2_at.back().second > 0);
+    }
+  }
+}
