@@ -2,6 +2,7 @@
 // and what removing it costs. See experiments/attribute.h for the two forms and the measures.
 //   ditto-attribute --model smallcnn --dataset cifar10 --data DIR --epochs 10 --form both
 //   ditto-attribute --model resnet18 ... --steps 100 --replicas 2      (a cheap screen)
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/error.h"
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", opts.replicas, "replicas per configuration")->check(CLI::Range(2, 100))->capture_default_str();
   app.add_option("--only", only, "keep candidates whose name contains one of these (repeatable, or comma-separated)")
       ->delimiter(',');
+  std::vector<std::string> exact;
+  app.add_option("--candidate", exact, "keep exactly these candidates (repeatable, or comma-separated)")->delimiter(',');
   app.add_flag("--no-groups", no_groups, "no grouped candidates (all layers' same knob)");
   app.add_option("--l2-steps", opts.l2_steps, "steps after which the replicas' weight L2 distance is measured")
       ->delimiter(',')->capture_default_str();
@@ -46,10 +49,14 @@ int main(int argc, char** argv) {
     std::vector<ditto::Candidate> all = ditto::model_candidates(base.model, classes, mnist ? 1 : 3, size, !no_groups);
     std::vector<ditto::Candidate> cands;
     for (const auto& c : all) {
-      bool keep = only.empty();
+      bool keep = only.empty() && exact.empty();
       for (const auto& o : only) keep = keep || c.name.find(o) != std::string::npos;
+      for (const auto& e : exact) keep = keep || c.name == e;
       if (keep) cands.push_back(c);
     }
+    for (const auto& e : exact)
+      if (std::none_of(all.begin(), all.end(), [&](const ditto::Candidate& c) { return c.name == e; }))
+        throw ditto::Error("--candidate: '" + e + "' is not a candidate of " + base.model + "; --list shows them");
     if (list) {
       for (const auto& c : cands) std::printf("%s\n", c.name.c_str());
       return 0;

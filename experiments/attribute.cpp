@@ -190,6 +190,8 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
   result.max_steps = base.max_steps;
   result.l2_steps = opts.l2_steps;
 
+  // One copy of the data for every run (decoding CIFAR-10's JPEGs takes longer than a short run).
+  std::shared_ptr<const TrainData> data = load_train_data(base);
   const std::size_t total_runs = configs.size() * static_cast<std::size_t>(opts.replicas);
   std::size_t runs_done = 0;
   const auto start = Clock::now();
@@ -220,7 +222,7 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
           tr.snapshots[v.step] = params_to_host(v.params);
       };
       try {
-        results.push_back(train(c, hooks));
+        results.push_back(train(c, hooks, data));
       } catch (const PolicyError& e) {
         // A variant cuDNN refuses for a layer's shape: reported, not skipped.
         row.status = "unsupported";

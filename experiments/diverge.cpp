@@ -196,6 +196,7 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
                       g.prediction_diffs >= 0 ? fmt::format(", {} test predictions differ", g.prediction_diffs) : ""));
   };
 
+  std::shared_ptr<const TrainData> data = load_train_data(base);  // one copy, read by both runs
   std::exception_ptr err[2];
   bool secondary[2] = {false, false};
   TrainResult res[2];
@@ -210,7 +211,7 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
       lockstep.arrive([&] { meet(v.step); });
     };
     try {
-      res[k] = train(k == 0 ? ca : cb, hooks);
+      res[k] = train(k == 0 ? ca : cb, hooks, data);
     } catch (const Error& e) {
       secondary[k] = std::string(e.what()).rfind("stopped: the other run failed", 0) == 0;
       err[k] = std::current_exception();

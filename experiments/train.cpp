@@ -45,12 +45,8 @@ Seed pick_seed(const std::optional<uint64_t>& given, bool fixed) {
   return {(uint64_t(rd()) << 32) ^ rd(), "os"};
 }
 
-struct Data {
-  Dataset train, test;
-};
-
-Data load_data(const TrainConfig& c) {
-  Data d;
+TrainData load_data(const TrainConfig& c) {
+  TrainData d;
   auto need_dir = [&] {
     if (c.data.empty()) throw Error(fmt::format("--data: dataset '{}' needs a data folder", c.dataset));
     if (!fs::is_directory(c.data)) throw IoError(fmt::format("--data: '{}' is not a folder", c.data));
@@ -279,7 +275,11 @@ std::vector<std::string> pins_from_manifest(const std::string& path) {
   return pins;
 }
 
-TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
+std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg) {
+  return std::make_shared<const TrainData>(load_data(cfg));
+}
+
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> given) {
   if (cfg.epochs < 1) throw Error(fmt::format("--epochs: must be at least 1, got {}", cfg.epochs));
   if (cfg.max_steps < 0) throw Error(fmt::format("--steps: must be at least 1, got {}", cfg.max_steps));
   if (cfg.max_steps && !cfg.resume.empty())
@@ -302,7 +302,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks) {
   Seed seed_order = pick_seed(cfg.seed_order, cfg.deterministic_input);
   Seed seed_augment = pick_seed(cfg.seed_augment, cfg.deterministic_input);
 
-  Data data = load_data(cfg);
+  std::shared_ptr<const TrainData> held = given ? given : load_train_data(cfg);
+  const TrainData& data = *held;
   Context ctx(device, policy);
   NetConfig ncfg{cfg.model, data.train.num_classes, data.train.channels};
   std::unique_ptr<Net> net = make_net(ctx, ncfg);

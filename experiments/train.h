@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "datasets/dataset.h"
 #include "engine/manifest.h"
 
 namespace ditto {
@@ -105,7 +108,17 @@ std::vector<std::string> pins_from_manifest(const std::string& manifest_path);
 // Trains, evaluates each epoch, writes manifest.json, log.csv, predictions.csv, metrics.json
 // and checkpoint.safetensors to cfg.out (when set; each written atomically). Throws
 // ditto::Error (with the flag, file or layer named) on bad input.
-TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks = {});
+//
+// data: the datasets, when the caller loaded them once for many runs (load_train_data); they
+// must be what cfg names. Without it, train loads them.
+struct TrainData {
+  Dataset train, test;
+};
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks = {}, std::shared_ptr<const TrainData> data = nullptr);
+
+// The training and test sets a config names, trimmed to --train-size / --test-size. Throws
+// ditto::Error naming the flag or file for a missing folder or a bad size.
+std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg);
 
 // "auto" becomes "cuda" when a CUDA device can be used, else "cpu"; other values pass through.
 std::string resolve_device(const std::string& device);

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU-host runs behind the noise-lab issue, as a background pipeline that outlives one
+# device call (each call may run 10 minutes; the pipeline takes longer):
+#   bench/noise_lab_runs.sh start STEP...   build, then run the steps in the background (setsid)
+#   bench/noise_lab_runs.sh wait SECONDS    follow the log until the pipeline ends or time is up
+#   bench/noise_lab_runs.sh collect         results (no checkpoints) into $OUT
+# Steps: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record compare
+# Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=/tmp/noiselab
+B=build-gpu
+DATA=/tmp/cifar10
+LOG=$R/pipeline.log
+cmd=${1:-}; shift || true
+
+pipeline() {
+  local A=$B/examples/ditto-attribute D=$B/examples/ditto-diverge
+  local cifar="--dataset cifar10 --data $DATA --loader-threads 6"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(cat .ditto-commit) date: $(date -u +%F)"
+  for step in "$@"; do
+    echo "=== $step $(date -u +%T)"
+    case $step in
+      gputests)
+        (cd $B && ctest -L gpu --timeout 600 > $R/gpu-tests.log 2>&1); grep -E "tests passed|tests failed|Failed|\*\*\*" $R/gpu-tests.log
+        for t in $B/tests/gpu_*; do $t -s 2>/dev/null | grep -E '^(DETERMINISM|LOADER|GPU|NOISELAB) '; done > $R/determinism.txt ;;
+      quicktest)
+        $B/tests/gpu_noise_lab > $R/gpu_noise_lab.log 2>&1; tail -3 $R/gpu_noise_lab.log ;;
+      diverge)
+        local base="--model smallcnn $cifar --lr 4e-4 --optimizer adam --steps 300 --eval-every 10 --quiet"
+        $D run $base --kernels deterministic --pin conv2.bwd_filter=algo0 --out $R/diverge/conv2-algo0 > $R/diverge-conv2-algo0.txt 2>&1
+        $D run $base --kernels deterministic --measure-overhead --out $R/diverge/deterministic > $R/diverge-deterministic.txt 2>&1
+        $D run $base --kernels heuristic --out $R/diverge/heuristic > $R/diverge-heuristic.txt 2>&1
+        head -4 $R/diverge-*.txt ;;
+      smallcnn)
+        # The two forms run side by side (SmallCNN is launch-bound: two processes barely meet
+        # on the GPU); their ms/step are therefore measured under that load.
+        local s="--model smallcnn $cifar --epochs 10 --lr 4e-4 --optimizer adam --replicas 3 --l2-steps 1,10,100 --fingerprint-steps 4000 --quiet"
+        $A $s --form add-one --out $R/smallcnn > $R/smallcnn-add-one.txt 2> $R/smallcnn-add-one.err &
+        $A $s --form leave-one-out --out $R/smallcnn > $R/smallcnn-leave-one-out.txt 2> $R/smallcnn-leave-one-out.err &
+        wait; tail -2 $R/smallcnn-*.err ;;
+      resnet-screen)
+        $A --model resnet18 $cifar --steps 50 --test-size 2000 --lr 4e-4 --optimizer adam --replicas 2 \
+          --l2-steps 1,10,50 --fingerprint-steps 50 --no-checkpoint --quiet --out $R/resnet-screen \
+          > $R/resnet-screen.txt 2> $R/resnet-screen.err; tail -2 $R/resnet-screen.err ;;
+      resnet-confirm)
+        # The screen's three highest-ranked single-layer candidates, trained 3 full epochs.
+        local top=$(awk -F'"' 'NR>1 && $0 ~ /,candidate,ok,/ {print $2}' $R/resnet-screen/add-one/attribution.csv | head -3 | paste -sd, -)
+        echo "top 3 of the screen: $top"
+        $A --model resnet18 $cifar --epochs 3 --lr 4e-4 --optimizer adam --replicas 3 --candidate "$top" \
+          --l2-steps 1,10,100 --fingerprint-steps 1200 --no-checkpoint --quiet --out $R/resnet-confirm \
+          > $R/resnet-confirm.txt 2> $R/resnet-confirm.err; tail -2 $R/resnet-confirm.err ;;
+      record)
+        $D record --model smallcnn $cifar --lr 4e-4 --steps 50 --kernels deterministic --trace $R/smallcnn-det-50.trace --quiet ;;
+      compare)
+        for f in .carry/*.trace; do [ -f "$f" ] && $D compare "$f" $R/smallcnn-det-50.trace; done ;;
+    esac
+  done
+  echo "=== done $(date -u +%T)"
+}
+
+case $cmd in
+  start)
+    mkdir -p $R
+    if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
+    scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }
+    export LD_LIBRARY_PATH=$PWD/.deps/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+    setsid nohup bash "$0" run "$@" > $LOG 2>&1 < /dev/null &
+    sleep 2; cat $LOG ;;
+  run) pipeline "$@" ;;
+  wait)
+    limit=${1:-500}; t0=$(date +%s)
+    while ! grep -q "^=== done" $LOG 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 10; done
+    cat $LOG; for e in $R/*.err; do [ -f "$e" ] && { echo "-- $e"; tail -1 "$e"; }; done ;;
+  collect)
+    OUT=${OUT:-$PWD/noiselab-out}; mkdir -p "$OUT"
+    cp $LOG "$OUT/"
+    tar czf "$OUT/noiselab.tar.gz" -C /tmp --exclude='*.safetensors' --exclude='predictions.csv' noiselab
+    ls -la "$OUT" ;;
+  *) echo "usage: $0 start STEP... | wait SECONDS | collect"; exit 2 ;;
+esac
