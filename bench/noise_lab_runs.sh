@@ -31,6 +31,7 @@ pipeline() {
         $D run $base --kernels deterministic --pin conv2.bwd_filter=algo0 --out $R/diverge/conv2-algo0 > $R/diverge-conv2-algo0.txt 2>&1
         $D run $base --kernels deterministic --measure-overhead --out $R/diverge/deterministic > $R/diverge-deterministic.txt 2>&1
         $D run $base --kernels heuristic --out $R/diverge/heuristic > $R/diverge-heuristic.txt 2>&1
+        $D run $base --kernels nondeterministic --out $R/diverge/nondeterministic > $R/diverge-nondeterministic.txt 2>&1
         head -4 $R/diverge-*.txt ;;
       smallcnn)
         # The two forms run side by side (SmallCNN is launch-bound: two processes barely meet
@@ -38,14 +39,15 @@ pipeline() {
         local s="--model smallcnn $cifar --epochs 10 --lr 4e-4 --optimizer adam --replicas 3 --l2-steps 1,10,100 --fingerprint-steps 4000 --quiet"
         $A $s --form add-one --out $R/smallcnn > $R/smallcnn-add-one.txt 2> $R/smallcnn-add-one.err &
         $A $s --form leave-one-out --out $R/smallcnn > $R/smallcnn-leave-one-out.txt 2> $R/smallcnn-leave-one-out.err &
-        wait; tail -2 $R/smallcnn-*.err ;;
+        wait; tail -n 2 $R/smallcnn-*.err ;;
       resnet-screen)
         $A --model resnet18 $cifar --steps 50 --test-size 2000 --lr 4e-4 --optimizer adam --replicas 2 \
           --l2-steps 1,10,50 --fingerprint-steps 50 --no-checkpoint --quiet --out $R/resnet-screen \
           > $R/resnet-screen.txt 2> $R/resnet-screen.err; tail -2 $R/resnet-screen.err ;;
       resnet-confirm)
-        # The screen's three highest-ranked single-layer candidates, trained 3 full epochs.
-        local top=$(awk -F'"' 'NR>1 && $0 ~ /,candidate,ok,/ {print $2}' $R/resnet-screen/add-one/attribution.csv | head -3 | paste -sd, -)
+        # The screen's three highest-ranked single-layer candidates (TOP, or read from the
+        # screen's attribution.csv), trained 3 full epochs.
+        local top=${TOP:-$(awk -F'"' 'NR>1 && $0 ~ /,candidate,ok,/ {print $2}' $R/resnet-screen/add-one/attribution.csv | head -3 | paste -sd, -)}
         echo "top 3 of the screen: $top"
         $A --model resnet18 $cifar --epochs 3 --lr 4e-4 --optimizer adam --replicas 3 --candidate "$top" \
           --l2-steps 1,10,100 --fingerprint-steps 1200 --no-checkpoint --quiet --out $R/resnet-confirm \
@@ -61,6 +63,7 @@ pipeline() {
 
 case $cmd in
   start)
+    export TOP
     mkdir -p $R
     if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

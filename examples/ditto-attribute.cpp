@@ -4,6 +4,7 @@
 //   ditto-attribute --model resnet18 ... --steps 100 --replicas 2      (a cheap screen)
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "engine/error.h"
 #include "experiments/attribute.h"
@@ -36,9 +37,20 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--no-checkpoint", no_checkpoint, "run folders without checkpoint.safetensors (large sweeps)");
   app.add_flag("--list", list, "list the candidates and exit");
+  std::string report;
+  app.add_option("--report", report, "rank, print and chart an earlier run's attribution.json again (writes beside it)")
+      ->check(CLI::ExistingFile);
   app.add_option("--out", out, "results and one run folder per replica")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!report.empty()) {
+      auto r = ditto::read_attribution(report);
+      ditto::rank_rows(r.rows);
+      const std::string dir = std::filesystem::path(report).parent_path().string();
+      ditto::write_attribution(r, dir.empty() ? "." : dir);
+      std::printf("%s", ditto::format_attribution(r).c_str());
+      return 0;
+    }
     ditto::apply_train_flags(base, flags, argc, argv);
     base.checkpoint = !no_checkpoint;
     // The probe that finds which knobs a step calls runs on a batch shaped like the data.

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -294,17 +296,66 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
 }
 
 void rank_rows(std::vector<ConfigResult>& rows) {
-  auto last_l2 = [](const ConfigResult& r) { return r.l2_at.empty() ? r.weight_l2 : r.l2_at.back().second; };
+  // The earliest distance measures the noise a kernel injects before training amplifies it;
+  // later distances and end-of-run churn converge to one envelope for every live source.
+  auto early_l2 = [](const ConfigResult& r) { return r.l2_at.empty() ? r.weight_l2 : r.l2_at.front().second; };
+  auto first_step = [](const ConfigResult& r) {
+    return r.first_divergence_step ? r.first_divergence_step : std::numeric_limits<int64_t>::max();
+  };
   std::stable_sort(rows.begin(), rows.end(), [&](const ConfigResult& a, const ConfigResult& b) {
     bool ab = a.kind == "baseline", bb = b.kind == "baseline";
     if (ab != bb) return ab;
     if (ab) return false;
     if ((a.status == "ok") != (b.status == "ok")) return a.status == "ok";
     if (a.diverged() != b.diverged()) return a.diverged();
-    if (last_l2(a) != last_l2(b)) return last_l2(a) > last_l2(b);
-    if (a.first_divergence_step != b.first_divergence_step) return a.first_divergence_step < b.first_divergence_step;
+    if (first_step(a) != first_step(b)) return first_step(a) < first_step(b);
+    if (early_l2(a) != early_l2(b)) return early_l2(a) > early_l2(b);
     return a.churn.value > b.churn.value;
   });
+}
+
+AttributionResult read_attribution(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(fmt::format("{}: cannot open", path));
+  json doc;
+  try {
+    doc = json::parse(in);
+    AttributionResult r;
+    r.form = parse_form(doc.at("form").get<std::string>());
+    r.model = doc.at("model").get<std::string>();
+    r.dataset = doc.at("dataset").get<std::string>();
+    r.device = doc.at("device").get<std::string>();
+    r.replicas = doc.at("replicas").get<int>();
+    r.epochs = doc.at("epochs").get<int>();
+    r.max_steps = doc.at("max_steps").get<int64_t>();
+    r.l2_steps = doc.at("l2_steps").get<std::vector<int64_t>>();
+    for (const auto& j : doc.at("configurations")) {
+      ConfigResult c;
+      c.name = j.at("configuration").get<std::string>();
+      c.kind = j.at("kind").get<std::string>();
+      c.status = j.at("status").get<std::string>();
+      c.message = j.at("message").get<std::string>();
+      c.kernels = j.at("kernels").get<std::string>();
+      c.pins = j.at("pins").get<std::vector<std::string>>();
+      c.run_dirs = j.at("run_dirs").get<std::vector<std::string>>();
+      c.accuracy = j.at("accuracy").get<std::vector<double>>();
+      const auto& ch = j.at("churn");
+      c.churn = {ch.at("mean_pairwise").get<double>(), ch.at("ci95_low").get<double>(), ch.at("ci95_high").get<double>()};
+      c.weight_l2 = j.at("weight_l2").get<double>();
+      c.accuracy_std = j.at("accuracy_std").get<double>();
+      c.distinct_fingerprints = j.at("distinct_weight_fingerprints").get<int>();
+      c.first_divergence_step = j.at("first_divergence_step").get<int64_t>();
+      for (const auto& [step, v] : j.at("weight_l2_at_step").items()) c.l2_at.push_back({std::stoll(step), v.get<double>()});
+      std::sort(c.l2_at.begin(), c.l2_at.end());
+      c.growth_per_step = j.at("growth_per_step").get<double>();
+      c.ms_per_step = j.at("ms_per_step").get<double>();
+      c.seconds_per_epoch = j.at("seconds_per_epoch").get<double>();
+      r.rows.push_back(std::move(c));
+    }
+    return r;
+  } catch (const json::exception& e) {
+    throw DataError(fmt::format("{}: not an attribution.json: {}", path, e.what()));
+  }
 }
 
 std::string format_attribution(const AttributionResult& r) {
@@ -382,7 +433,8 @@ void write_attribution(const AttributionResult& r, const std::string& dir) {
   }
   json doc{{"form", form_name(r.form)}, {"model", r.model}, {"dataset", r.dataset}, {"device", r.device},
            {"replicas", r.replicas}, {"epochs", r.epochs}, {"max_steps", r.max_steps}, {"l2_steps", r.l2_steps},
-           {"ranking", "diverged first, then weight L2 at the last early step, then first divergence step, then churn"},
+           {"ranking", "diverged first, then the earlier first divergence, then the larger weight L2 after the first "
+                       "early step, then churn"},
            {"configurations", rows}};
   const fs::path d(dir);
   const std::string what = r.max_steps ? fmt::format("{} steps", r.max_steps) : fmt::format("{} epochs", r.epochs);

@@ -119,10 +119,16 @@ struct AttributionResult {
 AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate>& candidates,
                             const AttributeOptions& opts);
 
-// Ranks candidates, most noise first: diverged before not; then the weight L2 distance at the
-// last early step reached (the measure that does not saturate), then the earlier first
-// divergence, then churn. Baselines stay first.
+// Ranks candidates, most noise first: measured before not, diverged before not; then the
+// earlier first divergence; then the larger weight L2 distance after the first early step (the
+// noise a kernel injects before training amplifies it: on the H100 it spans four orders of
+// magnitude across kernels, adds in quadrature over a group's members, and does not saturate
+// as later distances and end-of-run churn do); then churn. Baselines stay first.
 void rank_rows(std::vector<ConfigResult>& rows);
+
+// Reads what write_attribution wrote (attribution.json), e.g. to rank or chart it again.
+// Throws DataError naming the file for anything else.
+AttributionResult read_attribution(const std::string& path);
 
 // The ranked table as text (what ditto-attribute prints).
 std::string format_attribution(const AttributionResult& r);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
@@ -72,6 +73,39 @@ TraceMeta meta_of(const TrainConfig& c, const std::string& run) {
 }
 
 }  // namespace
+
+bool output_is_read(const std::vector<TraceEvent>& events, std::size_t index, const std::string& tensor) {
+  const TraceEvent& e = events.at(index);
+  if (e.phase == "update") return true;  // the next step's forward reads the weights
+  auto it = std::find_if(e.outputs.begin(), e.outputs.end(), [&](const TraceTensor& t) { return t.name == tensor; });
+  if (it == e.outputs.end()) return false;
+  for (std::size_t j = index + 1; j < events.size() && events[j].step == e.step; ++j)
+    for (const auto& in : events[j].inputs)
+      if (in.fingerprint == it->fingerprint && in.numel == it->numel) return true;
+  return false;
+}
+
+Divergence first_read_divergence(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>& b,
+                                 std::vector<Divergence>* unread) {
+  std::size_t offset = 0;
+  for (;;) {
+    std::vector<TraceEvent> sa(a.begin() + static_cast<std::ptrdiff_t>(std::min(offset, a.size())), a.end());
+    std::vector<TraceEvent> sb(b.begin() + static_cast<std::ptrdiff_t>(std::min(offset, b.size())), b.end());
+    Divergence d = first_divergence(sa, sb);
+    if (!d.found || d.structure_mismatch) return d;
+    std::size_t k = offset;
+    while (k < a.size() && !(a[k].step == d.event_a.step && a[k].seq == d.event_a.seq)) ++k;
+    if (k == a.size()) return d;
+    // Any differing output of this event that is read on makes it the source.
+    for (std::size_t o = 0; o < a[k].outputs.size() && o < b[k].outputs.size(); ++o)
+      if (a[k].outputs[o].fingerprint != b[k].outputs[o].fingerprint && output_is_read(a, k, a[k].outputs[o].name)) {
+        d.tensor = a[k].outputs[o].name;
+        return d;
+      }
+    if (unread) unread->push_back(d);
+    offset = k + 1;
+  }
+}
 
 void RecordingTracer::begin_step(int64_t step) {
   if (!events_.empty()) clear_step();
@@ -164,18 +198,32 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
     g.step = step;
     auto per_step = differing_outputs_per_step(ea, eb);
     g.differing_outputs = per_step.empty() ? 0 : per_step.front().second;
+    auto measure = [&](const Divergence& d) {
+      TensorDiff diff;
+      const auto* va = ta.output_values(d.event_a.seq, d.tensor);
+      const auto* vb = tb.output_values(d.event_b.seq, d.tensor);
+      if (va && vb && va->size() == vb->size()) diff = diff_f32(va->data(), vb->data(), va->size());
+      return diff;
+    };
     if (!result.first.found && !result.first.structure_mismatch) {
       Divergence d = first_divergence(ea, eb);
       if (d.found || d.structure_mismatch) {
         result.first = d;
-        if (d.found) {
-          const auto* va = ta.output_values(d.event_a.seq, d.tensor);
-          const auto* vb = tb.output_values(d.event_b.seq, d.tensor);
-          if (va && vb && va->size() == vb->size()) result.first_diff = diff_f32(va->data(), vb->data(), va->size());
-        }
-        ta.set_keep_data(false);  // the values were kept only to measure this point
+        if (d.found) result.first_diff = measure(d);
+      }
+    }
+    if (result.first.found && !result.source.found && !result.source.structure_mismatch) {
+      Divergence d = first_read_divergence(ea, eb);
+      if (d.found || d.structure_mismatch) {
+        result.source = d;
+        if (d.found) result.source_diff = measure(d);
+        ta.set_keep_data(false);  // the values were kept only to measure these points
         tb.set_keep_data(false);
       }
+    }
+    if (result.first.structure_mismatch) {
+      ta.set_keep_data(false);
+      tb.set_keep_data(false);
     }
     TensorDiff w = diff_f32(side[0].weights.data(), side[1].weights.data(),
                             std::min(side[0].weights.size(), side[1].weights.size()));
@@ -191,7 +239,7 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
     ta.clear_step();
     tb.clear_step();
     if (step == 1 || step % 50 == 0)
-      log(fmt::format("step {}: {} of {} traced tensors differ; weights max ULP {}, L2 {:.3g}{}", step,
+      log(fmt::format("step {}: {} traced tensors of {} ops differ; weights max ULP {}, L2 {:.3g}{}", step,
                       g.differing_outputs, result.events_per_step, g.weights_max_ulp, g.weights_l2,
                       g.prediction_diffs >= 0 ? fmt::format(", {} test predictions differ", g.prediction_diffs) : ""));
   };
@@ -256,6 +304,7 @@ TraceComparison compare_trace_files(const std::string& path_a, const std::string
   Trace a = read_trace(path_a), b = read_trace(path_b);
   TraceComparison c;
   c.first = first_divergence(a.events, b.events);
+  c.source = first_read_divergence(a.events, b.events);
   c.differing_per_step = differing_outputs_per_step(a.events, b.events);
   c.meta_a = a.meta;
   c.meta_b = b.meta;
@@ -263,32 +312,44 @@ TraceComparison compare_trace_files(const std::string& path_a, const std::string
 }
 
 namespace {
-std::string describe_first(const Divergence& d) {
+std::string describe_first(const Divergence& d, const Divergence& source) {
   if (d.structure_mismatch) return "the two runs ran different sequences of ops: " + d.note;
   if (!d.found) return "no divergence: every traced tensor of every step was bitwise identical";
-  return fmt::format("first divergence: {}{}", describe(d.event_a, d.tensor),
-                     d.inputs_identical ? " — all of its inputs were identical, so this kernel introduced it"
-                                        : " — but its inputs already differed (an untraced op changed them): " + d.note);
+  auto one = [](const Divergence& x) {
+    return describe(x.event_a, x.tensor) +
+           (x.inputs_identical ? " — all of its inputs were identical, so this kernel introduced it"
+                               : " — but its inputs already differed (an untraced op changed them): " + x.note);
+  };
+  const bool same = source.found && source.event_a.step == d.event_a.step && source.event_a.seq == d.event_a.seq &&
+                    source.tensor == d.tensor;
+  if (same) return "first divergence: " + one(d);
+  std::string out = "first difference: " + one(d) + "\n  no later op reads it (a reported value), so it cannot change "
+                    "the training\n";
+  out += source.found ? "first divergence that is read on (the drift's source): " + one(source)
+                      : "no difference that is read on: the training itself never diverged";
+  return out;
 }
 }  // namespace
 
 std::string format_divergence(const DivergeResult& r) {
-  std::string out = describe_first(r.first) + "\n";
-  if (r.first.found && r.first_diff.numel)
-    out += fmt::format("  there: {} of {} elements differ, max {} ULP, max |a-b| {:.3g}\n", r.first_diff.differing,
-                       r.first_diff.numel, r.first_diff.max_ulp, r.first_diff.max_abs);
-  if (r.first.found) {
+  std::string out = describe_first(r.first, r.source) + "\n";
+  const Divergence& src = r.source.found ? r.source : r.first;
+  const TensorDiff& diff = r.source.found ? r.source_diff : r.first_diff;
+  if (src.found && diff.numel)
+    out += fmt::format("  there: {} of {} elements differ, max {} ULP, max |a-b| {:.3g}\n", diff.differing,
+                       diff.numel, diff.max_ulp, diff.max_abs);
+  if (src.found) {
     // The kernel that ran there, from the manifest.
-    const std::string knob = r.first.event_a.phase == "fwd" ? "fwd" : "";
+    const std::string knob = src.event_a.phase == "fwd" ? "fwd" : "";
     for (const auto& e : r.ops)
-      if (e.layer == r.first.event_a.layer && (knob.empty() ? e.knob != "fwd" : e.knob == knob))
+      if (e.layer == src.event_a.layer && (knob.empty() ? e.knob != "fwd" : e.knob == knob))
         out += fmt::format("  {}.{} ran {} ({}){}\n", e.layer, e.knob, e.variant, determinism_name(e.deterministic),
                            e.shape.empty() ? "" : " at " + e.shape);
   }
   int64_t first_weights = 0;
   for (const auto& g : r.growth)
     if (g.weights_differing && !first_weights) first_weights = g.step;
-  out += fmt::format("steps traced: {} ({} tensors-events per step), traced training {:.2f} ms/step\n", r.steps,
+  out += fmt::format("steps traced: {} ({} ops traced per step), traced training {:.2f} ms/step\n", r.steps,
                      r.events_per_step, r.traced_ms_per_step);
   out += first_weights ? fmt::format("weights first differ after step {}\n", first_weights)
                        : "weights identical after every step\n";
@@ -316,7 +377,7 @@ std::string format_comparison(const TraceComparison& c) {
     out += fmt::format("trace: {} {} on {} ({}), kernels {}\n", get("model"), get("dataset"), get("gpu"), get("device"),
                        get("kernels"));
   }
-  out += describe_first(c.first) + "\n";
+  out += describe_first(c.first, c.source) + "\n";
   int64_t total = 0, steps_diff = 0;
   for (const auto& [s, n] : c.differing_per_step) total += n, steps_diff += n > 0;
   out += fmt::format("{} steps compared, {} with differing tensors ({} differing tensors in all)\n",
@@ -343,10 +404,17 @@ void write_divergence(const DivergeResult& r, const std::string& dir) {
                   {"outputs_a", tensors(r.first.event_a.outputs)}, {"outputs_b", tensors(r.first.event_b.outputs)},
                   {"differing_elements", r.first_diff.differing}, {"numel", r.first_diff.numel},
                   {"max_ulp", r.first_diff.max_ulp}, {"max_abs", r.first_diff.max_abs}});
+  json source{{"found", r.source.found}};
+  if (r.source.found)
+    source.update({{"step", r.source.event_a.step}, {"phase", r.source.event_a.phase}, {"layer", r.source.event_a.layer},
+                   {"op", r.source.event_a.op}, {"tensor", r.source.tensor}, {"inputs_identical", r.source.inputs_identical},
+                   {"differing_elements", r.source_diff.differing}, {"numel", r.source_diff.numel},
+                   {"max_ulp", r.source_diff.max_ulp}, {"max_abs", r.source_diff.max_abs}});
   int64_t first_weights = 0;
   for (const auto& g : r.growth)
     if (g.weights_differing && !first_weights) first_weights = g.step;
   json doc{{"first_divergence", first},
+           {"first_read_divergence", source},
            {"first_weights_difference_step", first_weights},
            {"first_prediction_difference_step", r.first_prediction_step},
            {"steps", r.steps},

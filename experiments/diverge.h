@@ -64,9 +64,19 @@ struct StepGrowth {
   int64_t prediction_diffs = -1;    // test examples predicted differently; -1: not evaluated
 };
 
+// A difference that no later op reads (the loss value of an atomic reduction, which only feeds
+// a reported number) cannot change the training: the source of the drift is the first
+// difference that is read on (or is a weight update).
+bool output_is_read(const std::vector<TraceEvent>& events, std::size_t index, const std::string& tensor);
+// The first difference that is read on; the unread ones before it go to `unread`.
+Divergence first_read_divergence(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>& b,
+                                 std::vector<Divergence>* unread = nullptr);
+
 struct DivergeResult {
   Divergence first;                 // where the runs first parted (found == false: never)
   TensorDiff first_diff;            // at that tensor: differing elements and max ULP
+  Divergence source;                // the first difference that is read on: the drift's source
+  TensorDiff source_diff;
   int64_t first_prediction_step = 0;  // first evaluated step with differing predictions; 0: none
   int64_t steps = 0, events_per_step = 0;
   std::vector<StepGrowth> growth;   // one row per step
@@ -85,6 +95,7 @@ TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, 
 // Compares two trace files: the first divergence and the per-step differing-output counts.
 struct TraceComparison {
   Divergence first;
+  Divergence source;                // the first difference that is read on
   std::vector<std::pair<int64_t, int64_t>> differing_per_step;
   TraceMeta meta_a, meta_b;
 };

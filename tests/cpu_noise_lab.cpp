@@ -321,3 +321,76 @@ TEST_CASE("flags: one definition, ranges in words") {
   CHECK(parse({"--steps", "7", "--model", "two-conv"}).max_steps == 7);
   CHECK_THROWS_AS(parse({"--model", "nonet"}), CLI::ValidationError);
 }
+
+TEST_CASE("diverge: a difference no op reads (a reported loss value) is not the drift's source") {
+  auto ev = [](int64_t seq, const char* phase, const char* layer, const char* op, std::vector<TraceTensor> in,
+               std::vector<TraceTensor> out) { return TraceEvent{1, seq, phase, layer, op, in, out}; };
+  // loss forward writes y (read by nobody); loss backward reads logits; conv2 backward writes dw,
+  // which the update reads.
+  std::vector<TraceEvent> a = {
+      ev(0, "fwd", "loss", "softmax_xent", {{"logits", 1, 10}}, {{"y", 2, 1}}),
+      ev(1, "bwd", "loss", "softmax_xent", {{"dy", 3, 1}, {"logits", 1, 10}}, {{"dlogits", 4, 10}}),
+      ev(2, "bwd", "conv2", "conv2d", {{"dy", 4, 10}, {"x", 5, 8}, {"w", 6, 4}}, {{"dw", 7, 4}}),
+      ev(3, "update", "conv2.weight", "adam", {{"w_before", 6, 4}, {"dw", 7, 4}}, {{"w", 8, 4}})};
+  auto b = a;
+  b[0].outputs[0].fingerprint = 20;  // the loss value differs by an ULP
+  CHECK_FALSE(output_is_read(a, 0, "y"));
+  CHECK(output_is_read(a, 2, "dw"));
+  CHECK(output_is_read(a, 3, "w"));
+  // Only the unread difference: the training never diverged.
+  std::vector<Divergence> unread;
+  Divergence none = first_read_divergence(a, b, &unread);
+  CHECK_FALSE(none.found);
+  REQUIRE(unread.size() == 1);
+  CHECK(unread[0].event_a.layer == "loss");
+  // Plus conv2's dw (and the update it feeds): that is the source.
+  b[2].outputs[0].fingerprint = 70;
+  b[3].inputs[1].fingerprint = 70;
+  b[3].outputs[0].fingerprint = 80;
+  Divergence src = first_read_divergence(a, b);
+  REQUIRE(src.found);
+  CHECK(src.event_a.layer == "conv2");
+  CHECK(src.tensor == "dw");
+  CHECK(src.inputs_identical);
+  CHECK(first_divergence(a, b).event_a.layer == "loss");
+}
+
+TEST_CASE("attribute: attribution.json reads back as written, and ranks again") {
+  TrainConfig c = tiny();
+  c.max_steps = 2;
+  c.checkpoint = false;
+  Candidate k{"conv2.bias_bwd=atomic", OpKind::Conv2d, "bias_bwd", "atomic", {"conv2"}, false};
+  AttributeOptions o;
+  o.replicas = 2;
+  o.l2_steps = {1, 2};
+  o.bootstrap = 20;
+  o.log = [](const std::string&) {};
+  auto r = attribute(c, {k}, o);
+  const std::string dir = scratch("reread");
+  write_attribution(r, dir);
+  auto back = read_attribution(dir + "/attribution.json");
+  REQUIRE(back.rows.size() == r.rows.size());
+  CHECK(back.model == "two-conv");
+  CHECK(back.l2_steps == r.l2_steps);
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    CHECK(back.rows[i].name == r.rows[i].name);
+    CHECK(back.rows[i].l2_at == r.rows[i].l2_at);
+    CHECK(back.rows[i].distinct_fingerprints == r.rows[i].distinct_fingerprints);
+    CHECK(back.rows[i].pins == r.rows[i].pins);
+  }
+  CHECK(format_attribution(back) == format_attribution(r));
+  std::ofstream(dir + "/bad.json") << "{\"form\": \"add-one\"}";
+  CHECK_THROWS_AS(read_attribution(dir + "/bad.json"), DataError);
+}
+
+TEST_CASE("ranking: an earlier first divergence outranks a larger early distance") {
+  ConfigResult early{"early", "candidate", "ok"}, late{"late", "candidate", "ok"};
+  early.distinct_fingerprints = late.distinct_fingerprints = 2;
+  early.first_divergence_step = 1;
+  early.l2_at = {{1, 1e-9}, {10, 1e-6}};
+  late.first_divergence_step = 7;
+  late.l2_at = {{1, 0.0}, {10, 1e-3}};
+  std::vector<ConfigResult> rows{late, early};
+  rank_rows(rows);
+  CHECK(rows[0].name == "early");
+}

@@ -65,6 +65,10 @@ TEST_CASE("gpu diverge: only conv2.bwd_filter=algo0 nondeterministic is named as
   CHECK(r.first.event_a.layer == "conv2");
   CHECK(r.first.event_a.op == "conv2d");
   CHECK(r.first.tensor == "dw");
+  // Nothing else is nondeterministic, so the first difference is also the first that is read on.
+  REQUIRE(r.source.found);
+  CHECK(r.source.event_a.layer == "conv2");
+  CHECK(r.source.tensor == "dw");
   CHECK(r.first_diff.differing > 0);
   CHECK(r.first_diff.max_ulp > 0);
 }
