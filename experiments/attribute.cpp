@@ -425,7 +425,7 @@ void write_attribution(const AttributionResult& r, const std::string& dir) {
                     {"growth_per_step", row.growth_per_step}, {"ms_per_step", row.ms_per_step},
                     {"seconds_per_epoch", row.seconds_per_epoch}, {"diverged", row.diverged()}});
     BarRow cb{row.name, row.churn.value, row.churn.low, row.churn.high, true, ""};
-    BarRow lb{row.name, row.l2_at.empty() ? 0.0 : row.l2_at.back().second, 0, 0, false, ""};
+    BarRow lb{row.name, row.l2_at.empty() ? 0.0 : row.l2_at.front().second, 0, 0, false, ""};
     if (row.status != "ok") cb.note = lb.note = row.status, cb.value = cb.low = cb.high = 0, cb.has_interval = false;
     else if (!row.diverged()) cb.note = lb.note = "no divergence";
     churn_bars.push_back(cb);
@@ -446,9 +446,9 @@ void write_attribution(const AttributionResult& r, const std::string& dir) {
                                   "churn (% of test predictions)", churn_bars, 100.0));
   if (!r.l2_steps.empty())
     write_file_atomic((d / "attribution_l2.svg").string(),
-                      svg_bar_chart(fmt::format("{} {}: weight L2 distance between replicas after step {}", r.model,
-                                                form_name(r.form), r.l2_steps.back()),
-                                    "mean pairwise L2 distance of the weights", l2_bars));
+                      svg_log_bar_chart(fmt::format("{} {}: weight L2 distance between replicas after step {}",
+                                                    r.model, form_name(r.form), r.l2_steps.front()),
+                                        "mean pairwise L2 distance of the weights (log scale)", l2_bars));
 }
 
 }  // namespace ditto

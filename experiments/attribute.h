@@ -133,7 +133,7 @@ AttributionResult read_attribution(const std::string& path);
 // The ranked table as text (what ditto-attribute prints).
 std::string format_attribution(const AttributionResult& r);
 // attribution.csv, attribution.json, attribution.svg (churn with intervals per configuration)
-// and attribution_l2.svg (weight L2 at the last early step), each written atomically.
+// and attribution_l2.svg (weight L2 after the first early step, log scale), each written atomically.
 void write_attribution(const AttributionResult& r, const std::string& dir);
 
 }  // namespace ditto

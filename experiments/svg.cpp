@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <utility>
 
 #include "engine/error.h"
 
@@ -48,6 +50,12 @@ void check_drawable(double x, const BarRow& row, const char* what) {
 
 }  // namespace
 
+// The drawing shared by the linear and the log chart: `pos` maps a displayed value to [0, 1]
+// along the axis, `ticks` are (value, label) pairs.
+std::string draw_bars(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows,
+                      double scale, const std::function<double(double)>& pos,
+                      const std::vector<std::pair<double, std::string>>& ticks);
+
 std::string svg_bar_chart(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows,
                           double scale) {
   if (!std::isfinite(scale) || scale <= 0)
@@ -69,24 +77,56 @@ std::string svg_bar_chart(const std::string& title, const std::string& x_label, 
   const int intervals = std::max(1, int(std::ceil(data_max / step - 1e-9)));
   const double axis_max = step * intervals;
 
+  std::vector<std::pair<double, std::string>> ticks;
+  for (int i = 0; i <= intervals; ++i) ticks.push_back({step * i, fmt::format("{:g}", step * i)});
+  return draw_bars(title, x_label, rows, scale, [axis_max](double v) { return v / axis_max; }, ticks);
+}
+
+std::string svg_log_bar_chart(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows) {
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const BarRow& row : rows) {
+    if (!std::isfinite(row.value) || row.value < 0)
+      throw Error(fmt::format("svg_log_bar_chart: row '{}' has value {}; values must be finite and >= 0", row.label,
+                              row.value));
+    if (row.value <= 0) continue;
+    const double l = std::log10(row.value);
+    lo = any ? std::min(lo, l) : l;
+    hi = any ? std::max(hi, l) : l;
+    any = true;
+  }
+  const int first = any ? int(std::floor(lo)) : 0, last = any ? std::max(first + 1, int(std::ceil(hi))) : 1;
+  std::vector<std::pair<double, std::string>> ticks;
+  for (int e = first; e <= last; ++e) ticks.push_back({std::pow(10.0, e), fmt::format("1e{}", e)});
+  // Bars start at the lowest decade: a bar's length is how many decades it lies above it.
+  return draw_bars(title, x_label, rows, 1.0,
+                   [first, last](double v) { return v <= 0 ? 0.0 : (std::log10(v) - first) / double(last - first); },
+                   ticks);
+}
+
+std::string draw_bars(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows,
+                      double scale, const std::function<double(double)>& pos,
+                      const std::vector<std::pair<double, std::string>>& ticks) {
+  std::size_t longest_label = 0;
+  for (const BarRow& row : rows) longest_label = std::max(longest_label, row.label.size());
   const double plot_left = std::clamp(double(longest_label) * kCharWidth + 16, 60.0, 520.0);
   const double plot_width = kWidth - plot_left - kValueMargin;
   const double plot_top = kTitleHeight, plot_bottom = plot_top + kRowHeight * double(rows.size());
   const double height = plot_bottom + kAxisHeight;
-  auto x_of = [&](double v) { return plot_left + plot_width * (v * scale) / axis_max; };
+  auto x_of = [&](double v) { return plot_left + plot_width * pos(v * scale); };
 
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"monospace\" font-size=\"12\" style=\"background:white\">\n"
       "<text x=\"{2}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{3}</text>\n",
       kWidth, height, kWidth / 2, xml_escape(title));
-  for (int i = 0; i <= intervals; ++i) {
-    const double x = plot_left + plot_width * i / intervals, tick = step * i;
+  for (const auto& [tick, label] : ticks) {
+    const double x = plot_left + plot_width * pos(tick);
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n"
         "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"black\"/>\n"
-        "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\">{5:g}</text>\n",
-        x, plot_top, plot_bottom, plot_bottom + 5, plot_bottom + 18, tick);
+        "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\">{5}</text>\n",
+        x, plot_top, plot_bottom, plot_bottom + 5, plot_bottom + 18, xml_escape(label));
   }
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", plot_left,
                      plot_bottom, plot_left + plot_width);

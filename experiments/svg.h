@@ -25,4 +25,8 @@ struct BarRow {
 std::string svg_bar_chart(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows,
                           double scale = 1.0);
 
+// The same chart on a log10 axis, for values that span decades (weight distances): ticks at
+// each power of ten, bars from the lowest decade. Rows with value 0 show their note.
+std::string svg_log_bar_chart(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows);
+
 }  // namespace ditto

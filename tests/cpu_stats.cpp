@@ -188,3 +188,15 @@ TEST_CASE("svg_bar_chart structure and escaping", "[svg]") {
   CHECK_THROWS_AS(svg_bar_chart("t", "x", rows), Error);
   CHECK(svg_bar_chart("empty", "x", {}).rfind("<svg", 0) == 0);
 }
+
+TEST_CASE("svg_log_bar_chart: decades on the axis, zero rows show their note") {
+  std::vector<ditto::BarRow> rows = {{"loud", 3e-8}, {"soft", 2e-10}, {"quiet", 0, 0, 0, false, "no divergence"}};
+  std::string svg = ditto::svg_log_bar_chart("t", "x", rows);
+  for (const char* tick : {">1e-10<", ">1e-9<", ">1e-8<", ">1e-7<"}) CHECK(svg.find(tick) != std::string::npos);
+  CHECK(svg.find(">1e-11<") == std::string::npos);  // the lowest decade holds the smallest value
+  std::size_t rects = 0;
+  for (std::size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
+  CHECK(rects == 2);
+  CHECK(svg.find("no divergence") != std::string::npos);
+  CHECK_THROWS_AS(ditto::svg_log_bar_chart("t", "x", {{"bad", -1}}), ditto::Error);
+}
