@@ -19,6 +19,16 @@
 #endif
 
 namespace ditto {
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error for later calls
+    return 0;
+  }
+  return count;
+}
+
 namespace detail {
 
 CudaState::CudaState(int dev) : device(dev) {

@@ -95,6 +95,9 @@ class Context {
   std::map<std::string, std::shared_ptr<void>> op_state_;
 };
 
+// CUDA devices this process can use; 0 without a driver or device (never throws).
+int cuda_device_count();
+
 // Evaluation scope: ops record nothing on the tape while it lives.
 class NoGradGuard {
  public:

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--bootstrap", opts.bootstrap, "bootstrap resamples for the churn interval")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--concurrent", opts.concurrent,
+                 "replicas of a configuration trained at once per GPU (their ms/step is then the time under that load)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--gpus", opts.gpus, "spread replicas over up to this many visible GPUs (with --device cuda)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   app.add_flag("--no-checkpoint", no_checkpoint, "run folders without checkpoint.safetensors (large sweeps)");
   app.add_flag("--list", list, "list the candidates and exit");
   std::string report;

@@ -16,11 +16,13 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <set>
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "experiments/cli.h"
+#include "experiments/scheduler.h"
 #include "experiments/stats.h"
 
 namespace fs = std::filesystem;
@@ -95,6 +97,11 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", replicas, "replicas per setting (default 3 on GPU, 2 on CPU)")->check(CLI::Range(2, 100));
   app.add_option("--settings", settings, "subset of ALGO+IMPL ALGO IMPL CONTROL")
       ->check(CLI::IsMember({"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"}));
+  int concurrent = 1, gpus = 1;
+  app.add_option("--concurrent", concurrent, "replicas trained at once per GPU (s/epoch is then the time under that load)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--gpus", gpus, "spread replicas over up to this many visible GPUs")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--out", out)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -113,6 +120,8 @@ int main(int argc, char** argv) {
     std::printf("ditto-experiment on %s: %s on %s, %d replicas x %d epochs per setting\n", device.c_str(),
                 base.model.c_str(), base.dataset.c_str(), replicas, base.epochs);
 
+    const std::vector<std::string> devices = ditto::replica_devices(base.device, gpus);
+    auto data = ditto::load_train_data(base);  // once for every replica
     const std::vector<Setting> all = {{"ALGO+IMPL", true, "nondeterministic"},
                                       {"ALGO", true, "deterministic"},
                                       {"IMPL", false, "nondeterministic"},
@@ -126,8 +135,14 @@ int main(int argc, char** argv) {
       std::set<uint64_t> prints;
       double secs = 0;
       int epochs_counted = 0;
-      for (int k = 0; k < replicas; ++k) {
+      // The setting's replicas train --concurrent at a time per GPU (over --gpus GPUs); their
+      // results are taken in replica order, so the numbers do not depend on how many ran at once.
+      std::vector<ditto::TrainResult> runs(static_cast<std::size_t>(replicas));
+      std::mutex print_mu;
+      ditto::run_jobs(replicas, devices, concurrent, [&](int k, const std::string& dev) {
         ditto::TrainConfig c = base;
+        c.device = dev;
+        if (concurrent > 1 || devices.size() > 1) c.progress = false;  // one progress line per process
         c.kernels = s.kernels;
         if (s.vary_seeds) {
           c.seed_init = 1000 + k;  // distinct, recorded seeds: replays exactly
@@ -138,9 +153,15 @@ int main(int argc, char** argv) {
         }
         c.out = (fs::path(out) / fmt::format("{}-{}", s.name == "ALGO+IMPL" ? "ALGO_IMPL" : s.name, k)).string();
         c.command_line = fmt::format("ditto-experiment setting {} replica {}", s.name, k);
-        std::printf("[%s] replica %d/%d\n", s.name.c_str(), k + 1, replicas);
-        std::fflush(stdout);
-        auto res = ditto::train(c);
+        {
+          std::lock_guard<std::mutex> lk(print_mu);
+          std::printf("[%s] replica %d/%d%s\n", s.name.c_str(), k + 1, replicas,
+                      devices.size() > 1 ? (" on " + dev).c_str() : "");
+          std::fflush(stdout);
+        }
+        runs[static_cast<std::size_t>(k)] = ditto::train(c, {}, data);
+      });
+      for (const auto& res : runs) {
         r.acc.push_back(res.test_top1);
         auto group_acc = [&](const std::vector<int32_t>& group, std::size_t groups, std::vector<std::vector<double>>& out) {
           std::vector<double> hit(groups, 0), n(groups, 0);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -18,6 +19,7 @@
 #include "engine/error.h"
 #include "engine/param.h"
 #include "kernels/loss.h"
+#include "experiments/scheduler.h"
 #include "experiments/svg.h"
 #include "nets/nets.h"
 
@@ -194,6 +196,7 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
 
   // One copy of the data for every run (decoding CIFAR-10's JPEGs takes longer than a short run).
   std::shared_ptr<const TrainData> data = load_train_data(base);
+  const std::vector<std::string> devices = replica_devices(base.device, opts.gpus);
   const std::size_t total_runs = configs.size() * static_cast<std::size_t>(opts.replicas);
   std::size_t runs_done = 0;
   const auto start = Clock::now();
@@ -202,7 +205,8 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
     std::vector<TrainResult> results;
     std::vector<ReplicaTrace> traces(static_cast<std::size_t>(opts.replicas));
     row.status = "ok";
-    for (int k = 0; k < opts.replicas && row.status == "ok"; ++k) {
+    std::vector<TrainConfig> cfgs;
+    for (int k = 0; k < opts.replicas; ++k) {
       TrainConfig c = base;
       c.kernels = row.kernels;
       // Pins the user gave apply to every configuration, then the candidate's own.
@@ -216,6 +220,15 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
         row.run_dirs.push_back(c.out);
       }
       c.command_line = fmt::format("ditto-attribute {} '{}' replica {}", form_name(opts.form), row.name, k);
+      cfgs.push_back(std::move(c));
+    }
+    // Replicas at once (opts.concurrent per device, over opts.gpus devices); results by index.
+    std::vector<TrainResult> slots(static_cast<std::size_t>(opts.replicas));
+    std::vector<char> done(static_cast<std::size_t>(opts.replicas), 0);
+    std::mutex mu;
+    run_jobs(opts.replicas, devices, opts.concurrent, [&](int k, const std::string& device) {
+      TrainConfig c = cfgs[static_cast<std::size_t>(k)];
+      c.device = device;
       ReplicaTrace& tr = traces[static_cast<std::size_t>(k)];
       TrainHooks hooks;
       hooks.after_step = [&](const StepView& v) {
@@ -223,24 +236,29 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
         if (std::find(opts.l2_steps.begin(), opts.l2_steps.end(), v.step) != opts.l2_steps.end())
           tr.snapshots[v.step] = params_to_host(v.params);
       };
+      std::string outcome;
       try {
-        results.push_back(train(c, hooks, data));
+        slots[static_cast<std::size_t>(k)] = train(c, hooks, data);
+        done[static_cast<std::size_t>(k)] = 1;
+        outcome = fmt::format("top-1 {:.4f}", slots[static_cast<std::size_t>(k)].test_top1);
       } catch (const PolicyError& e) {
         // A variant cuDNN refuses for a layer's shape: reported, not skipped.
+        std::lock_guard<std::mutex> lk(mu);
+        if (row.status == "ok") row.message = e.what();
         row.status = "unsupported";
-        row.message = e.what();
+        outcome = "unsupported";
       }
+      std::lock_guard<std::mutex> lk(mu);
       ++runs_done;
       double el = std::chrono::duration<double>(Clock::now() - start).count();
-      log(fmt::format("[{}/{}] {} {} replica {}/{}: {}  elapsed {}  ETA {}", runs_done, total_runs,
+      log(fmt::format("[{}/{}] {} {} replica {}/{}{}: {}  elapsed {}  ETA {}", runs_done, total_runs,
                       form_name(opts.form), row.name, k + 1, opts.replicas,
-                      row.status == "ok" ? fmt::format("top-1 {:.4f}", results.back().test_top1) : row.status,
-                      format_hms(el), format_hms(el / runs_done * (total_runs - runs_done))));
-    }
-    if (row.status != "ok") {
-      runs_done += static_cast<std::size_t>(opts.replicas) - results.size() - 1;
-      continue;
-    }
+                      devices.size() > 1 ? " on " + device : "", outcome, format_hms(el),
+                      format_hms(el / runs_done * (total_runs - runs_done))));
+    });
+    if (row.status != "ok") continue;
+    for (std::size_t k = 0; k < slots.size(); ++k)
+      if (done[k]) results.push_back(std::move(slots[k]));
     if (cfg_row.cand) {
       std::string why = check_ran(*cfg_row.cand, opts.form, results.front().ops);
       if (!why.empty()) {

@@ -77,6 +77,8 @@ struct AttributeOptions {
   int bootstrap = 1000;                     // resamples for the churn interval
   uint64_t bootstrap_seed = 20221;
   bool baselines = true;
+  int concurrent = 1;                       // replicas of a configuration at once per GPU
+  int gpus = 1;                             // spread replicas over up to this many GPUs ("cuda")
   // One line per finished replica, with an ETA; default: stderr.
   std::function<void(const std::string&)> log;
 };
@@ -99,7 +101,8 @@ struct ConfigResult {
   int64_t first_divergence_step = 0;
   std::vector<std::pair<int64_t, double>> l2_at;  // (step, mean pairwise weight L2) at l2_steps
   double growth_per_step = 0;       // d ln(L2) / d step between the first and last non-zero l2_at
-  double ms_per_step = 0;           // training only (no evaluation, no measuring hooks)
+  double ms_per_step = 0;           // training only (no evaluation, no measuring hooks); with
+                                    // concurrent replicas, the time under that load
   double seconds_per_epoch = 0;     // mean logged epoch time (with evaluation); 0 for --steps runs
   bool diverged() const { return status == "ok" && distinct_fingerprints > 1; }
 };

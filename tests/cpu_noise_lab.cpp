@@ -16,6 +16,7 @@
 #include "experiments/cli.h"
 #include "experiments/diverge.h"
 #include "nets/nets.h"
+#include "train_support.h"
 
 using namespace ditto;
 namespace fs = std::filesystem;
@@ -28,20 +29,8 @@ std::string scratch(const std::string& name) {
 }
 
 TrainConfig tiny(const std::string& model = "two-conv") {
-  TrainConfig c;
-  c.model = model;
-  c.dataset = "synthetic";
-  c.synthetic_train = 192;
-  c.synthetic_test = 64;
-  c.synthetic_size = 16;
-  c.epochs = 1;
-  c.batch_size = 32;
-  c.lr = 2e-3f;
-  c.device = "cpu";
+  TrainConfig c = test::synthetic_config(model, 192, 64, 16, 32);
   c.deterministic_init = c.deterministic_input = true;
-  c.kernels = "deterministic";
-  c.progress = false;
-  c.loader_threads = 1;
   return c;
 }
 

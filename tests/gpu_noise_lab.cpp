@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "experiments/attribute.h"
 #include "experiments/diverge.h"
+#include "train_support.h"
 
 using namespace ditto;
 namespace fs = std::filesystem;
@@ -22,19 +23,9 @@ std::string scratch(const std::string& name) {
 }
 
 TrainConfig small(const std::string& model = "two-conv") {
-  TrainConfig c;
-  c.model = model;
-  c.dataset = "synthetic";
-  c.synthetic_train = 2560;
-  c.synthetic_test = 512;
-  c.synthetic_size = 32;
-  c.epochs = 1;
-  c.batch_size = 128;
-  c.lr = 2e-3f;
-  c.device = "cuda";
+  TrainConfig c = test::synthetic_config(model, 2560, 512, 32, 128, "cuda");
+  c.loader_threads = 4;
   c.deterministic_init = c.deterministic_input = true;
-  c.kernels = "deterministic";
-  c.progress = false;
   return c;
 }
 }  // namespace

@@ -1,0 +1,28 @@
+// A small training configuration on the built-in synthetic data, shared by the tests that train.
+#pragma once
+#include <string>
+
+#include "experiments/train.h"
+
+namespace ditto::test {
+
+// CONTROL-free defaults (seeds unset, deterministic kernels); callers fix what they compare.
+inline TrainConfig synthetic_config(const std::string& model, int train_n, int test_n, int size, int batch,
+                                    const std::string& device = "cpu") {
+  TrainConfig c;
+  c.model = model;
+  c.dataset = "synthetic";
+  c.synthetic_train = train_n;
+  c.synthetic_test = test_n;
+  c.synthetic_size = size;
+  c.batch_size = batch;
+  c.epochs = 1;
+  c.lr = 2e-3f;
+  c.device = device;
+  c.kernels = "deterministic";
+  c.progress = false;
+  c.loader_threads = 1;
+  return c;
+}
+
+}  // namespace ditto::test
