@@ -21,6 +21,7 @@
 namespace ditto {
 
 namespace detail { struct CudaState; }
+class TuningTable;
 
 struct ContextOptions {
   // Synchronize the stream after every kernel launch check, so an asynchronous fault is
@@ -53,6 +54,10 @@ class Context {
   Policy& policy() { return policy_; }
   const Policy& policy() const { return policy_; }
   Manifest& manifest() { return manifest_; }
+  // The table `deterministic` convolutions read or fill (engine/tuning.h); null: none. A table
+  // being filled must not be shared by contexts that run at the same time.
+  void set_tuning(std::shared_ptr<TuningTable> t) { tuning_ = std::move(t); }
+  TuningTable* tuning() const { return tuning_.get(); }
   Tape& tape() { return tape_; }
   // Observer of every op (engine/tracer.h); the caller owns it. nullptr: no tracing.
   void set_tracer(Tracer* t) { tape_.set_tracer(t); }
@@ -92,6 +97,7 @@ class Context {
   bool debug_sync_ = false;
   bool grad_enabled_ = true;
   std::shared_ptr<detail::CudaState> cuda_;
+  std::shared_ptr<TuningTable> tuning_;
   std::map<std::string, std::shared_ptr<void>> op_state_;
 };
 

@@ -118,6 +118,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
                   ->check(CLI::IsMember({"heuristic", "deterministic", "nondeterministic", "fastest"}))
                   ->capture_default_str();
     dk->excludes(k);
+    app.add_option("--tuning", c.tuning,
+                   "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
+                   "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
   }
   if (groups & kFlagsPins) {
     app.add_option("--pin", c.pins, "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0");

@@ -21,6 +21,7 @@
 #include "engine/error.h"
 #include "engine/optim.h"
 #include "engine/tracer.h"
+#include "engine/tuning.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
 #include "kernels/metrics.h"
@@ -112,6 +113,7 @@ std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so,
       c.momentum, c.nesterov ? " --nesterov" : "", c.weight_decay, c.lr_schedule, c.augment ? " --augment" : "",
       c.device, si.value, so.value, sa.value, c.kernels);
   for (const auto& p : c.pins) s += " --pin " + p;
+  if (!c.tuning.empty()) s += " --tuning " + c.tuning;
   if (c.standardize) s += " --standardize";
   if (c.train_size) s += fmt::format(" --train-size {}", c.train_size);
   if (c.test_size) s += fmt::format(" --test-size {}", c.test_size);
@@ -376,6 +378,26 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
   const int64_t classes = data.train.num_classes;
   const int k5 = static_cast<int>(std::min<int64_t>(5, classes));
   ctx.set_tracer(hooks.tracer);
+  // A tuning file is read when it exists (every deterministic conv takes its entry), else
+  // filled while the run meets each problem and written at each epoch's end.
+  std::shared_ptr<TuningTable> tuning;
+  uint64_t tuning_hash = 0;
+  if (!cfg.tuning.empty()) {
+    if (!ctx.is_cuda())
+      throw Error(fmt::format("--tuning: a tuning file chooses cuDNN algorithms; this run is on {}", cfg.device));
+    if (cfg.kernels != "deterministic")
+      throw Error(fmt::format("--tuning: applies to --kernels deterministic; this run asks for {}", cfg.kernels));
+    const RuntimeInfo info = ctx.runtime_info();
+    if (fs::exists(cfg.tuning)) {
+      tuning = std::make_shared<TuningTable>(TuningTable::load(cfg.tuning, info.gpu_name, info.cudnn));
+      tuning_hash = tuning->file_hash();
+    } else {
+      tuning = std::make_shared<TuningTable>();
+      tuning->gpu = info.gpu_name;
+      tuning->cudnn = info.cudnn;
+    }
+    ctx.set_tuning(tuning);
+  }
   TrainResult result;
   result.seed_init = seed_init.value;
   result.seed_order = seed_order.value;
@@ -436,6 +458,9 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
     m["switches"] = {{"deterministic_init", cfg.deterministic_init}, {"deterministic_input", cfg.deterministic_input},
                      {"deterministic_kernels", cfg.kernels == "deterministic"}};
     m["policy"] = {{"kernels", cfg.kernels}, {"rules", ctx.policy().rules()}};
+    if (tuning)
+      m["tuning"] = {{"file", cfg.tuning}, {"mode", tuning->reading() ? "read" : "tuned by this run"},
+                     {"hash", hex64(tuning_hash)}, {"entries", tuning->entries().size()}};
     m["runtime"] = {{"device", info.device}, {"gpu", info.gpu_name}, {"driver", info.driver},
                     {"cuda_runtime", info.cuda_runtime}, {"cudnn", info.cudnn}, {"cudnn_build", info.cudnn_build},
                     {"cublas", info.cublas}};
@@ -582,6 +607,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
     progress.line(fmt::format("epoch {}/{}  loss {:.4f}  train {:.4f}  test top1 {:.4f} top5 {:.4f}  {:.1f}s  {:.0f} img/s",
                               epoch, cfg.epochs, row.loss, row.train_acc, row.test_top1, row.test_top5, seconds,
                               seen / std::max(1e-9, seconds)));
+    if (tuning && !tuning->reading()) tuning_hash = tuning->save(cfg.tuning);
     write_outputs(epoch);
   }
   ctx.set_tracer(nullptr);

@@ -43,6 +43,8 @@ struct TrainConfig {
   bool deterministic_init = false;    // seed_init fixed (0 unless given)
   bool deterministic_input = false;   // seed_order and seed_augment fixed (0 unless given)
   std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
+  std::string tuning;                 // deterministic convs: read this tuning file, or tune and
+                                      // write it when it does not exist (engine/tuning.h)
   std::vector<std::string> pins;      // LAYER.KNOB=VARIANT rules, after the kernels mode
                                       // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all

@@ -5,8 +5,11 @@
 //   pinned            that algorithm, or PolicyError listing what cuDNN supports for the shape
 //   heuristic         cuDNN's pick: first successful result of cudnnGetConvolution*Algorithm_v7
 //                     (skipping results whose math type the layer's math mode forbids)
-//   deterministic     fastest result of cudnnFindConvolution*Algorithm that cuDNN labels
-//                     CUDNN_DETERMINISTIC and whose workspace can be allocated
+//   deterministic     the first algorithm in cuDNN's heuristic ranking (cudnnGetConvolution*
+//                     Algorithm_v7) that cuDNN labels CUDNN_DETERMINISTIC and whose workspace can
+//                     be allocated; with a tuning table on the context (engine/tuning.h): the
+//                     table's algorithm for the problem (pinned path, no Find), or, while tuning,
+//                     the fastest such algorithm in cudnnFind*, written into the table
 //   nondeterministic  the atomics algorithm (bwd_data algo0, bwd_filter algo0); forward has
 //                     none and resolves like heuristic (the manifest says what ran)
 //   fastest           fastest successful result of cudnnFind*
@@ -27,6 +30,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
+#include "engine/tuning.h"
 #include "kernels/check.h"
 #include "kernels/conv2d_ref.h"
 
@@ -403,9 +407,56 @@ struct Problem {
     return sel;
   }
 
+  // `deterministic` with a tuning table: read the problem's entry, or (while tuning) time the
+  // deterministic algorithms with Find and write the fastest down.
+  Selection tuned(const std::string& layer, TuningTable& table) {
+    TuningEntry e;
+    e.direction = T::kKnob;
+    e.x = spec.x;
+    e.w = spec.w;
+    e.stride_h = spec.p.stride_h, e.stride_w = spec.p.stride_w, e.pad_h = spec.p.pad_h, e.pad_w = spec.p.pad_w;
+    e.dilation_h = spec.p.dilation_h, e.dilation_w = spec.p.dilation_w, e.groups = spec.p.groups;
+    e.math = name_of(math);
+    if (const TuningEntry* have = table.find(e.key())) {
+      int algo = -1;
+      for (int a = 0; a < T::kCount; ++a)
+        if (have->algo == name(a)) algo = a;
+      Selection sel = pinned(layer, algo, "tuning-file");
+      if (sel.det == Determinism::No)
+        throw PolicyError(fmt::format("{}: tuning file {} names '{}' for this problem ({}), which cuDNN labels "
+                                      "nondeterministic; a tuning file holds deterministic algorithms only",
+                                      where(layer), table.path(), have->algo, e.key()));
+      return sel;
+    }
+    if (table.reading())
+      throw PolicyError(fmt::format("{}: tuning file {} has no entry for this problem ({}); tune again (run without "
+                                    "the file) or add the entry",
+                                    where(layer), table.path(), e.key()));
+    for (const auto& r : finds()) {  // fastest first
+      if (!r.ok() || !math_allowed(r.math, math) || r.det != Determinism::Yes) continue;
+      std::size_t bytes = 0;
+      if (!workspace_of(r.algo, &bytes)) continue;
+      detail::Workspace probe(ctx.cuda(), bytes);
+      if (!probe.ok()) continue;
+      e.algo = name(r.algo);
+      e.time_ms = r.time_ms;
+      e.layer = layer;
+      table.add(e);
+      return {r.algo, bytes, r.det};
+    }
+    throw PolicyError(fmt::format("{}: no algorithm labelled deterministic in cuDNN's Find with an allocatable "
+                                  "workspace; supported: {}",
+                                  where(layer), supported_str()));
+  }
+
   Selection select(const std::string& layer, const AlgoChoice<typename T::Algo>& choice) {
     const std::string key = list_key + "|" + choice.str();
     if (auto it = st.selections.find(key); it != st.selections.end()) return it->second;
+    if (choice.mode == SelectMode::Deterministic && ctx.tuning()) {
+      Selection sel = tuned(layer, *ctx.tuning());
+      st.selections.emplace(key, sel);
+      return sel;
+    }
     Selection sel;
     SelectMode mode = choice.mode;
     if (mode == SelectMode::Nondeterministic && T::kAtomicsAlgo < 0) mode = SelectMode::Heuristic;

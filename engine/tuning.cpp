@@ -1,0 +1,132 @@
+#include "engine/tuning.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "engine/manifest.h"
+#include "engine/policy.h"
+#include "engine/tensor.h"
+
+namespace ditto {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<std::string> algos_of(const std::string& direction) {
+  for (const auto& k : knobs())
+    if (k.op == OpKind::Conv2d && k.name == direction) return k.variants;
+  return {};
+}
+
+}  // namespace
+
+std::string TuningEntry::key() const {
+  return fmt::format("{}|x{}|w{}|s{},{}|p{},{}|d{},{}|g{}|{}", direction, fmt::join(x, "x"), fmt::join(w, "x"), stride_h,
+                     stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, math);
+}
+
+TuningTable TuningTable::load(const std::string& path, const std::string& expect_gpu, const std::string& expect_cudnn) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("{}: cannot open tuning file", path));
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw DataError(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  TuningTable t;
+  t.reading_ = true;
+  t.path_ = path;
+  t.file_hash_ = fingerprint_bytes(text.data(), text.size());
+  try {
+    if (doc.at("ditto_tuning").get<int>() != 1)
+      throw DataError(fmt::format("{}: tuning file version {} is not 1", path, doc.at("ditto_tuning").dump()));
+    t.gpu = doc.at("gpu").get<std::string>();
+    t.cudnn = doc.at("cudnn").get<std::string>();
+  } catch (const json::exception& e) {
+    throw DataError(fmt::format("{}: not a ditto tuning file: {}", path, e.what()));
+  }
+  if (!expect_gpu.empty() && t.gpu != expect_gpu)
+    throw DataError(fmt::format("{}: tuned on '{}', this run is on '{}'; tune again for this GPU", path, t.gpu, expect_gpu));
+  if (!expect_cudnn.empty() && t.cudnn != expect_cudnn)
+    throw DataError(fmt::format("{}: tuned with cuDNN {}, this run loads cuDNN {}; tune again", path, t.cudnn,
+                                expect_cudnn));
+  const json& list = doc.contains("entries") ? doc["entries"] : json();
+  if (!list.is_array()) throw DataError(fmt::format("{}: no \"entries\" list", path));
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    TuningEntry e;
+    const json& j = list[i];
+    auto where = [&] { return fmt::format("{}: entry {}{}", path, i, e.direction.empty() ? "" : " (" + e.key() + ")"); };
+    try {
+      e.direction = j.at("direction").get<std::string>();
+      e.x = j.at("x").get<std::vector<int64_t>>();
+      e.w = j.at("w").get<std::vector<int64_t>>();
+      auto pair = [&](const char* k, int& a, int& b) {
+        auto v = j.at(k).get<std::vector<int>>();
+        if (v.size() != 2) throw DataError(fmt::format("{}: \"{}\" must hold 2 numbers", where(), k));
+        a = v[0];
+        b = v[1];
+      };
+      pair("stride", e.stride_h, e.stride_w);
+      pair("pad", e.pad_h, e.pad_w);
+      pair("dilation", e.dilation_h, e.dilation_w);
+      e.groups = j.at("groups").get<int>();
+      e.math = j.at("math").get<std::string>();
+      e.algo = j.at("algo").get<std::string>();
+      e.time_ms = j.value("time_ms", 0.0);
+      e.layer = j.value("layer", "");
+    } catch (const json::exception& ex) {
+      throw DataError(fmt::format("{}: {}", where(), ex.what()));
+    }
+    const auto algos = algos_of(e.direction);
+    if (algos.empty())
+      throw DataError(fmt::format("{}: unknown direction '{}'; directions are fwd, bwd_data, bwd_filter", where(),
+                                  e.direction));
+    if (e.math != "fma" && e.math != "tf32")
+      throw DataError(fmt::format("{}: unknown math mode '{}'; modes are fma, tf32", where(), e.math));
+    if (std::find(algos.begin(), algos.end(), e.algo) == algos.end())
+      throw DataError(fmt::format("{}: '{}' is not a {} algorithm; valid: {}", where(), e.algo, e.direction,
+                                  fmt::join(algos, ", ")));
+    if (e.x.size() != 4 || e.w.size() != 4)
+      throw DataError(fmt::format("{}: x and w must be 4-D shapes", where()));
+    if (t.find(e.key())) throw DataError(fmt::format("{}: a second entry for the same problem", where()));
+    t.add(std::move(e));
+  }
+  return t;
+}
+
+uint64_t TuningTable::save(const std::string& path) const {
+  json list = json::array();
+  for (const auto& e : entries_)
+    list.push_back({{"direction", e.direction}, {"x", e.x}, {"w", e.w}, {"stride", {e.stride_h, e.stride_w}},
+                    {"pad", {e.pad_h, e.pad_w}}, {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups},
+                    {"math", e.math}, {"algo", e.algo}, {"time_ms", e.time_ms}, {"layer", e.layer}});
+  json doc{{"ditto_tuning", 1}, {"gpu", gpu}, {"cudnn", cudnn}, {"entries", list}};
+  const std::string text = doc.dump(1);
+  write_file_atomic(path, text);
+  return fingerprint_bytes(text.data(), text.size());
+}
+
+const TuningEntry* TuningTable::find(const std::string& key) const {
+  auto it = index_.find(key);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+void TuningTable::add(TuningEntry e) {
+  const std::string k = e.key();
+  if (auto it = index_.find(k); it != index_.end()) {
+    entries_[it->second] = std::move(e);
+    return;
+  }
+  index_[k] = entries_.size();
+  entries_.push_back(std::move(e));
+}
+
+}  // namespace ditto

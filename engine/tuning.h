@@ -1,0 +1,67 @@
+// Tuning file: the convolution algorithms a `deterministic` run uses, measured once and then
+// read, so that determinism need not mean a slow algorithm.
+//
+// cuDNN's heuristic ranks algorithms by its performance model; Find runs them and times them.
+// `deterministic` mode takes the heuristic's first deterministic algorithm, because a choice by
+// timing could differ between two runs. A tuning table makes the timed choice safe: with an
+// empty table (tuning), each convolution problem the run meets — direction, input and filter
+// shapes, strides, padding, dilation, groups, math mode — gets the fastest algorithm that cuDNN
+// labels deterministic in Find, and the choice is written down; with a loaded table (reading),
+// every problem takes exactly the algorithm its entry names, through the pinned path (no Find),
+// and a problem without an entry is an error. Two runs that read one file choose alike, so they
+// are bit-identical; the manifest records the file's hash.
+//
+// Find also tunes inside an algorithm, and cuDNN keeps what it found, so the tuning run itself
+// may run other kernels than a later run that reads its file: tune in a run of its own
+// (e.g. a short ditto-train --steps), then train with the file.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ditto {
+
+struct TuningEntry {
+  std::string direction;          // fwd | bwd_data | bwd_filter
+  std::vector<int64_t> x, w;      // input NCHW and filter KCRS
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
+  std::string math;               // fma | tf32
+  std::string algo;               // the algorithm's name, as policy strings write it
+  double time_ms = 0;             // what Find measured for it
+  std::string layer;              // the first layer that met the problem (for people; not a key)
+  std::string key() const;        // everything but algo, time and layer
+};
+
+class TuningTable {
+ public:
+  TuningTable() = default;
+  // Reads a tuning file. Throws IoError when it cannot be opened and DataError naming the file
+  // and the entry (index and key) for malformed JSON, a missing field, an unknown direction or
+  // math mode, an algorithm that is not one of the direction's, or two entries for one key.
+  // With expect_gpu / expect_cudnn non-empty, a file tuned on another GPU or cuDNN is a
+  // DataError naming both.
+  static TuningTable load(const std::string& path, const std::string& expect_gpu = "",
+                          const std::string& expect_cudnn = "");
+  // Writes atomically (write, then rename); returns the fingerprint of the bytes written.
+  uint64_t save(const std::string& path) const;
+
+  const TuningEntry* find(const std::string& key) const;
+  void add(TuningEntry e);                    // replaces an entry with the same key
+  const std::vector<TuningEntry>& entries() const { return entries_; }
+
+  bool reading() const { return reading_; }   // loaded from a file: no tuning, missing = error
+  const std::string& path() const { return path_; }
+  uint64_t file_hash() const { return file_hash_; }  // fingerprint of the file's bytes when loaded
+
+  std::string gpu, cudnn;                     // what the entries were measured on
+
+ private:
+  std::vector<TuningEntry> entries_;
+  std::map<std::string, std::size_t> index_;
+  bool reading_ = false;
+  std::string path_;
+  uint64_t file_hash_ = 0;
+};
+
+}  // namespace ditto

@@ -1,0 +1,69 @@
+// Tuning files on the GPU: a tuning run writes an entry for every conv problem it met, with
+// deterministic algorithms only; two runs that read the file end bit-identical; an entry naming
+// an atomics algorithm is refused; a problem missing from a read file is an error.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "engine/tuning.h"
+#include "experiments/train.h"
+#include "train_support.h"
+
+using namespace ditto;
+namespace fs = std::filesystem;
+
+namespace {
+std::string scratch(const std::string& name) {
+  static const fs::path root = fs::temp_directory_path() / ("ditto_gpu_tuning_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  return (root / name).string();
+}
+}  // namespace
+
+TEST_CASE("gpu tuning: tune, then two reading runs are bit-identical") {
+  TrainConfig c = test::synthetic_config("two-conv", 1024, 256, 32, 128, "cuda");
+  c.deterministic_init = c.deterministic_input = true;
+  c.max_steps = 8;
+  c.tuning = scratch("two-conv.json");
+  train(c);  // tunes: the file does not exist yet
+  REQUIRE(fs::exists(c.tuning));
+  TuningTable t = TuningTable::load(c.tuning);
+  // conv1: fwd and bwd_filter (its input needs no gradient); conv2: all three directions; the
+  // full batches of 128 only (8 steps of 1024 images).
+  CHECK(t.entries().size() == 5);
+  for (const auto& e : t.entries()) {
+    std::printf("TUNING %s -> %s (%.3f ms, %s)\n", e.key().c_str(), e.algo.c_str(), e.time_ms, e.layer.c_str());
+    CHECK(e.algo != "algo0");
+    CHECK(!(e.direction == "bwd_filter" && e.algo == "algo3"));
+  }
+  auto a = train(c);
+  auto b = train(c);
+  CHECK(a.weights_fingerprint == b.weights_fingerprint);
+  for (const auto& op : a.ops)
+    if (op.op == "conv2d") CHECK(op.deterministic == Determinism::Yes);
+
+  // A hand edit that names the atomics algorithm is refused, naming the layer and the entry.
+  std::ifstream in(c.tuning);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  TuningTable edited = TuningTable::load(c.tuning);
+  for (const auto& e : edited.entries())
+    if (e.direction == "bwd_filter" && e.layer == "conv2") {
+      TuningEntry x = e;
+      x.algo = "algo0";
+      edited.add(x);
+    }
+  const std::string bad = scratch("atomics.json");
+  edited.save(bad);
+  c.tuning = bad;
+  CHECK_THROWS_AS(train(c), PolicyError);
+
+  // A read file without the problem of another batch size is an error, not a silent heuristic.
+  c.tuning = scratch("two-conv.json");
+  c.batch_size = 64;
+  CHECK_THROWS_AS(train(c), PolicyError);
+}
