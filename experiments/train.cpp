@@ -186,6 +186,37 @@ void ensure_out_dir(const std::string& out) {
   std::remove(probe.c_str());
 }
 
+// path becomes a symbolic link to target in one step (a new link renamed over it).
+void atomic_symlink(const fs::path& target, const fs::path& path) {
+  const fs::path tmp = path.string() + fmt::format(".link.{}", ::getpid());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_symlink(target, tmp, ec);
+  if (!ec) fs::rename(tmp, path, ec);
+  if (ec) throw IoError(fmt::format("{}: cannot link to {}: {}", path.string(), target.string(), ec.message()));
+}
+
+// A run folder holds generations (.gen-N, one epoch's complete outputs) and `state`, a link to
+// the current one; every output file in the folder is a link through `state`. Publishing makes
+// the links (dangling until the first publish), then swaps `state` in one rename: a reader, or
+// a run killed at any moment, sees all of one epoch's files or all of the previous epoch's.
+void publish_generation(const std::string& dir, const std::string& gen_name) {
+  const fs::path root(dir);
+  for (const auto& entry : fs::directory_iterator(root / gen_name)) {
+    const std::string name = entry.path().filename().string();
+    const fs::path link = root / name;
+    if (!fs::is_symlink(link)) atomic_symlink(fs::path("state") / name, link);
+  }
+  atomic_symlink(gen_name, root / "state");
+  for (const auto& entry : fs::directory_iterator(root)) {  // older generations
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".gen-", 0) == 0 && name != gen_name) {
+      std::error_code ec;
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
 std::vector<EpochLog> read_log_csv(const std::string& path) {
   std::vector<EpochLog> rows;
   std::ifstream in(path);
@@ -410,7 +441,13 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
 
   auto write_outputs = [&](int epoch) {
     if (cfg.out.empty()) return;
-    fs::path out(cfg.out);
+    // The epoch's files go to a fresh generation folder first; publish() then makes it the run
+    // folder's state in one step, so nothing half-written is ever visible.
+    const fs::path gen = fs::path(cfg.out) / fmt::format(".gen-{}", epoch);
+    std::error_code gone;
+    fs::remove_all(gen, gone);  // left by a run killed before it published this epoch
+    make_folder(gen.string());
+    const fs::path& out = gen;
     std::string csv = "epoch,lr,loss,train_acc,test_top1,test_top5,seconds\n";
     for (const auto& r : log)
       csv += fmt::format("{},{:.8g},{:.8g},{:.6f},{:.6f},{:.6f},{:.3f}\n", r.epoch, r.lr, r.loss, r.train_acc,
@@ -474,6 +511,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
                     {"test_top1", log.empty() ? 0.0 : log.back().test_top1}};
     write_file_atomic((out / "manifest.json").string(), m.dump(2));
     write_file_atomic((out / "metrics.json").string(), metrics.dump(2));
+    publish_generation(cfg.out, gen.filename().string());
   };
 
   // Evaluation: no tape, running batch-norm statistics, dataset order. Returns k labels per
