@@ -21,11 +21,7 @@ using namespace ditto;
 namespace fs = std::filesystem;
 
 namespace {
-std::string scratch(const std::string& name) {
-  static const fs::path root = fs::temp_directory_path() / ("ditto_cpu_kill_" + std::to_string(::getpid()));
-  fs::create_directories(root);
-  return (root / name).string();
-}
+std::string scratch(const std::string& name) { return test::scratch("cpu_kill", name); }
 
 TrainConfig config(const std::string& out) {
   TrainConfig c = test::synthetic_config("smallcnn", 256, 64, 16, 32);

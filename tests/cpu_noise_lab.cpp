@@ -22,11 +22,7 @@ using namespace ditto;
 namespace fs = std::filesystem;
 
 namespace {
-std::string scratch(const std::string& name) {
-  static const fs::path root = fs::temp_directory_path() / ("ditto_cpu_noise_lab_" + std::to_string(::getpid()));
-  fs::create_directories(root);
-  return (root / name).string();
-}
+std::string scratch(const std::string& name) { return test::scratch("cpu_noise_lab", name); }
 
 TrainConfig tiny(const std::string& model = "two-conv") {
   TrainConfig c = test::synthetic_config(model, 192, 64, 16, 32);

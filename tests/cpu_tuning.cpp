@@ -15,11 +15,7 @@ using namespace ditto;
 namespace fs = std::filesystem;
 
 namespace {
-std::string scratch(const std::string& name) {
-  static const fs::path root = fs::temp_directory_path() / ("ditto_cpu_tuning_" + std::to_string(::getpid()));
-  fs::create_directories(root);
-  return (root / name).string();
-}
+std::string scratch(const std::string& name) { return test::scratch("cpu_tuning", name); }
 
 TuningTable sample() {
   TuningTable t;

@@ -16,11 +16,7 @@ using namespace ditto;
 namespace fs = std::filesystem;
 
 namespace {
-std::string scratch(const std::string& name) {
-  static const fs::path root = fs::temp_directory_path() / ("ditto_gpu_noise_lab_" + std::to_string(::getpid()));
-  fs::create_directories(root);
-  return (root / name).string();
-}
+std::string scratch(const std::string& name) { return test::scratch("gpu_noise_lab", name); }
 
 TrainConfig small(const std::string& model = "two-conv") {
   TrainConfig c = test::synthetic_config(model, 2560, 512, 32, 128, "cuda");

@@ -17,11 +17,7 @@ using namespace ditto;
 namespace fs = std::filesystem;
 
 namespace {
-std::string scratch(const std::string& name) {
-  static const fs::path root = fs::temp_directory_path() / ("ditto_gpu_tuning_" + std::to_string(::getpid()));
-  fs::create_directories(root);
-  return (root / name).string();
-}
+std::string scratch(const std::string& name) { return test::scratch("gpu_tuning", name); }
 }  // namespace
 
 TEST_CASE("gpu tuning: tune, then two reading runs are bit-identical") {

@@ -1,10 +1,22 @@
 // A small training configuration on the built-in synthetic data, shared by the tests that train.
 #pragma once
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 
 #include "experiments/train.h"
 
 namespace ditto::test {
+
+// A path under this process's own scratch folder (<tmp>/ditto_<suite>_<pid>/<name>): run
+// folders and files tests write never land in the caller's working tree.
+inline std::string scratch(const std::string& suite, const std::string& name) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("ditto_" + suite + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(root);
+  return (root / name).string();
+}
 
 // CONTROL-free defaults (seeds unset, deterministic kernels); callers fix what they compare.
 inline TrainConfig synthetic_config(const std::string& model, int train_n, int test_n, int size, int batch,
