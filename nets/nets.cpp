@@ -15,6 +15,20 @@ Var traced(SummaryTrace* trace, const std::string& name, const std::string& op, 
   return y;
 }
 
+// Weights by the layer's own rule from fans (in * kernel area, out * kernel area), bias zero.
+void init_conv(Context& ctx, Conv2d& c, uint64_t seed) {
+  const Shape& s = c.weight.value().shape();
+  init_tensor(ctx, c.weight.value(), c.init(), s[1] * s[2] * s[3], s[0] * s[2] * s[3], seed, c.name() + ".weight");
+  if (c.bias.defined()) init_tensor(ctx, c.bias.value(), Init::Zeros, 0, 0, seed, c.name() + ".bias");
+}
+
+// Glorot-uniform weights, bias zero.
+void init_linear(Context& ctx, Linear& fc, uint64_t seed) {
+  const Shape& s = fc.weight.value().shape();
+  init_tensor(ctx, fc.weight.value(), Init::GlorotUniform, s[1], s[0], seed, fc.name() + ".weight");
+  if (fc.bias.defined()) init_tensor(ctx, fc.bias.value(), Init::Zeros, 0, 0, seed, fc.name() + ".bias");
+}
+
 class SmallCnn : public Net {
  public:
   SmallCnn(Context& ctx, const NetConfig& cfg, bool bn)
@@ -76,20 +90,8 @@ class SmallCnn : public Net {
     return l;
   }
   void init(Context& ctx, uint64_t seed) override {
-    auto init_conv = [&](Conv2d& c) {
-      const Shape& s = c.weight.value().shape();
-      init_tensor(ctx, c.weight.value(), Init::GlorotUniform, s[1] * s[2] * s[3], s[0] * s[2] * s[3], seed,
-                  c.name() + ".weight");
-      init_tensor(ctx, c.bias.value(), Init::Zeros, 0, 0, seed, c.name() + ".bias");
-    };
-    init_conv(conv1_);
-    init_conv(conv2_);
-    init_conv(conv3_);
-    for (Linear* fc : {&fc1_, &fc2_}) {
-      const Shape& s = fc->weight.value().shape();
-      init_tensor(ctx, fc->weight.value(), Init::GlorotUniform, s[1], s[0], seed, fc->name() + ".weight");
-      init_tensor(ctx, fc->bias.value(), Init::Zeros, 0, 0, seed, fc->name() + ".bias");
-    }
+    for (Conv2d* c : {&conv1_, &conv2_, &conv3_}) init_conv(ctx, *c, seed);
+    for (Linear* fc : {&fc1_, &fc2_}) init_linear(ctx, *fc, seed);
     for (auto& bn : bns_) reset_bn(ctx, bn);
   }
 
@@ -204,16 +206,13 @@ class ResNet18 : public Net {
   }
   void init(Context& ctx, uint64_t seed) override {
     each_conv_bn([&](Conv2d& c, BatchNorm2d& bn) {
-      const Shape& s = c.weight.value().shape();
-      init_tensor(ctx, c.weight.value(), c.init(), s[1] * s[2] * s[3], s[0] * s[2] * s[3], seed, c.name() + ".weight");
+      init_conv(ctx, c, seed);
       fill(ctx, bn.gamma.value(), 1.0f);
       fill(ctx, bn.beta.value(), 0.0f);
       fill(ctx, bn.state.running_mean, 0.0f);
       fill(ctx, bn.state.running_var, 1.0f);
     });
-    const Shape& s = fc_.weight.value().shape();
-    init_tensor(ctx, fc_.weight.value(), Init::GlorotUniform, s[1], s[0], seed, "fc.weight");
-    init_tensor(ctx, fc_.bias.value(), Init::Zeros, 0, 0, seed, "fc.bias");
+    init_linear(ctx, fc_, seed);
   }
 
  private:
@@ -253,15 +252,8 @@ class TwoConv : public Net {
             {"fc", OpKind::Linear}, {"loss", OpKind::SoftmaxXent}};
   }
   void init(Context& ctx, uint64_t seed) override {
-    for (Conv2d* c : {&conv1_, &conv2_}) {
-      const Shape& s = c->weight.value().shape();
-      init_tensor(ctx, c->weight.value(), Init::GlorotUniform, s[1] * s[2] * s[3], s[0] * s[2] * s[3], seed,
-                  c->name() + ".weight");
-      init_tensor(ctx, c->bias.value(), Init::Zeros, 0, 0, seed, c->name() + ".bias");
-    }
-    const Shape& s = fc_.weight.value().shape();
-    init_tensor(ctx, fc_.weight.value(), Init::GlorotUniform, s[1], s[0], seed, "fc.weight");
-    init_tensor(ctx, fc_.bias.value(), Init::Zeros, 0, 0, seed, "fc.bias");
+    for (Conv2d* c : {&conv1_, &conv2_}) init_conv(ctx, *c, seed);
+    init_linear(ctx, fc_, seed);
   }
 
  private:
