@@ -14,13 +14,55 @@ void Optimizer::zero_grad() {
   for (auto& p : params_) p.var.zero_grad();
 }
 
+void Optimizer::plan(Context& ctx, const std::vector<float>& lrs) {
+  if (lrs.empty()) throw Error(fmt::format("{}: plan() needs at least one step", name()));
+  std::vector<float> rows;
+  for (std::size_t i = 0; i < lrs.size(); ++i) {
+    std::vector<float> s = step_scalars(steps_ + 1 + static_cast<int64_t>(i), lrs[i]);
+    if (i == 0) width_ = static_cast<int>(s.size());
+    rows.insert(rows.end(), s.begin(), s.end());
+  }
+  // The table only grows, so graphs captured against it stay valid while the row count holds.
+  if (!table_.defined() || table_.numel() < static_cast<int64_t>(rows.size()))
+    table_ = ctx.empty({static_cast<int64_t>(rows.size())});
+  rows.resize(static_cast<std::size_t>(table_.numel()), 0.0f);
+  ctx.copy(table_, ctx.from_host(rows, {table_.numel()}));
+  if (!cursor_.defined()) cursor_ = ctx.empty({1}, DType::I32);
+  ctx.copy(cursor_, ctx.from_host(std::vector<int32_t>{0}, {1}));
+  planned_ = static_cast<int64_t>(lrs.size());
+  used_ = 0;
+}
+
+void Optimizer::take_planned_step() {
+  if (!table_.defined() || used_ >= planned_)
+    throw Error(fmt::format("{}: step {} was not planned (the last plan() covered {} steps and {} were taken)", name(),
+                            steps_ + 1, planned_, used_));
+  ++used_;
+  ++steps_;
+}
+
+void Optimizer::step_planned(Context& ctx) {
+  const int64_t before = used_;
+  take_planned_step();
+  update_from_table(ctx, table_.f32(), cursor_.i32(), width_);
+  if (ctx.is_cuda())
+    cuda::advance_cursor(ctx, cursor_.i32());
+  else
+    *cursor_.i32() = static_cast<int32_t>(before + 1);
+}
+
+void Optimizer::count_replayed_step() { take_planned_step(); }
+
 Sgd::Sgd(Context& ctx, std::vector<Param> params, SgdOptions opts) : Optimizer(std::move(params)), o_(opts) {
   if (o_.nesterov && o_.momentum <= 0) throw Error("sgd: nesterov needs momentum > 0");
   if (o_.momentum != 0)
     for (auto& p : params_) momentum_.push_back(ctx.zeros(p.var.shape()));
 }
 
+std::vector<float> Sgd::step_scalars(int64_t, float lr) const { return {lr}; }
+
 void Sgd::step(Context& ctx, float lr) {
+  lr = step_scalars(steps_ + 1, lr)[0];
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
@@ -33,6 +75,22 @@ void Sgd::step(Context& ctx, float lr) {
                              o_.weight_decay);
   }
   ++steps_;
+}
+
+void Sgd::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Var& v = params_[i].var;
+    if (!v.grad().defined()) continue;
+    float* buf = o_.momentum != 0 ? momentum_[i].f32() : nullptr;
+    if (ctx.is_cuda()) {
+      cuda::sgd_update_table(ctx, v.value().f32(), v.grad().f32(), buf, v.value().numel(), table, cursor, width,
+                             o_.momentum, o_.nesterov, o_.weight_decay);
+    } else {
+      const float* row = table + static_cast<int64_t>(*cursor) * width;
+      ref::sgd_update<float>(v.value().f32(), v.grad().f32(), buf, v.value().numel(), row[0], o_.momentum, o_.nesterov,
+                             o_.weight_decay);
+    }
+  }
 }
 
 std::vector<Buffer> Sgd::state() {
@@ -48,11 +106,16 @@ Adam::Adam(Context& ctx, std::vector<Param> params, AdamOptions opts) : Optimize
   }
 }
 
-void Adam::step(Context& ctx, float lr) {
+std::vector<float> Adam::step_scalars(int64_t step, float lr) const {
   // Bias corrections in double on the host from the step count, as PyTorch computes them.
-  const double t = static_cast<double>(steps_ + 1);
-  const float step_size = static_cast<float>(lr / (1.0 - std::pow(double(o_.beta1), t)));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(o_.beta2), t)));
+  const double t = static_cast<double>(step);
+  return {static_cast<float>(lr / (1.0 - std::pow(double(o_.beta1), t))),
+          static_cast<float>(std::sqrt(1.0 - std::pow(double(o_.beta2), t)))};
+}
+
+void Adam::step(Context& ctx, float lr) {
+  const std::vector<float> s = step_scalars(steps_ + 1, lr);
+  const float step_size = s[0], bias2_sqrt = s[1];
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
@@ -64,6 +127,21 @@ void Adam::step(Context& ctx, float lr) {
                               o_.beta1, o_.beta2, o_.eps, bias2_sqrt, o_.weight_decay);
   }
   ++steps_;
+}
+
+void Adam::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Var& v = params_[i].var;
+    if (!v.grad().defined()) continue;
+    if (ctx.is_cuda()) {
+      cuda::adam_update_table(ctx, v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), table,
+                              cursor, width, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
+    } else {
+      const float* row = table + static_cast<int64_t>(*cursor) * width;
+      ref::adam_update<float>(v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), row[0],
+                              o_.beta1, o_.beta2, o_.eps, row[1], o_.weight_decay);
+    }
+  }
 }
 
 std::vector<Buffer> Adam::state() {

@@ -9,31 +9,59 @@
 namespace ditto::cuda {
 namespace {
 
+// One element of each update. The by-value kernels and the table kernels (CUDA graphs) share
+// these, so an update gives the same bits whichever way its scalars arrive.
+__device__ __forceinline__ void sgd_element(float* p, const float* grad, float* buf, int64_t i, float lr,
+                                            float momentum, bool nesterov, float wd) {
+  float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+  if (momentum != 0.f) {
+    float b = __fadd_rn(__fmul_rn(momentum, buf[i]), g);
+    buf[i] = b;
+    g = nesterov ? __fadd_rn(g, __fmul_rn(momentum, b)) : b;
+  }
+  p[i] = __fsub_rn(p[i], __fmul_rn(lr, g));
+}
+
+__device__ __forceinline__ void adam_element(float* p, const float* grad, float* m, float* v, int64_t i,
+                                             float step_size, float b1, float b2, float eps, float bias2_sqrt,
+                                             float wd) {
+  float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+  float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.f, b1), g));
+  float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.f, b2), g), g));
+  m[i] = mi;
+  v[i] = vi;
+  float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bias2_sqrt), eps);
+  p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
+}
+
+#define DITTO_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
 __global__ void sgd_kernel(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum, bool nesterov,
                            float wd) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
-    if (momentum != 0.f) {
-      float b = __fadd_rn(__fmul_rn(momentum, buf[i]), g);
-      buf[i] = b;
-      g = nesterov ? __fadd_rn(g, __fmul_rn(momentum, b)) : b;
-    }
-    p[i] = __fsub_rn(p[i], __fmul_rn(lr, g));
-  }
+  DITTO_GRID_STRIDE(i, n) sgd_element(p, grad, buf, i, lr, momentum, nesterov, wd);
+}
+
+__global__ void sgd_table_kernel(float* p, const float* grad, float* buf, int64_t n, const float* table,
+                                 const int32_t* cursor, int width, float momentum, bool nesterov, float wd) {
+  const float lr = table[int64_t(*cursor) * width];
+  DITTO_GRID_STRIDE(i, n) sgd_element(p, grad, buf, i, lr, momentum, nesterov, wd);
 }
 
 __global__ void adam_kernel(float* p, const float* grad, float* m, float* v, int64_t n, float step_size, float b1,
                             float b2, float eps, float bias2_sqrt, float wd) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
-    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.f, b1), g));
-    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.f, b2), g), g));
-    m[i] = mi;
-    v[i] = vi;
-    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bias2_sqrt), eps);
-    p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
-  }
+  DITTO_GRID_STRIDE(i, n) adam_element(p, grad, m, v, i, step_size, b1, b2, eps, bias2_sqrt, wd);
 }
+
+__global__ void adam_table_kernel(float* p, const float* grad, float* m, float* v, int64_t n, const float* table,
+                                  const int32_t* cursor, int width, float b1, float b2, float eps, float wd) {
+  const float* row = table + int64_t(*cursor) * width;
+  const float step_size = row[0], bias2_sqrt = row[1];
+  DITTO_GRID_STRIDE(i, n) adam_element(p, grad, m, v, i, step_size, b1, b2, eps, bias2_sqrt, wd);
+}
+
+__global__ void advance_cursor_kernel(int32_t* cursor) { *cursor += 1; }
+#undef DITTO_GRID_STRIDE
 }  // namespace
 
 void sgd_update(Context& ctx, float* p, const float* grad, float* buf, int64_t n, float lr, float momentum,
@@ -43,11 +71,32 @@ void sgd_update(Context& ctx, float* p, const float* grad, float* buf, int64_t n
   DITTO_CHECK_LAUNCH(ctx);
 }
 
+void sgd_update_table(Context& ctx, float* p, const float* grad, float* buf, int64_t n, const float* table,
+                      const int32_t* cursor, int width, float momentum, bool nesterov, float wd) {
+  if (n == 0) return;
+  sgd_table_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, buf, n, table, cursor, width,
+                                                                           momentum, nesterov, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
 void adam_update(Context& ctx, float* p, const float* grad, float* m, float* v, int64_t n, float step_size, float b1,
                  float b2, float eps, float bias2_sqrt, float wd) {
   if (n == 0) return;
   adam_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, m, v, n, step_size, b1, b2, eps,
                                                                        bias2_sqrt, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void adam_update_table(Context& ctx, float* p, const float* grad, float* m, float* v, int64_t n, const float* table,
+                       const int32_t* cursor, int width, float b1, float b2, float eps, float wd) {
+  if (n == 0) return;
+  adam_table_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, m, v, n, table, cursor, width,
+                                                                             b1, b2, eps, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void advance_cursor(Context& ctx, int32_t* cursor) {
+  advance_cursor_kernel<<<1, 1, 0, detail::stream_of(ctx)>>>(cursor);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -34,10 +34,34 @@ class Optimizer {
   void set_steps(int64_t s) { steps_ = s; }
   void zero_grad();
 
+  // Steps planned ahead, for CUDA graphs: a replayed graph cannot be handed new kernel
+  // arguments, so the per-step scalars (learning rate, Adam's bias corrections) come from a
+  // table on the device. plan() computes, on the host and with the very expressions step()
+  // uses, the scalars of the next lrs.size() steps, uploads them and sets a step cursor (on the
+  // device) to the first row; step_planned() queues the updates reading the cursor's row and
+  // then advances the cursor on the device. An update from the table is therefore bit-identical
+  // to step() at the same learning rate. The table keeps its address while the number of rows
+  // does not grow (table_address() tells a graph's owner when it moved).
+  void plan(Context& ctx, const std::vector<float>& lrs);
+  void step_planned(Context& ctx);
+  // A replay of a captured step_planned(): advances the host-side counts the replay skipped.
+  // Throws Error past the planned steps (the table has no row for them).
+  void count_replayed_step();
+  const void* table_address() const { return table_.defined() ? table_.raw() : nullptr; }
+
  protected:
   explicit Optimizer(std::vector<Param> params) : params_(std::move(params)) {}
+  // The scalars of step t (1-based) at learning rate lr, as step() and plan() use them.
+  virtual std::vector<float> step_scalars(int64_t t, float lr) const = 0;
+  // Queues the update of every parameter with a gradient, its scalars read from `row` of the
+  // table (a device pointer on CUDA: the row the cursor names; a host row on the CPU).
+  virtual void update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) = 0;
+  void take_planned_step();
   std::vector<Param> params_;
   int64_t steps_ = 0;
+  Tensor table_, cursor_;          // (rows * width) f32 and (1) i32 on the context's device
+  int64_t planned_ = 0, used_ = 0; // rows planned by the last plan() and used since
+  int width_ = 0;                  // scalars per row
 };
 
 class Sgd : public Optimizer {
@@ -46,6 +70,10 @@ class Sgd : public Optimizer {
   std::string name() const override { return "sgd"; }
   void step(Context& ctx, float lr) override;
   std::vector<Buffer> state() override;
+
+ protected:
+  std::vector<float> step_scalars(int64_t t, float lr) const override;
+  void update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) override;
 
  private:
   SgdOptions o_;
@@ -58,6 +86,10 @@ class Adam : public Optimizer {
   std::string name() const override { return "adam"; }
   void step(Context& ctx, float lr) override;
   std::vector<Buffer> state() override;
+
+ protected:
+  std::vector<float> step_scalars(int64_t t, float lr) const override;
+  void update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) override;
 
  private:
   AdamOptions o_;

@@ -11,6 +11,7 @@
 // results.csv, results.json, results.svg and groups.csv to --out; each replica's own
 // run folder (manifest, log, predictions, checkpoint) lies beside them.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -126,41 +127,52 @@ int main(int argc, char** argv) {
                                       {"ALGO", true, "deterministic"},
                                       {"IMPL", false, "nondeterministic"},
                                       {"CONTROL", false, "deterministic"}};
+    std::vector<Setting> chosen;
+    for (const auto& s : all)
+      if (std::find(settings.begin(), settings.end(), s.name) != settings.end()) chosen.push_back(s);
+    // Every setting's replicas form one pool of jobs, trained --concurrent at a time per GPU
+    // (over --gpus GPUs); results are taken in (setting, replica) order, so the numbers do not
+    // depend on how many ran at once.
+    const int jobs = static_cast<int>(chosen.size()) * replicas;
+    std::vector<ditto::TrainResult> all_runs(static_cast<std::size_t>(jobs));
+    std::mutex print_mu;
+    const auto wall0 = std::chrono::steady_clock::now();
+    ditto::run_jobs(jobs, devices, concurrent, [&](int j, const std::string& dev) {
+      const Setting& s = chosen[static_cast<std::size_t>(j / replicas)];
+      const int k = j % replicas;
+      ditto::TrainConfig c = base;
+      c.device = dev;
+      if (concurrent > 1 || devices.size() > 1) c.progress = false;  // one progress line per process
+      c.kernels = s.kernels;
+      if (s.vary_seeds) {
+        c.seed_init = 1000 + k;  // distinct, recorded seeds: replays exactly
+        c.seed_order = 2000 + k;
+        c.seed_augment = 3000 + k;
+      } else {
+        c.deterministic_init = c.deterministic_input = true;
+      }
+      c.out = (fs::path(out) / fmt::format("{}-{}", s.name == "ALGO+IMPL" ? "ALGO_IMPL" : s.name, k)).string();
+      c.command_line = fmt::format("ditto-experiment setting {} replica {}", s.name, k);
+      {
+        std::lock_guard<std::mutex> lk(print_mu);
+        std::printf("[%s] replica %d/%d%s\n", s.name.c_str(), k + 1, replicas,
+                    devices.size() > 1 ? (" on " + dev).c_str() : "");
+        std::fflush(stdout);
+      }
+      all_runs[static_cast<std::size_t>(j)] = ditto::train(c, {}, data);
+    });
+    const double wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     std::vector<SettingResult> results;
-    for (const auto& s : all) {
-      if (std::find(settings.begin(), settings.end(), s.name) == settings.end()) continue;
+    for (std::size_t si = 0; si < chosen.size(); ++si) {
+      const Setting& s = chosen[si];
       SettingResult r{s.name};
       std::vector<std::vector<int32_t>> preds;
       std::vector<std::vector<float>> weights;
       std::set<uint64_t> prints;
       double secs = 0;
       int epochs_counted = 0;
-      // The setting's replicas train --concurrent at a time per GPU (over --gpus GPUs); their
-      // results are taken in replica order, so the numbers do not depend on how many ran at once.
-      std::vector<ditto::TrainResult> runs(static_cast<std::size_t>(replicas));
-      std::mutex print_mu;
-      ditto::run_jobs(replicas, devices, concurrent, [&](int k, const std::string& dev) {
-        ditto::TrainConfig c = base;
-        c.device = dev;
-        if (concurrent > 1 || devices.size() > 1) c.progress = false;  // one progress line per process
-        c.kernels = s.kernels;
-        if (s.vary_seeds) {
-          c.seed_init = 1000 + k;  // distinct, recorded seeds: replays exactly
-          c.seed_order = 2000 + k;
-          c.seed_augment = 3000 + k;
-        } else {
-          c.deterministic_init = c.deterministic_input = true;
-        }
-        c.out = (fs::path(out) / fmt::format("{}-{}", s.name == "ALGO+IMPL" ? "ALGO_IMPL" : s.name, k)).string();
-        c.command_line = fmt::format("ditto-experiment setting {} replica {}", s.name, k);
-        {
-          std::lock_guard<std::mutex> lk(print_mu);
-          std::printf("[%s] replica %d/%d%s\n", s.name.c_str(), k + 1, replicas,
-                      devices.size() > 1 ? (" on " + dev).c_str() : "");
-          std::fflush(stdout);
-        }
-        runs[static_cast<std::size_t>(k)] = ditto::train(c, {}, data);
-      });
+      const std::vector<ditto::TrainResult> runs(all_runs.begin() + long(si) * replicas,
+                                                 all_runs.begin() + long(si + 1) * replicas);
       for (const auto& res : runs) {
         r.acc.push_back(res.test_top1);
         auto group_acc = [&](const std::vector<int32_t>& group, std::size_t groups, std::vector<std::vector<double>>& out) {
@@ -232,12 +244,15 @@ int main(int argc, char** argv) {
                   100 * mean(r.churn), mean(r.l2), r.distinct, r.acc.size(), r.epoch_seconds, std_max(r.class_acc));
     }
     nlohmann::json doc{{"device", device}, {"model", base.model}, {"dataset", base.dataset}, {"epochs", base.epochs},
-                       {"replicas", replicas}, {"settings", j}};
+                       {"replicas", replicas}, {"concurrent", concurrent}, {"gpus", devices.size()},
+                       {"graph", base.graph}, {"wall_seconds", wall_seconds}, {"settings", j}};
     ditto::write_file_atomic((fs::path(out) / "results.csv").string(), csv);
     ditto::write_file_atomic((fs::path(out) / "results.json").string(), doc.dump(2));
     ditto::write_file_atomic((fs::path(out) / "groups.csv").string(), groups_csv);
     ditto::write_file_atomic((fs::path(out) / "results.svg").string(), svg_chart(results));
-    std::printf("\nwrote %s/results.{csv,json,svg} and groups.csv (per-class / per-subgroup spread)\n", out.c_str());
+    std::printf("\n%d replicas x %d epochs in %.1f s wall (%d at a time per GPU on %zu GPU(s)%s)\n", jobs, base.epochs,
+                wall_seconds, concurrent, devices.size(), base.graph ? ", CUDA graphs" : "");
+    std::printf("wrote %s/results.{csv,json,svg} and groups.csv (per-class / per-subgroup spread)\n", out.c_str());
     for (const auto& r : results)
       if (r.name == "CONTROL" && r.distinct != 1) {
         std::fprintf(stderr, "CONTROL replicas are not bit-identical: %zu distinct weight fingerprints\n", r.distinct);

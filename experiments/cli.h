@@ -15,7 +15,7 @@ namespace ditto {
 enum TrainFlagGroups : unsigned {
   kFlagsData = 1,      // --model --dataset --data --train-size --test-size --label-attr ...
   kFlagsOptim = 2,     // --epochs --steps --batch-size --lr --optimizer ... --augment --standardize
-  kFlagsRun = 4,       // --device --loader-threads --summary --quiet
+  kFlagsRun = 4,       // --device --loader-threads --graph --summary --quiet
   kFlagsSeeds = 8,     // --seed-* --deterministic-init --deterministic-input
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
   kFlagsPins = 32,     // --pin --pins-from
@@ -101,6 +101,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
     app.add_option("--device", c.device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)")
         ->capture_default_str();
     app.add_option("--loader-threads", c.loader_threads)->check(at_least(0))->capture_default_str();
+    app.add_flag("--graph", c.graph,
+                 "CUDA graphs: capture each batch size's training step once and replay it (bit-identical to "
+                 "eager; no tracing)");
     app.add_flag("--summary", c.summary, "print layer name, op, output shape, parameters");
     app.add_flag("--quiet", f.quiet, "no progress line");
   }

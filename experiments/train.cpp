@@ -22,8 +22,8 @@
 #include "engine/optim.h"
 #include "engine/tracer.h"
 #include "engine/tuning.h"
+#include "experiments/step.h"
 #include "kernels/elementwise.h"
-#include "kernels/loss.h"
 #include "kernels/metrics.h"
 #include "nets/nets.h"
 
@@ -114,6 +114,7 @@ std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so,
       c.device, si.value, so.value, sa.value, c.kernels);
   for (const auto& p : c.pins) s += " --pin " + p;
   if (!c.tuning.empty()) s += " --tuning " + c.tuning;
+  if (c.graph) s += " --graph";
   if (c.standardize) s += " --standardize";
   if (c.train_size) s += fmt::format(" --train-size {}", c.train_size);
   if (c.test_size) s += fmt::format(" --test-size {}", c.test_size);
@@ -439,6 +440,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
   std::vector<int32_t> top5_host;
   json metrics;
 
+  Tracer* tracer = hooks.tracer;
+  TrainStep stepper(ctx, *net, *opt, cfg.graph, tracer);
   auto write_outputs = [&](int epoch) {
     if (cfg.out.empty()) return;
     // The epoch's files go to a fresh generation folder first; publish() then makes it the run
@@ -495,6 +498,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
     m["switches"] = {{"deterministic_init", cfg.deterministic_init}, {"deterministic_input", cfg.deterministic_input},
                      {"deterministic_kernels", cfg.kernels == "deterministic"}};
     m["policy"] = {{"kernels", cfg.kernels}, {"rules", ctx.policy().rules()}};
+    m["graphs"] = {{"enabled", cfg.graph}, {"captured", stepper.graphs_captured()}, {"nodes", stepper.graph_nodes()}};
     if (tuning)
       m["tuning"] = {{"file", cfg.tuning}, {"mode", tuning->reading() ? "read" : "tuned by this run"},
                      {"hash", hex64(tuning_hash)}, {"entries", tuning->entries().size()}};
@@ -531,7 +535,6 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
   };
   auto predict = [&] { return evaluate_topk(1); };
 
-  Tracer* tracer = hooks.tracer;
   int64_t step = opt->steps();
   bool steps_done = false;
   Tensor loss_sum = ctx.zeros({1});
@@ -548,33 +551,15 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
     const int64_t nb = train_loader.batches_per_epoch();
     const double mean_epoch = epochs_timed ? epoch_seconds_total / epochs_timed : 0;
     double hook_seconds = 0;
+    std::vector<float> lrs;
+    for (int64_t i = 0; i < nb; ++i)
+      lrs.push_back(lr_at(schedule, cfg.lr, epoch - 1 + double(i) / double(nb), cfg.epochs, cfg.milestones));
+    stepper.plan(lrs);
     while (train_loader.next(batch)) {
-      const float step_lr = lr_at(schedule, cfg.lr, epoch - 1 + double(b) / double(nb), cfg.epochs, cfg.milestones);
+      const float step_lr = lrs[static_cast<std::size_t>(b)];
       ++step;
-      if (tracer) {
-        tracer->begin_step(step);
-        tracer->event("data", "data", "loader", {}, {{"images", &batch.images}, {"labels", &batch.labels}});
-      }
-      Var logits = net->forward(ctx, Var(batch.images), true);
-      Var loss = softmax_cross_entropy(ctx, "loss", logits, batch.labels);
-      ctx.tape().backward(ctx, loss);
-      if (tracer) {
-        // Each update's inputs are the weight before it and its gradient; copies, since the
-        // optimizer updates in place.
-        std::vector<Tensor> before;
-        for (auto& p : params) before.push_back(p.var.grad().defined() ? ctx.to_device(p.var.value()) : Tensor());
-        opt->step(ctx, step_lr);
-        for (std::size_t i = 0; i < params.size(); ++i)
-          if (before[i].defined())
-            tracer->event("update", params[i].name, opt->name(),
-                          {{"w_before", &before[i]}, {"dw", &params[i].var.grad()}}, {{"w", &params[i].var.value()}});
-      } else {
-        opt->step(ctx, step_lr);
-      }
-      opt->zero_grad();
-      // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
-      axpy_inplace(ctx, loss_sum, static_cast<float>(batch.labels.numel()), loss.value());
-      accumulate_correct(ctx, logits.value(), batch.labels, correct);
+      if (tracer) tracer->begin_step(step);
+      stepper.run(batch.images, batch.labels, step_lr, loss_sum, correct);
       seen += batch.labels.numel();
       ++result.steps;
       if (hooks.after_step) {

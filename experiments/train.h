@@ -45,6 +45,7 @@ struct TrainConfig {
   std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
   std::string tuning;                 // deterministic convs: read this tuning file, or tune and
                                       // write it when it does not exist (engine/tuning.h)
+  bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager
   std::vector<std::string> pins;      // LAYER.KNOB=VARIANT rules, after the kernels mode
                                       // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all

@@ -171,6 +171,9 @@ TEST_CASE("train: bad flags and data are errors naming the flag") {
   c = small_config("");
   c.lr_schedule = "linear";
   CHECK_THROWS_WITH(train(c), Contains("constant, step, cosine"));
+  c = small_config("");
+  c.graph = true;
+  CHECK_THROWS_WITH(train(c), Contains("--graph") && Contains("CUDA device"));
 }
 
 TEST_CASE("pins_from_manifest: every recorded kernel becomes a pin the policy accepts") {

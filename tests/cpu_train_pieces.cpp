@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
@@ -80,6 +81,42 @@ TEST_CASE("adam: two steps against hand-computed values") {
   Adam opt2(ctx, {q}, {});
   opt2.step(ctx, 0.1f);
   CHECK(q.var.value().to_host_f32()[0] == 3.0f);
+}
+
+// A CUDA graph replays the updates with their scalars read from the optimizer's plan; those
+// updates must give exactly step()'s bits. On the CPU the planned path reads the same table.
+TEST_CASE("optimizers: planned steps give step()'s bits, and stepping past the plan is an error") {
+  const std::vector<float> lrs = {1e-2f, 7e-3f, 3e-3f, 5e-4f};  // a falling schedule
+  auto run = [&](const std::string& which, bool planned) {
+    Context ctx;
+    auto p = make_param(ctx, "w", {0.5f, -1.25f, 2.0f, 1e-3f}, {0.0f, 0.0f, 0.0f, 0.0f});
+    std::unique_ptr<Optimizer> opt;
+    if (which == "adam")
+      opt = std::make_unique<Adam>(ctx, std::vector<Param>{p}, AdamOptions{0.9f, 0.999f, 1e-8f, 1e-4f});
+    else
+      opt = std::make_unique<Sgd>(ctx, std::vector<Param>{p}, SgdOptions{0.9f, true, 1e-4f});
+    if (planned) opt->plan(ctx, lrs);
+    for (std::size_t i = 0; i < lrs.size(); ++i) {
+      float g = 0.1f * float(i + 1);
+      p.var.grad() = ctx.from_host(std::vector<float>{g, -g, 0.5f * g, 2.0f * g}, {4});
+      if (planned)
+        opt->step_planned(ctx);
+      else
+        opt->step(ctx, lrs[i]);
+    }
+    CHECK(opt->steps() == int64_t(lrs.size()));
+    if (planned) CHECK_THROWS_WITH(opt->step_planned(ctx), Catch::Matchers::Contains("was not planned"));
+    return p.var.value().fingerprint();
+  };
+  for (const char* which : {"adam", "sgd"}) {
+    INFO(which);
+    CHECK(run(which, true) == run(which, false));
+  }
+  Context ctx;
+  auto p = make_param(ctx, "w", {1.0f}, {1.0f});
+  Adam opt(ctx, {p}, {});
+  CHECK_THROWS_WITH(opt.step_planned(ctx), Catch::Matchers::Contains("was not planned"));
+  CHECK_THROWS_WITH(opt.plan(ctx, {}), Catch::Matchers::Contains("at least one step"));
 }
 
 TEST_CASE("lr schedules") {

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+r"""Markdown report of training-step times: ditto's bench/step_time against the PyTorch peer.
+
+Reads JSON-lines files (lines of bench/step_time, "tool": "ditto", and of
+bench/peers/torch_step_time.py, "tool": "pytorch"; other lines are skipped with a note on stderr)
+and writes, in markdown:
+  1. a header with the GPU, date, ditto commit, torch and cuDNN versions found in the lines;
+  2. one table per model: rows (tool, mode), columns eager ms, graphed ms (medians) and the graph
+     speedup eager / graphed; a failed measurement shows its error, shortened;
+  3. the performance targets, each PASS or MISS with its numbers (n/a where data are missing);
+  4. a roofline table: achieved TFLOP/s = flops_per_step / step time, and its fraction of the GPU's
+     peak (fp32 FMA peak, or the dense TF32 tensor-core peak for modes whose name contains "tf32").
+     PyTorch rows borrow ditto's flops_per_step for the same model (the networks are the same).
+When the same (tool, model, mode, graph) appears more than once, the last line read wins.
+
+  python3 bench/step_time_table.py /tmp/step_time_ditto.jsonl /tmp/step_time_torch.jsonl \
+      --out bench/results/step_time.md --csv bench/results/step_time.csv
+
+Standard library only.
+"""
+import argparse
+import csv
+import json
+import sys
+
+TOOL_ORDER = ["ditto", "pytorch"]
+MODE_ORDER = {
+    "ditto": ["heuristic", "deterministic", "deterministic-tuned", "fastest", "nondeterministic", "tf32",
+              "tf32-deterministic"],
+    "pytorch": ["default", "benchmark", "deterministic", "deterministic-benchmark", "tf32", "tf32-deterministic"],
+}
+MODEL_ORDER = ["smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet"]
+MODEL_TITLES = {"smallcnn": "SmallCNN", "smallcnn-bn": "SmallCNN-BN", "two-conv": "two-conv",
+                "resnet18": "ResNet-18 (CIFAR)", "resnet18-imagenet": "ResNet-18 (ImageNet stem)"}
+
+# Dense peaks in TFLOP/s (NVIDIA's H100 SXM figures; the H200 has the same SMs and clocks).
+# Matched by substring of the GPU name, first match wins.
+PEAKS = [("H100", {"fp32": 66.9, "tf32": 494.7}), ("H200", {"fp32": 66.9, "tf32": 494.7})]
+
+ERROR_WIDTH = 60
+MS_FIELDS = ("ms_median", "ms_p10", "ms_p90", "ms_wall")
+
+
+def _float_or_none(v):
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def load(paths):
+    """Returns {(tool, model, mode, graph): record}, last line wins, in reading order."""
+    records = {}
+    for path in paths:
+        with open(path) as f:
+            for lineno, text in enumerate(f, 1):
+                text = text.strip()
+                if not text:
+                    continue
+                try:
+                    raw = json.loads(text)
+                except json.JSONDecodeError:
+                    print(f"{path}:{lineno}: not JSON, skipped", file=sys.stderr)
+                    continue
+                if not isinstance(raw, dict) or not all(k in raw for k in ("tool", "model", "mode")):
+                    print(f"{path}:{lineno}: no tool/model/mode, skipped", file=sys.stderr)
+                    continue
+                rec = dict(raw)
+                rec["graph"] = bool(raw.get("graph", False))
+                for k in MS_FIELDS + ("flops_per_step",):
+                    rec[k] = _float_or_none(raw.get(k))
+                rec["error"] = str(raw["error"]) if raw.get("error") else None
+                key = (str(raw["tool"]), str(raw["model"]), str(raw["mode"]), rec["graph"])
+                if key in records:
+                    print(f"{path}:{lineno}: repeats {key}, this line replaces the earlier one", file=sys.stderr)
+                    del records[key]
+                records[key] = rec
+    return records
+
+
+def _rank(order, value):
+    return (order.index(value), "") if value in order else (len(order), value)
+
+
+def sort_key(key):
+    tool, model, mode, graph = key
+    return (_rank(MODEL_ORDER, model), _rank(TOOL_ORDER, tool), _rank(MODE_ORDER.get(tool, []), mode), graph)
+
+
+def distinct(records, field, tool=None):
+    seen = []
+    for (t, *_), rec in records.items():
+        if tool is not None and t != tool:
+            continue
+        v = rec.get(field)
+        if v is not None and v != "" and v not in seen:
+            seen.append(v)
+    return seen
+
+
+def cudnn_text(v):
+    """cuDNN 9 encodes its version as major*10000 + minor*100 + patch."""
+    if isinstance(v, int) and v >= 10000:
+        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return str(v)
+
+
+def joined(values, fmt=str):
+    return ", ".join(fmt(v) for v in values) if values else "unknown"
+
+
+def md_escape(text):
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def shorten(text, width=ERROR_WIDTH):
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Data:
+    def __init__(self, records):
+        self.records = records
+
+    def get(self, tool, model, mode, graph):
+        return self.records.get((tool, model, mode, graph))
+
+    def ms(self, tool, model, mode, graph):
+        """Median ms of a successful measurement, else None."""
+        rec = self.get(tool, model, mode, graph)
+        if rec is None or rec["error"] or rec["ms_median"] is None:
+            return None
+        return rec["ms_median"]
+
+    def best(self, tool, model, mode):
+        """(ms, graph) of the faster of eager and graphed, or (None, None)."""
+        found = [(ms, g) for g in (False, True) if (ms := self.ms(tool, model, mode, g)) is not None]
+        return min(found) if found else (None, None)
+
+
+def setting(graph):
+    return "graphed" if graph else "eager"
+
+
+def cell(data, tool, model, mode, graph):
+    rec = data.get(tool, model, mode, graph)
+    if rec is None:
+        return "—"
+    if rec["error"]:
+        return "error: " + md_escape(shorten(rec["error"]))
+    if rec["ms_median"] is None:
+        return "no time"
+    return f"{rec['ms_median']:.3f}"
+
+
+def model_tables(data, out):
+    models = sorted({k[1] for k in data.records}, key=lambda m: _rank(MODEL_ORDER, m))
+    for model in models:
+        out.append(f"## {MODEL_TITLES.get(model, model)}")
+        out.append("")
+        out.append("| tool | mode | eager ms (median) | graphed ms (median) | graph speedup |")
+        out.append("|---|---|---:|---:|---:|")
+        rows = sorted({(k[0], k[2]) for k in data.records if k[1] == model},
+                      key=lambda tm: (_rank(TOOL_ORDER, tm[0]), _rank(MODE_ORDER.get(tm[0], []), tm[1])))
+        for tool, mode in rows:
+            eager, graphed = data.ms(tool, model, mode, False), data.ms(tool, model, mode, True)
+            speedup = f"{eager / graphed:.2f}×" if eager and graphed else "—"
+            out.append(f"| {tool} | {mode} | {cell(data, tool, model, mode, False)} | "
+                       f"{cell(data, tool, model, mode, True)} | {speedup} |")
+        out.append("")
+
+
+def verdict(ok):
+    return "**PASS**" if ok else "**MISS**"
+
+
+def target_lines(data):
+    lines = []
+
+    def missing(what, parts):
+        lines.append(f"- n/a — {what}: missing {', '.join(parts)}")
+
+    # 1. ResNet-18: deterministic-tuned within 5% of fastest, and at most 0.75 x PyTorch default eager.
+    what = "ResNet-18 ditto deterministic-tuned ≤ 1.05 × ditto fastest"
+    dt, dt_g = data.best("ditto", "resnet18", "deterministic-tuned")
+    fa, fa_g = data.best("ditto", "resnet18", "fastest")
+    if dt is None or fa is None:
+        missing(what, [n for n, v in (("ditto deterministic-tuned", dt), ("ditto fastest", fa)) if v is None])
+    else:
+        same = []
+        for g in (False, True):
+            a, b = data.ms("ditto", "resnet18", "deterministic-tuned", g), data.ms("ditto", "resnet18", "fastest", g)
+            if a is not None and b is not None:
+                same.append(f"{setting(g)} {a:.3f}/{b:.3f} = {a / b:.3f}")
+        lines.append(f"- {verdict(dt <= 1.05 * fa)} {what}: best {dt:.3f} ms ({setting(dt_g)}) vs best {fa:.3f} ms "
+                     f"({setting(fa_g)}), ratio {dt / fa:.3f} (limit 1.05)"
+                     + (f"; per setting {'; '.join(same)}" if same else ""))
+    what = "ResNet-18 ditto deterministic-tuned ≤ 0.75 × PyTorch default eager"
+    pt = data.ms("pytorch", "resnet18", "default", False)
+    if dt is None or pt is None:
+        missing(what, [n for n, v in (("ditto deterministic-tuned", dt), ("PyTorch default eager", pt)) if v is None])
+    else:
+        lines.append(f"- {verdict(dt <= 0.75 * pt)} {what}: {dt:.3f} ms ({setting(dt_g)}) vs {pt:.3f} ms, "
+                     f"ratio {dt / pt:.3f} (limit 0.75)")
+
+    # 2. SmallCNN: graphed ditto step at most 0.5 ms and at least 6x faster than PyTorch default eager.
+    mode = "deterministic-tuned" if data.ms("ditto", "smallcnn", "deterministic-tuned", True) is not None \
+        else "deterministic"
+    sc = data.ms("ditto", "smallcnn", mode, True)
+    pt = data.ms("pytorch", "smallcnn", "default", False)
+    what = "SmallCNN ditto graphed ≤ 0.5 ms"
+    if sc is None:
+        missing(what, ["ditto graphed deterministic-tuned or deterministic"])
+    else:
+        lines.append(f"- {verdict(sc <= 0.5)} {what}: {sc:.3f} ms ({mode}, graphed)")
+    what = "SmallCNN ditto graphed ≥ 6× faster than PyTorch default eager"
+    if sc is None or pt is None:
+        missing(what, [n for n, v in (("ditto graphed deterministic-tuned or deterministic", sc),
+                                      ("PyTorch default eager", pt)) if v is None])
+    else:
+        lines.append(f"- {verdict(pt / sc >= 6.0)} {what}: {pt:.3f} / {sc:.3f} ms = {pt / sc:.2f}× "
+                     f"({mode}; need ≥ 6)")
+
+    # 3. ResNet-18: the graph takes at least 5% off the eager step time (deterministic-tuned).
+    what = "ResNet-18 ditto graphed ≥ 5% faster than eager (deterministic-tuned)"
+    eager = data.ms("ditto", "resnet18", "deterministic-tuned", False)
+    graphed = data.ms("ditto", "resnet18", "deterministic-tuned", True)
+    if eager is None or graphed is None:
+        missing(what, [f"ditto deterministic-tuned {n}" for n, v in (("eager", eager), ("graphed", graphed))
+                       if v is None])
+    else:
+        lines.append(f"- {verdict(graphed <= 0.95 * eager)} {what}: {graphed:.3f} ms graphed vs {eager:.3f} ms eager, "
+                     f"{(1 - graphed / eager) * 100:.1f}% less time (need ≥ 5%, i.e. ratio ≤ 0.95; "
+                     f"speedup {eager / graphed:.3f}×)")
+    return lines
+
+
+def peak_for(gpu, mode, args):
+    kind = "tf32" if "tf32" in mode else "fp32"
+    override = args.peak_tf32 if kind == "tf32" else args.peak_fp32
+    if override is not None:
+        return override, kind
+    for tag, peaks in PEAKS:
+        if gpu and tag in gpu:
+            return peaks[kind], kind
+    return None, kind
+
+
+def roofline_lines(data, args):
+    flops_by_model = {}
+    for (tool, model, _, _), rec in data.records.items():
+        if tool == "ditto" and rec["flops_per_step"]:
+            flops_by_model.setdefault(model, rec["flops_per_step"])
+    if not flops_by_model:
+        return ["No ditto line carries flops_per_step."]
+    header_gpu = (distinct(data.records, "gpu") or [None])[0]
+    lines = ["| tool | model | mode | graph | GFLOP/step | ms | TFLOP/s | peak TFLOP/s | % of peak |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for key in sorted(data.records, key=sort_key):
+        tool, model, mode, graph = key
+        rec = data.records[key]
+        flops = rec["flops_per_step"] if tool == "ditto" and rec["flops_per_step"] else flops_by_model.get(model)
+        ms = data.ms(tool, model, mode, graph)
+        if flops is None or ms is None or ms <= 0:
+            continue
+        achieved = flops / (ms / 1e3) / 1e12
+        peak, kind = peak_for(rec.get("gpu") or header_gpu, mode, args)
+        borrowed = "" if tool == "ditto" else " ¹"
+        peak_txt = f"{peak:g} ({kind})" if peak else f"unknown ({kind})"
+        frac = f"{achieved / peak * 100:.1f}%" if peak else "—"
+        if peak and achieved > peak:
+            frac += " (above peak: check FLOPs or peak)"
+        lines.append(f"| {tool} | {model} | {mode} | {setting(graph)} | {flops / 1e9:.3f}{borrowed} | {ms:.3f} | "
+                     f"{achieved:.2f} | {peak_txt} | {frac} |")
+    lines.append("")
+    lines.append("¹ ditto's flops_per_step for the same model (forward + backward of convs and linears).")
+    fp32_src = "--peak-fp32" if args.peak_fp32 is not None else "by GPU name"
+    tf32_src = "--peak-tf32" if args.peak_tf32 is not None else "by GPU name"
+    lines.append(f"Peaks (dense): fp32 {fp32_src}, TF32 tensor {tf32_src}; built in: "
+                 + "; ".join(f"{tag} fp32 {p['fp32']:g} / TF32 {p['tf32']:g}" for tag, p in PEAKS)
+                 + ". Modes whose name contains \"tf32\" use the TF32 peak.")
+    return lines
+
+
+def report(data, args, sources):
+    recs = data.records
+    out = ["# Training step time: ditto vs PyTorch", ""]
+    cudnn_parts = [f"{tool} {joined(distinct(recs, 'cudnn', tool), cudnn_text)}"
+                   for tool in TOOL_ORDER if distinct(recs, "cudnn", tool)]
+    out += [
+        f"- GPU: {joined(distinct(recs, 'gpu'))}",
+        f"- date: {joined(distinct(recs, 'date'))}",
+        f"- ditto commit: {joined(distinct(recs, 'commit', 'ditto'))}",
+        f"- torch: {joined(distinct(recs, 'torch', 'pytorch'))}",
+        f"- cuDNN: {'; '.join(cudnn_parts) if cudnn_parts else 'unknown'}",
+        f"- batch: {joined(distinct(recs, 'batch'))}; timed steps: {joined(distinct(recs, 'steps'))}",
+        f"- from: {', '.join(sources)}",
+        "",
+        "Times are each line's ms_median, in ms. Graph speedup = eager / graphed.",
+        "",
+    ]
+    model_tables(data, out)
+    out += ["## Targets", ""] + target_lines(data) + [""]
+    out += ["## Roofline", ""] + roofline_lines(data, args) + [""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def write_csv(data, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["tool", "model", "mode", "graph", "ms_median", "ms_p10", "ms_p90", "error"])
+        for key in sorted(data.records, key=sort_key):
+            rec = data.records[key]
+            tool, model, mode, graph = key
+            w.writerow([tool, model, mode, str(graph).lower()]
+                       + ["" if rec[k] is None else repr(rec[k]) for k in ("ms_median", "ms_p10", "ms_p90")]
+                       + [rec["error"] or ""])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+", help="JSON-lines files from bench/step_time and torch_step_time.py")
+    ap.add_argument("--out", help="markdown report here (default: stdout)")
+    ap.add_argument("--csv", help="also write tidy rows (tool, model, mode, graph, ms_*, error) here")
+    ap.add_argument("--peak-fp32", type=float, help="fp32 peak TFLOP/s, instead of the one for the GPU name")
+    ap.add_argument("--peak-tf32", type=float, help="TF32 tensor peak TFLOP/s, instead of the one for the GPU name")
+    args = ap.parse_args()
+
+    data = Data(load(args.inputs))
+    if not data.records:
+        sys.exit("step_time_table.py: no usable lines in " + ", ".join(args.inputs))
+    text = report(data, args, args.inputs)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    if args.csv:
+        write_csv(data, args.csv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+#include "engine/graph.h"
+
+#include <fmt/format.h>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+
+namespace ditto {
+
+struct StepGraph::Impl {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::size_t nodes = 0;
+  ~Impl() {
+    if (exec) DITTO_CUDA_CHECK_PRINT(cudaGraphExecDestroy(exec));
+    if (graph) DITTO_CUDA_CHECK_PRINT(cudaGraphDestroy(graph));
+  }
+};
+
+StepGraph::StepGraph() : impl_(std::make_unique<Impl>()) {}
+StepGraph::~StepGraph() = default;
+
+void StepGraph::capture(Context& ctx, const std::function<void()>& fn) {
+  if (!ctx.is_cuda()) throw Error("CUDA graphs need a CUDA context; this one is on the CPU");
+  if (ctx.debug_sync())
+    throw Error("CUDA graphs: the debug switch (DITTO_DEBUG_SYNC=1) synchronizes after every launch, which a "
+                "capture forbids; unset it to capture");
+  impl_ = std::make_unique<Impl>();
+  cudaStream_t stream = detail::stream_of(ctx);
+  DITTO_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    fn();
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(stream, &broken);  // ends capture mode; the first error is the one to report
+    if (broken) cudaGraphDestroy(broken);
+    cudaGetLastError();
+    throw;
+  }
+  DITTO_CUDA_CHECK(cudaStreamEndCapture(stream, &impl_->graph));
+  DITTO_CUDA_CHECK(cudaGraphGetNodes(impl_->graph, nullptr, &impl_->nodes));
+  DITTO_CUDA_CHECK(cudaGraphInstantiate(&impl_->exec, impl_->graph, 0));
+}
+
+void StepGraph::launch(Context& ctx) {
+  if (!impl_->exec) throw Error("StepGraph::launch: nothing captured");
+  DITTO_CUDA_CHECK(cudaGraphLaunch(impl_->exec, detail::stream_of(ctx)));
+}
+
+bool StepGraph::captured() const { return impl_->exec != nullptr; }
+std::size_t StepGraph::nodes() const { return impl_->nodes; }
+
+}  // namespace ditto

@@ -1,0 +1,108 @@
+#include "experiments/step.h"
+
+#include <fmt/format.h>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/optim.h"
+#include "engine/tracer.h"
+#include "kernels/elementwise.h"
+#include "kernels/loss.h"
+#include "kernels/metrics.h"
+#include "nets/module.h"
+
+namespace ditto {
+
+TrainStep::TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer)
+    : ctx_(ctx), net_(net), opt_(opt), graphs_(graphs), tracer_(tracer), params_(net.params()) {
+  if (graphs_ && !ctx.is_cuda()) throw Error(fmt::format("--graph: CUDA graphs need a CUDA device; this run is on {}", ctx.device().str()));
+  if (graphs_ && tracer_)
+    throw Error("--graph: a tracer observes every op on the host as it runs, and a graph replay runs none of them "
+                "there; trace without --graph");
+}
+
+void TrainStep::plan(const std::vector<float>& lrs) {
+  planned_lrs_ = lrs;
+  next_lr_ = 0;
+  if (graphs_) opt_.plan(ctx_, lrs);
+}
+
+void TrainStep::body(const Tensor& images, const Tensor& labels, float lr, bool planned, Tensor& loss_sum,
+                     Tensor& correct) {
+  if (tracer_) tracer_->event("data", "data", "loader", {}, {{"images", &images}, {"labels", &labels}});
+  Var logits = net_.forward(ctx_, Var(images), true);
+  Var loss = softmax_cross_entropy(ctx_, "loss", logits, labels);
+  ctx_.tape().backward(ctx_, loss);
+  if (tracer_) {
+    // Each update's inputs are the weight before it and its gradient; copies, since the
+    // optimizer updates in place.
+    std::vector<Tensor> before;
+    for (auto& p : params_) before.push_back(p.var.grad().defined() ? ctx_.to_device(p.var.value()) : Tensor());
+    opt_.step(ctx_, lr);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (before[i].defined())
+        tracer_->event("update", params_[i].name, opt_.name(),
+                       {{"w_before", &before[i]}, {"dw", &params_[i].var.grad()}}, {{"w", &params_[i].var.value()}});
+  } else if (planned) {
+    opt_.step_planned(ctx_);
+  } else {
+    opt_.step(ctx_, lr);
+  }
+  opt_.zero_grad();
+  // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
+  axpy_inplace(ctx_, loss_sum, static_cast<float>(labels.numel()), loss.value());
+  accumulate_correct(ctx_, logits.value(), labels, correct);
+}
+
+void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct) {
+  if (!graphs_) {
+    body(images, labels, lr, false, loss_sum, correct);
+    return;
+  }
+  if (next_lr_ >= planned_lrs_.size())
+    throw Error(fmt::format("TrainStep: step {} was not planned ({} planned)", next_lr_ + 1, planned_lrs_.size()));
+  if (planned_lrs_[next_lr_] != lr)
+    throw Error(fmt::format("TrainStep: step {} runs at lr {} but {} was planned", next_lr_ + 1, lr,
+                            planned_lrs_[next_lr_]));
+  ++next_lr_;
+  auto& slot = slots_[labels.numel()];
+  if (!slot) {
+    slot = std::make_unique<Slot>();
+    slot->images = ctx_.empty(images.shape());
+    slot->labels = ctx_.empty(labels.shape(), DType::I32);
+  }
+  Slot& s = *slot;
+  ctx_.copy(s.images, images);
+  ctx_.copy(s.labels, labels);
+  if (!s.warmed) {
+    body(s.images, s.labels, lr, true, loss_sum, correct);
+    s.warmed = true;
+    return;
+  }
+  // A graph bakes in addresses: recapture when the optimizer's table or the sums moved.
+  const bool stale = s.graph.captured() &&
+                     (s.table != opt_.table_address() || s.loss_sum != loss_sum.raw() || s.correct != correct.raw());
+  if (!s.graph.captured() || stale) {
+    s.graph.capture(ctx_, [&] { body(s.images, s.labels, lr, true, loss_sum, correct); });
+    s.table = opt_.table_address();
+    s.loss_sum = loss_sum.raw();
+    s.correct = correct.raw();
+  } else {
+    opt_.count_replayed_step();  // the capture counted its own step when its host code ran
+  }
+  s.graph.launch(ctx_);
+}
+
+std::size_t TrainStep::graphs_captured() const {
+  std::size_t n = 0;
+  for (const auto& [size, s] : slots_) n += s->graph.captured() ? 1 : 0;
+  return n;
+}
+
+std::size_t TrainStep::graph_nodes() const {
+  std::size_t n = 0;
+  for (const auto& [size, s] : slots_) n += s->graph.nodes();
+  return n;
+}
+
+}  // namespace ditto

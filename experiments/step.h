@@ -1,0 +1,70 @@
+// TrainStep: one optimizer step of a network, as the trainer and the step-time benchmark run it:
+// forward, softmax cross-entropy, backward, the update, zero_grad, and the epoch's loss and
+// accuracy sums accumulated on the device (no host copy per step).
+//
+// With graphs on (CUDA only), each batch size gets a CUDA graph (engine/graph.h): its first
+// step runs eagerly (algorithm choice, cuDNN Find or tuning, lazily sized workspaces need the
+// host), its second is captured, and every later one is a single graph launch. Inputs are
+// copied into fixed buffers first, and the optimizer reads its per-step scalars from its plan
+// (Optimizer::plan), so a graphed step does exactly what the eager one does: the runs are
+// bit-identical (tests/gpu_graph.cpp). A final partial batch is simply another batch size, so
+// it gets its own graph rather than being dropped.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/graph.h"
+#include "engine/param.h"
+#include "engine/tensor.h"
+
+namespace ditto {
+
+class Context;
+class Net;
+class Optimizer;
+class Tracer;
+
+class TrainStep {
+ public:
+  // A tracer sees every op and update (it needs the host at every op, so it cannot be combined
+  // with graphs: Error). The caller keeps net, opt and tracer alive.
+  TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer = nullptr);
+
+  // The learning rates of the coming steps, one per step. Graph mode needs them before the
+  // steps run (they go to the optimizer's table); eager mode takes each with run().
+  void plan(const std::vector<float>& lrs);
+
+  // One step on (images, labels) at learning rate lr (in graph mode the planned rate is used;
+  // lr must equal it). loss_sum (1 f32) gets batch size * mean loss added, correct (2 i32) the
+  // top-1 hits; in graph mode both must keep their storage from call to call.
+  void run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct);
+
+  bool graphs() const { return graphs_; }
+  std::size_t graphs_captured() const;
+  std::size_t graph_nodes() const;  // summed over the captured graphs
+
+ private:
+  struct Slot {
+    Tensor images, labels;          // fixed input buffers of one batch size
+    bool warmed = false;            // its eager step has run
+    StepGraph graph;
+    const void* table = nullptr;    // the optimizer table and sums the graph was captured with
+    const void* loss_sum = nullptr;
+    const void* correct = nullptr;
+  };
+  void body(const Tensor& images, const Tensor& labels, float lr, bool planned, Tensor& loss_sum, Tensor& correct);
+
+  Context& ctx_;
+  Net& net_;
+  Optimizer& opt_;
+  bool graphs_;
+  Tracer* tracer_;
+  std::vector<Param> params_;
+  std::vector<float> planned_lrs_;
+  std::size_t next_lr_ = 0;
+  std::map<int64_t, std::unique_ptr<Slot>> slots_;  // by batch size
+};
+
+}  // namespace ditto
