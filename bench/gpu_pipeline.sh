@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The GPU-host runs behind the noise-lab issue, as a background pipeline that outlives one
-# device call (each call may run 10 minutes; the pipeline takes longer):
-#   bench/noise_lab_runs.sh start STEP...   build, then run the steps in the background (setsid)
-#   bench/noise_lab_runs.sh wait SECONDS    follow the log until the pipeline ends or time is up
-#   bench/noise_lab_runs.sh collect         results (no checkpoints) into $OUT
-# Steps: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record compare
+# GPU-host runs as a background pipeline that outlives one device call (each call may run 10
+# minutes; a pipeline may take longer):
+#   bench/gpu_pipeline.sh start STEP...   build, then run the steps in the background (setsid)
+#   bench/gpu_pipeline.sh wait SECONDS    follow the log until the pipeline ends or time is up
+#   bench/gpu_pipeline.sh collect         results (no checkpoints) into $OUT
+# Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
+# compare. Steps of the speed issue: graphtest steptime concurrent concurrent-eager.
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-R=/tmp/noiselab
+R=/tmp/gpurun
 B=build-gpu
 DATA=/tmp/cifar10
 LOG=$R/pipeline.log
@@ -56,6 +57,24 @@ pipeline() {
         $D record --model smallcnn $cifar --lr 4e-4 --steps 50 --kernels deterministic --trace $R/smallcnn-det-50.trace --quiet ;;
       compare)
         for f in .carry/*.trace; do [ -f "$f" ] && $D compare "$f" $R/smallcnn-det-50.trace; done ;;
+      graphtest)
+        $B/tests/gpu_graph > $R/gpu_graph.log 2>&1; grep -E "^GRAPH|passed|failed" $R/gpu_graph.log ;;
+      steptime)
+        # ditto and the PyTorch peer in the same call; the table script renders both.
+        rm -f $R/step_time.jsonl $R/torch_step_time.jsonl
+        $B/bench/step_time --out $R/step_time.jsonl --tuning-dir $R/tuning > /dev/null 2> $R/step_time.err
+        echo "step_time rc=$?"; grep -E "^BITS" $R/step_time.err
+        python3 bench/peers/torch_step_time.py --out $R/torch_step_time.jsonl > /dev/null 2> $R/torch_step_time.err
+        echo "torch_step_time rc=$?"; tail -2 $R/torch_step_time.err
+        python3 bench/step_time_table.py $R/step_time.jsonl $R/torch_step_time.jsonl --out $R/step_time.md \
+          --csv $R/step_time.csv; sed -n '/## Targets/,/## Roofline/p' $R/step_time.md ;;
+      concurrent|concurrent-eager)
+        # The paper's protocol at SmallCNN scale: 4 settings x 10 replicas x 10 epochs.
+        local g="--graph"; [ $step = concurrent-eager ] && g=""
+        local t0=$(date +%s)
+        $B/examples/ditto-experiment --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --replicas 10 --concurrent ${CONC:-10} $g \
+          --lr 4e-4 --optimizer adam --quiet --out $R/$step > $R/$step.txt 2> $R/$step.err
+        echo "$step rc=$? wall $(( $(date +%s) - t0 ))s"; tail -8 $R/$step.txt ;;
     esac
   done
   echo "=== done $(date -u +%T)"
@@ -63,7 +82,7 @@ pipeline() {
 
 case $cmd in
   start)
-    export TOP
+    export TOP CONC
     mkdir -p $R
     if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }
@@ -76,9 +95,9 @@ case $cmd in
     while ! grep -q "^=== done" $LOG 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 10; done
     cat $LOG; for e in $R/*.err; do [ -f "$e" ] && { echo "-- $e"; tail -1 "$e"; }; done ;;
   collect)
-    OUT=${OUT:-$PWD/noiselab-out}; mkdir -p "$OUT"
+    OUT=${OUT:-$PWD/gpurun-out}; mkdir -p "$OUT"
     cp $LOG "$OUT/"
-    tar czf "$OUT/noiselab.tar.gz" -C /tmp --exclude='*.safetensors' --exclude='predictions.csv' noiselab
+    tar czf "$OUT/gpurun.tar.gz" -C /tmp --exclude='*.safetensors' --exclude='predictions.csv' gpurun
     ls -la "$OUT" ;;
   *) echo "usage: $0 start STEP... | wait SECONDS | collect"; exit 2 ;;
 esac
