@@ -5,7 +5,8 @@
 #   bench/gpu_pipeline.sh wait SECONDS    follow the log until the pipeline ends or time is up
 #   bench/gpu_pipeline.sh collect         results (no checkpoints) into $OUT
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
-# compare. Steps of the speed issue: graphtest steptime concurrent concurrent-eager.
+# compare. Steps of the speed issue: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
+# replicas at a time, default 10) profile where.
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ pipeline() {
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(cat .ditto-commit) date: $(date -u +%F)"
   for step in "$@"; do
     echo "=== $step $(date -u +%T)"
+    local arg=""; [[ $step == *:* ]] && arg=${step#*:} && step=${step%%:*}
     case $step in
       gputests)
         (cd $B && ctest -L gpu --timeout 600 > $R/gpu-tests.log 2>&1); grep -E "tests passed|tests failed|Failed|\*\*\*" $R/gpu-tests.log
@@ -70,11 +72,35 @@ pipeline() {
           --csv $R/step_time.csv; sed -n '/## Targets/,/## Roofline/p' $R/step_time.md ;;
       concurrent|concurrent-eager)
         # The paper's protocol at SmallCNN scale: 4 settings x 10 replicas x 10 epochs.
-        local g="--graph"; [ $step = concurrent-eager ] && g=""
+        local g="--graph --tuning $R/smallcnn-tuning.json"; [ $step = concurrent-eager ] && g=""
         local t0=$(date +%s)
-        $B/examples/ditto-experiment --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --replicas 10 --concurrent ${CONC:-10} $g \
-          --lr 4e-4 --optimizer adam --quiet --out $R/$step > $R/$step.txt 2> $R/$step.err
-        echo "$step rc=$? wall $(( $(date +%s) - t0 ))s"; tail -8 $R/$step.txt ;;
+        $B/examples/ditto-experiment --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --replicas 10 --concurrent ${arg:-10} $g \
+          --lr 4e-4 --optimizer adam --quiet --out $R/$step-${arg:-10} > $R/$step-${arg:-10}.txt 2> $R/$step.err
+        echo "$step rc=$? wall $(( $(date +%s) - t0 ))s"; tail -8 $R/$step-${arg:-10}.txt ;;
+      profile)
+        # What is in the way of the targets: per-algorithm times at ResNet-18's shapes where the
+        # tuned deterministic choice differs from fastest, and a kernel summary per mode.
+        local sh
+        for sh in "128 3 32 64 3 1" "128 64 32 128 3 2" "128 64 32 128 1 2" "128 128 16 256 3 2" "128 256 8 512 3 2" \
+                  "128 128 16 128 3 1"; do
+          set -- $sh
+          $B/bench/op_noise --n $1 --c $2 --hw $3 --k $4 --r $5 --stride $6 --runs 10 --out $R/op_time/n$1c$2hw$3k$4r$5s$6 > /dev/null 2>&1
+          echo "op_noise $sh rc=$?"
+        done
+        if command -v nsys > /dev/null; then
+          local m
+          for m in "resnet18 deterministic-tuned" "resnet18 fastest" "smallcnn deterministic-tuned" "smallcnn fastest"; do
+            set -- $m
+            nsys profile -o $R/nsys-$1-$2 -t cuda --force-overwrite true $B/bench/step_time --models $1 --modes $2 --graph eager \
+              --warmup 5 --steps 50 --tuning-dir $R/tuning > /dev/null 2>&1
+            nsys stats --report cuda_gpu_kern_sum --format csv -o $R/kern-$1-$2 $R/nsys-$1-$2.nsys-rep > /dev/null 2>&1
+            echo "nsys $m rc=$?"; rm -f $R/nsys-$1-$2.nsys-rep $R/nsys-$1-$2.sqlite
+          done
+        else
+          echo "no nsys on this host"
+        fi ;;
+      where)
+        echo "git: $(git rev-parse --short=12 HEAD 2>&1 | head -1); .ditto-commit: $(cat .ditto-commit)"; ls -a | head -30 ;;
     esac
   done
   echo "=== done $(date -u +%T)"
@@ -82,7 +108,7 @@ pipeline() {
 
 case $cmd in
   start)
-    export TOP CONC
+    export TOP
     mkdir -p $R
     if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

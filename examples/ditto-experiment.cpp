@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--gpus", gpus, "spread replicas over up to this many visible GPUs")
       ->check(CLI::Range(1, 64))->capture_default_str();
+  std::string tuning;
+  app.add_option("--tuning", tuning,
+                 "the deterministic settings (ALGO, CONTROL) take each conv's algorithm from this tuning file; when "
+                 "it does not exist, one epoch on the first GPU tunes and writes it before the replicas start");
   app.add_option("--out", out)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -123,6 +127,24 @@ int main(int argc, char** argv) {
 
     const std::vector<std::string> devices = ditto::replica_devices(base.device, gpus);
     auto data = ditto::load_train_data(base);  // once for every replica
+    if (!tuning.empty()) {
+      if (!gpu) throw ditto::Error("--tuning: a tuning file chooses cuDNN algorithms; this experiment runs on the CPU");
+      if (!fs::exists(tuning)) {
+        // One epoch meets every problem the replicas will (full batches, the final partial
+        // batch, evaluation); the replicas then only read the file, so they choose alike.
+        ditto::TrainConfig t = base;
+        t.device = devices.front();
+        t.kernels = "deterministic";
+        t.tuning = tuning;
+        t.epochs = 1;
+        t.max_steps = 0;
+        t.out.clear();
+        t.progress = false;
+        t.deterministic_init = t.deterministic_input = true;
+        std::printf("tuning the deterministic convolutions into %s (one epoch)\n", tuning.c_str());
+        ditto::train(t, {}, data);
+      }
+    }
     const std::vector<Setting> all = {{"ALGO+IMPL", true, "nondeterministic"},
                                       {"ALGO", true, "deterministic"},
                                       {"IMPL", false, "nondeterministic"},
@@ -144,6 +166,7 @@ int main(int argc, char** argv) {
       c.device = dev;
       if (concurrent > 1 || devices.size() > 1) c.progress = false;  // one progress line per process
       c.kernels = s.kernels;
+      if (s.kernels == "deterministic") c.tuning = tuning;
       if (s.vary_seeds) {
         c.seed_init = 1000 + k;  // distinct, recorded seeds: replays exactly
         c.seed_order = 2000 + k;
