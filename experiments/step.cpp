@@ -13,12 +13,16 @@
 
 namespace ditto {
 
-TrainStep::TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer)
-    : ctx_(ctx), net_(net), opt_(opt), graphs_(graphs), tracer_(tracer), params_(net.params()) {
+TrainStep::TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer, uint64_t stochastic_seed)
+    : ctx_(ctx), net_(net), opt_(opt), graphs_(graphs), tracer_(tracer), stochastic_seed_(stochastic_seed),
+      params_(net.params()) {
   if (graphs_ && !ctx.is_cuda()) throw Error(fmt::format("--graph: CUDA graphs need a CUDA device; this run is on {}", ctx.device().str()));
   if (graphs_ && tracer_)
     throw Error("--graph: a tracer observes every op on the host as it runs, and a graph replay runs none of them "
                 "there; trace without --graph");
+  if (graphs_ && net.stochastic())
+    throw Error(fmt::format("--graph: {} has dropout, whose masks change every step; a graph would replay the "
+                            "first step's masks; train it without --graph", net.name()));
 }
 
 void TrainStep::plan(const std::vector<float>& lrs) {
@@ -30,6 +34,7 @@ void TrainStep::plan(const std::vector<float>& lrs) {
 void TrainStep::body(const Tensor& images, const Tensor& labels, float lr, bool planned, Tensor& loss_sum,
                      Tensor& correct) {
   if (tracer_) tracer_->event("data", "data", "loader", {}, {{"images", &images}, {"labels", &labels}});
+  net_.begin_step(stochastic_seed_, opt_.steps() + 1);
   Var logits = net_.forward(ctx_, Var(images), true);
   Var loss = softmax_cross_entropy(ctx_, "loss", logits, labels);
   ctx_.tape().backward(ctx_, loss);

@@ -29,8 +29,11 @@ class Tracer;
 class TrainStep {
  public:
   // A tracer sees every op and update (it needs the host at every op, so it cannot be combined
-  // with graphs: Error). The caller keeps net, opt and tracer alive.
-  TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer = nullptr);
+  // with graphs: Error). The caller keeps net, opt and tracer alive. stochastic_seed keys the
+  // net's stochastic layers (Net::begin_step) together with the step number; a stochastic net
+  // cannot be graphed either (Error).
+  TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer = nullptr,
+            uint64_t stochastic_seed = 0);
 
   // The learning rates of the coming steps, one per step. Graph mode needs them before the
   // steps run (they go to the optimizer's table); eager mode takes each with run().
@@ -61,6 +64,7 @@ class TrainStep {
   Optimizer& opt_;
   bool graphs_;
   Tracer* tracer_;
+  uint64_t stochastic_seed_;
   std::vector<Param> params_;
   std::vector<float> planned_lrs_;
   std::size_t next_lr_ = 0;

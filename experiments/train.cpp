@@ -441,7 +441,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
   json metrics;
 
   Tracer* tracer = hooks.tracer;
-  TrainStep stepper(ctx, *net, *opt, cfg.graph, tracer);
+  TrainStep stepper(ctx, *net, *opt, cfg.graph, tracer, seed_init.value);
   auto write_outputs = [&](int epoch) {
     if (cfg.out.empty()) return;
     // The epoch's files go to a fresh generation folder first; publish() then makes it the run

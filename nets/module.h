@@ -102,6 +102,12 @@ class Net {
   // Initial weights: each parameter from its own Philox stream keyed by (seed_init, name), so
   // adding a layer does not shift the others' initial weights. Buffers are reset.
   virtual void init(Context& ctx, uint64_t seed_init) = 0;
+  // Nets with stochastic layers (dropout) draw them from Philox keyed by (seed, step, layer):
+  // the trainer calls this before each training step's forward. A net without any ignores it.
+  virtual void begin_step(uint64_t seed, int64_t step) { (void)seed, (void)step; }
+  // True when begin_step matters: such a step differs from step to step, so it cannot be
+  // replayed from one CUDA graph.
+  virtual bool stochastic() const { return false; }
   int64_t param_count();
 };
 
