@@ -6,7 +6,8 @@
 #   bench/gpu_pipeline.sh collect         results (no checkpoints) into $OUT
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
 # compare. Steps of the speed issue: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
-# replicas at a time, default 10) profile where.
+# replicas at a time, default 10) profile where. Steps of the protocols issue: exp-smallcnn
+# fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ LOG=$R/pipeline.log
 cmd=${1:-}; shift || true
 
 pipeline() {
-  local A=$B/examples/ditto-attribute D=$B/examples/ditto-diverge
+  local A=$B/examples/ditto-attribute D=$B/examples/ditto-diverge E=$B/examples/ditto-experiment
   local cifar="--dataset cifar10 --data $DATA --loader-threads 6"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) commit: $(cat .ditto-commit) date: $(date -u +%F)"
   for step in "$@"; do
@@ -99,6 +100,34 @@ pipeline() {
         else
           echo "no nsys on this host"
         fi ;;
+      exp-smallcnn)
+        # Issue 8: the paper's settings on SmallCNN CIFAR-10 (Adam 4e-4, 10 epochs, 5 replicas).
+        $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --lr 4e-4 --optimizer adam \
+          --replicas 5 --settings ALGO+IMPL,ALGO,IMPL,IMPL-ATOMIC,CONTROL --concurrent 25 --graph --quiet \
+          --out $R/exp-smallcnn > $R/exp-smallcnn.txt 2> $R/exp-smallcnn.err; echo "rc=$?"; tail -10 $R/exp-smallcnn.txt ;;
+      fig-s4)
+        $E --protocol fig-s4 --lrs 0.01,0.05,0.1 --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 \
+          --epochs 5 --replicas 3 --concurrent 12 --graph --quiet --out $R/fig-s4 > $R/fig-s4.txt 2> $R/fig-s4.err
+        echo "rc=$?"; tail -15 $R/fig-s4.txt ;;
+      overhead)
+        local m
+        for m in smallcnn resnet18; do
+          $E --protocol overhead --model $m --dataset cifar10 --data $DATA --loader-threads 6 --lr 4e-4 --optimizer adam \
+            --epochs 1 --quiet --out $R/overhead-$m > $R/overhead-$m.txt 2> $R/overhead-$m.err; echo "$m rc=$?"
+          tail -9 $R/overhead-$m.txt
+        done ;;
+      mnist)
+        # Keras's mnist_cnn under CONTROL: bit-identical across replicas (dropout from Philox).
+        [ -d /tmp/mnist ] || { mkdir -p /tmp/mnist && cp .data/mnist/*.gz /tmp/mnist/; }
+        $E --model mnist-cnn --dataset mnist --data /tmp/mnist --loader-threads 2 --epochs 3 --lr 1e-3 --optimizer adam \
+          --replicas 3 --settings CONTROL,IMPL --concurrent 6 --quiet --out $R/mnist > $R/mnist.txt 2> $R/mnist.err
+        echo "rc=$?"; tail -6 $R/mnist.txt ;;
+      celeba)
+        # The paper's figure 4: Blond_Hair, subgroups by Male; FPR / FNR spread per subgroup.
+        [ -d /tmp/celeba/celeba64 ] || { mkdir -p /tmp/celeba && tar xzf .data-celeba/celeba64.tar.gz -C /tmp/celeba; }
+        $E --model resnet18 --dataset celeba --data /tmp/celeba/celeba64 --loader-threads 2 --epochs 3 --lr 4e-4 \
+          --optimizer adam --replicas 5 --settings ALGO+IMPL,IMPL,CONTROL --concurrent 15 --graph --quiet \
+          --out $R/celeba > $R/celeba.txt 2> $R/celeba.err; echo "rc=$?"; tail -8 $R/celeba.txt ;;
       where)
         echo "git: $(git rev-parse --short=12 HEAD 2>&1 | head -1); .ditto-commit: $(cat .ditto-commit)"; ls -a | head -30 ;;
     esac
@@ -110,7 +139,7 @@ case $cmd in
   start)
     export TOP
     mkdir -p $R
-    if [ ! -d $DATA/train ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
+    if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }
     export LD_LIBRARY_PATH=$PWD/.deps/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
     setsid nohup bash "$0" run "$@" > $LOG 2>&1 < /dev/null &

@@ -91,7 +91,11 @@ std::string report_html(const ReportData& data);
 // The tidy CSV alone: header "setting,metric,value,ci_low,ci_high", then one row per metric,
 // per group spread (metric "<kind>:<group>:<metric>_std"), per curve point
 // ("<metric>@epoch<E>") and per figure-S4 point (setting "<init>-init/<order>-order",
-// metric "disagreement@lr<LR>"); ci cells empty where there is no interval.
+// metric "disagreement@lr<LR>", LR as "{:g}" prints it); ci cells empty where there is no
+// interval. A curve point's ci cells hold its lowest and highest replica (a range, not a
+// confidence interval); a group row's value is the standard deviation (the mean is in
+// report.json). Numbers are written in the shortest form that reads back to the same double;
+// fields with commas, quotes or line breaks are quoted.
 std::string report_csv(const ReportData& data);
 
 }  // namespace ditto

@@ -1,6 +1,9 @@
 // Self-contained SVG charts for experiment reports: plain text a browser opens directly, so a
-// report needs no plotting library or runtime beyond fmt.
+// report needs no plotting library or runtime beyond fmt. Every chart's root element carries
+// class="chart": a report page finds its charts by that class to check that each drew something.
 #pragma once
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,63 @@ std::string svg_bar_chart(const std::string& title, const std::string& x_label, 
                           double scale = 1.0);
 
 // The same chart on a log10 axis, for values that span decades (weight distances): ticks at
-// each power of ten, bars from the lowest decade. Rows with value 0 show their note.
+// each power of ten, bars from the lowest decade. Rows with value 0 show their note. Interval
+// ends above 0 widen the decades shown; an end at 0 is drawn at the axis' start. Throws Error
+// for negative or non-finite values or interval ends.
 std::string svg_log_bar_chart(const std::string& title, const std::string& x_label, const std::vector<BarRow>& rows);
+
+// Escapes the five XML special characters (& < > " ') so that any text, such as a subgroup
+// named "Blond_Hair=1 & Male=0", can be placed in SVG or HTML text and attribute values.
+std::string xml_escape(const std::string& text);
+
+// The i-th colour of the palette every chart uses (Tableau 10, cycling), so that a report can
+// give one setting the same colour in all its charts.
+std::string chart_color(std::size_t i);
+
+// One line of a line chart: y over x, and optionally a shaded band from band_low to band_high
+// (e.g. the lowest and highest replica around their mean). band_low and band_high are either
+// both empty or hold one value per point. An empty colour takes chart_color(series index).
+struct LineSeries {
+  std::string name;
+  std::vector<double> x, y;
+  std::vector<double> band_low, band_high;
+  std::string color;
+};
+
+// Line chart: each series as a line through its points (in the order given) with a dot at each
+// point, its band shaded underneath, a legend naming the series below the axes. Linear y axis
+// with 4-6 round ticks spanning every y and band value; the x axis is linear, or with log_x
+// (learning rates) log10 with a tick at each power of ten. Throws Error for non-finite values,
+// x <= 0 on a log axis, or series whose vectors differ in length.
+std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                           const std::vector<LineSeries>& series, bool log_x = false);
+
+// One series of a grouped bar chart: a value per group, std::nullopt where this series has no
+// value for that group (drawn as "n/a", not as a zero bar). An empty colour takes
+// chart_color(series index).
+struct BarSeries {
+  std::string name;
+  std::vector<std::optional<double>> values;  // one per group
+  std::string color;
+};
+
+// Horizontal grouped bar chart: one block of rows per group label (e.g. a class or a subgroup
+// cell), one thin bar per series inside it (e.g. a setting), the value printed at each bar's end,
+// a legend below. The axis starts at 0: throws Error for negative or non-finite values, or a
+// series whose value count differs from the number of groups.
+std::string svg_grouped_bar_chart(const std::string& title, const std::string& x_label,
+                                  const std::vector<std::string>& groups, const std::vector<BarSeries>& series);
+
+// One bin of a histogram: its label under the bar and its count.
+struct HistogramBin {
+  std::string label;
+  double count = 0;
+};
+
+// Vertical histogram: one bar per bin in the order given, bin labels under the bars, counts
+// printed above them where there is room, a y axis from 0 with round ticks. Throws Error for
+// negative or non-finite counts.
+std::string svg_histogram(const std::string& title, const std::string& x_label, const std::string& y_label,
+                          const std::vector<HistogramBin>& bins);
 
 }  // namespace ditto

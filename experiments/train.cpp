@@ -309,6 +309,67 @@ std::vector<std::string> pins_from_manifest(const std::string& path) {
   return pins;
 }
 
+TrainResult read_run_result(const std::string& run_dir, const TrainData& data, int* epochs_done) {
+  const fs::path dir(run_dir);
+  const std::string mpath = (dir / "manifest.json").string();
+  std::ifstream in(mpath);
+  if (!in) throw DataError(fmt::format("{}: cannot open the run's manifest", mpath));
+  json m;
+  try {
+    m = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw DataError(fmt::format("{}: malformed JSON at byte {}: {}", mpath, e.byte, e.what()));
+  }
+  TrainResult r;
+  try {
+    r.seed_init = m.at("seeds").at("init").at("value").get<uint64_t>();
+    r.seed_order = m.at("seeds").at("order").at("value").get<uint64_t>();
+    r.seed_augment = m.at("seeds").at("augment").at("value").get<uint64_t>();
+    r.weights_fingerprint = std::stoull(m.at("results").at("weights_fingerprint").get<std::string>(), nullptr, 16);
+    if (epochs_done) *epochs_done = m.at("results").at("epochs_done").get<int>();
+    for (const auto& op : m.at("ops")) {
+      ManifestEntry e;
+      e.layer = op.value("layer", "");
+      e.op = op.value("op", "");
+      e.knob = op.value("knob", "");
+      e.variant = op.value("variant", "");
+      e.requested = op.value("requested", "");
+      e.math = op.value("math", "");
+      e.device = op.value("device", "");
+      e.shape = op.value("shape", "");
+      r.ops.push_back(e);
+    }
+  } catch (const std::exception& e) {
+    throw DataError(fmt::format("{}: {}", mpath, e.what()));
+  }
+  r.log = read_log_csv((dir / "log.csv").string());
+  if (!r.log.empty()) r.test_top1 = r.log.back().test_top1;
+  const std::string ppath = (dir / "predictions.csv").string();
+  std::ifstream pin(ppath);
+  if (!pin) throw DataError(fmt::format("{}: cannot open the run's predictions", ppath));
+  std::string line;
+  std::getline(pin, line);  // header
+  r.predictions.assign(static_cast<std::size_t>(data.test.n), -1);
+  int lineno = 1;
+  while (std::getline(pin, line)) {
+    ++lineno;
+    long long index = 0;
+    int label = 0, predicted = 0;
+    if (std::sscanf(line.c_str(), "%lld,%d,%d", &index, &label, &predicted) != 3 || index < 0 || index >= data.test.n ||
+        label != data.test.labels[static_cast<std::size_t>(index)])
+      throw DataError(fmt::format("{}:{}: malformed row, or not a run on this test set", ppath, lineno));
+    r.predictions[static_cast<std::size_t>(index)] = predicted;
+  }
+  for (std::size_t i = 0; i < r.predictions.size(); ++i)
+    if (r.predictions[i] < 0) throw DataError(fmt::format("{}: no prediction for test example {}", ppath, i));
+  if (fs::exists(dir / "checkpoint.safetensors")) r.weights = load_checkpoint_weights(run_dir);
+  r.test_labels = data.test.labels;
+  r.test_subgroups = data.test.subgroups;
+  r.class_names = data.test.class_names;
+  r.subgroup_names = data.test.subgroup_names;
+  return r;
+}
+
 std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg) {
   return std::make_shared<const TrainData>(load_data(cfg));
 }

@@ -139,4 +139,10 @@ void make_folder(const std::string& dir, const std::string& flag = "--out");
 // state left out), as TrainResult::weights holds them.
 std::vector<float> load_checkpoint_weights(const std::string& run_dir);
 
+// What a finished run folder holds, as train() returned it: log, seeds, weights fingerprint,
+// final predictions, weights (from the checkpoint; empty without one) and the kernels that ran;
+// labels, subgroups and names from data (the run's test set). epochs_done: how many epochs the
+// folder's state has finished. Throws DataError naming the file for a missing or malformed one.
+TrainResult read_run_result(const std::string& run_dir, const TrainData& data, int* epochs_done = nullptr);
+
 }  // namespace ditto

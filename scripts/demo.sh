@@ -17,4 +17,5 @@ export PATH=/usr/local/cuda/bin:$PATH
 BUILD=${BUILD_DIR:-build}
 [ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DITTO_CMAKE_ARGS:-}
 cmake --build "$BUILD" -j "$(nproc)" --target ditto-experiment
-exec "$BUILD/examples/ditto-experiment" --out runs/experiment "$@"
+# A fresh folder per run: an experiment folder is only ever continued on purpose (--resume).
+exec "$BUILD/examples/ditto-experiment" --out "runs/experiment-$(date +%Y%m%d-%H%M%S)" "$@"

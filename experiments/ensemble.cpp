@@ -1,0 +1,497 @@
+#include "experiments/ensemble.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "experiments/scheduler.h"
+#include "experiments/stats.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string upper(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Folder names: "ALGO+IMPL" is not a good path component on every system.
+std::string folder_of(const std::string& setting) {
+  std::string s;
+  for (char ch : setting) s += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') ? ch : '_';
+  return s;
+}
+
+std::string replica_dir(const EnsembleOptions& o, const Setting& s, int k) {
+  return (fs::path(o.out) / fmt::format("{}-{}", folder_of(s.name), k)).string();
+}
+
+TrainConfig replica_config(const EnsembleOptions& o, const Setting& s, int k) {
+  TrainConfig c = o.base;
+  c.kernels = s.kernels;
+  c.pins.insert(c.pins.end(), s.pins.begin(), s.pins.end());
+  if (s.lr > 0) c.lr = s.lr;
+  if (s.kernels == "deterministic" && s.pins.empty()) c.tuning = o.tuning;
+  // Distinct, recorded seeds where the setting varies them (a replica replays exactly); fixed
+  // (0) where it does not.
+  if (s.vary_init)
+    c.seed_init = 1000 + static_cast<uint64_t>(k);
+  else
+    c.deterministic_init = true;
+  if (s.vary_order) {
+    c.seed_order = 2000 + static_cast<uint64_t>(k);
+    c.seed_augment = 3000 + static_cast<uint64_t>(k);
+  } else {
+    c.deterministic_input = true;
+  }
+  c.out = replica_dir(o, s, k);
+  c.command_line = fmt::format("ditto-experiment setting {} replica {}", s.name, k);
+  return c;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json::object();
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw DataError(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+}
+
+// What the summary needs from several replicas' per-example predictions.
+std::vector<std::vector<int32_t>> predictions_of(const SettingRuns& s) {
+  std::vector<std::vector<int32_t>> p;
+  for (const auto& r : s.runs) p.push_back(r.predictions);
+  return p;
+}
+
+}  // namespace
+
+const std::vector<Setting>& paper_settings() {
+  static const std::vector<Setting> s = {{"ALGO+IMPL", true, true, "heuristic", {}, 0},
+                                         {"ALGO", true, true, "deterministic", {}, 0},
+                                         {"IMPL", false, false, "heuristic", {}, 0},
+                                         {"IMPL-ATOMIC", false, false, "nondeterministic", {}, 0},
+                                         {"CONTROL", false, false, "deterministic", {}, 0}};
+  return s;
+}
+
+Setting parse_setting(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) {
+    for (const auto& s : paper_settings())
+      if (upper(spec) == s.name) return s;
+    throw Error(fmt::format("--setting '{}': not a named setting (ALGO+IMPL, ALGO, IMPL, IMPL-ATOMIC, CONTROL) and "
+                            "no 'NAME: seeds=... kernels=... pin=...' spec",
+                            spec));
+  }
+  Setting s;
+  s.name = spec.substr(0, colon);
+  s.name.erase(0, s.name.find_first_not_of(' '));
+  s.name.erase(s.name.find_last_not_of(' ') + 1);
+  if (s.name.empty()) throw Error(fmt::format("--setting '{}': the name before ':' is empty", spec));
+  std::istringstream words(spec.substr(colon + 1));
+  std::string w;
+  bool have_seeds = false;
+  while (words >> w) {
+    const auto eq = w.find('=');
+    if (eq == std::string::npos)
+      throw Error(fmt::format("--setting '{}': '{}' is not KEY=VALUE (keys: seeds, kernels, pin)", spec, w));
+    const std::string key = w.substr(0, eq), value = w.substr(eq + 1);
+    if (key == "seeds") {
+      have_seeds = true;
+      if (value == "fixed") {
+        s.vary_init = s.vary_order = false;
+      } else if (value == "random") {
+        s.vary_init = s.vary_order = true;
+      } else if (value == "init") {
+        s.vary_init = true, s.vary_order = false;
+      } else if (value == "order") {
+        s.vary_init = false, s.vary_order = true;
+      } else {
+        throw Error(fmt::format("--setting '{}': seeds={} (valid: fixed, random, init, order)", spec, value));
+      }
+    } else if (key == "kernels") {
+      if (value != "heuristic" && value != "deterministic" && value != "nondeterministic" && value != "fastest")
+        throw Error(fmt::format("--setting '{}': kernels={} (valid: heuristic, deterministic, nondeterministic, "
+                                "fastest)",
+                                spec, value));
+      s.kernels = value;
+    } else if (key == "pin") {
+      if (value.find('=') == std::string::npos)
+        throw Error(fmt::format("--setting '{}': pin={} is not LAYER.KNOB=VARIANT", spec, value));
+      Policy::parse({value});  // the rule's syntax and variant now; its layer when replicas train
+      s.pins.push_back(value);
+    } else {
+      throw Error(fmt::format("--setting '{}': unknown key '{}' (keys: seeds, kernels, pin)", spec, key));
+    }
+  }
+  if (!have_seeds) throw Error(fmt::format("--setting '{}': say seeds=fixed|random|init|order", spec));
+  return s;
+}
+
+std::vector<int> majority_agreement(const std::vector<std::vector<int32_t>>& p) {
+  if (p.empty()) return {};
+  const std::size_t n = p[0].size();
+  for (const auto& r : p)
+    if (r.size() != n) throw Error("majority_agreement: replicas predict different numbers of examples");
+  std::vector<int> out(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::map<int32_t, int> votes;
+    for (const auto& r : p) ++votes[r[i]];
+    for (const auto& [label, v] : votes) out[i] = std::max(out[i], v);  // map order: ties keep the smallest
+  }
+  return out;
+}
+
+std::vector<int64_t> stability_counts(const std::vector<std::vector<int32_t>>& p) {
+  std::vector<int64_t> counts(p.size(), 0);
+  for (int a : majority_agreement(p)) ++counts[static_cast<std::size_t>(a - 1)];
+  return counts;
+}
+
+std::vector<double> not_all_agree(const std::vector<std::vector<int32_t>>& p) {
+  std::vector<double> out;
+  for (int a : majority_agreement(p)) out.push_back(a == static_cast<int>(p.size()) ? 0.0 : 1.0);
+  return out;
+}
+
+BinaryRates binary_rates(const std::vector<int32_t>& predicted, const std::vector<int32_t>& labels,
+                         const std::vector<bool>& mask) {
+  if (predicted.size() != labels.size() || mask.size() != labels.size())
+    throw Error("binary_rates: predictions, labels and mask differ in length");
+  double fp = 0, tn = 0, fn = 0, tp = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (!mask[i]) continue;
+    if (labels[i] == 0) (predicted[i] == 0 ? tn : fp) += 1;
+    else (predicted[i] == 1 ? tp : fn) += 1;
+  }
+  return {fp + tn > 0 ? fp / (fp + tn) : 0.0, fn + tp > 0 ? fn / (fn + tp) : 0.0};
+}
+
+std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::shared_ptr<const TrainData>& data,
+                                      double* wall_seconds) {
+  if (o.settings.empty()) throw Error("ditto-experiment: no settings to run");
+  if (o.replicas < 1) throw Error(fmt::format("--replicas: must be at least 1, got {}", o.replicas));
+  if (o.out.empty()) throw Error("--out: the experiment needs a folder");
+  std::set<std::string> names;
+  for (const auto& s : o.settings)
+    if (!names.insert(folder_of(s.name)).second)
+      throw Error(fmt::format("--setting: two settings are named '{}'", s.name));
+  make_folder(o.out);
+  if (!o.resume)
+    for (const auto& s : o.settings)
+      for (int k = 0; k < o.replicas; ++k)
+        if (fs::exists(replica_dir(o, s, k)))
+          throw Error(fmt::format("--out: {} already holds replica {} of {}; pass --resume to keep finished replicas and "
+                                  "continue the others, or choose another folder",
+                                  o.out, k, s.name));
+  const std::vector<std::string> devices = replica_devices(o.base.device, o.gpus);
+  if (!o.tuning.empty()) {
+    bool any = false;
+    for (const auto& s : o.settings) any = any || (s.kernels == "deterministic" && s.pins.empty());
+    if (any && !fs::exists(o.tuning)) {
+      if (o.base.device == "cpu")
+        throw Error("--tuning: a tuning file chooses cuDNN algorithms; this experiment runs on the CPU");
+      // One epoch meets every problem the replicas will (full batches, the final partial
+      // batch, evaluation); the replicas then only read the file, so they choose alike.
+      TrainConfig t = o.base;
+      t.device = devices.front();
+      t.kernels = "deterministic";
+      t.tuning = o.tuning;
+      t.epochs = 1;
+      t.max_steps = 0;
+      t.out.clear();
+      t.progress = false;
+      t.deterministic_init = t.deterministic_input = true;
+      if (o.verbose) std::printf("tuning the deterministic convolutions into %s (one epoch)\n", o.tuning.c_str());
+      train(t, {}, data);
+    }
+  }
+
+  const int jobs = static_cast<int>(o.settings.size()) * o.replicas;
+  std::vector<TrainResult> all(static_cast<std::size_t>(jobs));
+  std::mutex print_mu;
+  const auto t0 = std::chrono::steady_clock::now();
+  run_jobs(jobs, devices, o.concurrent, [&](int j, const std::string& dev) {
+    const Setting& s = o.settings[static_cast<std::size_t>(j / o.replicas)];
+    const int k = j % o.replicas;
+    TrainConfig c = replica_config(o, s, k);
+    c.device = dev;
+    if (o.concurrent > 1 || devices.size() > 1 || !o.verbose) c.progress = false;
+    std::string what = "training";
+    if (o.resume && fs::exists(fs::path(c.out) / "manifest.json")) {
+      int done = 0;
+      TrainResult finished = read_run_result(c.out, *data, &done);
+      if (done >= c.epochs && (c.max_steps == 0 || !finished.log.empty())) {
+        all[static_cast<std::size_t>(j)] = std::move(finished);
+        what = "finished earlier";
+      } else {
+        c.resume = c.out;
+        what = fmt::format("resuming after epoch {}", done);
+      }
+    }
+    if (o.verbose) {
+      std::lock_guard<std::mutex> lk(print_mu);
+      std::printf("[%s] replica %d/%d: %s%s\n", s.name.c_str(), k + 1, o.replicas, what.c_str(),
+                  devices.size() > 1 ? (" on " + dev).c_str() : "");
+      std::fflush(stdout);
+    }
+    if (what != "finished earlier") all[static_cast<std::size_t>(j)] = train(c, {}, data);
+  });
+  if (wall_seconds) *wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<SettingRuns> out;
+  for (std::size_t si = 0; si < o.settings.size(); ++si) {
+    SettingRuns r{o.settings[si], {}};
+    for (int k = 0; k < o.replicas; ++k) r.runs.push_back(std::move(all[si * o.replicas + k]));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOptions& o, const TrainData& data) {
+  ReportData rep;
+  const TrainConfig& b = o.base;
+  rep.title = fmt::format("{} on {}: {} replicas x {} epochs per setting", b.model, b.dataset, o.replicas, b.epochs);
+  const auto& test = data.test;
+  const std::size_t n = static_cast<std::size_t>(test.n);
+  uint64_t seed = 7;
+  for (const auto& sr : settings) {
+    const std::string& name = sr.setting.name;
+    rep.settings.push_back(name);
+    const auto preds = predictions_of(sr);
+    auto metric = [&](const std::string& m, double v) { rep.metrics.push_back({name, m, v, 0, 0, false}); };
+    auto interval = [&](const std::string& m, const Interval& i) {
+      rep.metrics.push_back({name, m, i.value, i.low, i.high, true});
+    };
+    interval("churn", churn_interval(preds, o.bootstrap, seed++));
+    interval("disagreement", bootstrap_mean(not_all_agree(preds), o.bootstrap, seed++));
+    std::vector<double> acc, top5;
+    std::set<uint64_t> prints;
+    double secs = 0;
+    int epochs = 0;
+    for (const auto& r : sr.runs) {
+      acc.push_back(r.test_top1);
+      top5.push_back(r.log.empty() ? 0.0 : r.log.back().test_top5);
+      prints.insert(r.weights_fingerprint);
+      for (const auto& e : r.log) secs += e.seconds, ++epochs;
+    }
+    metric("accuracy_mean", mean(acc));
+    metric("accuracy_std", stddev(acc));
+    metric("top5_mean", mean(top5));
+    std::vector<double> l2;
+    for (std::size_t a = 0; a < sr.runs.size(); ++a)
+      for (std::size_t c = a + 1; c < sr.runs.size(); ++c)
+        if (!sr.runs[a].weights.empty() && sr.runs[a].weights.size() == sr.runs[c].weights.size())
+          l2.push_back(l2_distance(sr.runs[a].weights, sr.runs[c].weights));
+    if (!l2.empty()) metric("weight_l2", mean(l2));
+    metric("distinct_fingerprints", static_cast<double>(prints.size()));
+    metric("seconds_per_epoch", epochs ? secs / epochs : 0.0);
+
+    // Curves: per epoch, the mean and the lowest / highest replica.
+    for (const char* m : {"top1", "top5"}) {
+      ReportCurve cv{name, m, {}, {}, {}, {}};
+      const std::size_t ne = sr.runs.empty() ? 0 : sr.runs[0].log.size();
+      for (std::size_t e = 0; e < ne; ++e) {
+        std::vector<double> v;
+        for (const auto& r : sr.runs)
+          if (e < r.log.size()) v.push_back(std::string(m) == "top1" ? r.log[e].test_top1 : r.log[e].test_top5);
+        cv.epochs.push_back(sr.runs[0].log[e].epoch);
+        cv.mean.push_back(mean(v));
+        cv.low.push_back(*std::min_element(v.begin(), v.end()));
+        cv.high.push_back(*std::max_element(v.begin(), v.end()));
+      }
+      rep.curves.push_back(cv);
+    }
+
+    // Per class accuracy, per subgroup accuracy (and FPR / FNR on two-class data), and per
+    // class x subgroup cell: their spread across replicas.
+    auto spread = [&](const std::string& kind, const std::string& group, const std::string& m,
+                      const std::vector<double>& v) { rep.groups.push_back({name, kind, group, m, mean(v), stddev(v)}); };
+    for (std::size_t c = 0; c < test.class_names.size(); ++c) {
+      std::vector<double> v;
+      for (const auto& r : sr.runs) {
+        double hit = 0, cnt = 0;
+        for (std::size_t i = 0; i < n; ++i)
+          if (test.labels[i] == int32_t(c)) cnt += 1, hit += r.predictions[i] == test.labels[i];
+        v.push_back(cnt ? hit / cnt : 0.0);
+      }
+      spread("class", test.class_names[c], "accuracy", v);
+    }
+    if (test.has_subgroups()) {
+      for (std::size_t g = 0; g < test.subgroup_names.size(); ++g) {
+        std::vector<bool> mask(n);
+        for (std::size_t i = 0; i < n; ++i) mask[i] = test.subgroups[i] == int32_t(g);
+        std::vector<double> a, fpr, fnr;
+        for (const auto& r : sr.runs) {
+          double hit = 0, cnt = 0;
+          for (std::size_t i = 0; i < n; ++i)
+            if (mask[i]) cnt += 1, hit += r.predictions[i] == test.labels[i];
+          a.push_back(cnt ? hit / cnt : 0.0);
+          if (test.num_classes == 2) {
+            BinaryRates br = binary_rates(r.predictions, test.labels, mask);
+            fpr.push_back(br.fpr);
+            fnr.push_back(br.fnr);
+          }
+        }
+        spread("subgroup", test.subgroup_names[g], "accuracy", a);
+        if (test.num_classes == 2) {
+          spread("subgroup", test.subgroup_names[g], "fpr", fpr);
+          spread("subgroup", test.subgroup_names[g], "fnr", fnr);
+        }
+        // The cells (the paper's figure 4: Blond_Hair x Male), where the small ones vary most.
+        for (std::size_t c = 0; c < test.class_names.size(); ++c) {
+          std::vector<double> v;
+          for (const auto& r : sr.runs) {
+            double hit = 0, cnt = 0;
+            for (std::size_t i = 0; i < n; ++i)
+              if (mask[i] && test.labels[i] == int32_t(c)) cnt += 1, hit += r.predictions[i] == test.labels[i];
+            v.push_back(cnt ? hit / cnt : 0.0);
+          }
+          spread("subgroup", test.class_names[c] + " & " + test.subgroup_names[g], "accuracy", v);
+        }
+      }
+    }
+
+    // Per-example stability and the least stable examples.
+    rep.stability.push_back({name, stability_counts(preds)});
+    const std::vector<int> agree = majority_agreement(preds);
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return agree[a] < agree[c]; });
+    for (std::size_t j = 0; j < std::min<std::size_t>(10, n); ++j) {
+      const std::size_t i = order[j];
+      if (agree[i] == static_cast<int>(preds.size())) break;  // the rest all agree
+      rep.unstable.push_back({name, static_cast<int64_t>(i), test.class_names[static_cast<std::size_t>(test.labels[i])],
+                              agree[i], static_cast<int>(preds.size())});
+    }
+  }
+
+  // Manifest summary: the runtime of the first replica, and per setting the kernels it ran.
+  if (!settings.empty() && !settings[0].runs.empty()) {
+    json m = read_json((fs::path(replica_dir(o, settings[0].setting, 0)) / "manifest.json").string());
+    json summary;
+    if (m.contains("runtime")) summary["runtime"] = m["runtime"];
+    if (m.contains("ditto")) summary["ditto"] = m["ditto"];
+    if (m.contains("config")) summary["config"] = m["config"];
+    json kernels = json::object();
+    for (const auto& sr : settings) {
+      std::vector<std::string> rows;
+      for (const auto& e : sr.runs[0].ops)
+        rows.push_back(fmt::format("{}.{}{}={}", e.layer, e.knob, e.shape.empty() ? "" : "@" + e.shape, e.variant));
+      kernels[sr.setting.name] = rows;
+    }
+    summary["kernels"] = kernels;
+    summary["command_line"] = o.base.command_line;
+    rep.manifest = summary;
+  }
+  return rep;
+}
+
+ReportData run_fig_s4(EnsembleOptions o, const std::vector<float>& lrs, const std::shared_ptr<const TrainData>& data) {
+  if (lrs.empty()) throw Error("--lrs: figure S4 needs at least one learning rate");
+  o.base.optimizer = "sgd";
+  o.base.momentum = 0;
+  o.base.nesterov = false;
+  o.base.augment = false;
+  o.settings.clear();
+  struct Combo {
+    float lr;
+    bool init, order;
+  };
+  std::vector<Combo> combos;
+  for (float lr : lrs)
+    for (bool init : {false, true})
+      for (bool order : {false, true}) {
+        Setting s;
+        s.name = fmt::format("lr{}-{}init-{}order", lr, init ? "random" : "fixed", order ? "random" : "fixed");
+        s.vary_init = init;
+        s.vary_order = order;
+        s.kernels = "deterministic";
+        s.lr = lr;
+        o.settings.push_back(s);
+        combos.push_back({lr, init, order});
+      }
+  auto runs = run_settings(o, data);
+  ReportData rep = summarize(runs, o, *data);
+  rep.title = fmt::format("Figure S4: {} on {}, SGD without momentum, {} replicas x {} epochs", o.base.model,
+                          o.base.dataset, o.replicas, o.base.epochs);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto v = not_all_agree(predictions_of(runs[i]));
+    rep.fig_s4.push_back({combos[i].lr, combos[i].init ? "random" : "fixed", combos[i].order ? "random" : "fixed",
+                          mean(v)});
+  }
+  return rep;
+}
+
+ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes, int warmup, int steps,
+                        const std::shared_ptr<const TrainData>& data) {
+  if (steps < 1) throw Error(fmt::format("--overhead-steps: must be at least 1, got {}", steps));
+  if (warmup < 1) throw Error(fmt::format("--overhead-warmup: must be at least 1, got {}", warmup));
+  ReportData rep;
+  rep.title = fmt::format("Overhead of determinism: {} on {}, {} timed steps after {} warm-up, batch {}", o.base.model,
+                          o.base.dataset, steps, warmup, o.base.batch_size);
+  make_folder(o.out);
+  double heuristic_ms = 0;
+  for (const auto& mode : modes) {
+    Setting s{mode, false, false, mode, {}, 0};
+    TrainConfig c = replica_config(o, s, 0);
+    c.max_steps = warmup + steps;
+    c.checkpoint = false;
+    c.progress = false;
+    if (!o.resume && fs::exists(c.out))
+      throw Error(fmt::format("--out: {} already holds a {} run; choose another folder", o.out, mode));
+    // The clock runs from the end of the warm-up to the last step; the device is waited for at
+    // both ends so queued work is counted where it ran.
+    std::chrono::steady_clock::time_point t0, t1;
+    int epoch0 = 0;
+    TrainHooks hooks;
+    hooks.after_step = [&](const StepView& v) {
+      if (v.step == warmup) {
+        v.ctx.synchronize();
+        t0 = std::chrono::steady_clock::now();
+        epoch0 = v.epoch;
+      } else if (v.step == warmup + steps) {
+        v.ctx.synchronize();
+        t1 = std::chrono::steady_clock::now();
+        if (v.epoch != epoch0)
+          throw Error(fmt::format("--overhead-steps: steps {} to {} cross an epoch's end, whose evaluation would be "
+                                  "timed; take fewer steps or more training data",
+                                  warmup + 1, warmup + steps));
+      }
+    };
+    TrainResult r = train(c, hooks, data);
+    if (r.steps < warmup + steps)
+      throw Error(fmt::format("--overhead-steps: the data give {} steps, fewer than {} warm-up + {} timed", r.steps,
+                              warmup, steps));
+    const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count() / steps;
+    if (mode == "heuristic") heuristic_ms = ms;
+    rep.overhead.push_back({mode, ms, 0});
+    rep.settings.push_back(mode);
+    rep.metrics.push_back({mode, "ms_per_step", ms, 0, 0, false});
+    if (o.verbose) std::printf("%-18s %8.3f ms/step\n", mode.c_str(), ms);
+  }
+  const double base = heuristic_ms > 0 ? heuristic_ms : rep.overhead.front().ms_per_step;
+  for (auto& row : rep.overhead) {
+    row.ratio = row.ms_per_step / base;
+    rep.metrics.push_back({row.mode, "overhead_ratio", row.ratio, 0, 0, false});
+  }
+  return rep;
+}
+
+}  // namespace ditto

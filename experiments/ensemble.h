@@ -1,0 +1,96 @@
+// Ensemble experiments: the paper's protocols as a library. Replicas of one training run that
+// differ only in what a setting lets vary are trained (concurrently where asked), and how far
+// their predictions and weights drift is measured and reported (experiments/report.h).
+//
+// Settings (what varies between replicas):
+//   ALGO+IMPL    seeds (init, order, augmentation) per replica, heuristic kernels (the framework
+//                default: cuDNN's pick, atomics in reductions) — the paper's ALGO+IMPL
+//   ALGO         seeds per replica, deterministic kernels
+//   IMPL         seeds fixed, heuristic kernels — the paper's IMPL
+//   IMPL-ATOMIC  seeds fixed, nondeterministic kernels (every atomics variant: the most noise)
+//   CONTROL      seeds fixed, deterministic kernels: must be bit-identical
+// and custom ones, "NAME: seeds=fixed|random|init|order kernels=MODE pin=LAYER.KNOB=VARIANT ...".
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experiments/report.h"
+#include "experiments/train.h"
+
+namespace ditto {
+
+struct Setting {
+  std::string name;
+  bool vary_init = false;   // initial weights drawn per replica
+  bool vary_order = false;  // batch order and augmentation drawn per replica
+  std::string kernels = "deterministic";  // heuristic | deterministic | nondeterministic | fastest
+  std::vector<std::string> pins;          // after the kernels mode
+  float lr = 0;                           // > 0: this setting's learning rate (figure S4)
+};
+
+// The five named settings above, in that order.
+const std::vector<Setting>& paper_settings();
+// A named setting (case-insensitive: "algo+impl", "IMPL-ATOMIC", ...) or a custom spec
+// "NAME: seeds=fixed kernels=deterministic pin=conv2.bwd_filter=algo0" (seeds: fixed | random |
+// init | order; pin repeatable; the policy checks pins when the replicas train). Throws Error
+// naming the spec and the part it cannot read.
+Setting parse_setting(const std::string& spec);
+
+struct EnsembleOptions {
+  TrainConfig base;          // everything but seeds and kernels (and lr for figure S4)
+  std::vector<Setting> settings;
+  int replicas = 3;
+  int concurrent = 1;        // replicas at once per GPU
+  int gpus = 1;
+  std::string out;           // the experiment folder; one run folder per replica inside
+  bool resume = false;       // keep finished replicas in out, continue unfinished ones
+  std::string tuning;        // deterministic settings read this tuning file (tuned first if absent)
+  int bootstrap = 1000;      // resamples for the confidence intervals
+  bool verbose = true;       // a line per replica started
+};
+
+struct SettingRuns {
+  Setting setting;
+  std::vector<TrainResult> runs;  // in replica order
+};
+
+// Trains every (setting, replica) from one pool of jobs. A replica folder that finished every
+// epoch is read back (with resume), one that stopped part-way continues from its checkpoint.
+// Without resume, an out folder that already holds replicas is an Error naming it.
+std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::shared_ptr<const TrainData>& data,
+                                      double* wall_seconds = nullptr);
+
+// The settings protocol's report: churn and not-all-agree fraction with bootstrap intervals,
+// accuracy mean / std, top-1 / top-5 curves, weight L2, distinct fingerprints, per-class and
+// per-subgroup spread (accuracy; FPR and FNR for two-class data), per-example stability and the
+// least stable examples, and the manifest summary read from out.
+ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOptions& o, const TrainData& data);
+
+// Figure S4 of the design document: SGD without momentum, no augmentation, deterministic
+// kernels; for each learning rate the four {fixed, random} init x {fixed, random} order
+// combinations with o.replicas replicas each; the fraction of test examples on which the
+// replicas do not all agree. Also returns the runs' summary in the report.
+ReportData run_fig_s4(EnsembleOptions o, const std::vector<float>& lrs, const std::shared_ptr<const TrainData>& data);
+
+// Time per step of one model under each kernel mode (fixed seeds, `steps` steps after
+// `warmup` untimed ones, one run at a time), and each mode's ratio to heuristic.
+ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes, int warmup, int steps,
+                        const std::shared_ptr<const TrainData>& data);
+
+// Metrics, exposed for tests.
+// counts[k-1]: examples whose majority label k of the R replicas predict (ties: smallest label).
+std::vector<int64_t> stability_counts(const std::vector<std::vector<int32_t>>& predictions);
+// Per example: how many replicas predict its majority label.
+std::vector<int> majority_agreement(const std::vector<std::vector<int32_t>>& predictions);
+// 1 where not every replica predicts the same label, else 0.
+std::vector<double> not_all_agree(const std::vector<std::vector<int32_t>>& predictions);
+// Two-class rates with class 1 positive, over the examples where mask is true: FPR = FP / (FP
+// + TN), FNR = FN / (FN + TP); 0 where the denominator is 0.
+struct BinaryRates {
+  double fpr = 0, fnr = 0;
+};
+BinaryRates binary_rates(const std::vector<int32_t>& predicted, const std::vector<int32_t>& labels,
+                         const std::vector<bool>& mask);
+
+}  // namespace ditto
