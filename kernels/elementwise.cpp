@@ -72,4 +72,18 @@ Var add(Context& ctx, const Var& a, const Var& b) {
   return out;
 }
 
+Var flatten(Context& ctx, const Var& x) {
+  check_on_ctx(ctx, x.value(), "flatten");
+  if (x.value().ndim() < 1) throw ShapeError("flatten: x is a scalar (0 dims); need the batch dimension first");
+  const Shape& s = x.shape();
+  Var out(x.value().reshape({s[0], shape_numel(Shape(s.begin() + 1, s.end()))}), needs_grad(ctx, {&x}));
+  if (out.requires_grad()) {
+    ctx.tape().record("flatten", "", {{"x", x}}, out, [x, out](Context& c) {
+      if (!out.grad().defined()) return;
+      accumulate_grad(c, x, c.to_device(out.grad()).reshape(x.shape()));
+    });
+  }
+  return out;
+}
+
 }  // namespace ditto

@@ -1,6 +1,6 @@
-// Elementwise ops: fill, in-place add and scale (used by the tape and optimizers), and the
-// differentiable add of two variables (residual connections). All deterministic: one thread
-// per element, no reductions.
+// Elementwise ops: fill, in-place add and scale (used by the tape and optimizers), the
+// differentiable add of two variables (residual connections) and flatten. All deterministic: one
+// thread per element, no reductions (flatten runs no kernel at all).
 #pragma once
 #include "engine/context.h"
 #include "engine/tape.h"
@@ -14,5 +14,13 @@ void scale_inplace(Context& ctx, Tensor& t, float alpha);                   // t
 
 // y = a + b (same shape); backward passes the gradient to both.
 Var add(Context& ctx, const Var& a, const Var& b);
+
+// y = x viewed as {N, product of x's other dims} (N = x's dim 0; a 1-D x becomes {N, 1}): the
+// same storage, only the shape changes, so no kernel runs and CPU and CUDA share the code. The
+// bytes are unchanged because ditto tensors are dense row-major NCHW: element (n, c, h, w) of x is
+// element (n, (c*H + h)*W + w) of y, Keras's and PyTorch's channels-first flatten order.
+// Backward gives x a copy of dy in x's shape: a copy rather than a second view because
+// accumulate_grad takes a tensor its caller gives up, and dy still belongs to y.
+Var flatten(Context& ctx, const Var& x);
 
 }  // namespace ditto

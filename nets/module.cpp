@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "engine/philox.h"
 #include "kernels/bias.h"
+#include "kernels/dropout.h"
 #include "kernels/linear.h"
 
 namespace ditto {
@@ -140,6 +141,17 @@ MaxPool2d::MaxPool2d(std::string name, int kernel, int stride, int padding) : na
 Var MaxPool2d::operator()(Context& ctx, const Var& x, SummaryTrace* trace) const {
   Var y = max_pool2d(ctx, name_, x, p_);
   trace_row(trace, name_, "maxpool2d", y, 0);
+  return y;
+}
+
+Dropout::Dropout(std::string name, float p) : name_(std::move(name)), p_(p) {
+  if (!(p >= 0.0f && p < 1.0f)) throw Error(fmt::format("dropout layer '{}': p = {} is outside [0, 1)", name_, p));
+}
+
+Var Dropout::operator()(Context& ctx, const Var& x, bool training, uint64_t seed, int64_t step,
+                        SummaryTrace* trace) const {
+  Var y = dropout(ctx, name_, x, p_, seed, static_cast<uint64_t>(step), training);
+  trace_row(trace, name_, "dropout", y, 0);
   return y;
 }
 

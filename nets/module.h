@@ -87,6 +87,22 @@ class MaxPool2d {
   PoolParams p_;
 };
 
+// Inverted dropout (kernels/dropout.h). The layer's name is part of its mask key, so two dropout
+// layers of one net draw independent masks, and the same (seed, step) replays the same masks.
+// Evaluation (training == false) is the identity.
+class Dropout {
+ public:
+  Dropout(std::string name, float p);
+  Var operator()(Context& ctx, const Var& x, bool training, uint64_t seed, int64_t step,
+                 SummaryTrace* trace = nullptr) const;
+  const std::string& name() const { return name_; }
+  float p() const { return p_; }
+
+ private:
+  std::string name_;
+  float p_;
+};
+
 // A network: layers with stable names, a forward pass, and what trainers need around it.
 class Net {
  public:

@@ -263,10 +263,75 @@ class TwoConv : public Net {
   Linear fc_;
 };
 
+// Keras's examples/mnist_cnn.py, layer for layer (see nets.h). Only a 28x28 input fits fc1.
+class MnistCnn : public Net {
+ public:
+  static constexpr int kSide = 28;                         // input height and width
+  static constexpr int kPooled = (kSide - 2 - 2) / 2;      // two valid 3x3 convs, then pool 2: 12
+  MnistCnn(Context& ctx, const NetConfig& cfg)
+      : in_channels_(cfg.in_channels),
+        conv1_(ctx, "conv1", cfg.in_channels, 32, 3),  // padding 0: Keras's 'valid'
+        conv2_(ctx, "conv2", 32, 64, 3),
+        pool1_("pool1", 2, 2),
+        dropout1_("dropout1", 0.25f),
+        fc1_(ctx, "fc1", 64 * kPooled * kPooled, 128),
+        dropout2_("dropout2", 0.5f),
+        fc2_(ctx, "fc2", 128, cfg.num_classes) {}
+  std::string name() const override { return "mnist-cnn"; }
+
+  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
+    const Shape& s = x.shape();
+    if (s.size() != 4 || s[1] != in_channels_ || s[2] != kSide || s[3] != kSide)
+      throw ShapeError(fmt::format("mnist-cnn: input has shape {}; the network takes Nx{}x{}x{} (its fc1 is sized "
+                                   "for {}x{} images)",
+                                   shape_str(s), in_channels_, kSide, kSide, kSide, kSide));
+    Var h = traced(trace, "relu1", "relu", relu(ctx, conv1_(ctx, x, trace)));
+    h = traced(trace, "relu2", "relu", relu(ctx, conv2_(ctx, h, trace)));
+    h = dropout1_(ctx, pool1_(ctx, h, trace), training, seed_, step_, trace);
+    h = traced(trace, "flatten", "flatten", flatten(ctx, h));
+    h = traced(trace, "relu3", "relu", relu(ctx, fc1_(ctx, h, trace)));
+    return fc2_(ctx, dropout2_(ctx, h, training, seed_, step_, trace), trace);
+  }
+  void begin_step(uint64_t seed, int64_t step) override {
+    seed_ = seed;
+    step_ = step;
+  }
+  bool stochastic() const override { return true; }
+
+  std::vector<Param> params() override {
+    std::vector<Param> p;
+    conv1_.collect(p);
+    conv2_.collect(p);
+    fc1_.collect(p);
+    fc2_.collect(p);
+    return p;
+  }
+  std::vector<std::pair<std::string, OpKind>> knob_layers() const override {
+    return {{"conv1", OpKind::Conv2d}, {"conv2", OpKind::Conv2d}, {"pool1", OpKind::MaxPool2d},
+            {"fc1", OpKind::Linear},   {"fc2", OpKind::Linear},   {"loss", OpKind::SoftmaxXent}};
+  }
+  void init(Context& ctx, uint64_t seed) override {
+    for (Conv2d* c : {&conv1_, &conv2_}) init_conv(ctx, *c, seed);
+    for (Linear* fc : {&fc1_, &fc2_}) init_linear(ctx, *fc, seed);
+  }
+
+ private:
+  int in_channels_;
+  Conv2d conv1_, conv2_;
+  MaxPool2d pool1_;
+  Dropout dropout1_;
+  Linear fc1_;
+  Dropout dropout2_;
+  Linear fc2_;
+  uint64_t seed_ = 0;  // from begin_step: the dropout masks' key with the step and layer name
+  int64_t step_ = 0;
+};
+
 }  // namespace
 
 const std::vector<std::string>& known_models() {
-  static const std::vector<std::string> m = {"smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet"};
+  static const std::vector<std::string> m = {"smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet",
+                                             "mnist-cnn"};
   return m;
 }
 
@@ -277,6 +342,7 @@ std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg) {
   if (cfg.model == "two-conv") return std::make_unique<TwoConv>(ctx, cfg);
   if (cfg.model == "resnet18") return std::make_unique<ResNet18>(ctx, cfg, false);
   if (cfg.model == "resnet18-imagenet") return std::make_unique<ResNet18>(ctx, cfg, true);
+  if (cfg.model == "mnist-cnn") return std::make_unique<MnistCnn>(ctx, cfg);
   throw Error(fmt::format("unknown model '{}'; known models: {}", cfg.model, fmt::join(known_models(), ", ")));
 }
 
