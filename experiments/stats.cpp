@@ -51,6 +51,9 @@ double mean(const std::vector<double>& v) {
 
 double stddev(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
+  // Identical values have no spread; the mean of several equal doubles need not equal them
+  // exactly, which would report a spread of 1e-17 for bit-identical replicas.
+  if (std::all_of(v.begin(), v.end(), [&](double x) { return x == v[0]; })) return 0;
   const double m = mean(v);
   double sum_sq = 0;
   for (double x : v) sum_sq += (x - m) * (x - m);

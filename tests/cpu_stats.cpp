@@ -35,6 +35,9 @@ TEST_CASE("mean and sample stddev", "[stats]") {
   const std::vector<double> v = {2, 4, 4, 4, 5, 5, 7, 9};
   CHECK(mean(v) == Approx(5));
   CHECK(stddev(v) == Approx(std::sqrt(32.0 / 7)));  // squared deviations sum to 32, n-1 = 7
+  // Bit-identical replicas have no spread: 0.4324 three times has a mean that is not exactly
+  // 0.4324 in double, which must not show up as a std of 7e-17.
+  CHECK(stddev({0.4324, 0.4324, 0.4324}) == 0.0);
 }
 
 TEST_CASE("percentile interpolates linearly between order statistics", "[stats]") {
