@@ -7,7 +7,8 @@
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
 # compare. Steps of the speed issue: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the protocols issue: exp-smallcnn
-# fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
+# fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz). Issue 9:
+# memcheck[:SECONDS] racecheck[:SECONDS].
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -132,6 +133,18 @@ pipeline() {
         $E --model resnet18 --dataset celeba --data /tmp/celeba/celeba64 --loader-threads 2 --epochs 3 --lr 4e-4 \
           --optimizer adam --replicas 5 --settings ALGO+IMPL,IMPL,CONTROL --concurrent 5 --quiet \
           --out $R/celeba > $R/celeba.txt 2> $R/celeba.err; echo "rc=$?"; tail -8 $R/celeba.txt ;;
+      memcheck|racecheck)
+        # Issue 9: compute-sanitizer over every GPU test binary, all at once (one GPU, many
+        # cores; each under its own time limit: the sanitizer slows cuDNN calls by orders).
+        local cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer) t
+        for t in $B/tests/gpu_*; do
+          timeout ${arg:-480} $cs --tool $step --error-exitcode 1 $t > $R/$step-$(basename $t).log 2>&1 &
+        done
+        wait
+        for t in $B/tests/gpu_*; do
+          local l=$R/$step-$(basename $t).log
+          echo "$(basename $t): $(grep -h 'ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
+        done ;;
       where)
         echo "git: $(git rev-parse --short=12 HEAD 2>&1 | head -1); .ditto-commit: $(cat .ditto-commit)"; ls -a | head -30 ;;
     esac

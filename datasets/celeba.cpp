@@ -47,9 +47,10 @@ AttrTable read_attributes(const fs::path& p) {
   auto count_tok = split_ws(line);
   int64_t count = -1;
   try {
+    // A blank count line has no token 0 (found by tests/fuzz/fuzz_celeba).
     std::size_t used = 0;
     if (count_tok.size() == 1) count = std::stoll(count_tok[0], &used);
-    if (used != count_tok[0].size() || count < 0) count = -1;
+    if (count_tok.size() != 1 || used != count_tok[0].size() || count < 0) count = -1;
   } catch (const std::exception&) {
     count = -1;
   }

@@ -79,6 +79,15 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
   }
   jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
+  // The header's size decides the allocation: a corrupt or hostile header may claim 65535 x
+  // 65535 (fuzz_jpeg asked for 5 GB). 8192 x 8192 is far beyond any training image.
+  constexpr uint64_t kMaxPixels = uint64_t(1) << 26;
+  if (uint64_t(cinfo.image_width) * cinfo.image_height > kMaxPixels) {
+    const std::string msg = fmt::format("JPEG '{}' claims {} x {} pixels, more than the {} ditto decodes", path,
+                                        cinfo.image_width, cinfo.image_height, kMaxPixels);
+    jpeg_destroy_decompress(&cinfo);
+    throw DataError(msg);
+  }
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
     throw DataError(fmt::format("JPEG '{}' is CMYK/YCCK; only RGB and grayscale JPEGs are supported", path));

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -63,29 +64,50 @@ SafetensorsFile load_safetensors(const std::string& path) {
   }
   const std::size_t data_start = 8 + n;
   const std::size_t data_size = bytes.size() - data_start;
+  // Every field is checked for its JSON type and range before use: a header is input like any
+  // other (fuzz_safetensors found a missing key escaping as nlohmann's exception).
+  if (!header.is_object())
+    throw DataError(fmt::format("{}: the header at offset 8 is not a JSON object", path));
   SafetensorsFile f;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      for (auto m = it->begin(); m != it->end(); ++m) f.metadata[m.key()] = m->get<std::string>();
-      continue;
+    try {
+      if (it.key() == "__metadata__") {
+        if (!it->is_object()) throw DataError(fmt::format("{}: __metadata__ in the header is not an object", path));
+        for (auto m = it->begin(); m != it->end(); ++m) {
+          if (!m->is_string())
+            throw DataError(fmt::format("{}: metadata '{}' in the header is not a string", path, m.key()));
+          f.metadata[m.key()] = m->get<std::string>();
+        }
+        continue;
+      }
+      const auto& d = *it;
+      if (!d.is_object()) throw DataError(fmt::format("{}: tensor '{}' in the header is not an object", path, it.key()));
+      std::string dtype = d.value("dtype", "");
+      if (dtype != "F32" && dtype != "I32")
+        throw DataError(fmt::format("{}: tensor '{}' has dtype '{}'; ditto reads F32 and I32", path, it.key(), dtype));
+      Shape shape = d.at("shape").get<Shape>();
+      auto off = d.at("data_offsets").get<std::vector<std::size_t>>();
+      DType dt = dtype == "F32" ? DType::F32 : DType::I32;
+      // No negative extents and no overflow; the offsets checks below then bound the size by
+      // the file's, before anything is allocated.
+      std::size_t need = dtype_size(dt);
+      for (int64_t e : shape) {
+        if (e < 0 || (e > 0 && need > SIZE_MAX / static_cast<std::size_t>(e)))
+          throw DataError(fmt::format("{}: tensor '{}' has an impossible shape {}", path, it.key(), shape_str(shape)));
+        need *= static_cast<std::size_t>(e);
+      }
+      if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != need)
+        throw DataError(fmt::format("{}: tensor '{}' data_offsets do not match shape {}", path, it.key(), shape_str(shape)));
+      if (off[1] > data_size)
+        throw DataError(fmt::format("{}: truncated: tensor '{}' needs bytes up to offset {}, file ends at {}", path,
+                                    it.key(), data_start + off[1], bytes.size()));
+      Context cpu;
+      Tensor t = cpu.empty(shape, dt);
+      if (need) std::memcpy(t.raw(), bytes.data() + data_start + off[0], need);
+      f.tensors[it.key()] = std::move(t);
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(fmt::format("{}: tensor '{}' in the header (offsets 8 to {}): {}", path, it.key(), 8 + n, e.what()));
     }
-    const auto& d = *it;
-    std::string dtype = d.value("dtype", "");
-    if (dtype != "F32" && dtype != "I32")
-      throw DataError(fmt::format("{}: tensor '{}' has dtype '{}'; ditto reads F32 and I32", path, it.key(), dtype));
-    Shape shape = d.at("shape").get<Shape>();
-    auto off = d.at("data_offsets").get<std::vector<std::size_t>>();
-    DType dt = dtype == "F32" ? DType::F32 : DType::I32;
-    std::size_t need = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dt);
-    if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != need)
-      throw DataError(fmt::format("{}: tensor '{}' data_offsets do not match shape {}", path, it.key(), shape_str(shape)));
-    if (off[1] > data_size)
-      throw DataError(fmt::format("{}: truncated: tensor '{}' needs bytes up to offset {}, file ends at {}", path,
-                                  it.key(), data_start + off[1], bytes.size()));
-    Context cpu;
-    Tensor t = cpu.empty(shape, dt);
-    if (need) std::memcpy(t.raw(), bytes.data() + data_start + off[0], need);
-    f.tensors[it.key()] = std::move(t);
   }
   return f;
 }

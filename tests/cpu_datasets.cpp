@@ -291,6 +291,19 @@ TEST_CASE("image folder: corrupt and truncated JPEGs, mixed sizes, PNG, missing 
   CHECK_THROWS_AS(load_image_folder(dir.str(), "s"), DataError);
   CHECK_THAT(error_message([&] { load_image_folder(dir.str(), "s"); }),
              Contains(victim.string()) && Contains("byte offset"));
+  // A header claiming 16383 x 16383 pixels is refused before anything that size is allocated
+  // (found by tests/fuzz/fuzz_jpeg: 5 GB asked for; libjpeg itself stops at 65500).
+  {
+    auto huge = good;
+    for (std::size_t i = 0; i + 8 < huge.size(); ++i)
+      if (huge[i] == 0xff && (huge[i + 1] == 0xc0 || huge[i + 1] == 0xc2)) {  // SOF0 / SOF2
+        huge[i + 5] = huge[i + 7] = 0x3f;                                        // height, width
+        huge[i + 6] = huge[i + 8] = 0xff;
+        break;
+      }
+    CHECK_THAT(error_message([&] { detail::decode_jpeg("huge.jpg", huge); }),
+               Contains("huge.jpg") && Contains("16383 x 16383"));
+  }
   // Not a JPEG at all.
   write_bytes(victim, {0x89, 'P', 'N', 'G', 1, 2, 3, 4});
   CHECK_THAT(error_message([&] { load_image_folder(dir.str(), "s"); }),
@@ -416,6 +429,9 @@ TEST_CASE("celeba: parse errors name file and line, missing files are IoError") 
   CHECK_THAT(error_message([&] { load_celeba(f.dir.str(), Split::Train); }), Contains("line 4"));
   // Count line disagrees.
   write_text(attr, "7" + good.substr(1));
+  CHECK_THAT(error_message([&] { load_celeba(f.dir.str(), Split::Train); }), Contains("line 1"));
+  // A blank count line (read past the end of its token list before; found by fuzz_celeba).
+  write_text(attr, "\n" + good.substr(good.find('\n') + 1));
   CHECK_THAT(error_message([&] { load_celeba(f.dir.str(), Split::Train); }), Contains("line 1"));
   write_text(attr, good);
   write_text(f.dir.path / "list_eval_partition.txt", "000001.jpg 0\n000002.jpg 3\n");

@@ -179,7 +179,29 @@ TEST_CASE("safetensors: truncated and corrupt files name the file and offset") {
   CHECK_THROWS_WITH(load_safetensors("bad.safetensors"),
                     Catch::Matchers::Contains("bad.safetensors") && Catch::Matchers::Contains("malformed header at offset"));
   CHECK_THROWS_AS(load_safetensors("missing.safetensors"), IoError);
-  for (auto p : {"full.safetensors", "trunc.safetensors", "short.safetensors", "bad.safetensors"}) std::remove(p);
+  // Well-formed JSON of the wrong structure (found by tests/fuzz/fuzz_safetensors): each is a
+  // DataError naming the file, never a JSON library exception or a huge allocation.
+  auto with_header = [&](const std::string& path, const std::string& header) {
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    write(path, s + header);
+  };
+  const std::vector<std::pair<std::string, std::string>> wrong = {
+      {"[1, 2]", "not a JSON object"},
+      {R"({"x": {"dtype": "F32", "shape": [2]}})", "data_offsets"},
+      {R"({"x": 5})", "not an object"},
+      {R"({"__metadata__": {"epoch": 3}})", "metadata 'epoch'"},
+      {R"({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}})", "shape"},
+      {R"({"x": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", "shape"},
+      {R"({"x": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}})", "tensor 'x'"}};
+  for (const auto& [header, says] : wrong) {
+    INFO(header);
+    with_header("wrong.safetensors", header);
+    CHECK_THROWS_WITH(load_safetensors("wrong.safetensors"),
+                      Catch::Matchers::Contains("wrong.safetensors") && Catch::Matchers::Contains(says));
+  }
+  for (auto p : {"full.safetensors", "trunc.safetensors", "short.safetensors", "bad.safetensors", "wrong.safetensors"})
+    std::remove(p);
 }
 
 TEST_CASE("metrics: topk and correct counts") {
