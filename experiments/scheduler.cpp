@@ -35,16 +35,18 @@ void run_jobs(int jobs, const std::vector<std::string>& devices, int per_device,
   if (devices.empty()) throw Error("run_jobs: no device to run on");
   const auto placement = place_jobs(jobs, static_cast<int>(devices.size()), per_device);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(jobs));
-  std::atomic<bool> failed{false};
+  std::atomic<int> first_failed{jobs};  // lowest failed index so far; jobs: none
   auto worker = [&](int device, int lane) {
-    for (int i = 0; i < jobs && !failed; ++i) {
+    for (int i = 0; i < jobs && i < first_failed.load(); ++i) {
       const Placement& p = placement[static_cast<std::size_t>(i)];
       if (p.device != device || p.lane != lane) continue;
       try {
         job(i, devices[static_cast<std::size_t>(device)]);
       } catch (...) {
         errors[static_cast<std::size_t>(i)] = std::current_exception();
-        failed = true;
+        int seen = first_failed.load();
+        while (i < seen && !first_failed.compare_exchange_weak(seen, i)) {
+        }
       }
     }
   };

@@ -28,8 +28,9 @@ std::vector<std::string> replica_devices(const std::string& device, int max_devi
 
 // Runs job(i, device) for i in [0, jobs): devices.size() x per_device worker threads, each
 // serving one device and taking the placed jobs of its lane in index order. Waits for all; if
-// any job threw, the first exception (lowest job index) is rethrown after every worker stopped
-// (workers stop taking new jobs once one has failed).
+// any job threw, the exception of the lowest failing index is rethrown after every worker
+// stopped. Once job f has failed, workers skip jobs above f but still run those below it, so
+// which error comes back does not depend on thread timing.
 void run_jobs(int jobs, const std::vector<std::string>& devices, int per_device,
               const std::function<void(int job, const std::string& device)>& job);
 

@@ -66,17 +66,27 @@ TEST_CASE("run_jobs: every job once, on its device, several at a time") {
 }
 
 TEST_CASE("run_jobs: the lowest failing job's error comes back after all workers stop") {
-  std::atomic<int> ran{0};
-  try {
-    run_jobs(6, {"cpu"}, 3, [&](int i, const std::string&) {
-      ++ran;
-      if (i == 1 || i == 2) throw DataError("job " + std::to_string(i));
-    });
-    FAIL("no error");
-  } catch (const DataError& e) {
-    CHECK(std::string(e.what()) == "job 1");
+  // Lanes: {0, 3}, {1, 4}, {2, 5}. Whichever of jobs 1 and 2 fails first, job 1 still runs (no
+  // job below a failure is skipped), so "job 1" comes back on every schedule; jobs above the
+  // lowest failure may be skipped. Repeated, since a timing-dependent answer shows up rarely.
+  for (int round = 0; round < 200; ++round) {
+    std::atomic<int> ran{0};
+    std::atomic<bool> ran0{false}, ran1{false};
+    try {
+      run_jobs(6, {"cpu"}, 3, [&](int i, const std::string&) {
+        ++ran;
+        if (i == 0) ran0 = true;
+        if (i == 1) ran1 = true;
+        if (i == 1 || i == 2) throw DataError("job " + std::to_string(i));
+      });
+      FAIL("no error");
+    } catch (const DataError& e) {
+      REQUIRE(std::string(e.what()) == "job 1");
+    }
+    REQUIRE(ran0.load());
+    REQUIRE(ran1.load());
+    REQUIRE(ran.load() <= 4);  // jobs 4 and 5 follow a failed job in their lanes; job 3 may run
   }
-  CHECK(ran.load() >= 3);
 }
 
 TEST_CASE("attribute: two replicas at once give exactly the sequential results") {
