@@ -70,11 +70,18 @@ void trace_row(SummaryTrace* trace, const std::string& name, const std::string& 
 }  // namespace
 
 Conv2d::Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel, int stride, int padding,
-               bool bias, Init init)
+               bool bias, Init init, int groups)
     : name_(std::move(name)), init_(init) {
+  // Checked here, not only by the op: the weight's shape divides by groups, and a truncated
+  // division would make a wrong-shaped weight that fails later under a less helpful message.
+  if (groups < 1 || in_channels % groups || out_channels % groups)
+    throw ShapeError(fmt::format("conv2d layer '{}': groups = {} must be positive and divide in_channels = {} and "
+                                 "out_channels = {}",
+                                 name_, groups, in_channels, out_channels));
   p_.stride_h = p_.stride_w = stride;
   p_.pad_h = p_.pad_w = padding;
-  weight = Var(ctx.empty({out_channels, in_channels, kernel, kernel}), true);
+  p_.groups = groups;
+  weight = Var(ctx.empty({out_channels, in_channels / groups, kernel, kernel}), true);
   if (bias) this->bias = Var(ctx.zeros({out_channels}), true);
 }
 

@@ -31,14 +31,18 @@ struct SummaryRow {
 // Optional trace a Net fills while it runs (for --summary).
 using SummaryTrace = std::vector<SummaryRow>;
 
+// groups > 1: a grouped convolution (weight [out, in/groups, k, k]; group g maps input channels
+// g*in/groups .. to output channels g*out/groups ..); groups == in_channels is depthwise.
+// in_channels and out_channels must be divisible by groups (else ShapeError naming the layer).
 class Conv2d {
  public:
   Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel, int stride = 1,
-         int padding = 0, bool bias = true, Init init = Init::GlorotUniform);
+         int padding = 0, bool bias = true, Init init = Init::GlorotUniform, int groups = 1);
   Var operator()(Context& ctx, const Var& x, SummaryTrace* trace = nullptr) const;
   void collect(std::vector<Param>& params) const;
   const std::string& name() const { return name_; }
   Init init() const { return init_; }
+  int groups() const { return p_.groups; }
   Var weight, bias;
 
  private:

@@ -7,8 +7,10 @@
 
 #include "engine/context.h"
 #include "engine/error.h"
+#include "kernels/bias_ref.h"
 #include "kernels/conv2d.h"
 #include "kernels/conv2d_ref.h"
+#include "nets/module.h"
 #include "support.h"
 
 using namespace ditto;
@@ -36,6 +38,9 @@ const std::vector<Config>& configs() {
       {"groups 2 pad 1", {2, 4, 6, 6}, {6, 2, 3, 3}, make(1, 1, 1, 1, 1, 1, 2)},
       {"groups 3, stride 2x1, pad 1x2, dilation 1x2, 3x2 kernel", {2, 6, 8, 7}, {6, 2, 3, 2}, make(2, 1, 1, 2, 1, 2, 3)},
       {"1x1", {2, 4, 5, 3}, {3, 4, 1, 1}, make(1, 1, 0, 0, 1, 1, 1)},
+      {"depthwise (groups = C = 4), stride 2, pad 1", {2, 4, 7, 6}, {4, 1, 3, 3}, make(2, 2, 1, 1, 1, 1, 4)},
+      {"depthwise with multiplier 2 (groups = C = 3, K = 6), dilation 2, pad 2x1, 3x2 kernel", {1, 3, 7, 8},
+       {6, 1, 3, 2}, make(1, 1, 2, 1, 2, 2, 3)},
   };
   return c;
 }
@@ -88,6 +93,137 @@ TEST_CASE("conv2d reference: a hand-computed value") {
   Conv2dParams p;
   p.pad_h = p.pad_w = 1;
   CHECK(conv2d_forward(ctx, "c", x, w, p).to_host_f32()[0] == -1.f);
+}
+
+TEST_CASE("conv2d reference: hand-computed grouped and depthwise values") {
+  Context ctx;
+  SECTION("groups 2: each output sees only its own group's input channels") {
+    // x 1x4x1x1 = [1, 2, 3, 4]; groups 2, so outputs 0-1 read channels 0-1 and outputs 2-3
+    // read channels 2-3. w 4x2x1x1: [1, 10], [-1, 0] | [100, 1000], [0, 1].
+    Tensor x = ctx.from_host(std::vector<float>{1, 2, 3, 4}, {1, 4, 1, 1});
+    Tensor w = ctx.from_host(std::vector<float>{1, 10, -1, 0, 100, 1000, 0, 1}, {4, 2, 1, 1});
+    Conv2dParams p;
+    p.groups = 2;
+    // 1*1 + 10*2, -1*1, 100*3 + 1000*4, 1*4; without groups output 0 would also read 3 and 4.
+    CHECK(conv2d_forward(ctx, "g", x, w, p).to_host_f32() == std::vector<float>{21, -1, 4300, 4});
+  }
+  SECTION("depthwise (groups = C = 2): one 2x2 filter per channel") {
+    // channel 0 = 1..9 with [1 0; 0 -1]: x[i][j] - x[i+1][j+1] = -4 everywhere.
+    // channel 1 = 10..90 with [0 1; 1 0]: x[i][j+1] + x[i+1][j] = 20+40, 30+50, 50+70, 60+80.
+    Tensor x = ctx.from_host(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30, 40, 50, 60, 70, 80, 90},
+                             {1, 2, 3, 3});
+    Tensor w = ctx.from_host(std::vector<float>{1, 0, 0, -1, 0, 1, 1, 0}, {2, 1, 2, 2});
+    Conv2dParams p;
+    p.groups = 2;
+    CHECK(conv2d_forward(ctx, "dw", x, w, p).to_host_f32() == std::vector<float>{-4, -4, -4, -4, 60, 80, 120, 140});
+    // pad 1, stride 2: output (oh, ow) has its kernel origin at input (2oh - 1, 2ow - 1); padding reads 0.
+    //   channel 0, x[h0][w0] - x[h0+1][w0+1]: (0,0) 0 - 1, (0,1) 0 - 3, (1,0) 0 - 7, (1,1) 5 - 9
+    //   channel 1, x[h0][w0+1] + x[h0+1][w0]: (0,0) 0 + 0, (0,1) 0 + 20, (1,0) 40 + 0, (1,1) 60 + 80
+    p.pad_h = p.pad_w = 1;
+    p.stride_h = p.stride_w = 2;
+    CHECK(conv2d_forward(ctx, "dw", x, w, p).to_host_f32() == std::vector<float>{-1, -3, -7, -4, 0, 20, 40, 140});
+  }
+}
+
+TEST_CASE("conv2d + bias reference with groups: gradient check in double of dx, dw and db") {
+  // What a grouped Conv2d layer computes: y = conv(x, w) + b[k]; dL/db is the bias reduction of
+  // dL/dy, dL/dx and dL/dw are the convolution's backward passes of the same dL/dy.
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (const auto& c : configs()) {
+    if (c.p.groups == 1) continue;
+    INFO("config " << c.name);
+    auto g = ref::conv2d_geom(c.x, c.w, c.p);
+    const int64_t spatial = g.Ho * g.Wo;
+    auto x = test::random_vec<double>(static_cast<std::size_t>(shape_numel(c.x)), seed);
+    auto w = test::random_vec<double>(static_cast<std::size_t>(shape_numel(c.w)), seed + 1);
+    auto b = test::random_vec<double>(static_cast<std::size_t>(g.K), seed + 2);
+    auto fwd = [&](const std::vector<double>& xv, const std::vector<double>& wv, const std::vector<double>& bv) {
+      auto conv = ref_fwd(c, xv, wv);
+      std::vector<double> y(conv.size());
+      ref::bias_fwd(conv.data(), bv.data(), y.data(), g.N, g.K, spatial);
+      return y;
+    };
+    auto lw = test::loss_weights(static_cast<std::size_t>(g.N * g.K * spatial), seed);  // dL/dy
+    std::vector<double> dx(x.size()), dw(w.size()), db(b.size());
+    ref::conv2d_bwd_data(g, lw.data(), w.data(), dx.data());
+    ref::conv2d_bwd_filter(g, x.data(), lw.data(), dw.data());
+    ref::bias_bwd_db(lw.data(), db.data(), g.N, g.K, spatial);
+    CHECK(test::gradcheck([&](const std::vector<double>& v) { return test::weighted_sum(fwd(v, w, b), lw); }, x, dx) <
+          1e-6);
+    CHECK(test::gradcheck([&](const std::vector<double>& v) { return test::weighted_sum(fwd(x, v, b), lw); }, w, dw) <
+          1e-6);
+    CHECK(test::gradcheck([&](const std::vector<double>& v) { return test::weighted_sum(fwd(x, w, v), lw); }, b, db) <
+          1e-6);
+  }
+}
+
+TEST_CASE("Conv2d layer with groups: weight shape, forward and the tape's dx, dw, db equal the reference") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  struct LayerCase {
+    const char* name;
+    int in, out, kernel, stride, pad, groups;
+  };
+  for (const LayerCase& lc : {LayerCase{"grouped", 4, 6, 3, 1, 1, 2}, LayerCase{"depthwise", 4, 4, 3, 2, 1, 4},
+                              LayerCase{"depthwise x2", 3, 6, 3, 1, 1, 3}}) {
+    INFO(lc.name);
+    Context ctx;
+    Conv2d layer(ctx, "dwconv", lc.in, lc.out, lc.kernel, lc.stride, lc.pad, true, Init::HeNormal, lc.groups);
+    CHECK(layer.groups() == lc.groups);
+    const Shape ws{lc.out, lc.in / lc.groups, lc.kernel, lc.kernel}, xs{2, lc.in, 7, 6};
+    REQUIRE(layer.weight.value().shape() == ws);
+    REQUIRE(layer.bias.value().shape() == Shape{lc.out});
+    Conv2dParams p;
+    p.stride_h = p.stride_w = lc.stride;
+    p.pad_h = p.pad_w = lc.pad;
+    p.groups = lc.groups;
+    auto g = ref::conv2d_geom(xs, ws, p);
+    const int64_t spatial = g.Ho * g.Wo;
+    auto xf = test::random_vec(static_cast<std::size_t>(shape_numel(xs)), seed);
+    auto wf = test::random_vec(static_cast<std::size_t>(shape_numel(ws)), seed + 1);
+    auto bf = test::random_vec(static_cast<std::size_t>(lc.out), seed + 2);
+    const Shape ys{2, lc.out, g.Ho, g.Wo};
+    auto dyf = test::random_vec(static_cast<std::size_t>(shape_numel(ys)), seed + 3);
+    layer.weight = Var(ctx.from_host(wf, ws), true);
+    layer.bias = Var(ctx.from_host(bf, {lc.out}), true);
+    Var x(ctx.from_host(xf, xs), true);
+    Var y = layer(ctx, x);
+    REQUIRE(y.shape() == ys);
+    ctx.tape().backward(ctx, y, ctx.from_host(dyf, ys));
+    // The CPU ops are the references (double sums rounded once), so equality is exact.
+    std::vector<float> conv(dyf.size()), want_y(dyf.size()), dx(xf.size()), dw(wf.size()), db(bf.size());
+    ref::conv2d_fwd(g, xf.data(), wf.data(), conv.data());
+    ref::bias_fwd(conv.data(), bf.data(), want_y.data(), g.N, g.K, spatial);
+    ref::conv2d_bwd_data(g, dyf.data(), wf.data(), dx.data());
+    ref::conv2d_bwd_filter(g, xf.data(), dyf.data(), dw.data());
+    ref::bias_bwd_db(dyf.data(), db.data(), g.N, g.K, spatial);
+    CHECK(y.value().to_host_f32() == want_y);
+    CHECK(x.grad().to_host_f32() == dx);
+    CHECK(layer.weight.grad().to_host_f32() == dw);
+    CHECK(layer.bias.grad().to_host_f32() == db);
+  }
+  SECTION("existing calls keep groups 1 and the full weight") {
+    Context ctx;
+    Conv2d plain(ctx, "conv1", 3, 8, 5, 1, 2);
+    CHECK(plain.groups() == 1);
+    CHECK(plain.weight.value().shape() == Shape{8, 3, 5, 5});
+  }
+}
+
+TEST_CASE("Conv2d layer: a group count that does not divide the channels is an error naming the layer") {
+  Context ctx;
+  CHECK_THROWS_MATCHES(Conv2d(ctx, "block3.dw", 6, 12, 3, 1, 1, true, Init::HeNormal, 4), ShapeError,
+                       Catch::Matchers::Message(
+                           "conv2d layer 'block3.dw': groups = 4 must be positive and divide in_channels = 6 and "
+                           "out_channels = 12"));
+  CHECK_THROWS_WITH(Conv2d(ctx, "block3.pw", 8, 6, 1, 1, 0, false, Init::HeNormal, 4),
+                    Contains("block3.pw") && Contains("out_channels = 6"));
+  CHECK_THROWS_AS(Conv2d(ctx, "block3.z", 8, 8, 1, 1, 0, false, Init::HeNormal, 0), ShapeError);
+  // The op itself rejects a weight whose per-group channel count does not match.
+  Conv2d ok(ctx, "block3.ok", 8, 8, 3, 1, 1, false, Init::HeNormal, 8);
+  Var x(ctx.zeros({1, 4, 5, 5}));
+  CHECK_THROWS_WITH(ok(ctx, x), Contains("block3.ok") && Contains("C = 4 is not divisible by groups = 8"));
 }
 
 TEST_CASE("conv2d CPU op: values equal the double reference rounded once, in every direction") {

@@ -1,6 +1,8 @@
 // conv2d on the GPU: every cuDNN algorithm of every direction against the CPU reference,
 // the selection modes, determinism (bit-equal repeats of deterministic algorithms, visible
-// variation of the atomics ones), unsupported pins, TF32, and the DETERMINISM table.
+// variation of the atomics ones), grouped and depthwise convolutions (every algorithm, every
+// mode, the tuning key, a depthwise layer through the tape), unsupported pins, TF32, and the
+// DETERMINISM table.
 //
 // Tolerances. For output element i let A_i = sum of |a||b| over the products that make it (the
 // reference run on |x|, |w| (fwd), |dy|, |w| (bwd_data) or |x|, |dy| (bwd_filter)), L the
@@ -36,7 +38,9 @@
 #include "engine/context.h"
 #include "engine/error.h"
 #include "kernels/conv2d.h"
+#include "engine/tuning.h"
 #include "kernels/conv2d_ref.h"
+#include "nets/module.h"
 #include "support.h"
 
 using namespace ditto;
@@ -70,8 +74,18 @@ const std::vector<Case>& cases() {
       {"1x1", {4, 8, 16, 16}, {16, 8, 1, 1}, make(1, 0, 1, 1)},
       {"3x3 groups 2 pad 1", {4, 8, 16, 16}, {16, 4, 3, 3}, make(1, 1, 1, 2)},
       {"3x3 dilation 2 pad 2", {4, 8, 16, 16}, {16, 8, 3, 3}, make(1, 2, 2, 1)},
+      {"3x3 depthwise (groups = C = 8) pad 1", {4, 8, 16, 16}, {8, 1, 3, 3}, make(1, 1, 1, 8)},
+      {"3x3 depthwise x2 (groups = 8, K = 16) stride 2 pad 1", {4, 8, 16, 16}, {16, 1, 3, 3}, make(2, 1, 1, 8)},
   };
   return c;
+}
+
+// The grouped (groups > 1) entries of cases().
+std::vector<Case> grouped_cases() {
+  std::vector<Case> out;
+  for (const auto& c : cases())
+    if (c.p.groups > 1) out.push_back(c);
+  return out;
 }
 
 std::vector<double> absd(const std::vector<float>& v) {
@@ -275,6 +289,92 @@ TEST_CASE("conv2d GPU: selection modes resolve as documented and are recorded") 
     }
   }
   CHECK(ctx.op_state("conv2d") != nullptr);  // selections are cached per context
+}
+
+TEST_CASE("conv2d GPU: grouped and depthwise through every selection mode; deterministic runs bit-equal") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (const Case& c : grouped_cases()) {
+    INFO("case " << c.name);
+    for (Dir d : kDirs) {
+      INFO(knob(d));
+      for (const char* mode : {"heuristic", "fastest", "deterministic", "nondeterministic"}) {
+        INFO("mode " << mode);
+        Context ctx(Device::cuda(0), pin_policy("g", d, mode));
+        Problem pr(ctx, c, seed);
+        Tensor out = run(ctx, "g", d, pr);
+        const ManifestEntry* e = ctx.manifest().find("g", knob(d));
+        REQUIRE(e != nullptr);
+        CHECK(e->requested == mode);
+        CHECK(compare(out.to_host_f32(), pr, d, e->variant, MathMode::Fma) == "");
+        std::printf("conv2d %s %s=%s -> %s (deterministic: %s, workspace %zu bytes)\n", c.name, knob(d).c_str(), mode,
+                    e->variant.c_str(), determinism_name(e->deterministic), e->workspace_bytes);
+        if (std::string(mode) == "nondeterministic" && d != Dir::Fwd) CHECK(e->variant == "algo0");
+        if (std::string(mode) != "deterministic") continue;
+        CHECK(e->deterministic == Determinism::Yes);
+        const uint64_t first = out.fingerprint();
+        CHECK(test::distinct_results(10, [&] { return run(ctx, "g", d, pr); }) == 1);
+        CHECK(run(ctx, "g", d, pr).fingerprint() == first);
+        // A second run in a fresh context (fresh selection cache and cuDNN handle) picks the
+        // same algorithm from the heuristic ranking and gives the same bits.
+        Context again(Device::cuda(0), pin_policy("g", d, mode));
+        Problem pr2(again, c, seed, /*with_reference=*/false);
+        CHECK(run(again, "g", d, pr2).fingerprint() == first);
+        CHECK(again.manifest().find("g", knob(d))->variant == e->variant);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d GPU: a tuning table records the real group count") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  auto table = std::make_shared<TuningTable>();
+  Context ctx(Device::cuda(0), Policy::parse({"*=deterministic"}));
+  ctx.set_tuning(table);
+  for (const Case& c : grouped_cases()) {
+    INFO("case " << c.name);
+    Problem pr(ctx, c, seed);
+    for (Dir d : kDirs) {
+      INFO(knob(d));
+      Tensor out = run(ctx, "t", d, pr);
+      CHECK(compare(out.to_host_f32(), pr, d, ctx.manifest().find("t", knob(d))->variant, MathMode::Fma) == "");
+      CHECK(test::distinct_results(5, [&] { return run(ctx, "t", d, pr); }) == 1);
+      bool found = false;
+      for (const auto& e : table->entries())
+        if (e.direction == knob(d) && e.w == c.w && e.x == c.x) {
+          found = true;
+          CHECK(e.groups == c.p.groups);
+        }
+      CHECK(found);
+    }
+  }
+}
+
+TEST_CASE("conv2d GPU: a depthwise Conv2d layer's forward and tape gradients match the reference") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  // The layer runs conv2d, then bias_add; its conv part is checked here, the bias op has its own tests.
+  const Case& c = cases()[5];  // depthwise, groups = C = 8
+  REQUIRE(c.p.groups == 8);
+  for (const char* mode : {"heuristic", "deterministic"}) {
+    INFO("mode " << mode);
+    Context ctx(Device::cuda(0), Policy::parse({std::string("*=") + mode}));
+    Problem pr(ctx, c, seed);
+    Conv2d layer(ctx, "dw", int(c.x[1]), int(c.w[0]), int(c.w[2]), c.p.stride_h, c.p.pad_h, false, Init::HeNormal,
+                 c.p.groups);
+    REQUIRE(layer.weight.value().shape() == c.w);
+    layer.weight = Var(pr.w, true);
+    Var x(pr.x, true);
+    Var y = layer(ctx, x);
+    REQUIRE(y.shape() == pr.ys);
+    CHECK(compare(y.value().to_host_f32(), pr, Dir::Fwd, ctx.manifest().find("dw", "fwd")->variant, MathMode::Fma) == "");
+    ctx.tape().backward(ctx, y, pr.dy);
+    CHECK(compare(x.grad().to_host_f32(), pr, Dir::BwdData, ctx.manifest().find("dw", "bwd_data")->variant,
+                  MathMode::Fma) == "");
+    CHECK(compare(layer.weight.grad().to_host_f32(), pr, Dir::BwdFilter, ctx.manifest().find("dw", "bwd_filter")->variant,
+                  MathMode::Fma) == "");
+  }
 }
 
 TEST_CASE("conv2d GPU: a pinned algorithm cuDNN does not support is a PolicyError listing the supported ones") {
