@@ -5,30 +5,67 @@
 #include "kernels/detail/activation_cuda.h"
 
 namespace ditto {
+namespace {
 
-Var relu(Context& ctx, const Var& x) {
-  check_f32_on(ctx, x.value(), "relu", "x");
+using CudaFwd = void (*)(Context&, const float*, float*, int64_t);
+using CudaBwd = void (*)(Context&, const float*, const float*, float*, int64_t);
+using RefFwd = void (*)(const float*, float*, int64_t);
+using RefBwd = void (*)(const float*, const float*, float*, int64_t);
+
+// One elementwise activation: forward y = f(x); backward dx = g(a, dy) where a is y when
+// `bwd_from_output`, else x.
+struct Unary {
+  const char* name;
+  CudaFwd cuda_fwd;
+  CudaBwd cuda_bwd;
+  RefFwd ref_fwd;
+  RefBwd ref_bwd;
+  bool bwd_from_output;
+};
+
+Var unary(Context& ctx, const Var& x, const Unary& op) {
+  check_f32_on(ctx, x.value(), op.name, "x");
   Tensor y = ctx.empty(x.shape());
   const int64_t n = y.numel();
   if (ctx.is_cuda())
-    cuda::relu_fwd(ctx, x.value().f32(), y.f32(), n);
+    op.cuda_fwd(ctx, x.value().f32(), y.f32(), n);
   else
-    ref::relu_fwd(x.value().f32(), y.f32(), n);
-  bool grad = needs_grad(ctx, {&x});
+    op.ref_fwd(x.value().f32(), y.f32(), n);
+  const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("relu", "", {{"x", x}}, out, [x, out](Context& c) {
+    ctx.tape().record(op.name, "", {{"x", x}}, out, [x, out, op](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
       const int64_t n = dx.numel();
+      const float* a = op.bwd_from_output ? out.value().f32() : x.value().f32();
       if (c.is_cuda())
-        cuda::relu_bwd(c, out.value().f32(), out.grad().f32(), dx.f32(), n);
+        op.cuda_bwd(c, a, out.grad().f32(), dx.f32(), n);
       else
-        ref::relu_bwd(out.value().f32(), out.grad().f32(), dx.f32(), n);
+        op.ref_bwd(a, out.grad().f32(), dx.f32(), n);
       accumulate_grad(c, x, std::move(dx));
     });
   }
   return out;
+}
+
+}  // namespace
+
+Var relu(Context& ctx, const Var& x) {
+  return unary(ctx, x, {"relu", cuda::relu_fwd, cuda::relu_bwd, ref::relu_fwd<float>, ref::relu_bwd<float>, true});
+}
+
+Var sigmoid(Context& ctx, const Var& x) {
+  return unary(ctx, x,
+               {"sigmoid", cuda::sigmoid_fwd, cuda::sigmoid_bwd, ref::sigmoid_fwd<float>, ref::sigmoid_bwd<float>, true});
+}
+
+Var silu(Context& ctx, const Var& x) {
+  return unary(ctx, x, {"silu", cuda::silu_fwd, cuda::silu_bwd, ref::silu_fwd<float>, ref::silu_bwd<float>, false});
+}
+
+Var relu6(Context& ctx, const Var& x) {
+  return unary(ctx, x, {"relu6", cuda::relu6_fwd, cuda::relu6_bwd, ref::relu6_fwd<float>, ref::relu6_bwd<float>, false});
 }
 
 }  // namespace ditto

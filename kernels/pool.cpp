@@ -237,4 +237,39 @@ Var global_avg_pool(Context& ctx, const Var& x) {
   return out;
 }
 
+Var adaptive_avg_pool2d(Context& ctx, const Var& x, int64_t out_h, int64_t out_w) {
+  check_f32_on(ctx, x.value(), "adaptive_avg_pool2d", "x");
+  check_ndim(x.value(), 4, "adaptive_avg_pool2d", "x");
+  const Shape& s = x.shape();
+  if (out_h < 1 || out_w < 1)
+    throw ShapeError(fmt::format("adaptive_avg_pool2d: output size {}x{} must be at least 1x1", out_h, out_w));
+  if (s[2] < 1 || s[3] < 1)
+    throw ShapeError(fmt::format("adaptive_avg_pool2d: x has an empty plane, shape {}", shape_str(s)));
+  ref::AdaptivePoolDims d;
+  d.planes = s[0] * s[1];
+  d.h = s[2];
+  d.w = s[3];
+  d.oh = out_h;
+  d.ow = out_w;
+  Tensor y = ctx.empty({s[0], s[1], out_h, out_w});
+  if (ctx.is_cuda())
+    cuda::adaptive_avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
+  else
+    ref::adaptive_avg_pool_fwd(x.value().f32(), y.f32(), d);
+  const bool grad = needs_grad(ctx, {&x});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("adaptive_avg_pool2d", "", {{"x", x}}, out, [x, out, d](Context& c) {
+      if (!out.grad().defined()) return;
+      Tensor dx = c.empty(x.shape());
+      if (c.is_cuda())
+        cuda::adaptive_avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
+      else
+        ref::adaptive_avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+      accumulate_grad(c, x, std::move(dx));
+    });
+  }
+  return out;
+}
+
 }  // namespace ditto

@@ -194,4 +194,64 @@ void global_avg_pool_bwd(Context& ctx, const float* dy, float* dx, int64_t plane
   DITTO_CHECK_LAUNCH(ctx);
 }
 
+namespace {
+
+// Adaptive average pool forward: one thread per output; its window (ref::adaptive_start/end) is
+// summed row-major in float, then divided by the window's size. No reductions across threads:
+// deterministic.
+__global__ void adaptive_avg_pool_fwd_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                             ref::AdaptivePoolDims d) {
+  const int64_t total = d.planes * d.oh * d.ow;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = i % d.ow, oh = (i / d.ow) % d.oh, pl = i / (d.ow * d.oh);
+    const int64_t h0 = (oh * d.h) / d.oh, h1 = ((oh + 1) * d.h + d.oh - 1) / d.oh;
+    const int64_t w0 = (ow * d.w) / d.ow, w1 = ((ow + 1) * d.w + d.ow - 1) / d.ow;
+    const float* xp = x + pl * d.h * d.w;
+    float s = 0.f;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) s += xp[ih * d.w + iw];
+    y[i] = s / float((h1 - h0) * (w1 - w0));
+  }
+}
+
+// Adaptive average pool backward as a GATHER: one thread per input element visits the outputs
+// whose windows contain it (rows, then columns, ascending; ref::adaptive_first_out/last_out)
+// and adds dy / window size. Each dx is written by one thread in a fixed order, no atomics:
+// deterministic (the scatter formulation would need atomicAdd where windows overlap).
+__global__ void adaptive_avg_pool_bwd_kernel(const float* __restrict__ dy, float* __restrict__ dx,
+                                             ref::AdaptivePoolDims d) {
+  const int64_t total = d.planes * d.h * d.w;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t iw = i % d.w, ih = (i / d.w) % d.h, pl = i / (d.w * d.h);
+    const float* dyp = dy + pl * d.oh * d.ow;
+    const int64_t oh0 = (ih * d.oh) / d.h, oh1 = ((ih + 1) * d.oh + d.h - 1) / d.h;
+    const int64_t ow0 = (iw * d.ow) / d.w, ow1 = ((iw + 1) * d.ow + d.w - 1) / d.w;
+    float s = 0.f;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      const int64_t wh = ((oh + 1) * d.h + d.oh - 1) / d.oh - (oh * d.h) / d.oh;
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t ww = ((ow + 1) * d.w + d.ow - 1) / d.ow - (ow * d.w) / d.ow;
+        s += dyp[oh * d.ow + ow] / float(wh * ww);
+      }
+    }
+    dx[i] = s;
+  }
+}
+
+}  // namespace
+
+void adaptive_avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::AdaptivePoolDims& d) {
+  const int64_t n = d.planes * d.oh * d.ow;
+  if (n == 0) return;
+  adaptive_avg_pool_fwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void adaptive_avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::AdaptivePoolDims& d) {
+  const int64_t n = d.planes * d.h * d.w;
+  if (n == 0) return;
+  adaptive_avg_pool_bwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
 }  // namespace ditto::cuda

@@ -30,6 +30,12 @@
 // backward are deterministic (fixed-order window sums, backward gathers; no atomics), so there
 // is no policy knob and no manifest entry.
 // Global average pool: N,C,H,W -> N,C; each plane is summed in a fixed order. Deterministic.
+// Adaptive average pool (PyTorch's AdaptiveAvgPool2d): N,C,H,W -> N,C,out_h,out_w; output row
+// i averages input rows [floor(i*H/out_h), ceil((i+1)*H/out_h)), likewise columns, each output
+// divided by its own window's size (windows may overlap). Forward: one thread per output,
+// window summed row-major. Backward: a gather, one thread per input summing dy / window size
+// over the windows containing it in ascending (row, column) order. No atomics, no cross-thread
+// reductions: deterministic, so no policy knob and no manifest entry.
 //
 // Backward contributions are fresh tensors handed to accumulate_grad: gradients accumulate.
 #pragma once
@@ -51,5 +57,6 @@ Shape pool_output_shape(const Shape& x, const PoolParams& p, const std::string& 
 Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolParams& p);
 Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p);
 Var global_avg_pool(Context& ctx, const Var& x);
+Var adaptive_avg_pool2d(Context& ctx, const Var& x, int64_t out_h, int64_t out_w);
 
 }  // namespace ditto

@@ -119,4 +119,57 @@ void global_avg_pool_bwd(const T* dy, T* dx, int64_t planes, int64_t hw) {
   }
 }
 
+// Adaptive average pool (torchvision's / PyTorch's AdaptiveAvgPool2d): output row i averages
+// input rows [floor(i*H/OH), ceil((i+1)*H/OH)), likewise columns; windows may overlap and differ
+// in size. Each output divides by its own window's element count.
+struct AdaptivePoolDims {
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+};
+
+inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+
+template <class T>
+void adaptive_avg_pool_fwd(const T* x, T* y, const AdaptivePoolDims& d) {
+  for (int64_t pl = 0; pl < d.planes; ++pl) {
+    const T* xp = x + pl * d.h * d.w;
+    for (int64_t oh = 0; oh < d.oh; ++oh)
+      for (int64_t ow = 0; ow < d.ow; ++ow) {
+        const int64_t h0 = adaptive_start(oh, d.h, d.oh), h1 = adaptive_end(oh, d.h, d.oh);
+        const int64_t w0 = adaptive_start(ow, d.w, d.ow), w1 = adaptive_end(ow, d.w, d.ow);
+        double s = 0;
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) s += double(xp[ih * d.w + iw]);
+        y[(pl * d.oh + oh) * d.ow + ow] = static_cast<T>(s / double((h1 - h0) * (w1 - w0)));
+      }
+  }
+}
+
+// Output rows whose windows contain input row i: [floor(i*OH/H), ceil((i+1)*OH/H)). (start(o)
+// <= i iff o*H < (i+1)*OH; end(o) > i iff (o+1)*H > i*OH.) The same formulas as the windows,
+// with in and out swapped; the CUDA gather uses them too.
+inline int64_t adaptive_first_out(int64_t i, int64_t in, int64_t out) { return (i * out) / in; }
+inline int64_t adaptive_last_out(int64_t i, int64_t in, int64_t out) { return ((i + 1) * out + in - 1) / in; }
+
+// Gather: dx[i] = sum over the windows containing i of dy / window size, visiting output rows,
+// then columns, in ascending order.
+template <class T>
+void adaptive_avg_pool_bwd(const T* dy, T* dx, const AdaptivePoolDims& d) {
+  for (int64_t pl = 0; pl < d.planes; ++pl) {
+    const T* dyp = dy + pl * d.oh * d.ow;
+    for (int64_t ih = 0; ih < d.h; ++ih)
+      for (int64_t iw = 0; iw < d.w; ++iw) {
+        double s = 0;
+        for (int64_t oh = adaptive_first_out(ih, d.h, d.oh); oh < adaptive_last_out(ih, d.h, d.oh); ++oh) {
+          const int64_t wh = adaptive_end(oh, d.h, d.oh) - adaptive_start(oh, d.h, d.oh);
+          for (int64_t ow = adaptive_first_out(iw, d.w, d.ow); ow < adaptive_last_out(iw, d.w, d.ow); ++ow) {
+            const int64_t ww = adaptive_end(ow, d.w, d.ow) - adaptive_start(ow, d.w, d.ow);
+            s += double(dyp[oh * d.ow + ow]) / double(wh * ww);
+          }
+        }
+        dx[(pl * d.h + ih) * d.w + iw] = static_cast<T>(s);
+      }
+  }
+}
+
 }  // namespace ditto::ref

@@ -18,4 +18,6 @@ void avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::PoolDims& d
 void avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::PoolDims& d);
 void global_avg_pool_fwd(Context& ctx, const float* x, float* y, int64_t planes, int64_t hw);
 void global_avg_pool_bwd(Context& ctx, const float* dy, float* dx, int64_t planes, int64_t hw);
+void adaptive_avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::AdaptivePoolDims& d);
+void adaptive_avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::AdaptivePoolDims& d);
 }  // namespace ditto::cuda

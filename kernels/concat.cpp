@@ -1,0 +1,121 @@
+#include "kernels/concat.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <string>
+
+#include "engine/error.h"
+#include "kernels/check.h"
+#include "kernels/concat_ref.h"
+#include "kernels/detail/concat_cuda.h"
+
+namespace ditto {
+namespace {
+
+void copy_channels(Context& ctx, const float* src, int64_t src_c, int64_t src_off, float* dst, int64_t dst_c,
+                   int64_t dst_off, int64_t batch, int64_t c, int64_t hw) {
+  if (ctx.is_cuda())
+    cuda::copy_channels(ctx, src, src_c, src_off, dst, dst_c, dst_off, batch, c, hw);
+  else
+    ref::copy_channels(src, src_c, src_off, dst, dst_c, dst_off, batch, c, hw);
+}
+
+// Tape input names must outlive the tape (TapeInput holds a const char*): "x0" .. "x63", then "x".
+const char* input_name(std::size_t i) {
+  static const std::array<std::string, 64> names = [] {
+    std::array<std::string, 64> a;
+    for (std::size_t k = 0; k < a.size(); ++k) a[k] = "x" + std::to_string(k);
+    return a;
+  }();
+  return i < names.size() ? names[i].c_str() : "x";
+}
+
+}  // namespace
+
+Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
+  if (xs.empty()) throw ShapeError("concat_channels: no inputs");
+  int64_t channels = 0;
+  bool grad = false;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const std::string what = "x" + std::to_string(i);
+    check_f32_on(ctx, xs[i].value(), "concat_channels", what);
+    check_ndim(xs[i].value(), 4, "concat_channels", what);
+    const Shape& s = xs[i].shape();
+    const Shape& s0 = xs[0].shape();
+    if (s[0] != s0[0] || s[2] != s0[2] || s[3] != s0[3])
+      throw ShapeError(fmt::format("concat_channels: {} has shape {}, x0 has {}; N, H and W must match", what,
+                                   shape_str(s), shape_str(s0)));
+    channels += s[1];
+    grad = grad || needs_grad(ctx, {&xs[i]});
+  }
+  const Shape& s0 = xs[0].shape();
+  const int64_t batch = s0[0], hw = s0[2] * s0[3];
+  Tensor y = ctx.empty({batch, channels, s0[2], s0[3]});
+  int64_t off = 0;
+  for (const Var& x : xs) {
+    copy_channels(ctx, x.value().f32(), x.shape()[1], 0, y.f32(), channels, off, batch, x.shape()[1], hw);
+    off += x.shape()[1];
+  }
+  Var out(std::move(y), grad);
+  if (grad) {
+    std::vector<TapeInput> inputs;
+    for (std::size_t i = 0; i < xs.size(); ++i) inputs.push_back({input_name(i), xs[i]});
+    ctx.tape().record("concat_channels", "", std::move(inputs), out, [xs, out, channels, batch, hw](Context& c) {
+      if (!out.grad().defined()) return;
+      int64_t off = 0;
+      for (const Var& x : xs) {
+        const int64_t ci = x.shape()[1];
+        if (x.requires_grad()) {
+          Tensor dx = c.empty(x.shape());
+          copy_channels(c, out.grad().f32(), channels, off, dx.f32(), ci, 0, batch, ci, hw);
+          accumulate_grad(c, x, std::move(dx));
+        }
+        off += ci;
+      }
+    });
+  }
+  return out;
+}
+
+Var channel_mul(Context& ctx, const Var& x, const Var& s) {
+  check_f32_on(ctx, x.value(), "channel_mul", "x");
+  check_f32_on(ctx, s.value(), "channel_mul", "s");
+  check_ndim(x.value(), 4, "channel_mul", "x");
+  const Shape& xs = x.shape();
+  const Shape& ss = s.shape();
+  const bool flat = ss.size() == 2 && ss[0] == xs[0] && ss[1] == xs[1];
+  const bool boxed = ss.size() == 4 && ss[0] == xs[0] && ss[1] == xs[1] && ss[2] == 1 && ss[3] == 1;
+  if (!flat && !boxed)
+    throw ShapeError(fmt::format("channel_mul: s has shape {}; for x of shape {} it must be [{}, {}] or [{}, {}, 1, 1]",
+                                 shape_str(ss), shape_str(xs), xs[0], xs[1], xs[0], xs[1]));
+  if (xs[2] < 1 || xs[3] < 1)
+    throw ShapeError(fmt::format("channel_mul: x has an empty plane, shape {}", shape_str(xs)));
+  const int64_t planes = xs[0] * xs[1], hw = xs[2] * xs[3];
+  Tensor y = ctx.empty(xs);
+  if (ctx.is_cuda())
+    cuda::channel_mul_fwd(ctx, x.value().f32(), s.value().f32(), y.f32(), planes, hw);
+  else
+    ref::channel_mul_fwd(x.value().f32(), s.value().f32(), y.f32(), planes, hw);
+  const bool grad = needs_grad(ctx, {&x, &s});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out, [x, s, out, planes, hw](Context& c) {
+      if (!out.grad().defined()) return;
+      Tensor dx, ds;
+      if (x.requires_grad()) dx = c.empty(x.shape());
+      if (s.requires_grad()) ds = c.empty(s.shape());
+      float* pdx = dx.defined() ? dx.f32() : nullptr;
+      float* pds = ds.defined() ? ds.f32() : nullptr;
+      if (c.is_cuda())
+        cuda::channel_mul_bwd(c, x.value().f32(), s.value().f32(), out.grad().f32(), pdx, pds, planes, hw);
+      else
+        ref::channel_mul_bwd(x.value().f32(), s.value().f32(), out.grad().f32(), pdx, pds, planes, hw);
+      if (dx.defined()) accumulate_grad(c, x, std::move(dx));
+      if (ds.defined()) accumulate_grad(c, s, std::move(ds));
+    });
+  }
+  return out;
+}
+
+}  // namespace ditto
