@@ -64,8 +64,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
   using detail::at_least;
   using detail::positive;
   if (groups & kFlagsData) {
-    app.add_option("--model", c.model, "smallcnn | smallcnn-bn | two-conv | resnet18 | resnet18-imagenet")
-        ->check(CLI::IsMember(known_models()))->capture_default_str();
+    app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
+        ->check(CLI::IsMember(known_models()))
+        ->capture_default_str();
     app.add_option("--dataset", c.dataset, "synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist")
         ->check(CLI::IsMember({"synthetic", "cifar10", "cifar100", "imagefolder", "celeba", "mnist"}))
         ->capture_default_str();
