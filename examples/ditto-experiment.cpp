@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--tuning", o.tuning,
-                 "deterministic settings take each conv's algorithm from this tuning file; when it does not exist, "
-                 "one epoch on the first GPU tunes and writes it before the replicas start");
+                 "deterministic settings without pins take each conv's algorithm from this tuning file; when it "
+                 "does not exist, one epoch on the first GPU tunes and writes it before the replicas start");
   app.add_option("--bootstrap", o.bootstrap, "resamples for the 95% intervals")
       ->check(ditto::detail::at_least(0))
       ->capture_default_str();

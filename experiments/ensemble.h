@@ -45,7 +45,9 @@ struct EnsembleOptions {
   int gpus = 1;
   std::string out;           // the experiment folder; one run folder per replica inside
   bool resume = false;       // keep finished replicas in out, continue unfinished ones
-  std::string tuning;        // deterministic settings read this tuning file (tuned first if absent)
+  std::string tuning;        // deterministic settings without pins read this tuning file (tuned
+                             // first if absent); a setting with pins keeps cuDNN's heuristic
+                             // ranking, so a pin and a tuning entry never both claim a layer
   int bootstrap = 1000;      // resamples for the confidence intervals
   bool verbose = true;       // a line per replica started
 };
