@@ -8,7 +8,7 @@
 # compare. Steps of the speed issue: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the protocols issue: exp-smallcnn
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz). Issue 9:
-# memcheck[:SECONDS] racecheck[:SECONDS].
+# memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS] opnoise (OPNOISE_BIN, OPNOISE_TAG).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -133,6 +133,27 @@ pipeline() {
         $E --model resnet18 --dataset celeba --data /tmp/celeba/celeba64 --loader-threads 2 --epochs 3 --lr 4e-4 \
           --optimizer adam --replicas 5 --settings ALGO+IMPL,IMPL,CONTROL --concurrent 5 --quiet \
           --out $R/celeba > $R/celeba.txt 2> $R/celeba.err; echo "rc=$?"; tail -8 $R/celeba.txt ;;
+      opnoise)
+        # Issue 9's before/after table: op_noise at three shapes (ResNet-18's stem, middle and last
+        # stage). OPNOISE_BIN picks another build's binary (the "before" commit, same call).
+        local sh bin=${OPNOISE_BIN:-$B/bench/op_noise} tag=${OPNOISE_TAG:-after}
+        for sh in "128 3 32 64 3 3x32" "128 128 16 128 3 128x16" "128 512 4 512 3 512x4"; do
+          set -- $sh
+          $bin --n $1 --c $2 --hw $3 --k $4 --r $5 --runs 20 --out $R/op_noise-$tag/$6 > /dev/null 2> $R/op_noise-$tag-$6.err
+          echo "op_noise $tag $6 rc=$?"
+        done ;;
+      racecheck-ditto)
+        # racecheck over ditto's own kernels only (names contain "ditto"): cuDNN's and cuBLAS's
+        # kernels are not ours to fix and instrumenting them is what made the full run take hours.
+        local cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer) t
+        for t in $B/tests/gpu_*; do
+          timeout ${arg:-480} $cs --tool racecheck --kernel-name kns=ditto --error-exitcode 1 $t > $R/racecheck-ditto-$(basename $t).log 2>&1 &
+        done
+        wait
+        for t in $B/tests/gpu_*; do
+          local l=$R/racecheck-ditto-$(basename $t).log
+          echo "$(basename $t): $(grep -h 'ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
+        done ;;
       memcheck|racecheck)
         # Issue 9: compute-sanitizer over every GPU test binary, all at once (one GPU, many
         # cores; each under its own time limit: the sanitizer slows cuDNN calls by orders).
@@ -154,7 +175,7 @@ pipeline() {
 
 case $cmd in
   start)
-    export TOP
+    export TOP OPNOISE_BIN OPNOISE_TAG
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }
