@@ -71,6 +71,11 @@ void trace_row(SummaryTrace* trace, const std::string& name, const std::string& 
 
 Conv2d::Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel, int stride, int padding,
                bool bias, Init init, int groups)
+    : Conv2d(ctx, std::move(name), in_channels, out_channels, kernel, kernel, stride, padding, padding, bias, init,
+             groups) {}
+
+Conv2d::Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel_h, int kernel_w,
+               int stride, int pad_h, int pad_w, bool bias, Init init, int groups)
     : name_(std::move(name)), init_(init) {
   // Checked here, not only by the op: the weight's shape divides by groups, and a truncated
   // division would make a wrong-shaped weight that fails later under a less helpful message.
@@ -79,9 +84,10 @@ Conv2d::Conv2d(Context& ctx, std::string name, int in_channels, int out_channels
                                  "out_channels = {}",
                                  name_, groups, in_channels, out_channels));
   p_.stride_h = p_.stride_w = stride;
-  p_.pad_h = p_.pad_w = padding;
+  p_.pad_h = pad_h;
+  p_.pad_w = pad_w;
   p_.groups = groups;
-  weight = Var(ctx.empty({out_channels, in_channels / groups, kernel, kernel}), true);
+  weight = Var(ctx.empty({out_channels, in_channels / groups, kernel_h, kernel_w}), true);
   if (bias) this->bias = Var(ctx.zeros({out_channels}), true);
 }
 

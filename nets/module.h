@@ -38,6 +38,10 @@ class Conv2d {
  public:
   Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel, int stride = 1,
          int padding = 0, bool bias = true, Init init = Init::GlorotUniform, int groups = 1);
+  // A kernel_h x kernel_w kernel with padding pad_h (rows) and pad_w (columns): Inception-v3's
+  // 1x7 / 7x1 and 1x3 / 3x1 convolutions. The square constructor is this one with equal sides.
+  Conv2d(Context& ctx, std::string name, int in_channels, int out_channels, int kernel_h, int kernel_w, int stride,
+         int pad_h, int pad_w, bool bias, Init init, int groups = 1);
   Var operator()(Context& ctx, const Var& x, SummaryTrace* trace = nullptr) const;
   void collect(std::vector<Param>& params) const;
   const std::string& name() const { return name_; }

@@ -6,6 +6,7 @@
 #include "engine/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
+#include "nets/zoo.h"
 
 namespace ditto {
 namespace {
@@ -692,7 +693,9 @@ const std::vector<std::string>& known_models() {
   static const std::vector<std::string> m = {"smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet",
                                              "mnist-cnn", "vgg16", "vgg19", "vgg16-bn", "vgg19-bn",
                                              "resnet50", "resnet101", "resnet152", "mediumcnn-k1",
-                                             "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"};
+                                             "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7", "densenet121",
+                                             "densenet201", "mobilenet-v2", "efficientnet-b0", "inception-v3",
+                                             "xception"};
   return m;
 }
 
@@ -713,6 +716,12 @@ std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg) {
   if (cfg.model == "resnet152") return std::make_unique<BottleneckResNet>(ctx, cfg, 152);
   for (int k : {1, 3, 5, 7})
     if (cfg.model == fmt::format("mediumcnn-k{}", k)) return std::make_unique<MediumCnn>(ctx, cfg, k);
+  if (cfg.model == "densenet121") return zoo::make_densenet(ctx, cfg, 121);
+  if (cfg.model == "densenet201") return zoo::make_densenet(ctx, cfg, 201);
+  if (cfg.model == "mobilenet-v2") return zoo::make_mobilenet_v2(ctx, cfg);
+  if (cfg.model == "efficientnet-b0") return zoo::make_efficientnet_b0(ctx, cfg);
+  if (cfg.model == "inception-v3") return zoo::make_inception_v3(ctx, cfg);
+  if (cfg.model == "xception") return zoo::make_xception(ctx, cfg);
   throw Error(fmt::format("unknown model '{}'; known models: {}", cfg.model, fmt::join(known_models(), ", ")));
 }
 

@@ -43,6 +43,63 @@
 //             bias) → bn → relu → maxpool 2, widths 16, 32, 64, 128, 256, 512 (conv1..6,
 //             bn1..6, pool1..6) → global average pool → fc 512 → classes. Glorot-uniform
 //             kernels, zero biases. Six halvings: inputs of at least 64x64.
+//   densenet121, densenet201  torchvision.models.densenet121/201 (growth 32, bn_size 4, 64 initial
+//             features, drop_rate 0; blocks (6, 12, 24, 16) / (6, 12, 48, 32)): features.conv0 7x7/2
+//             → norm0 → relu → pool0 (max 3x3/2, pad 1) → denseblock1..4 of denselayerN (norm1 →
+//             relu → conv1 1x1 to 128 → norm2 → relu → conv2 3x3 to 32, each reading the channel
+//             concatenation of the block input and all earlier layers) with transition1..3
+//             (norm → relu → conv 1x1 halving → 2x2 average pool) between → norm5 → relu →
+//             global average pool → classifier. Parameters 7,978,856 / 20,013,928. Convs
+//             He-normal fan_in, bn 1 / 0, classifier PyTorch's default (uniform +-1/sqrt(in)) with
+//             bias 0. Inputs of at least 29x29 (32x32: a 1x1 last stage); no dropout.
+//   mobilenet-v2  torchvision.models.mobilenet_v2 (width 1.0): features.0 conv 3x3/2 + bn + ReLU6,
+//             features.1..17 inverted residuals (conv.N: 1x1 expand x t + bn + ReLU6 when t != 1,
+//             3x3 depthwise (groups = channels) + bn + ReLU6, 1x1 projection + bn, no activation;
+//             input added when stride 1 and channels match), features.18 1x1 to 1280 + bn +
+//             ReLU6 → global average pool → classifier.0 dropout 0.2 → classifier.1. Parameters
+//             3,504,872. Convs He-normal fan_out, bn 1 / 0, linear normal(0, 0.01), bias 0.
+//             Any input size (five stride-2 convs; 32x32 gives a 1x1 last stage). Stochastic.
+//   efficientnet-b0  torchvision.models.efficientnet_b0: features.0 conv 3x3/2 + bn + SiLU,
+//             features.1..7 stages of MBConv blocks (block.N: 1x1 expand + bn + SiLU when the
+//             ratio is 6, kxk depthwise + bn + SiLU, squeeze-excitation fc1 / fc2 (1x1 convs
+//             with bias: avg pool → fc1 to in/4 → SiLU → fc2 → sigmoid → channel scale), 1x1
+//             projection + bn), features.8 1x1 to 1280 + bn + SiLU → global average pool →
+//             classifier.0 dropout 0.2 → classifier.1. Parameters 5,288,548. Blocks with a
+//             residual apply torchvision's StochasticDepth "row" mode in training, p = 0.2 *
+//             block index / 16 (0 .. 0.1875), each sample's branch kept or zeroed by Philox keyed
+//             (seed, step, "features.S.B.stochastic_depth") like dropout, so it replays exactly and
+//             CPU and GPU agree (nets/zoo.h). Convs He-normal fan_out (SE convs too, biases 0),
+//             bn 1 / 0 (eps 1e-5), linear uniform +-1/sqrt(classes), bias 0. Any input size;
+//             stochastic.
+//   inception-v3  torchvision.models.inception_v3(aux_logits=False, transform_input=False,
+//             init_weights=True): BasicConv2d ("<name>.conv" no bias → "<name>.bn" eps 0.001 →
+//             relu) stem Conv2d_1a_3x3 .. Conv2d_4a_3x3 with maxpool1 / maxpool2 (3x3/2), Mixed_5b-d
+//             (InceptionA), Mixed_6a (B), Mixed_6b-e (C: 1x7 / 7x1 convs), Mixed_7a (D), Mixed_7b-c
+//             (E) → global average pool → dropout 0.5 → fc. Branch average pools 3x3/1 pad 1 count
+//             padding (F.avg_pool2d's count_include_pad=True); the functional max pools of
+//             Mixed_6a / Mixed_7a are knob layers "<block>.branch_pool". Without the auxiliary
+//             classifier (the trainer has one loss): 23,834,568 parameters, torchvision's
+//             published 27,161,264 less AuxLogits' 3,326,696. Conv and linear weights normal(0, 0.1)
+//             (torchvision's trunc_normal_ at +-2 = 20 std never truncates), fc bias PyTorch's
+//             default uniform +-1/sqrt(2048), bn 1 / 0. Inputs of at least 75x75 (ShapeError
+//             below; 299x299 by design). Stochastic (dropout).
+//   xception  keras.applications.Xception, Keras's layer names: block1_conv1/2 (3x3, stride 2
+//             then 1, 'valid', no bias) + "_bn" + relu; blocks 2-4 and 13 with a 1x1 stride-2 conv
+//             + BN shortcut (Keras leaves them unnamed: its fresh-session names conv2d, conv2d_1..3
+//             and batch_normalization, batch_normalization_1..3), separable convs "blockB_sepconvI"
+//             (a 3x3 depthwise "<name>.depthwise", groups = channels, + 1x1 "<name>.pointwise",
+//             no biases: Keras's depthwise_kernel / pointwise_kernel) each followed by
+//             "blockB_sepconvI_bn", max pools "blockB_pool" 3x3/2; middle blocks 5-12 of three
+//             relu → sepconv → BN with identity shortcuts; block14 sepconvs to 1536 and 2048 with
+//             relu → global average pool "avg_pool" → "predictions" (logits: the softmax is in the
+//             loss). Batch norm eps 1e-3, momentum 0.01 (Keras's 0.99 weighs the old average).
+//             22,855,952 parameters: Keras's table's 22,910,480 counts the 54,528 BN moving
+//             statistics too, which are ditto buffers. Glorot-uniform kernels, zero dense bias.
+//             DEVIATION: Keras's "same" 3x3/2 max pool pads (0 before, 1 after) on an even side;
+//             ditto's pooling pads symmetrically, so the pools use padding 1: the same output
+//             size always, the same windows on odd sides, but on even sides every window starts
+//             one row / column earlier than Keras's (at 299x299 only block3_pool, on 74x74).
+//             Inputs of at least 71x71 (Keras's minimum; ShapeError below).
 #pragma once
 #include <memory>
 #include <string>
@@ -54,7 +111,9 @@ namespace ditto {
 struct NetConfig {
   std::string model;        // "smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet",
                             // "mnist-cnn", "vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet50",
-                            // "resnet101", "resnet152", "mediumcnn-k1", "-k3", "-k5", "-k7"
+                            // "resnet101", "resnet152", "mediumcnn-k1", "-k3", "-k5", "-k7",
+                            // "densenet121", "densenet201", "mobilenet-v2", "efficientnet-b0",
+                            // "inception-v3", "xception"
   int num_classes = 10;
   int in_channels = 3;
 };
