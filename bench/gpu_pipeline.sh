@@ -8,7 +8,9 @@
 # compare. Steps of the speed issue: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the protocols issue: exp-smallcnn
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz). Issue 9:
-# memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS] opnoise (OPNOISE_BIN, OPNOISE_TAG).
+# memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
+# racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
+# Issue 10: zoo-overhead[:MODELS] (the cost of determinism per zoo model, ditto and PyTorch).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -136,7 +138,19 @@ pipeline() {
       opnoise)
         # Issue 9's before/after table: op_noise at three shapes (ResNet-18's stem, middle and last
         # stage). OPNOISE_BIN picks another build's binary (the "before" commit, same call).
+        # opnoise:before builds op_noise from .carry/before.tar.gz (git archive of the commit
+        # before the change) and measures it in the same call.
         local sh bin=${OPNOISE_BIN:-$B/bench/op_noise} tag=${OPNOISE_TAG:-after}
+        if [ "$arg" = before ]; then
+          tag=before; bin=/tmp/before-src/build-gpu/bench/op_noise
+          if [ ! -x $bin ]; then
+            rm -rf /tmp/before-src && mkdir -p /tmp/before-src && tar xzf .carry/before.tar.gz -C /tmp/before-src
+            ln -s $PWD/.deps /tmp/before-src/.deps
+            (cd /tmp/before-src && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$PWD/.deps \
+               -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null && cmake --build build-gpu -j "$(nproc)" --target op_noise > $R/before-build.log 2>&1)
+            echo "before build rc=$? ($(tar xzOf .carry/before.tar.gz ./COMMIT 2>/dev/null || echo '?'))"
+          fi
+        fi
         for sh in "128 3 32 64 3 3x32" "128 128 16 128 3 128x16" "128 512 4 512 3 512x4"; do
           set -- $sh
           $bin --n $1 --c $2 --hw $3 --k $4 --r $5 --runs 20 --out $R/op_noise-$tag/$6 > /dev/null 2> $R/op_noise-$tag-$6.err
@@ -154,6 +168,22 @@ pipeline() {
           local l=$R/racecheck-ditto-$(basename $t).log
           echo "$(basename $t): $(grep -h 'ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
         done ;;
+      racecheck-cases)
+        # The binaries racecheck-ditto did not finish in its limit, one process per test case, all
+        # at once (the sanitizer's cost is host-side; the host has 16 cores): RACECHECK_BINS.
+        local cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer) t name i
+        for t in ${RACECHECK_BINS:-gpu_graph gpu_mnist gpu_noise_lab gpu_pool}; do
+          i=0
+          while IFS= read -r name; do
+            i=$((i + 1)); name=$(printf '%s' "$name" | sed 's/[],[\\*]/\\&/g')  # Catch2 spec escapes
+            timeout ${arg:-540} $cs --tool racecheck --kernel-name kns=ditto --error-exitcode 1 $B/tests/$t "$name" \
+              > $R/racecheck-case-$t-$i.log 2>&1 &
+          done < <($B/tests/$t --list-test-names-only | grep -v '^$')
+        done
+        wait
+        for l in $R/racecheck-case-*.log; do
+          echo "$(basename $l .log): $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
+        done ;;
       memcheck|racecheck)
         # Issue 9: compute-sanitizer over every GPU test binary, all at once (one GPU, many
         # cores; each under its own time limit: the sanitizer slows cuDNN calls by orders).
@@ -166,6 +196,24 @@ pipeline() {
           local l=$R/$step-$(basename $t).log
           echo "$(basename $t): $(grep -h 'ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
         done ;;
+      zoo-overhead)
+        # Issue 10, the paper's figure 6: ms/step, peak memory and per-op-kind breakdown per zoo
+        # model and kernel mode (batch 128, 224x224 / 299x299, 1000 classes), PyTorch's peer, the
+        # table and chart. About 9 minutes at most: each program stops starting configurations
+        # after its budget and is killed at its timeout; the whole zoo takes about two calls:
+        # --resume skips what the files hold already (measured or out of memory), so calling
+        # the step again completes them (tuning files are kept in $R/overhead-tuning). MODELS
+        # (comma list) picks some. rm $R/*overhead.jsonl to start over.
+        local pick=${arg:+--models $arg}
+        timeout 390 $B/bench/overhead $pick --resume --warmup 3 --steps 10 --profile-steps 2 --budget-s 300 \
+          --tuning-dir $R/overhead-tuning --out $R/overhead.jsonl > /dev/null 2> $R/overhead.err
+        echo "overhead rc=$? ($(grep -c . $R/overhead.jsonl) lines, $(grep -c '"error"' $R/overhead.jsonl) failed or skipped)"
+        timeout 150 python3 bench/peers/torch_overhead.py $pick --resume --warmup 3 --steps 10 --budget-s 120 \
+          --out $R/torch_overhead.jsonl > /dev/null 2> $R/torch_overhead.err
+        echo "torch_overhead rc=$?"; tail -n 2 $R/torch_overhead.err
+        python3 bench/overhead_table.py $R/overhead.jsonl $R/torch_overhead.jsonl --out $R/overhead.md \
+          --svg $R/overhead.svg 2> $R/overhead_table.err
+        echo "overhead_table rc=$?"; sed -n '/^| model | heuristic/,/^$/p' $R/overhead.md ;;
       where)
         echo "git: $(git rev-parse --short=12 HEAD 2>&1 | head -1); .ditto-commit: $(cat .ditto-commit)"; ls -a | head -30 ;;
     esac
@@ -175,7 +223,7 @@ pipeline() {
 
 case $cmd in
   start)
-    export TOP OPNOISE_BIN OPNOISE_TAG
+    export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

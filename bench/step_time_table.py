@@ -20,8 +20,9 @@ Standard library only.
 """
 import argparse
 import csv
-import json
 import sys
+
+from jsonl_records import iter_records
 
 TOOL_ORDER = ["ditto", "pytorch"]
 MODE_ORDER = {
@@ -53,30 +54,17 @@ def _float_or_none(v):
 def load(paths):
     """Returns {(tool, model, mode, graph): record}, last line wins, in reading order."""
     records = {}
-    for path in paths:
-        with open(path) as f:
-            for lineno, text in enumerate(f, 1):
-                text = text.strip()
-                if not text:
-                    continue
-                try:
-                    raw = json.loads(text)
-                except json.JSONDecodeError:
-                    print(f"{path}:{lineno}: not JSON, skipped", file=sys.stderr)
-                    continue
-                if not isinstance(raw, dict) or not all(k in raw for k in ("tool", "model", "mode")):
-                    print(f"{path}:{lineno}: no tool/model/mode, skipped", file=sys.stderr)
-                    continue
-                rec = dict(raw)
-                rec["graph"] = bool(raw.get("graph", False))
-                for k in MS_FIELDS + ("flops_per_step",):
-                    rec[k] = _float_or_none(raw.get(k))
-                rec["error"] = str(raw["error"]) if raw.get("error") else None
-                key = (str(raw["tool"]), str(raw["model"]), str(raw["mode"]), rec["graph"])
-                if key in records:
-                    print(f"{path}:{lineno}: repeats {key}, this line replaces the earlier one", file=sys.stderr)
-                    del records[key]
-                records[key] = rec
+    for path, lineno, raw in iter_records(paths):
+        rec = dict(raw)
+        rec["graph"] = bool(raw.get("graph", False))
+        for k in MS_FIELDS + ("flops_per_step",):
+            rec[k] = _float_or_none(raw.get(k))
+        rec["error"] = str(raw["error"]) if raw.get("error") else None
+        key = (str(raw["tool"]), str(raw["model"]), str(raw["mode"]), rec["graph"])
+        if key in records:
+            print(f"{path}:{lineno}: repeats {key}, this line replaces the earlier one", file=sys.stderr)
+            del records[key]
+        records[key] = rec
     return records
 
 

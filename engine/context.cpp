@@ -9,6 +9,7 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
+#include "engine/profiler.h"
 #include "kernels/elementwise.h"
 
 #ifndef DITTO_GIT_COMMIT
@@ -203,6 +204,25 @@ Tensor Context::to_device(const Tensor& t) {
 
 void Context::synchronize() {
   if (cuda_) DITTO_CUDA_CHECK(cudaStreamSynchronize(cuda_->stream));
+}
+
+void Context::set_profiler(Profiler* p) {
+  if (p && &p->context() != this)
+    throw Error("set_profiler: the profiler was made for another context; make one per context");
+  profiler_ = p;
+}
+
+std::size_t Context::memory_peak() const {
+  if (!cuda_) return 0;
+  uint64_t high = 0;
+  DITTO_CUDA_CHECK(cudaMemPoolGetAttribute(cuda_->pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return static_cast<std::size_t>(high);
+}
+
+void Context::reset_memory_peak() {
+  if (!cuda_) return;
+  uint64_t zero = 0;  // the only value accepted: resets the mark to what is in use now
+  DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(cuda_->pool, cudaMemPoolAttrUsedMemHigh, &zero));
 }
 
 RuntimeInfo Context::runtime_info() const {

@@ -21,6 +21,7 @@
 namespace ditto {
 
 namespace detail { struct CudaState; }
+class Profiler;
 class TuningTable;
 
 struct ContextOptions {
@@ -61,6 +62,11 @@ class Context {
   Tape& tape() { return tape_; }
   // Observer of every op (engine/tracer.h); the caller owns it. nullptr: no tracing.
   void set_tracer(Tracer* t) { tape_.set_tracer(t); }
+  // Per-op timing of training steps (engine/profiler.h); the caller owns it, and it must have
+  // been made for this context (Error otherwise). nullptr: none, and an op's only cost is the
+  // test of this pointer.
+  void set_profiler(Profiler* p);
+  Profiler* profiler() const { return profiler_; }
   bool debug_sync() const { return debug_sync_; }
 
   bool grad_enabled() const { return grad_enabled_; }
@@ -80,6 +86,12 @@ class Context {
   // Waits for all work queued on this context's stream.
   void synchronize();
 
+  // The most device memory this context's pool has had in use at once (tensors, workspaces)
+  // since it was made or since reset_memory_peak(); it leaves out cuDNN's and cuBLAS's own
+  // allocations and the CUDA context. 0 on the CPU.
+  std::size_t memory_peak() const;
+  void reset_memory_peak();
+
   RuntimeInfo runtime_info() const;
 
   // Per-context state an op family keeps between calls (e.g. cached algorithm choices per
@@ -98,6 +110,7 @@ class Context {
   bool grad_enabled_ = true;
   std::shared_ptr<detail::CudaState> cuda_;
   std::shared_ptr<TuningTable> tuning_;
+  Profiler* profiler_ = nullptr;
   std::map<std::string, std::shared_ptr<void>> op_state_;
 };
 

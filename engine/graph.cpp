@@ -21,6 +21,10 @@ StepGraph::StepGraph() : impl_(std::make_unique<Impl>()) {}
 StepGraph::~StepGraph() = default;
 
 void StepGraph::capture(Context& ctx, const std::function<void()>& fn) {
+  if (ctx.profiler())
+    throw Error("CUDA graphs: a profiler is attached to the context; its events would be captured into the graph "
+                "and time the replay, not the ops. Detach it (set_profiler(nullptr)) to capture, and profile eager "
+                "steps");
   if (!ctx.is_cuda()) throw Error("CUDA graphs need a CUDA context; this one is on the CPU");
   if (ctx.debug_sync())
     throw Error("CUDA graphs: the debug switch (DITTO_DEBUG_SYNC=1) synchronizes after every launch, which a "

@@ -31,8 +31,9 @@ class StepGraph {
 
   // Runs fn with ctx's stream capturing (thread-local mode, so other threads' loaders and
   // replicas may keep calling CUDA) and instantiates the graph. Nothing runs on the GPU until
-  // launch(). Throws Error on a CPU context, CudaError when the capture or instantiation
-  // fails; a throw from fn ends the capture and is rethrown.
+  // launch(). Throws Error when a profiler is attached to ctx (engine/profiler.h) or on a CPU
+  // context, CudaError when the capture or instantiation fails; a throw from fn ends the
+  // capture and is rethrown.
   void capture(Context& ctx, const std::function<void()>& fn);
   // Queues one replay on ctx's stream (asynchronous).
   void launch(Context& ctx);

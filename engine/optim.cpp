@@ -7,6 +7,7 @@
 #include "engine/detail/optim_cuda.h"
 #include "engine/error.h"
 #include "engine/optim_ref.h"
+#include "engine/profiler.h"
 
 namespace ditto {
 
@@ -44,6 +45,7 @@ void Optimizer::take_planned_step() {
 void Optimizer::step_planned(Context& ctx) {
   const int64_t before = used_;
   take_planned_step();
+  ProfileScope timed(ctx, ProfileKind::Optimizer);
   update_from_table(ctx, table_.f32(), cursor_.i32(), width_);
   if (ctx.is_cuda())
     cuda::advance_cursor(ctx, cursor_.i32());
@@ -62,6 +64,7 @@ Sgd::Sgd(Context& ctx, std::vector<Param> params, SgdOptions opts) : Optimizer(s
 std::vector<float> Sgd::step_scalars(int64_t, float lr) const { return {lr}; }
 
 void Sgd::step(Context& ctx, float lr) {
+  ProfileScope timed(ctx, ProfileKind::Optimizer);
   lr = step_scalars(steps_ + 1, lr)[0];
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
@@ -114,6 +117,7 @@ std::vector<float> Adam::step_scalars(int64_t step, float lr) const {
 }
 
 void Adam::step(Context& ctx, float lr) {
+  ProfileScope timed(ctx, ProfileKind::Optimizer);
   const std::vector<float> s = step_scalars(steps_ + 1, lr);
   const float step_size = s[0], bias2_sqrt = s[1];
   for (std::size_t i = 0; i < params_.size(); ++i) {

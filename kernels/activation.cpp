@@ -1,5 +1,6 @@
 #include "kernels/activation.h"
 
+#include "engine/profiler.h"
 #include "kernels/activation_ref.h"
 #include "kernels/check.h"
 #include "kernels/detail/activation_cuda.h"
@@ -27,10 +28,13 @@ Var unary(Context& ctx, const Var& x, const Unary& op) {
   check_f32_on(ctx, x.value(), op.name, "x");
   Tensor y = ctx.empty(x.shape());
   const int64_t n = y.numel();
-  if (ctx.is_cuda())
-    op.cuda_fwd(ctx, x.value().f32(), y.f32(), n);
-  else
-    op.ref_fwd(x.value().f32(), y.f32(), n);
+  {
+    ProfileScope timed(ctx, ProfileKind::ActivationFwd, op.name);
+    if (ctx.is_cuda())
+      op.cuda_fwd(ctx, x.value().f32(), y.f32(), n);
+    else
+      op.ref_fwd(x.value().f32(), y.f32(), n);
+  }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
@@ -39,10 +43,13 @@ Var unary(Context& ctx, const Var& x, const Unary& op) {
       Tensor dx = c.empty(x.shape());
       const int64_t n = dx.numel();
       const float* a = op.bwd_from_output ? out.value().f32() : x.value().f32();
-      if (c.is_cuda())
-        op.cuda_bwd(c, a, out.grad().f32(), dx.f32(), n);
-      else
-        op.ref_bwd(a, out.grad().f32(), dx.f32(), n);
+      {
+        ProfileScope timed(c, ProfileKind::ActivationBwd, op.name);
+        if (c.is_cuda())
+          op.cuda_bwd(c, a, out.grad().f32(), dx.f32(), n);
+        else
+          op.ref_bwd(a, out.grad().f32(), dx.f32(), n);
+      }
       accumulate_grad(c, x, std::move(dx));
     });
   }

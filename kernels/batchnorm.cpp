@@ -7,6 +7,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
+#include "engine/profiler.h"
 #include "kernels/batchnorm_ref.h"
 #include "kernels/check.h"
 #include "kernels/detail/batchnorm_cuda.h"
@@ -102,6 +103,7 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
     variant = BnBwd::Deterministic;
   }
 
+  ProfileScope timed(ctx, ProfileKind::BatchNormFwd, ctx.is_cuda() ? name_of(variant) : "cpu-reference");
   Tensor y = ctx.empty(xs);
   Tensor mean = ctx.empty({d.c}), invstd = ctx.empty({d.c});  // what backward normalizes with
   if (!ctx.is_cuda()) {
@@ -143,6 +145,7 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
     cuda::bn_apply(ctx, x.value().f32(), mean.f32(), invstd.f32(), gamma.value().f32(), beta.value().f32(), y.f32(),
                    d);
   }
+  timed.end();
   record_bn(ctx, layer, variant, requested);
 
   Var out(std::move(y), grad);
@@ -151,6 +154,7 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
                       [x, gamma, beta, out, mean, invstd, d, training, variant, requested, layer, eps](Context& c) {
       if (!out.grad().defined()) return;
       record_bn(c, layer, variant, requested);
+      ProfileScope timed(c, ProfileKind::BatchNormBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
       Tensor dx = x.requires_grad() ? c.empty(x.shape()) : Tensor();
       Tensor dgamma = c.empty({d.c}), dbeta = c.empty({d.c});
       float* pdx = dx.defined() ? dx.f32() : nullptr;
@@ -177,6 +181,7 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
           cuda::bn_bwd_dx(c, xv, dy, mean.f32(), invstd.f32(), gamma.value().f32(), dgamma.f32(), dbeta.f32(),
                           training, pdx, d);
       }
+      timed.end();
       accumulate_grad(c, x, std::move(dx));
       accumulate_grad(c, gamma, std::move(dgamma));
       accumulate_grad(c, beta, std::move(dbeta));

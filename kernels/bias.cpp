@@ -6,6 +6,7 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
+#include "engine/profiler.h"
 #include "kernels/bias_ref.h"
 #include "kernels/check.h"
 #include "kernels/detail/bias_cuda.h"
@@ -93,22 +94,30 @@ Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, 
   }
 
   Tensor y = ctx.empty(xs);
-  if (ctx.is_cuda())
-    cuda::bias_fwd(ctx, x.value().f32(), b.value().f32(), y.f32(), bs.n, bs.c, bs.s);
-  else
-    ref::bias_fwd(x.value().f32(), b.value().f32(), y.f32(), bs.n, bs.c, bs.s);
+  {
+    ProfileScope timed(ctx, ProfileKind::BiasFwd);
+    if (ctx.is_cuda())
+      cuda::bias_fwd(ctx, x.value().f32(), b.value().f32(), y.f32(), bs.n, bs.c, bs.s);
+    else
+      ref::bias_fwd(x.value().f32(), b.value().f32(), y.f32(), bs.n, bs.c, bs.s);
+  }
 
   bool grad = needs_grad(ctx, {&x, &b});
   Var out(std::move(y), grad);
   if (grad) {
     ctx.tape().record("bias_add", layer, {{"x", x}, {"b", b}}, out, [x, b, out, layer, kind, variant, bs](Context& c) {
       if (!out.grad().defined()) return;
-      if (x.requires_grad()) accumulate_grad(c, x, c.to_device(out.grad()));  // a fresh copy, never an alias
-      if (b.requires_grad()) {
-        Tensor db = c.empty({bs.c});
-        backward_bias(c, layer, kind, variant, bs, out.grad(), db);
-        accumulate_grad(c, b, std::move(db));
+      Tensor dx, db;
+      {
+        ProfileScope timed(c, ProfileKind::BiasBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
+        if (x.requires_grad()) dx = c.to_device(out.grad());  // a fresh copy, never an alias
+        if (b.requires_grad()) {
+          db = c.empty({bs.c});
+          backward_bias(c, layer, kind, variant, bs, out.grad(), db);
+        }
       }
+      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, b, std::move(db));
     });
   }
   return out;

@@ -30,6 +30,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
+#include "engine/profiler.h"
 #include "engine/tuning.h"
 #include "kernels/check.h"
 #include "kernels/conv2d_ref.h"
@@ -158,6 +159,7 @@ struct FwdTraits {
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
   static constexpr const char* kKnob = "fwd";
+  static constexpr ProfileKind kProfile = ProfileKind::ConvFwd;
   static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
   static Determinism documented(int) { return Determinism::Yes; }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
@@ -186,6 +188,7 @@ struct BwdDataTraits {
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
   static constexpr const char* kKnob = "bwd_data";
+  static constexpr ProfileKind kProfile = ProfileKind::ConvBwdData;
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
   static Determinism documented(int a) {
     return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? Determinism::No : Determinism::Yes;
@@ -216,6 +219,7 @@ struct BwdFilterTraits {
   using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   static constexpr const char* kKnob = "bwd_filter";
+  static constexpr ProfileKind kProfile = ProfileKind::ConvBwdFilter;
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
   static Determinism documented(int a) {
     return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 ? Determinism::No
@@ -518,6 +522,8 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
   const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer, shape);
   Problem<T> prob(ctx, spec, math);
   const Selection sel = prob.select(layer, choice);
+  // Timed after selection: a first call's heuristic queries and Find are not the op's cost.
+  ProfileScope timed(ctx, T::kProfile, Problem<T>::name(sel.algo));
   detail::Workspace ws(ctx.cuda(), sel.workspace);
   if (!ws.ok())
     throw PolicyError(fmt::format("{}: the workspace of algorithm '{}' ({} bytes) cannot be allocated; supported: {}",
@@ -588,6 +594,7 @@ Tensor conv2d_forward(Context& ctx, const std::string& layer, const Tensor& x, c
     ops.out = y.raw();
     run_direction<FwdTraits>(ctx, layer, ConvSpec{x.shape(), w.shape(), ys, p}, ops);
   } else {
+    ProfileScope timed(ctx, ProfileKind::ConvFwd, "cpu-reference");
     ref::conv2d_fwd(ref::conv2d_geom(x.shape(), w.shape(), p), x.f32(), w.f32(), y.f32());
     record_cpu(ctx, layer, "fwd", ctx.policy().conv_fwd(layer).mode);
   }
@@ -616,6 +623,7 @@ Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor
     ops.out = dx.raw();
     run_direction<BwdDataTraits>(ctx, layer, ConvSpec{x_shape, w.shape(), ys, p}, ops);
   } else {
+    ProfileScope timed(ctx, ProfileKind::ConvBwdData, "cpu-reference");
     ref::conv2d_bwd_data(ref::conv2d_geom(x_shape, w.shape(), p), dy.f32(), w.f32(), dx.f32());
     record_cpu(ctx, layer, "bwd_data", ctx.policy().conv_bwd_data(layer).mode);
   }
@@ -636,6 +644,7 @@ Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tens
     ops.out = dw.raw();
     run_direction<BwdFilterTraits>(ctx, layer, ConvSpec{x.shape(), w_shape, ys, p}, ops);
   } else {
+    ProfileScope timed(ctx, ProfileKind::ConvBwdFilter, "cpu-reference");
     ref::conv2d_bwd_filter(ref::conv2d_geom(x.shape(), w_shape, p), x.f32(), dy.f32(), dw.f32());
     record_cpu(ctx, layer, "bwd_filter", ctx.policy().conv_bwd_filter(layer).mode);
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/profiler.h"
 #include "kernels/check.h"
 #include "kernels/linear_ref.h"
 
@@ -130,10 +131,13 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
   record_manifest(ctx, layer, md);
 
   Tensor y = ctx.empty({n, out});
-  if (ctx.is_cuda())
-    gemm_fwd(ctx, layer, md, x.value().f32(), w.value().f32(), y.f32(), n, in, out);
-  else
-    ref::linear_fwd(x.value().f32(), w.value().f32(), y.f32(), n, in, out);
+  {
+    ProfileScope timed(ctx, ProfileKind::LinearFwd);
+    if (ctx.is_cuda())
+      gemm_fwd(ctx, layer, md, x.value().f32(), w.value().f32(), y.f32(), n, in, out);
+    else
+      ref::linear_fwd(x.value().f32(), w.value().f32(), y.f32(), n, in, out);
+  }
 
   bool grad = needs_grad(ctx, {&x, &w});
   Var result(std::move(y), grad);
@@ -142,22 +146,26 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
       if (!out.grad().defined()) return;
       const int64_t o = out.shape()[1];
       const float* dy = out.grad().f32();
-      if (x.requires_grad()) {
-        Tensor dx = c.empty({n, in});
-        if (c.is_cuda())
-          gemm_bwd_x(c, layer, md, dy, w.value().f32(), dx.f32(), n, in, o);
-        else
-          ref::linear_bwd_x(dy, w.value().f32(), dx.f32(), n, in, o);
-        accumulate_grad(c, x, std::move(dx));
+      Tensor dx, dw;
+      {
+        ProfileScope timed(c, ProfileKind::LinearBwd);
+        if (x.requires_grad()) {
+          dx = c.empty({n, in});
+          if (c.is_cuda())
+            gemm_bwd_x(c, layer, md, dy, w.value().f32(), dx.f32(), n, in, o);
+          else
+            ref::linear_bwd_x(dy, w.value().f32(), dx.f32(), n, in, o);
+        }
+        if (w.requires_grad()) {
+          dw = c.empty({o, in});
+          if (c.is_cuda())
+            gemm_bwd_w(c, layer, md, dy, x.value().f32(), dw.f32(), n, in, o);
+          else
+            ref::linear_bwd_w(dy, x.value().f32(), dw.f32(), n, in, o);
+        }
       }
-      if (w.requires_grad()) {
-        Tensor dw = c.empty({o, in});
-        if (c.is_cuda())
-          gemm_bwd_w(c, layer, md, dy, x.value().f32(), dw.f32(), n, in, o);
-        else
-          ref::linear_bwd_w(dy, x.value().f32(), dw.f32(), n, in, o);
-        accumulate_grad(c, w, std::move(dw));
-      }
+      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, w, std::move(dw));
     });
   }
   return result;

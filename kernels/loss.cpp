@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/profiler.h"
 #include "kernels/check.h"
 #include "kernels/detail/loss_cuda.h"
 #include "kernels/loss_ref.h"
@@ -31,6 +32,8 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
   const std::string requested = ctx.policy().requested(layer, "reduce", OpKind::SoftmaxXent);
   Tensor loss = ctx.empty({1});
   Tensor lse;  // per-row log-sum-exp kept for the backward pass (CUDA only)
+  // To the function's end: only host work (tape bookkeeping) follows the kernels.
+  ProfileScope timed(ctx, ProfileKind::LossFwd, ctx.is_cuda() ? name_of(reduce) : "cpu-reference");
   if (ctx.is_cuda()) {
     lse = ctx.empty({n});
     std::size_t ws_bytes = reduce == Reduction::Deterministic ? sizeof(float) * static_cast<std::size_t>(n) : 0;
@@ -59,6 +62,7 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
   if (grad) {
     ctx.tape().record("softmax_xent", layer, {{"logits", logits}, {"labels", Var(labels)}}, out, [logits, labels, lse, out, n, c](Context& cx) {
       if (!out.grad().defined()) return;
+      ProfileScope timed(cx, ProfileKind::LossBwd);  // the logits' gradient is the loss's alone: no add follows
       Tensor dlogits = cx.empty({n, c});
       if (cx.is_cuda())
         cuda::softmax_xent_bwd(cx, logits.value().f32(), labels.i32(), lse.f32(), out.grad().f32(), dlogits.f32(),

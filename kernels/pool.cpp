@@ -7,6 +7,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
+#include "engine/profiler.h"
 #include "kernels/check.h"
 #include "kernels/detail/pool_cuda.h"
 #include "kernels/pool_ref.h"
@@ -152,12 +153,15 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
   Tensor argmax;  // own kernels' winners, kept for backward
   if (own && grad) argmax = ctx.empty(out_shape(d), DType::I32);
   int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-  if (!ctx.is_cuda())
-    ref::max_pool_fwd(x.value().f32(), y.f32(), am, d);
-  else if (own)
-    cuda::max_pool_fwd_argmax(ctx, x.value().f32(), y.f32(), am, d);
-  else
-    cudnn_max_pool_fwd(ctx, layer, variant, d, x.value().f32(), y.f32());
+  {
+    ProfileScope timed(ctx, ProfileKind::PoolFwd, ctx.is_cuda() ? name_of(variant) : "cpu-reference");
+    if (!ctx.is_cuda())
+      ref::max_pool_fwd(x.value().f32(), y.f32(), am, d);
+    else if (own)
+      cuda::max_pool_fwd_argmax(ctx, x.value().f32(), y.f32(), am, d);
+    else
+      cudnn_max_pool_fwd(ctx, layer, variant, d, x.value().f32(), y.f32());
+  }
   record_max_pool(ctx, layer, variant, requested);
 
   Var out(std::move(y), grad);
@@ -166,6 +170,7 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
       if (!out.grad().defined()) return;
       record_max_pool(c, layer, variant, requested);
       Tensor dx;
+      ProfileScope timed(c, ProfileKind::PoolBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
       if (!c.is_cuda()) {
         dx = c.empty(x.shape());
         ref::max_pool_bwd(out.grad().f32(), argmax.i32(), dx.f32(), d);
@@ -179,6 +184,7 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
         dx = c.empty(x.shape());
         cudnn_max_pool_bwd(c, layer, variant, d, x.value().f32(), out.value().f32(), out.grad().f32(), dx.f32());
       }
+      timed.end();
       accumulate_grad(c, x, std::move(dx));
     });
   }
@@ -189,20 +195,26 @@ Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p) {
   check_f32_on(ctx, x.value(), "avg_pool2d", "x");
   const ref::PoolDims d = pool_dims(x.shape(), p, "avg_pool2d");
   Tensor y = ctx.empty(out_shape(d));
-  if (ctx.is_cuda())
-    cuda::avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
-  else
-    ref::avg_pool_fwd(x.value().f32(), y.f32(), d);
+  {
+    ProfileScope timed(ctx, ProfileKind::PoolFwd, "avg");
+    if (ctx.is_cuda())
+      cuda::avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
+    else
+      ref::avg_pool_fwd(x.value().f32(), y.f32(), d);
+  }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
     ctx.tape().record("avg_pool2d", "", {{"x", x}}, out, [x, out, d](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
-      if (c.is_cuda())
-        cuda::avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
-      else
-        ref::avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+      {
+        ProfileScope timed(c, ProfileKind::PoolBwd, "avg");
+        if (c.is_cuda())
+          cuda::avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
+        else
+          ref::avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+      }
       accumulate_grad(c, x, std::move(dx));
     });
   }
@@ -217,20 +229,26 @@ Var global_avg_pool(Context& ctx, const Var& x) {
     throw ShapeError(fmt::format("global_avg_pool: x has an empty plane, shape {}", shape_str(s)));
   const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
   Tensor y = ctx.empty({s[0], s[1]});
-  if (ctx.is_cuda())
-    cuda::global_avg_pool_fwd(ctx, x.value().f32(), y.f32(), planes, hw);
-  else
-    ref::global_avg_pool_fwd(x.value().f32(), y.f32(), planes, hw);
+  {
+    ProfileScope timed(ctx, ProfileKind::PoolFwd, "global-avg");
+    if (ctx.is_cuda())
+      cuda::global_avg_pool_fwd(ctx, x.value().f32(), y.f32(), planes, hw);
+    else
+      ref::global_avg_pool_fwd(x.value().f32(), y.f32(), planes, hw);
+  }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
     ctx.tape().record("global_avg_pool", "", {{"x", x}}, out, [x, out, planes, hw](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
-      if (c.is_cuda())
-        cuda::global_avg_pool_bwd(c, out.grad().f32(), dx.f32(), planes, hw);
-      else
-        ref::global_avg_pool_bwd(out.grad().f32(), dx.f32(), planes, hw);
+      {
+        ProfileScope timed(c, ProfileKind::PoolBwd, "global-avg");
+        if (c.is_cuda())
+          cuda::global_avg_pool_bwd(c, out.grad().f32(), dx.f32(), planes, hw);
+        else
+          ref::global_avg_pool_bwd(out.grad().f32(), dx.f32(), planes, hw);
+      }
       accumulate_grad(c, x, std::move(dx));
     });
   }
@@ -252,20 +270,26 @@ Var adaptive_avg_pool2d(Context& ctx, const Var& x, int64_t out_h, int64_t out_w
   d.oh = out_h;
   d.ow = out_w;
   Tensor y = ctx.empty({s[0], s[1], out_h, out_w});
-  if (ctx.is_cuda())
-    cuda::adaptive_avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
-  else
-    ref::adaptive_avg_pool_fwd(x.value().f32(), y.f32(), d);
+  {
+    ProfileScope timed(ctx, ProfileKind::PoolFwd, "adaptive-avg");
+    if (ctx.is_cuda())
+      cuda::adaptive_avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
+    else
+      ref::adaptive_avg_pool_fwd(x.value().f32(), y.f32(), d);
+  }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
     ctx.tape().record("adaptive_avg_pool2d", "", {{"x", x}}, out, [x, out, d](Context& c) {
       if (!out.grad().defined()) return;
       Tensor dx = c.empty(x.shape());
-      if (c.is_cuda())
-        cuda::adaptive_avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
-      else
-        ref::adaptive_avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+      {
+        ProfileScope timed(c, ProfileKind::PoolBwd, "adaptive-avg");
+        if (c.is_cuda())
+          cuda::adaptive_avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
+        else
+          ref::adaptive_avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+      }
       accumulate_grad(c, x, std::move(dx));
     });
   }

@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+r"""PyTorch peer of ditto's bench/overhead: the cost of determinism per model (the paper's figure 6).
+
+For each model and mode: the median milliseconds of one training step (forward, cross-entropy,
+backward, SGD lr 0.01 momentum 0.9, zero_grad(set_to_none=True)) on one fixed synthetic batch that
+stays on the GPU (fp32, --batch images of 3x224x224, 3x299x299 for inception-v3, 1000 classes),
+eager; torch.cuda.max_memory_allocated over the timed steps (the peak is reset after warm-up), and
+over warm-up too. Every (model, mode) starts from a fresh model built from the same seed.
+
+Models: torchvision's vgg16, vgg19, resnet50, resnet101, resnet152, densenet121, densenet201,
+mobilenet_v2, efficientnet_b0 and inception_v3 (aux_logits=False, init_weights=True; no weights
+are downloaded), and two torchvision lacks, defined here as ditto builds them: MediumCNN(k) (the
+paper's: six blocks conv kxk padding k//2 with bias -> batch norm -> ReLU -> max pool 2, widths 16
+to 512 doubling, global average pool, linear 512 -> classes) and Keras's Xception (separable
+convolutions = depthwise 3x3 + pointwise 1x1, no bias). Names as ditto writes them
+("mobilenet-v2", "mediumcnn-k3").
+
+Modes (each sets every switch explicitly; TF32 is off in both, as ditto's fp32 runs use FMA math):
+  default        cudnn.benchmark off, not deterministic
+  deterministic  torch.use_deterministic_algorithms(True), cudnn.deterministic on, benchmark off.
+                 Where strict mode raises (an op without a deterministic implementation, e.g. the
+                 backward of VGG's AdaptiveAvgPool2d((7, 7))), the error is recorded as
+                 strict_error and the mode is run again with warn_only=True, whose warnings (the
+                 ops that stayed nondeterministic) are recorded as nondeterministic_ops.
+CUBLAS_WORKSPACE_CONFIG=:4096:8 is set (unless already set) before torch is imported, i.e. before
+CUDA is initialised: deterministic cuBLAS requires it and it is read once per process.
+
+Per step, a pair of CUDA events on the current stream; the host synchronizes once, after the last
+timed step. One JSON line per (model, mode), printed and appended to --out: tool, model, mode,
+batch, image_size, classes, dtype, optimizer, warmup, steps, ms_median, ms_p10, ms_p90, ms_min,
+ms_wall, ratio_vs_default (deterministic), peak_mem_bytes, peak_mem_warmup_bytes, mem_source,
+deterministic, warn_only, strict_error, nondeterministic_ops, params, gpu, torch, torchvision,
+cudnn, cublas_workspace_config, date; a failed one has error and oom (out of memory) instead of
+the timings, and configurations past --budget-s are recorded as skipped; with --resume, configurations --out
+already holds a measurement or an out-of-memory failure of are not run again.
+
+  python3 bench/peers/torch_overhead.py --models resnet50,vgg16 --out /tmp/torch_overhead.jsonl
+"""
+import os
+
+# Must precede `import torch`: read once, when the first cuBLAS workspace is sized.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+try:
+    import torchvision  # noqa: E402
+except ImportError:  # the two models defined here still run
+    torchvision = None
+
+warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*")
+
+ZOO = ["vgg16", "vgg19", "resnet50", "resnet101", "resnet152", "densenet121", "densenet201", "mobilenet-v2",
+       "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1", "mediumcnn-k3", "mediumcnn-k5",
+       "mediumcnn-k7"]
+MODES = ["default", "deterministic"]
+LR, MOMENTUM = 0.01, 0.9
+
+
+class MediumCNN(nn.Module):
+    """The paper's MediumCNN(k), as nets/nets.cpp builds it: conv kxk (padding k//2, bias) -> BN ->
+    ReLU -> max pool 2 for widths 16, 32, 64, 128, 256, 512; global average pool; linear 512 ->
+    classes."""
+
+    def __init__(self, k, classes):
+        super().__init__()
+        layers, c = [], 3
+        for width in (16, 32, 64, 128, 256, 512):
+            layers += [nn.Conv2d(c, width, k, padding=k // 2, bias=True), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(2)]
+            c = width
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
+class SeparableConv2d(nn.Sequential):
+    """Keras's SeparableConv2D(padding="same", use_bias=False): depthwise 3x3 then pointwise 1x1."""
+
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cin, 3, padding=1, groups=cin, bias=False), nn.Conv2d(cin, cout, 1, bias=False))
+
+
+def _sep_bn(cin, cout, relu_first):
+    return ([nn.ReLU(inplace=False)] if relu_first else []) + [SeparableConv2d(cin, cout), nn.BatchNorm2d(cout)]
+
+
+class XceptionBlock(nn.Module):
+    """An entry/exit-flow block: [ReLU] sep -> BN -> ReLU -> sep -> BN -> max pool 3/2 'same', plus
+    a strided 1x1 conv + BN shortcut."""
+
+    def __init__(self, cin, c1, c2, relu_first):
+        super().__init__()
+        self.body = nn.Sequential(*_sep_bn(cin, c1, relu_first), *_sep_bn(c1, c2, True), nn.MaxPool2d(3, 2, padding=1))
+        self.shortcut = nn.Sequential(nn.Conv2d(cin, c2, 1, stride=2, bias=False), nn.BatchNorm2d(c2))
+
+    def forward(self, x):
+        return self.body(x) + self.shortcut(x)
+
+
+class MiddleBlock(nn.Module):
+    def __init__(self, c=728):
+        super().__init__()
+        self.body = nn.Sequential(*_sep_bn(c, c, True), *_sep_bn(c, c, True), *_sep_bn(c, c, True))
+
+    def forward(self, x):
+        return self.body(x) + x
+
+
+class Xception(nn.Module):
+    """keras.applications.Xception (include_top): conv 3x3/2 32 'valid' -> BN -> ReLU -> conv 3x3 64
+    'valid' -> BN -> ReLU; entry blocks 128, 256, 728; 8 middle blocks of 728; exit block 728/1024;
+    sep 1536 -> BN -> ReLU -> sep 2048 -> BN -> ReLU; global average pool; dense classes. 22,910,480
+    parameters for 1000 classes (Keras counts BN's moving statistics too; PyTorch's buffers)."""
+
+    def __init__(self, classes):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, bias=False), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
+                                  nn.Conv2d(32, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True))
+        self.entry = nn.Sequential(XceptionBlock(64, 128, 128, False), XceptionBlock(128, 256, 256, True),
+                                   XceptionBlock(256, 728, 728, True))
+        self.middle = nn.Sequential(*[MiddleBlock() for _ in range(8)])
+        self.exit = XceptionBlock(728, 728, 1024, True)
+        self.tail = nn.Sequential(SeparableConv2d(1024, 1536), nn.BatchNorm2d(1536), nn.ReLU(inplace=True),
+                                  SeparableConv2d(1536, 2048), nn.BatchNorm2d(2048), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        x = self.tail(self.exit(self.middle(self.entry(self.stem(x)))))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def build_model(name, classes):
+    if name.startswith("mediumcnn-k"):
+        return MediumCNN(int(name[len("mediumcnn-k"):]), classes)
+    if name == "xception":
+        return Xception(classes)
+    if torchvision is None:
+        raise RuntimeError("torchvision is not installed")
+    tv = torchvision.models
+    if name == "inception-v3":
+        return tv.inception_v3(weights=None, aux_logits=False, init_weights=True, num_classes=classes)
+    return getattr(tv, name.replace("-", "_"))(weights=None, num_classes=classes)
+
+
+def image_size(args, name):
+    if args.image_size:
+        return args.image_size
+    return 299 if name == "inception-v3" else 224
+
+
+def apply_mode(mode, warn_only=False):
+    det = mode == "deterministic"
+    torch.use_deterministic_algorithms(det, warn_only=warn_only)
+    torch.backends.cudnn.deterministic = det
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def percentile(sorted_values, q):
+    """Linear interpolation between closest ranks (numpy's default; ditto's stats.h too)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def measure(name, mode, warn_only, x, y, args):
+    apply_mode(mode, warn_only)
+    torch.manual_seed(args.seed)
+    model = build_model(name, args.classes).to(x.device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    try:
+        torch.cuda.reset_peak_memory_stats()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(args.warmup):
+                step()
+            torch.cuda.synchronize()
+        peak_warmup = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+        stream = torch.cuda.current_stream()
+        t0 = time.perf_counter()
+        for i in range(args.steps):
+            starts[i].record(stream)
+            step()
+            ends[i].record(stream)
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t0) * 1e3 / args.steps
+        per_step = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+        ops = []
+        for w in caught:
+            text = str(w.message).splitlines()[0][:300]
+            if "deterministic" in text and text not in ops:
+                ops.append(text)
+        return {
+            "ms_median": round(percentile(per_step, 0.5), 5),
+            "ms_p10": round(percentile(per_step, 0.1), 5),
+            "ms_p90": round(percentile(per_step, 0.9), 5),
+            "ms_min": round(per_step[0], 5),
+            "ms_wall": round(wall_ms, 5),
+            "peak_mem_bytes": torch.cuda.max_memory_allocated(),
+            "peak_mem_warmup_bytes": peak_warmup,
+            "params": sum(p.numel() for p in model.parameters()),
+            "nondeterministic_ops": ops,
+        }
+    finally:
+        del opt, model
+
+
+def short_error(exc):
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:400]
+
+
+def is_oom(exc):
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def cleanup():
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def measured_in(path):
+    """{(model, mode): median ms} of the measurements in path; None for out-of-memory failures
+    (the same batch would fail again). The last line wins."""
+    done = {}
+    if not os.path.exists(path):
+        return done
+    with open(path) as f:
+        for text in f:
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(rec, dict) or rec.get("tool") != "pytorch" or "model" not in rec or "mode" not in rec:
+                continue
+            key = (rec["model"], rec["mode"])
+            if not rec.get("error") and isinstance(rec.get("ms_median"), (int, float)):
+                done[key] = rec["ms_median"]
+            elif rec.get("oom") and not rec.get("skipped"):
+                done[key] = None
+            else:
+                done.pop(key, None)
+    return done
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(ZOO), help="comma list of " + ", ".join(ZOO))
+    ap.add_argument("--modes", default=",".join(MODES), help="comma list of " + ", ".join(MODES))
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--image-size", type=int, default=0, help="image side (0: 224, 299 for inception-v3)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps before the timed ones")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (median)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the weights and of the synthetic batch")
+    ap.add_argument("--budget-s", type=float, default=0, help="start no configuration after this many seconds")
+    ap.add_argument("--out", help="append the JSON lines to this file as well")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip the (model, mode) pairs --out already holds a measurement (or an out-of-memory "
+                         "failure) of")
+    args = ap.parse_args()
+
+    models = [m for m in args.models.split(",") if m]
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in models if m not in ZOO] + [m for m in modes if m not in MODES]
+    if bad:
+        ap.error(f"unknown model(s) or mode(s) {', '.join(bad)}; models: {', '.join(ZOO)}; modes: {', '.join(MODES)}")
+    if args.steps < 1 or args.warmup < 1 or args.batch < 1:
+        ap.error("need --steps >= 1, --warmup >= 1, --batch >= 1")
+    if args.resume and not args.out:
+        ap.error("--resume needs --out")
+    if not torch.cuda.is_available():
+        sys.exit("torch_overhead.py: no CUDA device")
+    done = measured_in(args.out) if args.resume else {}
+
+    dev = torch.device("cuda")
+    common = {
+        "tool": "pytorch", "batch": args.batch, "classes": args.classes, "dtype": "fp32",
+        "optimizer": f"sgd lr {LR} momentum {MOMENTUM}", "warmup": args.warmup, "steps": args.steps,
+        "mem_source": "torch.cuda.max_memory_allocated: timed steps after reset_peak_memory_stats; warmup: the "
+                      "warm-up steps",
+        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "torchvision": getattr(torchvision, "__version__", None), "cudnn": torch.backends.cudnn.version(),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+    }
+    t_start = time.perf_counter()
+    out = open(args.out, "a") if args.out else None
+    failures = 0
+    try:
+        for name in models:
+            size = image_size(args, name)
+            gen = torch.Generator(device=dev)
+            gen.manual_seed(args.seed)
+            x = torch.randn(args.batch, 3, size, size, generator=gen, device=dev)
+            y = torch.randint(0, args.classes, (args.batch,), generator=gen, device=dev)
+            median = {mode: ms for (m, mode), ms in done.items() if m == name and ms is not None}
+            for mode in modes:
+                if (name, mode) in done:
+                    what = "measured" if done[(name, mode)] is not None else "out of memory"
+                    print(f"{name:16s} {mode:14s} {what} in {args.out} already (--resume)", file=sys.stderr)
+                    continue
+                line = {"tool": "pytorch", "model": name, "mode": mode, "image_size": size}
+                line.update(common)
+                line.update({"deterministic": mode == "deterministic", "warn_only": False})
+                if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+                    line.update({"skipped": True, "oom": False, "error": f"skipped: --budget-s {args.budget_s:g} spent"})
+                else:
+                    try:
+                        strict_error = None
+                        try:
+                            line.update(measure(name, mode, False, x, y, args))
+                        except RuntimeError as exc:
+                            # Strict mode's refusal names the op; anything else is a real failure.
+                            if mode != "deterministic" or "deterministic" not in str(exc) or is_oom(exc):
+                                raise
+                            strict_error = short_error(exc)
+                        if strict_error:
+                            # Outside the except clause: its traceback held the failed step's tensors.
+                            line["strict_error"] = strict_error
+                            cleanup()
+                            line["warn_only"] = True
+                            line.update(measure(name, mode, True, x, y, args))
+                        median[mode] = line["ms_median"]
+                        if mode != "default" and "default" in median:
+                            line["ratio_vs_default"] = round(line["ms_median"] / median["default"], 5)
+                    except Exception as exc:  # record it and go on
+                        failures += 1
+                        line.update({"ms_median": None, "error": short_error(exc), "oom": is_oom(exc)})
+                    try:
+                        cleanup()
+                    except Exception as exc:  # a sticky CUDA error: later lines would be meaningless
+                        line.setdefault("error", short_error(exc))
+                        print(json.dumps(line), flush=True)
+                        if out:
+                            out.write(json.dumps(line) + "\n")
+                        raise
+                text = json.dumps(line)
+                print(text, flush=True)
+                if out:
+                    out.write(text + "\n")
+                    out.flush()
+                status = line.get("error") or (f"{line['ms_median']:.2f} ms/step, peak "
+                                               f"{line['peak_mem_bytes'] / 2**30:.2f} GiB"
+                                               + (" (warn_only)" if line["warn_only"] else ""))
+                print(f"{name:16s} {mode:14s} {status}  [{time.perf_counter() - t_start:.0f} s]", file=sys.stderr,
+                      flush=True)
+            del x, y
+    finally:
+        apply_mode("default")
+        if out:
+            out.close()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
