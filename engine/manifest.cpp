@@ -21,6 +21,25 @@ const char* determinism_name(Determinism d) {
   return "?";
 }
 
+const char* guarantee_name(Guarantee g) {
+  switch (g) {
+    case Guarantee::NotGuaranteed: return "not_guaranteed";
+    case Guarantee::RunToRun: return "run_to_run";
+    case Guarantee::GpuToGpu: return "gpu_to_gpu";
+    case Guarantee::Unknown: return "unknown";
+  }
+  return "?";
+}
+
+Guarantee guarantee_of(Determinism d, Impl impl) {
+  switch (d) {
+    case Determinism::No: return Guarantee::NotGuaranteed;
+    case Determinism::Unknown: return Guarantee::Unknown;
+    case Determinism::Yes: return impl == Impl::Ditto ? Guarantee::GpuToGpu : Guarantee::RunToRun;
+  }
+  return Guarantee::Unknown;
+}
+
 void Manifest::record(ManifestEntry e) {
   auto key = std::make_tuple(e.layer, e.knob, e.shape);
   auto it = index_.find(key);
@@ -66,6 +85,7 @@ std::string Manifest::to_json(int indent) const {
                    {"variant", e.variant},
                    {"requested", e.requested},
                    {"deterministic", determinism_name(e.deterministic)},
+                   {"guarantee", guarantee_name(e.guarantee)},
                    {"math", e.math},
                    {"workspace_bytes", e.workspace_bytes},
                    {"device", e.device}});

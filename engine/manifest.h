@@ -16,6 +16,25 @@ namespace ditto {
 enum class Determinism { Yes, No, Unknown };
 const char* determinism_name(Determinism d);
 
+// The reproducibility a variant promises, in the words CCCL 3.1 uses for cub::DeviceReduce's
+// determinism requirement:
+//   not_guaranteed  two runs may differ: atomics add floats in the order threads arrive.
+//   run_to_run      the same bits every run on one GPU model. cuDNN documents its deterministic
+//                   routines as bit-reproducible on the same architecture; cuBLAS (atomics off)
+//                   on the same architecture and SM count. Nothing is promised across models.
+//   gpu_to_gpu      the same bits on any GPU: ditto's own fixed-order kernels, whose grid and
+//                   reduction tree (CUB block reductions, kernels/detail/reduce.cuh) depend on the
+//                   tensor shape alone, never on the SM count.
+//   unknown         the library documents neither (cuDNN's batch-norm backward).
+// The CPU reference (one thread, fixed order, double accumulation) is recorded as run_to_run:
+// the same binary gives the same bits every run; other compilers or libms may not.
+enum class Guarantee { NotGuaranteed, RunToRun, GpuToGpu, Unknown };
+const char* guarantee_name(Guarantee g);
+
+// Who implements a variant, which with its Determinism label fixes its Guarantee.
+enum class Impl { Ditto, Library, CpuReference };
+Guarantee guarantee_of(Determinism d, Impl impl);
+
 struct ManifestEntry {
   std::string layer;         // layer name as given to the op
   std::string op;            // conv2d, linear, maxpool2d, ...
@@ -27,6 +46,7 @@ struct ManifestEntry {
   std::size_t workspace_bytes = 0;
   std::string device;        // "cpu" or "cuda:0"
   std::string shape;         // conv knobs: the input shape ("NxCxHxW"), since choices depend on it
+  Guarantee guarantee = Guarantee::Unknown;  // what `deterministic` means across runs and GPUs
 };
 
 class Manifest {
@@ -39,8 +59,8 @@ class Manifest {
   std::vector<ManifestEntry> entries() const;  // in first-recorded order
   void clear();
 
-  // {"ops": [ {layer, op, knob, variant, requested, deterministic, math, workspace_bytes, device,
-  //           shape (conv only)}, ...]}
+  // {"ops": [ {layer, op, knob, variant, requested, deterministic, guarantee, math,
+  //           workspace_bytes, device, shape (conv only)}, ...]}
   std::string to_json(int indent = 2) const;
 
  private:

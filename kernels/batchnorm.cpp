@@ -53,9 +53,11 @@ Determinism determinism_of(BnBwd v) {
 
 void record_bn(Context& ctx, const std::string& layer, BnBwd v, const std::string& requested) {
   if (ctx.is_cuda())
-    ctx.manifest().record({layer, kOp, "bwd", name_of(v), requested, determinism_of(v), "", 0, ctx.device().str()});
+    ctx.manifest().record({layer, kOp, "bwd", name_of(v), requested, determinism_of(v), "", 0, ctx.device().str(), "",
+                           guarantee_of(determinism_of(v), v == BnBwd::Cudnn ? Impl::Library : Impl::Ditto)});
   else
-    ctx.manifest().record({layer, kOp, "bwd", "cpu-reference", requested, Determinism::Yes, "", 0, ctx.device().str()});
+    ctx.manifest().record({layer, kOp, "bwd", "cpu-reference", requested, Determinism::Yes, "", 0, ctx.device().str(), "",
+                           guarantee_of(Determinism::Yes, Impl::CpuReference)});
 }
 
 void check_channel_vec(const Context& ctx, const Tensor& t, int64_t c, const std::string& op, const char* what) {

@@ -1,14 +1,18 @@
 // ditto's own batch-norm kernels. Per-channel reductions run on a (P, C) grid: block (p, c) owns
 // a fixed contiguous range of the channel's M = N*HW values (range and P depend only on the
 // shape, not on the device), each thread sums its strided share in order, and the block combines
-// its 256 thread sums with a fixed shuffle/shared-memory tree. Then either
-//   - fixed order: the block writes its partial, and one thread per channel adds the P partials
-//     in index order (deterministic: every addition happens in the same order every run), or
-//   - atomic: each warp atomicAdds its sum into the channel's accumulator (NOT deterministic:
-//     the order of the P*8 float adds per channel depends on scheduling).
+// its 256 thread sums with cub::BlockReduce (BlockSum, kernels/detail/reduce.cuh: a fixed order).
+// Then either
+//   - fixed order: the block writes its partial, and one block of 128 threads per channel adds
+//     the P <= 128 partials with BlockSum (deterministic, and since the grid is a function of the
+//     shape alone, the same bits on any GPU: CCCL's gpu_to_gpu), or
+//   - atomic: each warp's sum (cub::WarpReduce) is atomicAdded into the channel's accumulator (NOT
+//     deterministic, CCCL's not_guaranteed: the order of the P*8 float adds per channel depends
+//     on scheduling).
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/batchnorm_cuda.h"
+#include "kernels/detail/reduce.cuh"
 
 namespace ditto::cuda {
 namespace {
@@ -24,29 +28,9 @@ inline int64_t partials_per_channel(int64_t m) {
   return p < 1 ? 1 : (p > kMaxPartials ? kMaxPartials : p);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-// Fixed-order block sum of two values; the result is valid in thread 0.
-__device__ __forceinline__ void block_sum2(float& a, float& b) {
-  __shared__ float sa[kWarps], sb[kWarps];
-  a = warp_sum(a);
-  b = warp_sum(b);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) {
-    sa[warp] = a;
-    sb[warp] = b;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    a = lane < kWarps ? sa[lane] : 0.f;
-    b = lane < kWarps ? sb[lane] : 0.f;
-    a = warp_sum(a);
-    b = warp_sum(b);
-  }
-}
+// The finalize kernels: one block per channel, one thread per partial.
+static_assert(kMaxPartials == 128, "finalize blocks have one thread per partial");
+constexpr int kFinalThreads = 128;
 
 // The contiguous range [begin, end) of the channel's values that block p owns.
 struct Chunk {
@@ -67,20 +51,25 @@ __global__ void partial_sum_kernel(const float* __restrict__ x, int64_t n, int64
                                    float* __restrict__ partial) {
   const int64_t ch = blockIdx.y;
   const Chunk k = chunk_of(n * hw, parts);
-  float s = 0.f, unused = 0.f;
+  float s = 0.f;
   for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) s += x[offset_of(j, ch, c, hw)];
-  block_sum2(s, unused);
+  __shared__ BlockSum<kThreads>::TempStorage tmp;
+  s = BlockSum<kThreads>(tmp).Sum(s);
   if (threadIdx.x == 0) partial[ch * parts + blockIdx.x] = s;
 }
 
-// One thread per channel adds the partials in index order: mean = sum / M.
-__global__ void mean_finalize_kernel(const float* __restrict__ partial, int64_t parts, int64_t c, float m,
+// The sum of channel blockIdx.x's partials (BlockSum over one partial per thread), in thread 0.
+__device__ __forceinline__ float sum_partials(const float* __restrict__ partial, int64_t parts) {
+  __shared__ BlockSum<kFinalThreads>::TempStorage tmp;
+  const float v = threadIdx.x < parts ? partial[blockIdx.x * parts + threadIdx.x] : 0.f;
+  return BlockSum<kFinalThreads>(tmp).Sum(v, static_cast<int>(parts));
+}
+
+// One block per channel: mean = sum / M.
+__global__ void mean_finalize_kernel(const float* __restrict__ partial, int64_t parts, float m,
                                      float* __restrict__ mean) {
-  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (ch >= c) return;
-  float s = 0.f;
-  for (int64_t p = 0; p < parts; ++p) s += partial[ch * parts + p];
-  mean[ch] = s / m;
+  const float s = sum_partials(partial, parts);
+  if (threadIdx.x == 0) mean[blockIdx.x] = s / m;
 }
 
 // Pass 2: per-block partial sums of (x - mean)^2 (two-pass variance: no cancellation).
@@ -89,24 +78,23 @@ __global__ void partial_sqdev_kernel(const float* __restrict__ x, const float* _
   const int64_t ch = blockIdx.y;
   const Chunk k = chunk_of(n * hw, parts);
   const float mu = mean[ch];
-  float s = 0.f, unused = 0.f;
+  float s = 0.f;
   for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) {
     const float dv = x[offset_of(j, ch, c, hw)] - mu;
     s += dv * dv;
   }
-  block_sum2(s, unused);
+  __shared__ BlockSum<kThreads>::TempStorage tmp;
+  s = BlockSum<kThreads>(tmp).Sum(s);
   if (threadIdx.x == 0) partial[ch * parts + blockIdx.x] = s;
 }
 
-// One thread per channel: biased variance -> invstd; running stats with the unbiased variance.
-__global__ void var_finalize_kernel(const float* __restrict__ partial, int64_t parts, int64_t c, float m,
-                                    float momentum, float eps, const float* __restrict__ mean,
-                                    float* __restrict__ invstd, float* __restrict__ running_mean,
-                                    float* __restrict__ running_var) {
-  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (ch >= c) return;
-  float q = 0.f;
-  for (int64_t p = 0; p < parts; ++p) q += partial[ch * parts + p];
+// One block per channel: biased variance -> invstd; running stats with the unbiased variance.
+__global__ void var_finalize_kernel(const float* __restrict__ partial, int64_t parts, float m, float momentum,
+                                    float eps, const float* __restrict__ mean, float* __restrict__ invstd,
+                                    float* __restrict__ running_mean, float* __restrict__ running_var) {
+  const float q = sum_partials(partial, parts);
+  if (threadIdx.x != 0) return;
+  const int64_t ch = blockIdx.x;
   invstd[ch] = 1.f / sqrtf(q / m + eps);
   running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * mean[ch];
   running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (q / (m - 1.f));
@@ -149,14 +137,18 @@ __global__ void bwd_reduce_kernel(const float* __restrict__ x, const float* __re
     sdyx += g * ((x[o] - mu) * is);
   }
   if (kAtomic) {
-    sdy = warp_sum(sdy);
-    sdyx = warp_sum(sdyx);
+    __shared__ WarpSum::TempStorage warp_tmp[kWarps];
+    sdy = WarpSum(warp_tmp[threadIdx.x >> 5]).Sum(sdy);
+    __syncwarp();  // the warp's temp storage is reused
+    sdyx = WarpSum(warp_tmp[threadIdx.x >> 5]).Sum(sdyx);
     if ((threadIdx.x & 31) == 0) {
       atomicAdd(out_dy + ch, sdy);
       atomicAdd(out_dyx + ch, sdyx);
     }
   } else {
-    block_sum2(sdy, sdyx);
+    __shared__ BlockSum<kThreads>::TempStorage tmp_dy, tmp_dyx;
+    sdy = BlockSum<kThreads>(tmp_dy).Sum(sdy);
+    sdyx = BlockSum<kThreads>(tmp_dyx).Sum(sdyx);
     if (threadIdx.x == 0) {
       out_dy[ch * parts + blockIdx.x] = sdy;
       out_dyx[ch * parts + blockIdx.x] = sdyx;
@@ -164,17 +156,16 @@ __global__ void bwd_reduce_kernel(const float* __restrict__ x, const float* __re
   }
 }
 
+// One block per channel.
 __global__ void bwd_finalize_kernel(const float* __restrict__ partial_dy, const float* __restrict__ partial_dyx,
-                                    int64_t parts, int64_t c, float* __restrict__ dbeta, float* __restrict__ dgamma) {
-  const int64_t ch = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (ch >= c) return;
-  float a = 0.f, b = 0.f;
-  for (int64_t p = 0; p < parts; ++p) {
-    a += partial_dy[ch * parts + p];
-    b += partial_dyx[ch * parts + p];
+                                    int64_t parts, float* __restrict__ dbeta, float* __restrict__ dgamma) {
+  const float a = sum_partials(partial_dy, parts);
+  __syncthreads();  // sum_partials' temp storage is reused
+  const float b = sum_partials(partial_dyx, parts);
+  if (threadIdx.x == 0) {
+    dbeta[blockIdx.x] = a;
+    dgamma[blockIdx.x] = b;
   }
-  dbeta[ch] = a;
-  dgamma[ch] = b;
 }
 
 // Elementwise dx from the per-channel sums: deterministic given the sums.
@@ -209,12 +200,12 @@ void bn_batch_stats(Context& ctx, const float* x, const BnDims& d, float momentu
   const float m = float(d.m());
   partial_sum_kernel<<<grid, kThreads, 0, s>>>(x, d.n, d.c, d.hw, parts, scratch);
   DITTO_CHECK_LAUNCH(ctx);
-  mean_finalize_kernel<<<channel_blocks(d.c), kThreads, 0, s>>>(scratch, parts, d.c, m, saved_mean);
+  mean_finalize_kernel<<<static_cast<unsigned>(d.c), kFinalThreads, 0, s>>>(scratch, parts, m, saved_mean);
   DITTO_CHECK_LAUNCH(ctx);
   partial_sqdev_kernel<<<grid, kThreads, 0, s>>>(x, saved_mean, d.n, d.c, d.hw, parts, scratch);
   DITTO_CHECK_LAUNCH(ctx);
-  var_finalize_kernel<<<channel_blocks(d.c), kThreads, 0, s>>>(scratch, parts, d.c, m, momentum, eps, saved_mean,
-                                                               saved_invstd, running_mean, running_var);
+  var_finalize_kernel<<<static_cast<unsigned>(d.c), kFinalThreads, 0, s>>>(scratch, parts, m, momentum, eps, saved_mean,
+                                                                           saved_invstd, running_mean, running_var);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -251,7 +242,7 @@ void bn_bwd_reduce(Context& ctx, const float* x, const float* dy, const float* m
     float* pdyx = scratch + d.c * parts;
     bwd_reduce_kernel<false><<<grid, kThreads, 0, s>>>(x, dy, mean, invstd, d.n, d.c, d.hw, parts, pdy, pdyx);
     DITTO_CHECK_LAUNCH(ctx);
-    bwd_finalize_kernel<<<channel_blocks(d.c), kThreads, 0, s>>>(pdy, pdyx, parts, d.c, dbeta, dgamma);
+    bwd_finalize_kernel<<<static_cast<unsigned>(d.c), kFinalThreads, 0, s>>>(pdy, pdyx, parts, dbeta, dgamma);
     DITTO_CHECK_LAUNCH(ctx);
   }
 }

@@ -15,12 +15,15 @@
 //                  and inverse std of the forward feed the backward). Determinism: Unknown —
 //                  cuDNN's reproducibility notes do not list these routines among those that use
 //                  atomics, but the list is given "for example", so no guarantee is documented.
+//                  Guarantee unknown.
 //   atomic         ditto's kernels. Forward statistics are a fixed-order reduction (per-block
-//                  partial sums, then one pass over the partials per channel: deterministic).
-//                  Backward reduces dbeta = sum dy and dgamma = sum dy*xhat (dx needs both)
-//                  with one atomicAdd per warp: NOT deterministic.
+//                  partial sums by cub::BlockReduce, then one block per channel adds the
+//                  partials the same way: deterministic). Backward reduces dbeta = sum dy and
+//                  dgamma = sum dy*xhat (dx needs both) with one atomicAdd per warp: NOT
+//                  deterministic (not_guaranteed).
 //   deterministic  ditto's kernels; the backward reductions use the same fixed-order scheme as
-//                  the forward statistics. Deterministic.
+//                  the forward statistics, on a grid that depends on the shape alone:
+//                  gpu_to_gpu (engine/manifest.h).
 // In inference mode the backward treats the running statistics as constants
 // (dx = gamma * dy / sqrt(running_var + eps)); cuDNN has no such backward, so there the
 // deterministic kernels run: a layer PINNED to cudnn throws PolicyError (when a gradient is

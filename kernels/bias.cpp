@@ -39,7 +39,8 @@ void backward_bias(Context& c, const std::string& layer, OpKind kind, BiasBwd va
   const std::string requested = c.policy().requested(layer, "bias_bwd", kind);
   if (!c.is_cuda()) {
     ref::bias_bwd_db(dy.f32(), db.f32(), bs.n, bs.c, bs.s);
-    c.manifest().record({layer, op, "bias_bwd", "reference", requested, Determinism::Yes, "", 0, c.device().str()});
+    c.manifest().record({layer, op, "bias_bwd", "reference", requested, Determinism::Yes, "", 0, c.device().str(), "",
+                         guarantee_of(Determinism::Yes, Impl::CpuReference)});
     return;
   }
   std::size_t ws_bytes = 0;
@@ -62,7 +63,8 @@ void backward_bias(Context& c, const std::string& layer, OpKind kind, BiasBwd va
       break;
   }
   c.manifest().record({layer, op, "bias_bwd", name_of(variant), requested, determinism_of(variant), "", ws_bytes,
-                       c.device().str()});
+                       c.device().str(), "",
+                       guarantee_of(determinism_of(variant), variant == BiasBwd::Cudnn ? Impl::Library : Impl::Ditto)});
 }
 
 }  // namespace

@@ -3,18 +3,20 @@
 // bias_fwd_kernel: one thread per element, no reduction: deterministic.
 // bias_db_partial_kernel: grid (C, P). Block (c, p) owns the elements j = p*256 + t + k*P*256 of
 // channel c (j runs over the N*S positions of that channel); each thread adds its elements in
-// increasing k, the warp adds its 32 sums by a fixed shuffle tree.
-//   kAtomic = true:  lane 0 of each warp atomicAdds its sum into db[c]. The order in which the
-//                    8*P warps of a channel arrive depends on scheduling, and float addition is
-//                    not associative: NOT deterministic. (This is what frameworks do by default.)
-//   kAtomic = false: the block's 8 warp sums are added by warp 0 in a fixed order and written to
-//                    partials[c*P + p]. No atomics.
-// bias_db_final_kernel: one block per channel adds its P <= 256 partials by a fixed tree. Which
-// element goes to which thread, block and tree leaf depends only on (N, C, S): the deterministic
-// variant is bit-reproducible for a given shape on a given GPU.
+// increasing k.
+//   kAtomic = true:  each warp's 32 sums are combined by cub::WarpReduce and lane 0 atomicAdds the
+//                    warp sum into db[c]. The order in which the 8*P warps of a channel arrive
+//                    depends on scheduling, and float addition is not associative: NOT
+//                    deterministic (CCCL's not_guaranteed). This is what frameworks do by default.
+//   kAtomic = false: the block's 256 sums are combined by cub::BlockReduce (BlockSum, see
+//                    kernels/detail/reduce.cuh: fixed order) and written to partials[c*P + p].
+// bias_db_final_kernel: one block per channel adds its P <= 256 partials with BlockSum. P and the
+// element-to-thread map depend only on (N, C, S): the deterministic variant gives the same bits
+// for a shape on any GPU (CCCL's gpu_to_gpu).
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/bias_cuda.h"
+#include "kernels/detail/reduce.cuh"
 
 namespace ditto::cuda {
 namespace {
@@ -29,11 +31,6 @@ __global__ void bias_fwd_kernel(const float* x, const float* b, float* y, int64_
     y[i] = x[i] + b[(i / s) % c];
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  return v;  // complete in lane 0
-}
-
 template <bool kAtomic>
 __global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, int64_t c, int64_t s) {
   const int64_t ch = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
@@ -41,35 +38,23 @@ __global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, i
   float acc = 0.f;
   for (int64_t j = p * kThreads + threadIdx.x; j < m; j += parts * kThreads)
     acc += dy[((j / s) * c + ch) * s + j % s];
-  acc = warp_sum(acc);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (kAtomic) {
-    if (lane == 0) atomicAdd(out + ch, acc);
+    __shared__ WarpSum::TempStorage warp_tmp[kThreads / 32];
+    const float w = WarpSum(warp_tmp[threadIdx.x >> 5]).Sum(acc);
+    if ((threadIdx.x & 31) == 0) atomicAdd(out + ch, w);
     return;
   }
-  __shared__ float warp_sums[kThreads / 32];
-  if (lane == 0) warp_sums[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    float v = lane < kThreads / 32 ? warp_sums[lane] : 0.f;
-    v = warp_sum(v);
-    if (lane == 0) out[ch * parts + p] = v;
-  }
+  __shared__ BlockSum<kThreads>::TempStorage tmp;
+  const float v = BlockSum<kThreads>(tmp).Sum(acc);
+  if (threadIdx.x == 0) out[ch * parts + p] = v;
 }
 
 __global__ void bias_db_final_kernel(const float* partials, float* db, int64_t parts) {
   const int64_t ch = blockIdx.x;
-  float v = threadIdx.x < parts ? partials[ch * parts + threadIdx.x] : 0.f;
-  v = warp_sum(v);
-  __shared__ float warp_sums[kThreads / 32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < kThreads / 32 ? warp_sums[lane] : 0.f;
-    w = warp_sum(w);
-    if (lane == 0) db[ch] = w;
-  }
+  __shared__ BlockSum<kThreads>::TempStorage tmp;
+  const float v = threadIdx.x < parts ? partials[ch * parts + threadIdx.x] : 0.f;
+  const float sum = BlockSum<kThreads>(tmp).Sum(v, static_cast<int>(parts));
+  if (threadIdx.x == 0) db[ch] = sum;
 }
 
 }  // namespace

@@ -8,14 +8,15 @@
 // Backward: dx = dy (a fresh copy); db[c] = sum of dy over N and the spatial positions, by the
 // layer's BiasBwd variant:
 //   atomic         per-warp partial sums added into db[c] with atomicAdd, in the order the warps
-//                  happen to finish: NOT deterministic (Determinism no).
-//   deterministic  per-block partial sums (a fixed set of elements per thread, a fixed tree per
-//                  block) into a workspace, then one block per channel adds the partials in a
-//                  fixed tree: bit-reproducible for a given shape (Determinism yes).
+//                  happen to finish: NOT deterministic (Determinism no, not_guaranteed).
+//   deterministic  per-block partial sums (a fixed set of elements per thread, then
+//                  cub::BlockReduce) into a workspace, then one block per channel adds the
+//                  partials with cub::BlockReduce: bit-reproducible for a given shape on any GPU
+//                  (Determinism yes, gpu_to_gpu: engine/manifest.h).
 //   cudnn          cudnnConvolutionBackwardBias; 4-D x only (a PolicyError otherwise, naming the
 //                  layer and shape and listing atomic and deterministic). cuDNN documents its
 //                  routines as bit-reproducible on one architecture except a listed few, which do
-//                  not include this one (Determinism yes).
+//                  not include this one (Determinism yes, run_to_run).
 // The policy is resolved at the forward call, so a misconfigured layer fails there.
 // On the CPU the double-accumulating reference runs and the manifest records variant "reference".
 #pragma once

@@ -538,13 +538,13 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
                                   prob.supported_str()));
   DITTO_CUDNN_CHECK(status);
   ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
-                         name_of(math), sel.workspace, ctx.device().str(), shape});
+                         name_of(math), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, Impl::Library)});
 }
 
 void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested) {
   // The CPU has one path, whatever the policy asks: the deterministic double-accumulating reference.
   ctx.manifest().record({layer, "conv2d", knob, "cpu-reference", select_mode_name(requested), Determinism::Yes, "", 0,
-                         ctx.device().str()});
+                         ctx.device().str(), "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
 }
 
 template <class Fn>

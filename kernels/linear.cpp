@@ -92,17 +92,18 @@ void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
   if (!ctx.is_cuda()) {
     for (const char* knob : {"math", "cublas_atomics"})
       ctx.manifest().record({layer, "linear", knob, "reference", p.requested(layer, knob, OpKind::Linear),
-                             Determinism::Yes, "", 0, dev});
+                             Determinism::Yes, "", 0, dev, "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
     return;
   }
   // Both math modes are run-to-run deterministic on one GPU (TF32 changes the bits, not their
   // reproducibility); atomics allowed: cuBLAS promises nothing (see linear.h).
   ctx.manifest().record({layer, "linear", "math", name_of(md.math), p.requested(layer, "math", OpKind::Linear),
-                         Determinism::Yes, name_of(md.math), 0, dev});
+                         Determinism::Yes, name_of(md.math), 0, dev, "", Guarantee::RunToRun});
   ctx.manifest().record({layer, "linear", "cublas_atomics", name_of(md.atomics),
                          p.requested(layer, "cublas_atomics", OpKind::Linear),
                          md.atomics == CublasAtomics::Off ? Determinism::Yes : Determinism::Unknown,
-                         name_of(md.math), 0, dev});
+                         name_of(md.math), 0, dev, "",
+                         md.atomics == CublasAtomics::Off ? Guarantee::RunToRun : Guarantee::NotGuaranteed});
 }
 
 }  // namespace

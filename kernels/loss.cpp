@@ -46,7 +46,8 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
                            loss.f32(), n, c, reduce);
     ctx.manifest().record({layer, "softmax_xent", "reduce", name_of(reduce), requested,
                            reduce == Reduction::Atomic ? Determinism::No : Determinism::Yes, "", ws_bytes,
-                           ctx.device().str()});
+                           ctx.device().str(), "",
+                           reduce == Reduction::Atomic ? Guarantee::NotGuaranteed : Guarantee::GpuToGpu});
   } else {
     const int32_t* lab = labels.i32();
     for (int64_t i = 0; i < n; ++i)
@@ -54,7 +55,7 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
         throw DataError(fmt::format("{}: example {} has label {}, outside [0, {})", op, i, lab[i], c));
     loss.f32()[0] = static_cast<float>(ref::softmax_xent_fwd(logits.value().f32(), lab, n, c));
     ctx.manifest().record({layer, "softmax_xent", "reduce", "reference", requested, Determinism::Yes, "", 0,
-                           ctx.device().str()});
+                           ctx.device().str(), "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
   }
 
   bool grad = needs_grad(ctx, {&logits});

@@ -6,8 +6,12 @@
 // reduction:
 //   kAtomic = true:  lane 0 atomicAdds loss_i / N into loss[0]. The order of the N additions is the
 //                    order the warps reach the atomic unit: NOT deterministic.
-//   kAtomic = false: lane 0 writes loss_i to row_loss[i]; xent_mean_kernel (one block) then adds
-//                    them with fixed per-thread strides and a fixed tree: deterministic for a given N.
+//                    (CCCL's not_guaranteed.)
+//   kAtomic = false: lane 0 writes loss_i to row_loss[i]; xent_mean_kernel (one block of 1024)
+//                    then adds them: thread t adds rows t, t+1024, ... in order, and the 1024 sums
+//                    are combined by cub::BlockReduce (BlockSum, kernels/detail/reduce.cuh, a fixed
+//                    order). One block whatever the GPU: the same bits for a given N on any GPU
+//                    (CCCL's gpu_to_gpu).
 // An out-of-range label makes loss_i NaN (see kernels/loss.h).
 // xent_bwd_kernel: one thread per logit, no reduction: deterministic.
 #include <cmath>
@@ -15,6 +19,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/loss_cuda.h"
+#include "kernels/detail/reduce.cuh"
 
 namespace ditto::cuda {
 namespace {
@@ -50,16 +55,9 @@ __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, flo
 __global__ void xent_mean_kernel(const float* row_loss, float* loss, int64_t n) {
   float acc = 0.f;
   for (int64_t i = threadIdx.x; i < n; i += kMeanThreads) acc += row_loss[i];
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-  __shared__ float warp_sums[kMeanThreads / 32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_sums[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    float v = warp_sums[lane];  // kMeanThreads / 32 == 32 warps
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) loss[0] = v / static_cast<float>(n);
-  }
+  __shared__ BlockSum<kMeanThreads>::TempStorage tmp;
+  const float sum = BlockSum<kMeanThreads>(tmp).Sum(acc);
+  if (threadIdx.x == 0) loss[0] = sum / static_cast<float>(n);
 }
 
 __global__ void xent_bwd_kernel(const float* logits, const int32_t* labels, const float* lse, const float* dl,

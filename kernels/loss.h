@@ -7,9 +7,11 @@
 //
 // The batch reduction of the per-example losses is the policy knob `reduce` (op "softmax_xent"):
 //   atomic         each example atomicAdds loss_i / N into the output, in the order the warps happen
-//                  to finish: NOT deterministic (Determinism no). The default, as in frameworks.
+//                  to finish: NOT deterministic (Determinism no, not_guaranteed). The default, as in
+//                  frameworks.
 //   deterministic  per-example losses into a workspace, then one block adds them in a fixed order
-//                  (fixed per-thread strides, fixed tree) and divides by N: bit-reproducible.
+//                  (fixed per-thread strides, then cub::BlockReduce) and divides by N: the same
+//                  bits for a given N on any GPU (gpu_to_gpu, engine/manifest.h).
 //
 // Labels outside [0, C): on the CPU a DataError naming the example index and the label. The GPU
 // path cannot check without a host copy, so it makes that example's loss NaN (hence the mean is

@@ -1,6 +1,6 @@
 // Evaluation helpers: top-k predictions and correct-prediction counts, computed on the
-// tensor's device. Counting uses integer atomics, which are exact and order-independent, so the
-// counts are deterministic.
+// tensor's device. Counting sums hits per block (cub::BlockReduce) and adds the block counts with
+// integer atomics, which are exact and order-independent, so the counts are deterministic.
 #pragma once
 #include "engine/context.h"
 

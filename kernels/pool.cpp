@@ -124,10 +124,13 @@ Determinism determinism_of(PoolBwd v) {
 
 void record_max_pool(Context& ctx, const std::string& layer, PoolBwd v, const std::string& requested) {
   if (ctx.is_cuda())
-    ctx.manifest().record({layer, kMaxOp, "bwd", name_of(v), requested, determinism_of(v), "", 0, ctx.device().str()});
+    ctx.manifest().record({layer, kMaxOp, "bwd", name_of(v), requested, determinism_of(v), "", 0, ctx.device().str(), "",
+                           guarantee_of(determinism_of(v), v == PoolBwd::Cudnn || v == PoolBwd::CudnnDeterministic
+                                                               ? Impl::Library
+                                                               : Impl::Ditto)});
   else
     ctx.manifest().record({layer, kMaxOp, "bwd", "cpu-reference", requested, Determinism::Yes, "", 0,
-                           ctx.device().str()});
+                           ctx.device().str(), "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
 }
 
 bool uses_own_argmax(const Context& ctx, PoolBwd v) {

@@ -147,8 +147,24 @@ TEST_CASE("manifest: entries are per (layer, knob), JSON holds every field") {
   CHECK(j["ops"][0]["knob"] == "bwd_filter");
   CHECK(j["ops"][0]["variant"] == "algo1");
   CHECK(j["ops"][0]["deterministic"] == "yes");
+  CHECK(j["ops"][0]["guarantee"] == "unknown");  // not given above
   CHECK(j["ops"][0]["workspace_bytes"] == 2048);
   CHECK(j["ops"][1]["requested"] == "heuristic");
+}
+
+TEST_CASE("manifest: each variant's guarantee in CCCL's words, and every CPU op's entry carries one") {
+  CHECK(guarantee_of(Determinism::No, Impl::Ditto) == Guarantee::NotGuaranteed);
+  CHECK(guarantee_of(Determinism::No, Impl::Library) == Guarantee::NotGuaranteed);
+  CHECK(guarantee_of(Determinism::Yes, Impl::Ditto) == Guarantee::GpuToGpu);
+  CHECK(guarantee_of(Determinism::Yes, Impl::Library) == Guarantee::RunToRun);
+  CHECK(guarantee_of(Determinism::Yes, Impl::CpuReference) == Guarantee::RunToRun);
+  CHECK(guarantee_of(Determinism::Unknown, Impl::Library) == Guarantee::Unknown);
+  CHECK(std::string(guarantee_name(Guarantee::NotGuaranteed)) == "not_guaranteed");
+  CHECK(std::string(guarantee_name(Guarantee::GpuToGpu)) == "gpu_to_gpu");
+  Manifest m;
+  m.record({"l", "linear", "math", "fma", "pinned", Determinism::Yes, "fma", 0, "cuda:0", "", Guarantee::RunToRun});
+  CHECK(nlohmann::json::parse(m.to_json())["ops"][0]["guarantee"] == "run_to_run");
+
 }
 
 TEST_CASE("write_file_atomic: replaces whole files, leaves no temporary, names the path on failure") {

@@ -209,3 +209,18 @@ TEST_CASE("train: two CPU runs of mnist-cnn on 1x28x28 synthetic data are bit-id
   CHECK(std::isfinite(a.log[1].loss));
   CHECK(a.predictions.size() == 16);
 }
+
+TEST_CASE("manifest: every knob a CPU training step uses is recorded with the CPU reference's guarantee") {
+  Context ctx(Device::cpu());
+  auto net = make_net(ctx, {"smallcnn-bn", 10, 3});
+  Tensor x = ctx.from_host(test::random_vec(2 * 3 * 8 * 8, 7), {2, 3, 8, 8});
+  Tensor y = ctx.from_host(std::vector<int32_t>{1, 2}, {2});
+  Var loss = softmax_cross_entropy(ctx, "loss", net->forward(ctx, Var(x), true), y);
+  ctx.tape().backward(ctx, loss);
+  const auto entries = ctx.manifest().entries();
+  REQUIRE(entries.size() >= 10);
+  for (const auto& e : entries) {
+    INFO(e.layer << "." << e.knob);
+    CHECK(e.guarantee == Guarantee::RunToRun);
+  }
+}

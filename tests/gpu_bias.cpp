@@ -83,6 +83,11 @@ TEST_CASE("gpu bias: deterministic and cudnn bit-equal over 10 runs; atomic vari
     REQUIRE(m);
     std::printf("DETERMINISM | bias_add | bias_bwd=%s | %zu/10 | %.1f us\n", m->variant.c_str(), distinct, us);
     INFO(layer << ": " << distinct << " distinct of 10");
+    // The manifest names the guarantee each variant gives (engine/manifest.h): ditto's CUB
+    // block reductions on a shape-only grid are gpu_to_gpu, cuDNN's run_to_run.
+    CHECK(m->guarantee == (layer == "b_atomic" ? Guarantee::NotGuaranteed
+                           : layer == "b_det"  ? Guarantee::GpuToGpu
+                                               : Guarantee::RunToRun));
     if (layer == "b_atomic") {
       CHECK(m->deterministic == Determinism::No);
       CHECK(distinct > 1);

@@ -10,6 +10,8 @@
 #include "engine/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
+#include "kernels/loss.h"
+#include "nets/nets.h"
 #include "support.h"
 
 using namespace ditto;
@@ -78,4 +80,34 @@ TEST_CASE("gpu memory: steady-state ops reuse the arena") {
   REQUIRE(cudaMemGetInfo(&free1, &total) == cudaSuccess);
   // 200 fresh 4 MB outputs would take 800 MB if nothing were reused.
   CHECK(free0 - std::min(free0, free1) < (64u << 20));
+}
+
+TEST_CASE("gpu manifest: a deterministic step's every knob promises run_to_run or gpu_to_gpu; atomics say not_guaranteed") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (const char* mode : {"deterministic", "nondeterministic"}) {
+    Context ctx(Device::cuda(0), Policy::parse({std::string("*=") + mode}));
+    auto net = make_net(ctx, {"smallcnn-bn", 10, 3});
+    Tensor x = ctx.from_host(test::random_vec(16 * 3 * 16 * 16, seed), {16, 3, 16, 16});
+    std::vector<int32_t> labels(16);
+    for (int i = 0; i < 16; ++i) labels[i] = i % 10;
+    Var loss = softmax_cross_entropy(ctx, "loss", net->forward(ctx, Var(x), true), ctx.from_host(labels, {16}));
+    ctx.tape().backward(ctx, loss);
+    ctx.synchronize();
+    int own = 0, not_guaranteed = 0;
+    for (const auto& e : ctx.manifest().entries()) {
+      INFO(mode << ": " << e.layer << "." << e.knob << "=" << e.variant << " " << guarantee_name(e.guarantee));
+      if (std::string(mode) == "deterministic")
+        CHECK((e.guarantee == Guarantee::RunToRun || e.guarantee == Guarantee::GpuToGpu));
+      // The guarantee follows the Determinism label: yes -> run_to_run or gpu_to_gpu, no ->
+      // not_guaranteed (cuBLAS with atomics allowed is "unknown" by label, not_guaranteed by promise).
+      if (e.deterministic == Determinism::Yes)
+        CHECK((e.guarantee == Guarantee::RunToRun || e.guarantee == Guarantee::GpuToGpu));
+      if (e.deterministic == Determinism::No) CHECK(e.guarantee == Guarantee::NotGuaranteed);
+      own += e.guarantee == Guarantee::GpuToGpu;
+      not_guaranteed += e.guarantee == Guarantee::NotGuaranteed;
+    }
+    if (std::string(mode) == "deterministic") CHECK(own >= 4);  // bias, bn, pool gather, loss: ditto's own
+    else CHECK(not_guaranteed >= 4);
+  }
 }
