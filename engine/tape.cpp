@@ -79,6 +79,11 @@ void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
         run_traced(ctx, *it);
       else
         it->fn(ctx);
+      // Nothing later reads this entry: drop its closure (and the activations it saved) and its
+      // references to the output and inputs, so an intermediate value and its gradient go back
+      // to the pool as soon as the last entry that needs them has run, as in PyTorch, instead of
+      // all of them living until the end of backward.
+      *it = Entry{};
     }
   } catch (...) {
     ctx.set_grad_enabled(prev);

@@ -41,10 +41,6 @@ __device__ __forceinline__ Chunk chunk_of(int64_t m, int64_t parts) {
   const int64_t b = blockIdx.x * len;
   return {b, b + len < m ? b + len : m};
 }
-// Offset of the channel's value number j (j over N*HW, n-major).
-__device__ __forceinline__ int64_t offset_of(int64_t j, int64_t ch, int64_t c, int64_t hw) {
-  return ((j / hw) * c + ch) * hw + (j % hw);
-}
 
 // Pass 1 of the statistics: per-block partial sums of x (fixed order; see the file comment).
 __global__ void partial_sum_kernel(const float* __restrict__ x, int64_t n, int64_t c, int64_t hw, int64_t parts,
@@ -52,7 +48,8 @@ __global__ void partial_sum_kernel(const float* __restrict__ x, int64_t n, int64
   const int64_t ch = blockIdx.y;
   const Chunk k = chunk_of(n * hw, parts);
   float s = 0.f;
-  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) s += x[offset_of(j, ch, c, hw)];
+  ChannelWalk w(k.begin + threadIdx.x, hw, blockDim.x);
+  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x, w.next()) s += x[w.offset(ch, c)];
   __shared__ BlockSum<kThreads>::TempStorage tmp;
   s = BlockSum<kThreads>(tmp).Sum(s);
   if (threadIdx.x == 0) partial[ch * parts + blockIdx.x] = s;
@@ -79,8 +76,9 @@ __global__ void partial_sqdev_kernel(const float* __restrict__ x, const float* _
   const Chunk k = chunk_of(n * hw, parts);
   const float mu = mean[ch];
   float s = 0.f;
-  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) {
-    const float dv = x[offset_of(j, ch, c, hw)] - mu;
+  ChannelWalk w(k.begin + threadIdx.x, hw, blockDim.x);
+  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x, w.next()) {
+    const float dv = x[w.offset(ch, c)] - mu;
     s += dv * dv;
   }
   __shared__ BlockSum<kThreads>::TempStorage tmp;
@@ -112,9 +110,9 @@ __global__ void running_stats_kernel(const float* __restrict__ rm, const float* 
 __global__ void apply_kernel(const float* __restrict__ x, const float* __restrict__ mean,
                              const float* __restrict__ invstd, const float* __restrict__ gamma,
                              const float* __restrict__ beta, float* __restrict__ y, int64_t total, int64_t c,
-                             int64_t hw) {
+                             int64_t hw, bool narrow) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t ch = (i / hw) % c;
+    const int64_t ch = channel_of(i, hw, c, narrow);
     y[i] = (x[i] - mean[ch]) * (invstd[ch] * gamma[ch]) + beta[ch];
   }
 }
@@ -130,8 +128,9 @@ __global__ void bwd_reduce_kernel(const float* __restrict__ x, const float* __re
   const Chunk k = chunk_of(n * hw, parts);
   const float mu = mean[ch], is = invstd[ch];
   float sdy = 0.f, sdyx = 0.f;
-  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x) {
-    const int64_t o = offset_of(j, ch, c, hw);
+  ChannelWalk w(k.begin + threadIdx.x, hw, blockDim.x);
+  for (int64_t j = k.begin + threadIdx.x; j < k.end; j += blockDim.x, w.next()) {
+    const int64_t o = w.offset(ch, c);
     const float g = dy[o];
     sdy += g;
     sdyx += g * ((x[o] - mu) * is);
@@ -172,9 +171,9 @@ __global__ void bwd_finalize_kernel(const float* __restrict__ partial_dy, const 
 __global__ void bwd_dx_kernel(const float* __restrict__ x, const float* __restrict__ dy, const float* __restrict__ mean,
                               const float* __restrict__ invstd, const float* __restrict__ gamma,
                               const float* __restrict__ dgamma, const float* __restrict__ dbeta, bool training,
-                              float* __restrict__ dx, int64_t total, int64_t c, int64_t hw, float m) {
+                              float* __restrict__ dx, int64_t total, int64_t c, int64_t hw, float m, bool narrow) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t ch = (i / hw) % c;
+    const int64_t ch = channel_of(i, hw, c, narrow);
     const float is = invstd[ch], g = gamma[ch] * is;
     if (training) {
       const float xhat = (x[i] - mean[ch]) * is;
@@ -222,7 +221,7 @@ void bn_apply(Context& ctx, const float* x, const float* mean, const float* invs
   const int64_t total = d.n * d.c * d.hw;
   if (total == 0) return;
   apply_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, mean, invstd, gamma, beta, y, total, d.c,
-                                                                          d.hw);
+                                                                          d.hw, narrow_index(total));
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -253,7 +252,7 @@ void bn_bwd_dx(Context& ctx, const float* x, const float* dy, const float* mean,
   if (total == 0) return;
   bwd_dx_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, dy, mean, invstd, gamma, dgamma, dbeta,
                                                                            training, dx, total, d.c, d.hw,
-                                                                           float(d.m()));
+                                                                           float(d.m()), narrow_index(total));
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -26,9 +26,10 @@ constexpr int64_t kPerThread = 4;   // target elements per thread before a new p
 constexpr int64_t kMaxPartials = 256;
 
 
-__global__ void bias_fwd_kernel(const float* x, const float* b, float* y, int64_t n, int64_t c, int64_t s) {
+__global__ void bias_fwd_kernel(const float* x, const float* b, float* y, int64_t n, int64_t c, int64_t s,
+                                bool narrow) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = x[i] + b[(i / s) % c];
+    y[i] = x[i] + b[channel_of(i, s, c, narrow)];
 }
 
 template <bool kAtomic>
@@ -36,8 +37,8 @@ __global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, i
   const int64_t ch = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
   const int64_t m = n * s;
   float acc = 0.f;
-  for (int64_t j = p * kThreads + threadIdx.x; j < m; j += parts * kThreads)
-    acc += dy[((j / s) * c + ch) * s + j % s];
+  ChannelWalk w(p * kThreads + threadIdx.x, s, parts * kThreads);
+  for (int64_t j = p * kThreads + threadIdx.x; j < m; j += parts * kThreads, w.next()) acc += dy[w.offset(ch, c)];
   if (kAtomic) {
     __shared__ WarpSum::TempStorage warp_tmp[kThreads / 32];
     const float w = WarpSum(warp_tmp[threadIdx.x >> 5]).Sum(acc);
@@ -62,7 +63,7 @@ __global__ void bias_db_final_kernel(const float* partials, float* db, int64_t p
 void bias_fwd(Context& ctx, const float* x, const float* b, float* y, int64_t n, int64_t c, int64_t s) {
   const int64_t total = n * c * s;
   if (total == 0) return;
-  bias_fwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, b, y, total, c, s);
+  bias_fwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, b, y, total, c, s, narrow_index(total));
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -67,6 +67,28 @@ TEST_CASE("tape: gradients accumulate on fan-out and across backward passes") {
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("tape: an entry's closure and what it saved are released once it has run") {
+  // Entry A (x -> a) is recorded before entry B (a -> y), so backward runs B, then A. B's closure
+  // is the only owner of `saved`; by the time A runs, the tape must have dropped B.
+  Context ctx;
+  Var x(ctx.from_host(std::vector<float>{1, 2}, {2}), true);
+  Var a(ctx.from_host(std::vector<float>{1, 2}, {2}), true);
+  Var y(ctx.from_host(std::vector<float>{1, 2}, {2}), true);
+  auto saved = std::make_shared<int>(7);
+  std::weak_ptr<int> saved_alive = saved;
+  bool b_released_before_a = false;
+  ctx.tape().record("A", "", {{"x", x}}, a, [x, a, saved_alive, &b_released_before_a](Context& c) {
+    b_released_before_a = saved_alive.expired();
+    accumulate_grad(c, x, a.grad());
+  });
+  ctx.tape().record("B", "", {{"a", a}}, y, [a, y, saved](Context& c) { accumulate_grad(c, a, y.grad()); });
+  saved.reset();
+  CHECK_FALSE(saved_alive.expired());  // B's closure holds it until backward passes B
+  ctx.tape().backward(ctx, y);
+  CHECK(b_released_before_a);
+  CHECK(x.grad().to_host_f32() == std::vector<float>{1, 1});
+}
+
 TEST_CASE("tape: variables without requires_grad get no gradient; seeds are checked") {
   Context ctx;
   Var x(ctx.from_host(std::vector<float>{1, -2}, {2}), true);
