@@ -25,6 +25,7 @@
 #include "engine/policy.h"
 #include "kernels/loss.h"
 #include "nets/nets.h"
+#include "net_support.h"
 #include "support.h"
 
 using namespace ditto;
@@ -32,57 +33,10 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// The layer a parameter or buffer belongs to: its name less the last ".field".
-std::string layer_of(const std::string& param) { return param.substr(0, param.rfind('.')); }
-
-// Every parameter belongs to a knob layer of the right kind, and every conv / linear / batch
-// norm knob layer owns parameters; "loss" is listed once.
-void check_knobs_cover_params(Net& net) {
-  std::map<std::string, OpKind> knobs;
-  int losses = 0;
-  for (const auto& [name, kind] : net.knob_layers()) {
-    CHECK(knobs.count(name) == 0);  // no layer listed twice
-    knobs[name] = kind;
-    losses += name == "loss";
-  }
-  CHECK(losses == 1);
-  std::set<std::string> owners;
-  for (const auto& p : net.params()) {
-    INFO(p.name);
-    REQUIRE(knobs.count(layer_of(p.name)) == 1);
-    owners.insert(layer_of(p.name));
-  }
-  for (const auto& [name, kind] : knobs) {
-    INFO(name);
-    if (kind == OpKind::Conv2d || kind == OpKind::Linear || kind == OpKind::BatchNorm) CHECK(owners.count(name) == 1);
-  }
-  for (const auto& b : net.buffers()) CHECK(knobs.at(layer_of(b.name)) == OpKind::BatchNorm);
-}
-
-int64_t count_kind(Net& net, OpKind kind) {
-  int64_t n = 0;
-  for (const auto& kl : net.knob_layers()) n += kl.second == kind;
-  return n;
-}
-
-// Sample standard deviation (mean assumed zero) and largest magnitude of a parameter.
-struct Spread {
-  double stddev = 0, most = 0;
-};
-Spread spread_of(Net& net, const std::string& name) {
-  for (const auto& p : net.params()) {
-    if (p.name != name) continue;
-    auto v = p.var.value().to_host_f32();
-    double ss = 0, most = 0;
-    for (float w : v) {
-      ss += double(w) * w;
-      most = std::max(most, double(std::fabs(w)));
-    }
-    return {std::sqrt(ss / double(v.size())), most};
-  }
-  FAIL("no parameter " << name);
-  return {};
-}
+using test::check_knobs_cover_params;
+using test::count_kind;
+using test::layer_of;
+using test::spread_of;
 
 // One training-mode forward and backward on batch 1; every parameter gets a finite gradient of
 // its shape, every weight a nonzero one. (A conv bias right before batch norm has a zero
@@ -99,15 +53,7 @@ void check_forward_backward(const std::string& model, int side, int classes, int
   REQUIRE(logits.shape() == Shape{1, classes});
   Var loss = softmax_cross_entropy(ctx, "loss", logits, ctx.from_host(std::vector<int32_t>{classes - 1}, {1}));
   ctx.tape().backward(ctx, loss);
-  for (const auto& p : net->params()) {
-    INFO(p.name);
-    REQUIRE(p.var.grad().defined());
-    CHECK(p.var.grad().shape() == p.var.value().shape());
-    auto g = p.var.grad().to_host_f32();
-    CHECK(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }));
-    if (p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0)
-      CHECK(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.0f; }));
-  }
+  test::check_param_grads(*net, test::is_weight);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "kernels/loss.h"
 #include "nets/nets.h"
 #include "nets/zoo.h"
+#include "net_support.h"
 #include "support.h"
 
 using namespace ditto;
@@ -34,37 +35,10 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::string layer_of(const std::string& param) { return param.substr(0, param.rfind('.')); }
-
-// Every parameter belongs to a knob layer, every conv / linear / batch norm knob layer owns
-// parameters, buffers belong to batch norms, "loss" is listed once and no layer twice.
-void check_knobs_cover_params(Net& net) {
-  std::map<std::string, OpKind> knobs;
-  int losses = 0;
-  for (const auto& [name, kind] : net.knob_layers()) {
-    CHECK(knobs.count(name) == 0);
-    knobs[name] = kind;
-    losses += name == "loss";
-  }
-  CHECK(losses == 1);
-  std::set<std::string> owners;
-  for (const auto& p : net.params()) {
-    INFO(p.name);
-    REQUIRE(knobs.count(layer_of(p.name)) == 1);
-    owners.insert(layer_of(p.name));
-  }
-  for (const auto& [name, kind] : knobs) {
-    INFO(name);
-    if (kind == OpKind::Conv2d || kind == OpKind::Linear || kind == OpKind::BatchNorm) CHECK(owners.count(name) == 1);
-  }
-  for (const auto& b : net.buffers()) CHECK(knobs.at(layer_of(b.name)) == OpKind::BatchNorm);
-}
-
-int64_t count_kind(Net& net, OpKind kind) {
-  int64_t n = 0;
-  for (const auto& kl : net.knob_layers()) n += kl.second == kind;
-  return n;
-}
+using test::check_knobs_cover_params;
+using test::count_kind;
+using test::layer_of;
+using test::spread_of;
 
 int64_t buffer_count(Net& net) {
   int64_t n = 0;
@@ -87,24 +61,6 @@ Shape param_shape(Net& net, const std::string& name) {
 
 bool has_param(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-struct Spread {
-  double stddev = 0, most = 0;
-};
-Spread spread_of(Net& net, const std::string& name) {
-  for (const auto& p : net.params()) {
-    if (p.name != name) continue;
-    auto v = p.var.value().to_host_f32();
-    double ss = 0, most = 0;
-    for (float w : v) {
-      ss += double(w) * w;
-      most = std::max(most, double(std::fabs(w)));
-    }
-    return {std::sqrt(ss / double(v.size())), most};
-  }
-  FAIL("no parameter " << name);
-  return {};
 }
 
 // The shared count checks of one full-size model at 1000 classes and 3 channels.
@@ -152,15 +108,7 @@ std::map<std::string, Shape> check_forward_backward(const std::string& model, in
   CHECK(std::all_of(l.begin(), l.end(), [](float v) { return std::isfinite(v); }));
   Var loss = softmax_cross_entropy(ctx, "loss", logits, ctx.from_host(std::vector<int32_t>{0, classes - 1}, {batch}));
   ctx.tape().backward(ctx, loss);
-  for (const auto& p : net->params()) {
-    INFO(p.name);
-    REQUIRE(p.var.grad().defined());
-    CHECK(p.var.grad().shape() == p.var.value().shape());
-    auto g = p.var.grad().to_host_f32();
-    CHECK(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }));
-    if (p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0)
-      CHECK(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.0f; }));
-  }
+  test::check_param_grads(*net, test::is_weight);
   std::map<std::string, Shape> out;
   for (const auto& r : trace) out[r.name] = r.output;
   return out;
