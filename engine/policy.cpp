@@ -25,8 +25,10 @@ const char* enum_name(E e, const char* const (&names)[N]) {
 
 const char* const kFwdNames[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
                                  "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-const char* const kBwdDataNames[] = {"algo0", "algo1", "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-const char* const kBwdFilterNames[] = {"algo0", "algo1", "fft", "algo3", "winograd", "winograd_nonfused", "fft_tiling"};
+const char* const kBwdDataNames[] = {"algo0",    "algo1",      "fft",         "fft_tiling",
+                                     "winograd", "winograd_nonfused", "ditto-gemm", "ditto-direct"};
+const char* const kBwdFilterNames[] = {"algo0",      "algo1",      "fft",         "algo3",       "winograd",
+                                       "winograd_nonfused", "fft_tiling", "ditto-gemm", "ditto-direct"};
 const char* const kMathNames[] = {"fma", "tf32"};
 const char* const kBiasNames[] = {"atomic", "deterministic", "cudnn"};
 const char* const kPoolNames[] = {"cudnn", "cudnn-deterministic", "atomic-scatter", "gather"};

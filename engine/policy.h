@@ -17,7 +17,8 @@
 // The most specific rule wins (LAYER.KNOB@SHAPE > LAYER.KNOB > LAYER=* > *.KNOB > *=*); among
 // equals the last.
 // Knobs and their variants (see knobs() for the authoritative table):
-//   conv2d:    fwd, bwd_data, bwd_filter (cuDNN algorithm names), math (fma|tf32),
+//   conv2d:    fwd, bwd_data, bwd_filter (cuDNN algorithm names; the backward knobs also
+//              ditto-gemm and ditto-direct, ditto's own), math (fma|tf32),
 //              bias_bwd (atomic|deterministic|cudnn)
 //   linear:    math (fma|tf32), bias_bwd (atomic|deterministic), cublas_atomics (off|on)
 //   maxpool2d: bwd (cudnn|cudnn-deterministic|atomic-scatter|gather)
@@ -39,8 +40,11 @@ enum class SelectMode { Pinned, Heuristic, Deterministic, Nondeterministic, Fast
 const char* select_mode_name(SelectMode m);
 
 enum class ConvFwdAlgo { ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused };
-enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused };
-enum class ConvBwdFilterAlgo { Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling };
+// Backward algorithms: cuDNN's (numbered as cuDNN numbers them), then ditto's own (after them):
+//   ditto-gemm    explicit GEMM on cuBLAS with a shape-fixed reduction order (kernels/detail/conv2d_own.h)
+//   ditto-direct  depthwise convolutions by ditto's own gather / fixed-tree kernels
+enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect };
+enum class ConvBwdFilterAlgo { Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect };
 enum class MathMode { Fma, Tf32 };
 enum class BiasBwd { Atomic, Deterministic, Cudnn };
 enum class PoolBwd { Cudnn, CudnnDeterministic, AtomicScatter, Gather };
@@ -49,7 +53,7 @@ enum class Reduction { Atomic, Deterministic };
 enum class CublasAtomics { Off, On };
 
 // Names as used in policy strings and manifests ("algo0", "implicit_precomp_gemm", ...).
-// The numeric value of each conv enum equals the cuDNN enum value it stands for.
+// The numeric value of each cuDNN conv algorithm equals the cuDNN enum value it stands for.
 const char* name_of(ConvFwdAlgo a);
 const char* name_of(ConvBwdDataAlgo a);
 const char* name_of(ConvBwdFilterAlgo a);

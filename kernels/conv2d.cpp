@@ -31,9 +31,11 @@
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
 #include "engine/profiler.h"
+#include "engine/timer.h"
 #include "engine/tuning.h"
 #include "kernels/check.h"
 #include "kernels/conv2d_ref.h"
+#include "kernels/detail/conv2d_own.h"
 
 namespace ditto {
 
@@ -127,6 +129,13 @@ struct ConvSpec {
   std::string str() const {
     return fmt::format("x {}, w {}, y {}, {}", shape_str(x), shape_str(w), shape_str(y), params_str(p));
   }
+  own::ConvGeom geom() const {
+    own::ConvGeom g;
+    g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3], g.K = w[0], g.R = w[2], g.S = w[3], g.Ho = y[2], g.Wo = y[3];
+    g.sh = p.stride_h, g.sw = p.stride_w, g.ph = p.pad_h, g.pw = p.pad_w, g.dh = p.dilation_h, g.dw = p.dilation_w;
+    g.G = p.groups;
+    return g;
+  }
 };
 
 // All descriptors of one problem; the three directions share them (y doubles as dy, x as dx,
@@ -158,6 +167,7 @@ struct FwdTraits {
   using CudnnAlgo = cudnnConvolutionFwdAlgo_t;
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  static constexpr int kVariants = kCount;  // no algorithm of ditto's own
   static constexpr const char* kKnob = "fwd";
   static constexpr ProfileKind kProfile = ProfileKind::ConvFwd;
   static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
@@ -174,6 +184,12 @@ struct FwdTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), a, bytes);
   }
+  static bool own_supports(int, const own::ConvGeom&, std::string* why) {
+    *why = "no algorithm of ditto's own";
+    return false;
+  }
+  static std::size_t own_workspace(int, const own::ConvGeom&) { return 0; }
+  static void run_own(Context&, int, const own::ConvGeom&, const ConvOperands&, void*, bool) {}
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
                                std::size_t ws_bytes) {
     const float one = 1.f, zero = 0.f;
@@ -187,6 +203,7 @@ struct BwdDataTraits {
   using CudnnAlgo = cudnnConvolutionBwdDataAlgo_t;
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  static constexpr int kVariants = int(ConvBwdDataAlgo::DittoDirect) + 1;
   static constexpr const char* kKnob = "bwd_data";
   static constexpr ProfileKind kProfile = ProfileKind::ConvBwdData;
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
@@ -205,6 +222,19 @@ struct BwdDataTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), a, bytes);
   }
+  static bool own_supports(int a, const own::ConvGeom& g, std::string* why) {
+    return a == int(ConvBwdDataAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, why);
+  }
+  static std::size_t own_workspace(int a, const own::ConvGeom& g) {
+    return a == int(ConvBwdDataAlgo::DittoGemm) ? own::plan_gemm(g, false).workspace_bytes() : 0;
+  }
+  static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
+    const auto* w = static_cast<const float*>(o.w);
+    const auto* dy = static_cast<const float*>(o.dy);
+    auto* dx = static_cast<float*>(o.out);
+    if (a == int(ConvBwdDataAlgo::DittoGemm)) cuda::conv_bwd_data_gemm(ctx, g, w, dy, dx, ws, tf32);
+    else cuda::conv_bwd_data_direct(ctx, g, w, dy, dx);
+  }
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
                                std::size_t ws_bytes) {
     const float one = 1.f, zero = 0.f;
@@ -218,6 +248,7 @@ struct BwdFilterTraits {
   using CudnnAlgo = cudnnConvolutionBwdFilterAlgo_t;
   using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  static constexpr int kVariants = int(ConvBwdFilterAlgo::DittoDirect) + 1;
   static constexpr const char* kKnob = "bwd_filter";
   static constexpr ProfileKind kProfile = ProfileKind::ConvBwdFilter;
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
@@ -238,6 +269,20 @@ struct BwdFilterTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), a,
                                                           bytes);
+  }
+  static bool own_supports(int a, const own::ConvGeom& g, std::string* why) {
+    return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, why);
+  }
+  static std::size_t own_workspace(int a, const own::ConvGeom& g) {
+    return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::plan_gemm(g, true).workspace_bytes()
+                                                  : own::direct_filter_workspace_bytes(g);
+  }
+  static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
+    const auto* x = static_cast<const float*>(o.x);
+    const auto* dy = static_cast<const float*>(o.dy);
+    auto* dw = static_cast<float*>(o.out);
+    if (a == int(ConvBwdFilterAlgo::DittoGemm)) cuda::conv_bwd_filter_gemm(ctx, g, x, dy, dw, ws, tf32);
+    else cuda::conv_bwd_filter_direct(ctx, g, x, dy, dw, ws);
   }
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
                                std::size_t ws_bytes) {
@@ -338,10 +383,57 @@ struct Problem {
   cudnnHandle_t handle() const { return ctx.cuda().cudnn; }
   static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
 
-  // cuDNN supports `algo` for this problem when its workspace-size query succeeds.
-  bool workspace_of(int algo, std::size_t* bytes) const {
+  // ditto's own variants come after cuDNN's algorithms in the enum.
+  static bool is_own(int algo) { return algo >= T::kCount; }
+
+  // cuDNN supports `algo` for this problem when its workspace-size query succeeds; ditto's own
+  // variants when the problem is of the kind they take (why says otherwise).
+  bool workspace_of(int algo, std::size_t* bytes, std::string* why = nullptr) const {
     *bytes = 0;
-    return T::workspace(handle(), d, static_cast<typename T::CudnnAlgo>(algo), bytes) == CUDNN_STATUS_SUCCESS;
+    std::string reason;
+    if (is_own(algo)) {
+      const own::ConvGeom g = spec.geom();
+      if (!T::own_supports(algo, g, why ? why : &reason)) return false;
+      *bytes = T::own_workspace(algo, g);
+      return true;
+    }
+    if (T::workspace(handle(), d, static_cast<typename T::CudnnAlgo>(algo), bytes) == CUDNN_STATUS_SUCCESS) return true;
+    if (why) *why = "cuDNN does not support it for this shape";
+    return false;
+  }
+
+  // Times ditto's own variants as Find times cuDNN's: on scratch operands, once to warm up, then
+  // the median of three runs (selection only: it synchronizes).
+  std::vector<AlgoPerf> time_own() {
+    std::vector<AlgoPerf> out;
+    detail::CudaState& cs = ctx.cuda();
+    const own::ConvGeom g = spec.geom();
+    for (int a = T::kCount; a < T::kVariants; ++a) {
+      std::size_t ws_bytes = 0;
+      if (!workspace_of(a, &ws_bytes)) continue;
+      Tensor x = ctx.zeros(spec.x), w = ctx.zeros(spec.w), y = ctx.zeros(spec.y);
+      Tensor out_t = ctx.empty(std::is_same_v<T, BwdFilterTraits> ? spec.w : spec.x);
+      detail::Workspace ws(cs, ws_bytes);
+      if (!ws.ok()) continue;
+      ConvOperands ops;
+      ops.x = x.raw(), ops.w = w.raw(), ops.dy = y.raw(), ops.out = out_t.raw();
+      IntervalTimer timer(ctx);
+      for (int rep = 0; rep < 4; ++rep) {
+        if (rep) timer.start();
+        T::run_own(ctx, a, g, ops, ws.get(), math == MathMode::Tf32);
+        if (rep) timer.stop();
+      }
+      std::vector<double> ms = timer.milliseconds();
+      std::sort(ms.begin(), ms.end());
+      AlgoPerf r;
+      r.algo = a;
+      r.status = CUDNN_STATUS_SUCCESS;
+      r.time_ms = float(ms[ms.size() / 2]);
+      r.math = math == MathMode::Tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+      r.det = Determinism::Yes;
+      out.push_back(r);
+    }
+    return out;
   }
 
   const std::vector<AlgoPerf>& heuristics() {
@@ -355,6 +447,7 @@ struct Problem {
     auto it = st.finds.find(list_key);
     if (it != st.finds.end()) return it->second;
     auto list = perf_query<T>([&](int n, int* got, typename T::Perf* r) { return T::find(handle(), d, n, got, r); });
+    for (const AlgoPerf& r : time_own()) list.push_back(r);
     std::stable_sort(list.begin(), list.end(), [](const AlgoPerf& a, const AlgoPerf& b) {
       if (a.ok() != b.ok()) return a.ok();
       return a.ok() && a.time_ms < b.time_ms;
@@ -365,6 +458,7 @@ struct Problem {
   // cuDNN's determinism label for `algo`: from the heuristic list where it reports the
   // algorithm as usable, else from Find (only when allowed: it runs the algorithms).
   Determinism label(int algo, bool allow_find) {
+    if (is_own(algo)) return Determinism::Yes;  // fixed order by construction (kernels/detail/conv2d_own.h)
     for (const auto& r : heuristics())
       if (r.algo == algo && r.ok() && r.det != Determinism::Unknown) return r.det;
     if (allow_find)
@@ -375,7 +469,7 @@ struct Problem {
 
   std::vector<ConvAlgoInfo> supported(bool allow_find) {
     std::vector<ConvAlgoInfo> out;
-    for (int a = 0; a < T::kCount; ++a) {
+    for (int a = 0; a < T::kVariants; ++a) {
       std::size_t bytes = 0;
       if (workspace_of(a, &bytes)) out.push_back({name(a), label(a, allow_find), bytes});
     }
@@ -402,9 +496,10 @@ struct Problem {
   // are documented as nondeterministic).
   Selection pinned(const std::string& layer, int algo, const char* why) {
     Selection sel;
-    if (!workspace_of(algo, &sel.workspace))
-      throw PolicyError(fmt::format("{}: {} algorithm '{}' is not supported by cuDNN for this shape; supported: {}",
-                                    where(layer), why, name(algo), supported_str()));
+    std::string reason;
+    if (!workspace_of(algo, &sel.workspace, &reason))
+      throw PolicyError(fmt::format("{}: {} algorithm '{}' cannot run this problem: {}; supported: {}", where(layer),
+                                    why, name(algo), reason, supported_str()));
     sel.algo = algo;
     sel.det = label(algo, false);
     if (sel.det == Determinism::Unknown) sel.det = T::documented(algo);
@@ -423,7 +518,7 @@ struct Problem {
     e.math = name_of(math);
     if (const TuningEntry* have = table.find(e.key())) {
       int algo = -1;
-      for (int a = 0; a < T::kCount; ++a)
+      for (int a = 0; a < T::kVariants; ++a)
         if (have->algo == name(a)) algo = a;
       Selection sel = pinned(layer, algo, "tuning-file");
       if (sel.det == Determinism::No)
@@ -528,17 +623,25 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
   if (!ws.ok())
     throw PolicyError(fmt::format("{}: the workspace of algorithm '{}' ({} bytes) cannot be allocated; supported: {}",
                                   prob.where(layer), Problem<T>::name(sel.algo), sel.workspace, prob.supported_str()));
-  const cudnnStatus_t status =
-      T::compute(ctx.cuda().cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
-  // Its workspace query accepted the algorithm; should the call itself refuse it, that is still
-  // the policy's ask failing for this shape, not a fault.
-  if (status == CUDNN_STATUS_NOT_SUPPORTED)
-    throw PolicyError(fmt::format("{}: cuDNN refused to run algorithm '{}' ({}) for this shape; supported: {}",
-                                  prob.where(layer), Problem<T>::name(sel.algo), select_mode_name(choice.mode),
-                                  prob.supported_str()));
-  DITTO_CUDNN_CHECK(status);
+  // ditto-gemm's order is fixed by the shape but its GEMMs are cuBLAS's (run_to_run, as cuDNN's
+  // deterministic algorithms are); ditto-direct uses no library (gpu_to_gpu).
+  Impl impl = Impl::Library;
+  if (Problem<T>::is_own(sel.algo)) {
+    T::run_own(ctx, sel.algo, spec.geom(), ops, ws.get(), math == MathMode::Tf32);
+    if (sel.algo == T::kCount + 1) impl = Impl::Ditto;
+  } else {
+    const cudnnStatus_t status =
+        T::compute(ctx.cuda().cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
+    // Its workspace query accepted the algorithm; should the call itself refuse it, that is still
+    // the policy's ask failing for this shape, not a fault.
+    if (status == CUDNN_STATUS_NOT_SUPPORTED)
+      throw PolicyError(fmt::format("{}: cuDNN refused to run algorithm '{}' ({}) for this shape; supported: {}",
+                                    prob.where(layer), Problem<T>::name(sel.algo), select_mode_name(choice.mode),
+                                    prob.supported_str()));
+    DITTO_CUDNN_CHECK(status);
+  }
   ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
-                         name_of(math), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, Impl::Library)});
+                         name_of(math), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, impl)});
 }
 
 void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested) {

@@ -377,6 +377,81 @@ TEST_CASE("conv2d GPU: a depthwise Conv2d layer's forward and tape gradients mat
   }
 }
 
+TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat bit for bit, record their guarantee") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Conv2dParams one_by_seven = make(1, 0, 1, 1);
+  one_by_seven.pad_w = 3;
+  Conv2dParams three_by_five = make(1, 1, 1, 4);
+  three_by_five.pad_w = 2;
+  // Shapes that walk ditto-gemm's plans (kernels/detail/conv2d_own.h): items of several images
+  // with a remainder item, a pointwise convolution read in place, strides, groups, a non-square
+  // kernel, dilation, and a problem whose im2col needs two chunks; and ditto-direct's depthwise
+  // kernels with 3x3, 5x5, 7x7 (compile-time taps) and 3x5 (run-time taps).
+  const std::vector<Case> own_cases = {
+      {"N=7 8x8 3x3 pad 1: 4-image items and a 3-image remainder", {7, 8, 8, 8}, {16, 8, 3, 3}, make(1, 1, 1, 1)},
+      {"1x1 on 48x48: in place", {2, 16, 48, 48}, {24, 16, 1, 1}, make(1, 0, 1, 1)},
+      {"1x1 stride 2", {6, 16, 12, 12}, {8, 16, 1, 1}, make(2, 0, 1, 1)},
+      {"3x3 groups 4 stride 2 pad 1, N=5", {5, 16, 10, 10}, {8, 4, 3, 3}, make(2, 1, 1, 4)},
+      {"1x7 pad (0, 3)", {3, 8, 9, 11}, {8, 8, 1, 7}, one_by_seven},
+      {"5x5 dilation 2 pad 4", {2, 4, 13, 13}, {6, 4, 5, 5}, make(1, 4, 2, 1)},
+      {"32 images 64x64 3x3: two chunks", {32, 64, 64, 64}, {8, 64, 3, 3}, make(1, 1, 1, 1)},
+      {"5x5 depthwise stride 2 pad 2", {3, 12, 15, 15}, {12, 1, 5, 5}, make(2, 2, 1, 12)},
+      {"3x3 depthwise x2 dilation 2 pad 2", {2, 6, 11, 11}, {12, 1, 3, 3}, make(1, 2, 2, 6)},
+      {"7x7 depthwise pad 3", {2, 4, 20, 20}, {4, 1, 7, 7}, make(1, 3, 1, 4)},
+      {"3x5 depthwise pad (1, 2)", {2, 4, 9, 9}, {4, 1, 3, 5}, three_by_five},
+  };
+  int ran = 0;
+  for (const Case& c : own_cases) {
+    INFO("case " << c.name);
+    Context ctx(Device::cuda(0));
+    Problem pr(ctx, c, seed);
+    for (Dir d : {Dir::BwdData, Dir::BwdFilter}) {
+      auto supported = conv_supported_algos(ctx, knob(d), c.x, c.w, c.p);
+      for (const char* algo : {"ditto-gemm", "ditto-direct"}) {
+        if (std::find(supported.begin(), supported.end(), algo) == supported.end()) continue;
+        INFO(knob(d) << "=" << algo);
+        ++ran;
+        ctx.policy() = pin_policy("own", d, algo);
+        Tensor out = run(ctx, "own", d, pr);
+        CHECK(compare(out.to_host_f32(), pr, d, algo, MathMode::Fma) == "");
+        const ManifestEntry* e = ctx.manifest().find("own", knob(d));
+        REQUIRE(e != nullptr);
+        CHECK(e->variant == algo);
+        CHECK(e->deterministic == Determinism::Yes);
+        CHECK(e->guarantee == (std::string(algo) == "ditto-gemm" ? Guarantee::RunToRun : Guarantee::GpuToGpu));
+        const uint64_t first = out.fingerprint();
+        CHECK(test::distinct_results(5, [&] { return run(ctx, "own", d, pr); }) == 1);
+        Context again(Device::cuda(0), pin_policy("own", d, algo));
+        Problem pr2(again, c, seed, /*with_reference=*/false);
+        CHECK(run(again, "own", d, pr2).fingerprint() == first);
+        // TF32: the same plan with tensor-core GEMMs (ditto-direct has no GEMM: fma either way).
+        ctx.policy() = pin_policy("own", d, algo, MathMode::Tf32);
+        CHECK(compare(run(ctx, "own", d, pr).to_host_f32(), pr, d, algo, MathMode::Tf32) == "");
+      }
+    }
+  }
+  CHECK(ran == 2 * 11 + 2 * 4);  // ditto-gemm on all 11 (at most 64 groups), ditto-direct on the 4 depthwise
+}
+
+TEST_CASE("conv2d GPU: ditto-direct on a convolution that is not depthwise is a PolicyError saying why") {
+  Context ctx(Device::cuda(0));
+  const Case c{"3x3", {2, 8, 8, 8}, {8, 8, 3, 3}, make(1, 1, 1, 1)};
+  Problem pr(ctx, c, 7, /*with_reference=*/false);
+  for (Dir d : {Dir::BwdData, Dir::BwdFilter}) {
+    ctx.policy() = pin_policy("conv9", d, "ditto-direct");
+    std::string msg;
+    try {
+      run(ctx, "conv9", d, pr);
+    } catch (const PolicyError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK_THAT(msg, Contains("conv9") && Contains("'ditto-direct'") && Contains("depthwise") &&
+                        Contains("supported:") && Contains("ditto-gemm") && Contains("algo1"));
+  }
+}
+
 TEST_CASE("conv2d GPU: a pinned algorithm cuDNN does not support is a PolicyError listing the supported ones") {
   Context ctx(Device::cuda(0));
   struct Unsupported {

@@ -1,0 +1,122 @@
+// Internal: ditto's own convolution backward (kernels/conv2d_own.cu), the variants `ditto-gemm`
+// and `ditto-direct` of the bwd_data / bwd_filter knobs beside cuDNN's algorithms.
+//
+// ditto-gemm (any convolution whose groups are few): an explicit GEMM on cuBLAS.
+//   bwd_data:   cols = W_g^T . dY_g per item, then dX by a gather-form col2im: every dX element is
+//               written by one thread that adds its (r, s) taps in a fixed order. No atomics.
+//   bwd_filter: P_i = dY_g . cols_g^T per item (an item is `images_per_gemm` consecutive images,
+//               whose positions one GEMM reduces over), then dW = ((P_0 + P_1) + P_2) + ... in item
+//               order by one thread per element. The chunking of items into batched calls only
+//               bounds the workspace: the fold is the same left-to-right sum whatever the chunk.
+//   A 1x1 convolution with stride 1 and no padding needs no im2col when one image is one item: the
+//   GEMM reads x (and writes dx) in place.
+//   Its bits depend on cuBLAS's kernel for each GEMM shape, which cuBLAS picks per GPU model and
+//   SM count (atomics off): run_to_run, as cuBLAS documents it.
+// ditto-direct (depthwise: one input channel per group): a kernel per element with no library.
+//   bwd_data:   one thread per dX element adds its (multiplier, r, s) taps in a fixed order.
+//   bwd_filter: grid (K, parts): block (k, p) reduces its share of images with a CUB block
+//               reduction (fixed order), then one thread per weight adds the parts in order. The
+//               part count is a function of the shape alone: gpu_to_gpu.
+// Everything here is deterministic by construction; kernels/conv2d.cpp selects, records and checks.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#ifdef __CUDACC__
+#define DITTO_HD __host__ __device__ __forceinline__
+#else
+#define DITTO_HD inline
+#endif
+
+namespace ditto { class Context; }
+
+namespace ditto::own {
+
+// One convolution problem (x N,C,H,W; w K,C/G,R,S; y N,K,Ho,Wo), all contiguous row-major.
+struct ConvGeom {
+  int64_t N = 0, C = 0, H = 0, W = 0, K = 0, R = 0, S = 0, Ho = 0, Wo = 0;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, G = 1;
+  DITTO_HD int64_t Cg() const { return C / G; }
+  DITTO_HD int64_t Kg() const { return K / G; }
+  DITTO_HD int64_t CRSg() const { return C / G * R * S; }
+  DITTO_HD int64_t HW() const { return H * W; }
+  DITTO_HD int64_t HoWo() const { return Ho * Wo; }
+  // 1x1, stride 1, no padding: im2col of one image is the image itself.
+  DITTO_HD bool pointwise() const { return R == 1 && S == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  DITTO_HD bool depthwise() const { return C / G == 1; }
+};
+
+// How ditto-gemm splits one problem. Every field is a function of the geometry alone, so a shape
+// always runs the same sequence of GEMMs and folds.
+struct GemmPlan {
+  int64_t images_per_item = 1;    // images one GEMM item spans (bwd_filter: reduces over)
+  int64_t items_per_chunk = 1;    // items per batched cuBLAS call (the last chunk may hold fewer)
+  bool in_place = false;          // pointwise and one image per item: no im2col / col2im buffers
+  bool transpose_dy = false;      // dY rearranged to [K][images*HoWo] per item (images_per_item > 1)
+  std::size_t cols_floats = 0;    // per chunk: im2col (bwd_filter) or GEMM output (bwd_data)
+  std::size_t dy_floats = 0;      // per chunk: rearranged dY
+  std::size_t partial_floats = 0; // per chunk: bwd_filter's per-item products
+  std::size_t workspace_bytes() const { return (cols_floats + dy_floats + partial_floats) * sizeof(float); }
+};
+
+// Groups above this run as separate GEMMs per group; more than kMaxGemmGroups is not a
+// ditto-gemm problem (depthwise and wide grouped convolutions are ditto-direct's).
+constexpr int64_t kMaxGemmGroups = 64;
+// The positions (images x HoWo) one GEMM item should reach before items span several images, and
+// the workspace a chunk may take.
+constexpr int64_t kItemPositions = 2048;
+constexpr std::size_t kChunkBytes = std::size_t(256) << 20;
+
+// Whether each variant can run the problem; on false, why (for the error that lists what is
+// supported).
+bool gemm_supports(const ConvGeom& g, std::string* why);
+bool direct_supports(const ConvGeom& g, std::string* why);
+GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter);
+
+// ditto-direct bwd_filter: parts per weight, and its workspace (parts * K * R * S floats).
+int64_t direct_filter_parts(const ConvGeom& g);
+std::size_t direct_filter_workspace_bytes(const ConvGeom& g);
+
+// ---- index maps shared by the CUDA kernels and the CPU tests ----------------------------------
+
+// im2col: row crs = (c, r, s) of conv group grp's channels, column pos = ho*Wo + wo of image n.
+// Returns the flat x index, or -1 for a padding tap (value 0). I: the index type (32-bit in kernels
+// whose tensors allow it, 64-bit in the CPU tests).
+template <class I>
+DITTO_HD I im2col_source(const ConvGeom& g, I n, I grp, I crs, I pos) {
+  const I S = I(g.S), RS = I(g.R) * S, Wo = I(g.Wo);
+  const I c = grp * I(g.Cg()) + crs / RS, rs = crs % RS, r = rs / S, s = rs - r * S;
+  const I ho = pos / Wo, wo = pos - ho * Wo;
+  const I h = ho * I(g.sh) - I(g.ph) + r * I(g.dh), w = wo * I(g.sw) - I(g.pw) + s * I(g.dw);
+  if (h < 0 || h >= I(g.H) || w < 0 || w >= I(g.W)) return -1;
+  return ((n * I(g.C) + c) * I(g.H) + h) * I(g.W) + w;
+}
+
+// The output position (ho*Wo + wo) whose tap (r, s) lands on input pixel (h, w), or -1.
+template <class I>
+DITTO_HD I tap_target(const ConvGeom& g, I h, I w, I r, I s) {
+  const I th = h + I(g.ph) - r * I(g.dh), tw = w + I(g.pw) - s * I(g.dw);
+  if (th < 0 || tw < 0) return -1;
+  const I ho = th / I(g.sh), wo = tw / I(g.sw);
+  if (ho * I(g.sh) != th || wo * I(g.sw) != tw || ho >= I(g.Ho) || wo >= I(g.Wo)) return -1;
+  return ho * I(g.Wo) + wo;
+}
+
+}  // namespace ditto::own
+
+#ifdef __CUDACC__
+#include <cublas_v2.h>
+#endif
+
+namespace ditto::cuda {
+// Launchers (kernels/conv2d_own.cu). Pointers are device memory; ws holds the plan's workspace.
+// tf32: cuBLAS's TF32 tensor-core compute instead of plain FMA (ditto-gemm only).
+void conv_bwd_data_gemm(Context& ctx, const own::ConvGeom& g, const float* w, const float* dy, float* dx, void* ws,
+                        bool tf32);
+void conv_bwd_filter_gemm(Context& ctx, const own::ConvGeom& g, const float* x, const float* dy, float* dw, void* ws,
+                          bool tf32);
+void conv_bwd_data_direct(Context& ctx, const own::ConvGeom& g, const float* w, const float* dy, float* dx);
+void conv_bwd_filter_direct(Context& ctx, const own::ConvGeom& g, const float* x, const float* dy, float* dw,
+                            void* ws);
+}  // namespace ditto::cuda

@@ -1,0 +1,286 @@
+// ditto's own convolution backward on the CPU: the plans of ditto-gemm and ditto-direct
+// (kernels/detail/conv2d_own.h) and the index maps their CUDA kernels use, run here in double
+// through the same decomposition (im2col -> per-item GEMM -> fold, GEMM -> col2im gather, the
+// depthwise gathers) and compared with the reference (kernels/conv2d_ref.h), which the
+// finite-difference tests of tests/cpu_conv2d.cpp check. A wrong tap, item or group offset in a
+// map shows here as a mismatch far above double rounding.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/policy.h"
+#include "engine/tuning.h"
+#include "kernels/conv2d_ref.h"
+#include "kernels/detail/conv2d_own.h"
+#include "support.h"
+
+using namespace ditto;
+
+namespace {
+
+own::ConvGeom geom_of(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  const ref::Conv2dGeom r = ref::conv2d_geom(x, w, p);
+  own::ConvGeom g;
+  g.N = r.N, g.C = r.C, g.H = r.H, g.W = r.W, g.K = r.K, g.R = r.R, g.S = r.S, g.Ho = r.Ho, g.Wo = r.Wo;
+  g.sh = r.stride_h, g.sw = r.stride_w, g.ph = r.pad_h, g.pw = r.pad_w, g.dh = r.dil_h, g.dw = r.dil_w, g.G = r.groups;
+  return g;
+}
+
+// ditto-gemm's bwd_filter as the CUDA code runs it, in double: per conv group, items of
+// images_per_item images (the remainder as one item), im2col through im2col_source, the item's
+// product dY_g . cols^T, and the fold over items in order.
+std::vector<double> gemm_bwd_filter(const own::ConvGeom& g, const std::vector<double>& x,
+                                    const std::vector<double>& dy) {
+  const own::GemmPlan p = own::plan_gemm(g, true);
+  const int64_t kg = g.Kg(), crs = g.CRSg(), howo = g.HoWo();
+  std::vector<double> dw(static_cast<std::size_t>(g.K * crs), 0.0);
+  for (int64_t grp = 0; grp < g.G; ++grp)
+    for (int64_t n0 = 0; n0 < g.N; n0 += p.images_per_item) {
+      const int64_t images = std::min(p.images_per_item, g.N - n0);
+      std::vector<double> cols(static_cast<std::size_t>(crs * images * howo));
+      for (int64_t r = 0; r < crs; ++r)
+        for (int64_t b = 0; b < images; ++b)
+          for (int64_t pos = 0; pos < howo; ++pos) {
+            const int64_t src = own::im2col_source<int64_t>(g, n0 + b, grp, r, pos);
+            cols[static_cast<std::size_t>((r * images + b) * howo + pos)] = src < 0 ? 0.0 : x[static_cast<std::size_t>(src)];
+          }
+      for (int64_t k = 0; k < kg; ++k)
+        for (int64_t r = 0; r < crs; ++r) {
+          double acc = 0;
+          for (int64_t b = 0; b < images; ++b)
+            for (int64_t pos = 0; pos < howo; ++pos)
+              acc += dy[static_cast<std::size_t>(((n0 + b) * g.K + grp * kg + k) * howo + pos)] *
+                     cols[static_cast<std::size_t>((r * images + b) * howo + pos)];
+          dw[static_cast<std::size_t>((grp * kg + k) * crs + r)] += acc;
+        }
+    }
+  return dw;
+}
+
+// ditto-gemm's bwd_data: cols = W_g^T . dY_g per image, then the col2im gather through tap_target.
+std::vector<double> gemm_bwd_data(const own::ConvGeom& g, const std::vector<double>& w, const std::vector<double>& dy) {
+  const int64_t kg = g.Kg(), cg = g.Cg(), crs = g.CRSg(), howo = g.HoWo();
+  std::vector<double> dx(static_cast<std::size_t>(g.N * g.C * g.HW()), 0.0);
+  for (int64_t grp = 0; grp < g.G; ++grp)
+    for (int64_t n = 0; n < g.N; ++n) {
+      std::vector<double> cols(static_cast<std::size_t>(crs * howo), 0.0);
+      for (int64_t r = 0; r < crs; ++r)
+        for (int64_t pos = 0; pos < howo; ++pos) {
+          double acc = 0;
+          for (int64_t k = 0; k < kg; ++k)
+            acc += w[static_cast<std::size_t>((grp * kg + k) * crs + r)] *
+                   dy[static_cast<std::size_t>((n * g.K + grp * kg + k) * howo + pos)];
+          cols[static_cast<std::size_t>(r * howo + pos)] = acc;
+        }
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t x = 0; x < g.W; ++x) {
+            double acc = 0;
+            for (int64_t r = 0; r < g.R; ++r)
+              for (int64_t s = 0; s < g.S; ++s) {
+                const int64_t pos = own::tap_target<int64_t>(g, h, x, r, s);
+                if (pos >= 0) acc += cols[static_cast<std::size_t>(((c * g.R + r) * g.S + s) * howo + pos)];
+              }
+            dx[static_cast<std::size_t>(((n * g.C + grp * cg + c) * g.H + h) * g.W + x)] = acc;
+          }
+    }
+  return dx;
+}
+
+// ditto-direct's depthwise gathers.
+std::vector<double> direct_bwd_data(const own::ConvGeom& g, const std::vector<double>& w, const std::vector<double>& dy) {
+  const int64_t mult = g.Kg(), howo = g.HoWo();
+  std::vector<double> dx(static_cast<std::size_t>(g.N * g.C * g.HW()), 0.0);
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t x = 0; x < g.W; ++x) {
+          double acc = 0;
+          for (int64_t m = 0; m < mult; ++m)
+            for (int64_t r = 0; r < g.R; ++r)
+              for (int64_t s = 0; s < g.S; ++s) {
+                const int64_t pos = own::tap_target<int64_t>(g, h, x, r, s), k = c * mult + m;
+                if (pos >= 0)
+                  acc += w[static_cast<std::size_t>((k * g.R + r) * g.S + s)] *
+                         dy[static_cast<std::size_t>((n * g.K + k) * howo + pos)];
+              }
+          dx[static_cast<std::size_t>(((n * g.C + c) * g.H + h) * g.W + x)] = acc;
+        }
+  return dx;
+}
+
+std::vector<double> direct_bwd_filter(const own::ConvGeom& g, const std::vector<double>& x,
+                                      const std::vector<double>& dy) {
+  const int64_t parts = own::direct_filter_parts(g), howo = g.HoWo(), taps = g.R * g.S;
+  std::vector<double> dw(static_cast<std::size_t>(g.K * taps), 0.0);
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t lo = p * g.N / parts, hi = (p + 1) * g.N / parts;
+    for (int64_t k = 0; k < g.K; ++k) {
+      const int64_t c = k / g.Kg();
+      for (int64_t t = 0; t < taps; ++t) {
+        const int64_t r = t / g.S, s = t % g.S;
+        double acc = 0;
+        for (int64_t n = lo; n < hi; ++n)
+          for (int64_t pos = 0; pos < howo; ++pos) {
+            const int64_t ho = pos / g.Wo, wo = pos % g.Wo;
+            const int64_t h = ho * g.sh - g.ph + r * g.dh, xx = wo * g.sw - g.pw + s * g.dw;
+            if (h < 0 || h >= g.H || xx < 0 || xx >= g.W) continue;
+            acc += dy[static_cast<std::size_t>((n * g.K + k) * howo + pos)] *
+                   x[static_cast<std::size_t>(((n * g.C + c) * g.H + h) * g.W + xx)];
+          }
+        dw[static_cast<std::size_t>(k * taps + t)] += acc;
+      }
+    }
+  }
+  return dw;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(b[i])));
+  return worst;
+}
+
+struct OwnCase {
+  const char* name;
+  Shape x, w;
+  Conv2dParams p;
+};
+
+Conv2dParams params(int stride, int pad, int dil, int groups) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dil;
+  p.groups = groups;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("ditto-gemm plans: images per item, in-place pointwise, workspace, chunks") {
+  // 56x56 maps hold 3136 >= 2048 positions: one image per item; a 1x1 stride-1 convolution then
+  // reads x in place (no im2col).
+  own::ConvGeom g = geom_of({128, 64, 56, 56}, {256, 64, 1, 1}, params(1, 0, 1, 1));
+  own::GemmPlan p = own::plan_gemm(g, true);
+  CHECK(p.images_per_item == 1);
+  CHECK(p.in_place);
+  CHECK(!p.transpose_dy);
+  CHECK(p.cols_floats == 0);
+  CHECK(p.partial_floats == std::size_t(256 * 64) * std::size_t(p.items_per_chunk));
+  CHECK(p.items_per_chunk == 128);  // 64 KiB of partials per image: the whole batch in one chunk
+  // 7x7 maps: 64 images per item reach 3136 positions; dY is rearranged; no longer in place.
+  g = geom_of({128, 2048, 7, 7}, {512, 2048, 1, 1}, params(1, 0, 1, 1));
+  p = own::plan_gemm(g, true);
+  CHECK(p.images_per_item == 64);
+  CHECK(!p.in_place);
+  CHECK(p.transpose_dy);
+  // Never more images per item than the batch has.
+  g = geom_of({3, 8, 4, 4}, {8, 8, 3, 3}, params(1, 1, 1, 1));
+  CHECK(own::plan_gemm(g, false).images_per_item == 2);
+  // A large im2col is cut into chunks of at most kChunkBytes.
+  g = geom_of({128, 64, 56, 56}, {64, 64, 3, 3}, params(1, 1, 1, 1));
+  p = own::plan_gemm(g, true);
+  CHECK(p.items_per_chunk < 128);
+  CHECK(p.items_per_chunk >= 1);
+  CHECK(p.workspace_bytes() <= own::kChunkBytes);
+  CHECK(p.cols_floats == std::size_t(64 * 9 * 3136) * std::size_t(p.items_per_chunk));
+}
+
+TEST_CASE("ditto-gemm and ditto-direct say which problems they take, and why not") {
+  std::string why;
+  const own::ConvGeom dense = geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(1, 1, 1, 1));
+  CHECK(own::gemm_supports(dense, &why));
+  CHECK_FALSE(own::direct_supports(dense, &why));
+  CHECK_THAT(why, Catch::Contains("depthwise"));
+  const own::ConvGeom dw = geom_of({2, 128, 8, 8}, {128, 1, 3, 3}, params(1, 1, 1, 128));
+  CHECK(own::direct_supports(dw, &why));
+  CHECK_FALSE(own::gemm_supports(dw, &why));  // 128 groups: one GEMM each is not ditto-gemm's job
+  CHECK_THAT(why, Catch::Contains("128") && Catch::Contains("ditto-direct"));
+  const own::ConvGeom big = geom_of({2, 4, 20, 20}, {4, 1, 9, 9}, params(1, 4, 1, 4));
+  CHECK_FALSE(own::direct_supports(big, &why));
+  CHECK_THAT(why, Catch::Contains("9x9"));
+  CHECK(own::direct_filter_parts(dw) >= 1);
+  CHECK(own::direct_filter_workspace_bytes(dw) == std::size_t(own::direct_filter_parts(dw) * 128 * 9) * sizeof(float));
+}
+
+TEST_CASE("ditto-gemm's and ditto-direct's decompositions equal the reference (double, index maps of the kernels)") {
+  Conv2dParams rect = params(1, 0, 1, 1);
+  rect.pad_w = 3;
+  Conv2dParams mixed = params(2, 1, 1, 1);
+  mixed.stride_w = 1;
+  mixed.dilation_w = 2;
+  mixed.pad_w = 2;
+  const std::vector<OwnCase> cases = {
+      {"3x3 pad 1, N=7 (items of 4 + remainder 3)", {7, 3, 6, 6}, {4, 3, 3, 3}, params(1, 1, 1, 1)},
+      {"1x1", {2, 5, 9, 9}, {3, 5, 1, 1}, params(1, 0, 1, 1)},
+      {"1x1 stride 2", {3, 4, 7, 7}, {6, 4, 1, 1}, params(2, 0, 1, 1)},
+      {"3x3 stride 2 pad 1 groups 2", {3, 4, 7, 7}, {6, 2, 3, 3}, params(2, 1, 1, 2)},
+      {"1x7 pad (0, 3)", {2, 3, 5, 9}, {2, 3, 1, 7}, rect},
+      {"5x5 dilation 2 pad 3", {2, 2, 11, 11}, {3, 2, 5, 5}, params(1, 3, 2, 1)},
+      {"3x3 stride (2, 1) dilation (1, 2) pad (1, 2)", {2, 3, 9, 8}, {4, 3, 3, 3}, mixed},
+      {"3x3 depthwise x2 stride 2 pad 1", {3, 4, 9, 9}, {8, 1, 3, 3}, params(2, 1, 1, 4)},
+      {"5x5 depthwise pad 2", {2, 6, 8, 8}, {6, 1, 5, 5}, params(1, 2, 1, 6)},
+  };
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const own::ConvGeom g = geom_of(c.x, c.w, c.p);
+    const ref::Conv2dGeom rg = ref::conv2d_geom(c.x, c.w, c.p);
+    const Shape ys = conv2d_output_shape("t", c.x, c.w, c.p);
+    auto x = test::random_vec<double>(std::size_t(shape_numel(c.x)), seed);
+    auto w = test::random_vec<double>(std::size_t(shape_numel(c.w)), seed + 1);
+    auto dy = test::random_vec<double>(std::size_t(shape_numel(ys)), seed + 2);
+    std::vector<double> want_dx(x.size()), want_dw(w.size());
+    ref::conv2d_bwd_data(rg, dy.data(), w.data(), want_dx.data());
+    ref::conv2d_bwd_filter(rg, x.data(), dy.data(), want_dw.data());
+    // Double rounding of sums of at most a few hundred unit-size products: far below 1e-12.
+    CHECK(max_rel_diff(gemm_bwd_filter(g, x, dy), want_dw) < 1e-12);
+    CHECK(max_rel_diff(gemm_bwd_data(g, w, dy), want_dx) < 1e-12);
+    if (g.depthwise()) {
+      CHECK(max_rel_diff(direct_bwd_filter(g, x, dy), want_dw) < 1e-12);
+      CHECK(max_rel_diff(direct_bwd_data(g, w, dy), want_dx) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("ditto's own conv variants are policy values and tuning-file algorithms") {
+  Policy p = Policy::parse({"conv1.bwd_filter=ditto-gemm", "conv1.bwd_data=ditto-direct"});
+  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::DittoGemm);
+  CHECK(p.conv_bwd_data("conv1").algo == ConvBwdDataAlgo::DittoDirect);
+  CHECK(std::string(name_of(ConvBwdFilterAlgo::DittoDirect)) == "ditto-direct");
+  CHECK_THROWS_AS(Policy::parse({"conv1.fwd=ditto-gemm"}), PolicyError);  // forward has none
+  // Not nondeterministic: the noise lab does not list them as candidates.
+  for (const auto& k : knobs())
+    for (const auto& v : k.nondeterministic) CHECK(v.rfind("ditto-", 0) != 0);
+
+  const std::string path = "cpu_conv2d_own_tuning.json";
+  TuningTable t;
+  t.gpu = "NVIDIA H100 80GB HBM3";
+  t.cudnn = "9.14.0";
+  TuningEntry e;
+  e.direction = "bwd_filter";
+  e.x = {128, 64, 56, 56};
+  e.w = {256, 64, 1, 1};
+  e.math = "fma";
+  e.algo = "ditto-gemm";
+  e.time_ms = 0.5;
+  t.add(e);
+  e.direction = "bwd_data";
+  e.algo = "ditto-direct";
+  e.w = {64, 1, 3, 3};
+  e.groups = 64;
+  t.add(e);
+  t.save(path);
+  TuningTable back = TuningTable::load(path);
+  REQUIRE(back.entries().size() == 2);
+  CHECK(back.entries()[0].algo == "ditto-gemm");
+  CHECK(back.entries()[1].algo == "ditto-direct");
+  CHECK(back.entries()[1].groups == 64);
+}
