@@ -10,8 +10,10 @@
 namespace ditto {
 
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) {
+  node_->slot = std::make_shared<GradSlot>();
+  node_->slot->requires_grad = requires_grad;
+  node_->slot->shape = value.shape();
   node_->value = std::move(value);
-  node_->requires_grad = requires_grad;
 }
 
 Tensor& Var::value() const {
@@ -21,19 +23,36 @@ Tensor& Var::value() const {
 
 Tensor& Var::grad() const {
   if (!node_) throw Error("use of an undefined Var");
-  return node_->grad;
+  return node_->slot->grad;
 }
 
 void Var::zero_grad() const {
-  if (node_) node_->grad = Tensor();
+  if (node_) node_->slot->grad = Tensor();
+}
+
+GradRef Var::grad_ref() const {
+  if (!node_) throw Error("use of an undefined Var");
+  return GradRef(node_->slot);
+}
+
+Tensor& GradRef::grad() const {
+  if (!slot_) throw Error("use of an undefined GradRef");
+  return slot_->grad;
+}
+
+const Shape& GradRef::shape() const {
+  if (!slot_) throw Error("use of an undefined GradRef");
+  return slot_->shape;
 }
 
 void Tape::record(std::string op, std::string layer, std::vector<TapeInput> inputs, Var output, BackwardFn fn) {
-  if (tracer_) {
-    std::vector<TracedTensor> in;
-    for (const auto& i : inputs) in.push_back({i.name, &i.var.value()});
-    tracer_->event("fwd", layer, op, in, {{"y", &output.value()}});
+  if (!tracer_) {
+    entries_.push_back({std::move(op), std::move(layer), {}, Var(), std::move(fn)});
+    return;
   }
+  std::vector<TracedTensor> in;
+  for (const auto& i : inputs) in.push_back({i.name, &i.var.value()});
+  tracer_->event("fwd", layer, op, in, {{"y", &output.value()}});
   entries_.push_back({std::move(op), std::move(layer), std::move(inputs), std::move(output), std::move(fn)});
 }
 
@@ -64,7 +83,9 @@ void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
   if (!root.defined()) throw Error("backward from an undefined Var");
   if (!root.requires_grad())
     throw Error("backward from a Var that does not require grad (nothing recorded it, or no-grad scope)");
-  if (!seed.defined()) seed = ctx.full(root.shape(), 1.0f);
+  // A caller's seed is copied: closures may hand the gradient on in place (pass_grad), and the
+  // caller's tensor must not change under it.
+  seed = seed.defined() ? ctx.to_device(seed) : ctx.full(root.shape(), 1.0f);
   if (seed.shape() != root.shape())
     throw ShapeError(fmt::format("backward seed shape {} != root shape {}", shape_str(seed.shape()),
                                  shape_str(root.shape())));
@@ -75,7 +96,7 @@ void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
   ctx.set_grad_enabled(false);
   try {
     for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-      if (tracer_)
+      if (tracer_ && it->output.defined())
         run_traced(ctx, *it);
       else
         it->fn(ctx);
@@ -107,7 +128,7 @@ bool needs_grad(const Context& ctx, std::initializer_list<const Var*> inputs) {
   return false;
 }
 
-void accumulate_grad(Context& ctx, const Var& v, Tensor contribution) {
+void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution) {
   if (!v.requires_grad() || !contribution.defined()) return;
   if (contribution.shape() != v.shape())
     throw ShapeError(fmt::format("gradient shape {} does not match variable shape {}",
@@ -117,6 +138,16 @@ void accumulate_grad(Context& ctx, const Var& v, Tensor contribution) {
     g = std::move(contribution);
   else
     add_inplace(ctx, g, contribution);
+}
+
+void accumulate_grad(Context& ctx, const Var& v, Tensor contribution) {
+  if (!v.defined()) return;
+  accumulate_grad(ctx, v.grad_ref(), std::move(contribution));
+}
+
+Tensor pass_grad(Context& ctx, const GradRef& out) {
+  if (ctx.tape().tracer()) return ctx.to_device(out.grad());
+  return std::move(out.grad());
 }
 
 }  // namespace ditto

@@ -20,10 +20,31 @@ namespace ditto {
 
 class Context;
 
-struct VarNode {
-  Tensor value;
+// The gradient half of a Var: what backward closures write into. A closure that routes
+// gradients through GradRefs (not Vars) does not keep the forward value alive, so an activation
+// no backward needs goes back to the pool once the forward has passed it.
+struct GradSlot {
   Tensor grad;  // undefined until a gradient reaches it
   bool requires_grad = false;
+  Shape shape;  // the value's shape, for accumulate_grad's check
+};
+
+struct VarNode {
+  Tensor value;
+  std::shared_ptr<GradSlot> slot;
+};
+
+class GradRef {
+ public:
+  GradRef() = default;
+  explicit GradRef(std::shared_ptr<GradSlot> slot) : slot_(std::move(slot)) {}
+  bool defined() const { return slot_ != nullptr; }
+  bool requires_grad() const { return slot_ && slot_->requires_grad; }
+  Tensor& grad() const;          // throws Error when undefined
+  const Shape& shape() const;    // likewise
+
+ private:
+  std::shared_ptr<GradSlot> slot_;
 };
 
 class Var {
@@ -33,10 +54,12 @@ class Var {
   bool defined() const { return node_ != nullptr; }
   Tensor& value() const;
   Tensor& grad() const;
-  bool requires_grad() const { return node_ && node_->requires_grad; }
+  bool requires_grad() const { return node_ && node_->slot->requires_grad; }
   const Shape& shape() const { return value().shape(); }
   void zero_grad() const;  // drops the gradient; the next contribution overwrites
   VarNode* node() const { return node_.get(); }
+  // The gradient half alone (see GradSlot): what a backward closure captures to route gradients.
+  GradRef grad_ref() const;
 
  private:
   std::shared_ptr<VarNode> node_;
@@ -55,7 +78,8 @@ struct TapeInput {
 class Tape {
  public:
   // Records op's backward closure. inputs and output are what the op read and produced; they
-  // are kept for the tracer (the closure holds its own references for the gradients).
+  // are kept only while a tracer is set (it reports them), so without one the tape holds just
+  // the closures, and a closure holds just what its backward reads.
   void record(std::string op, std::string layer, std::vector<TapeInput> inputs, Var output, BackwardFn fn);
   // Seeds root's gradient (ones of root's shape when seed is undefined), runs every recorded
   // closure in reverse order, then clears the tape.
@@ -71,8 +95,8 @@ class Tape {
  private:
   struct Entry {
     std::string op, layer;
-    std::vector<TapeInput> inputs;
-    Var output;
+    std::vector<TapeInput> inputs;  // only when recorded under a tracer
+    Var output;                     // likewise
     BackwardFn fn;
   };
   void run_traced(Context& ctx, Entry& e);
@@ -85,6 +109,14 @@ bool needs_grad(const Context& ctx, std::initializer_list<const Var*> inputs);
 
 // Adds a gradient contribution into v's gradient (moved in when v has none). No-op when v
 // does not require grad. The contribution must be a fresh tensor the caller gives up.
+void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution);
 void accumulate_grad(Context& ctx, const Var& v, Tensor contribution);
+
+// The upstream gradient of an op whose backward hands it on unchanged to one input (add, bias,
+// flatten): moved out of `out` — its producer's closure is the last reader of it, and nothing
+// later may alias the tensor it passes on — or copied while a tracer is set (it reports dy after
+// the closure has run). After backward, such an intermediate Var's gradient is gone, as a
+// non-leaf tensor's is in PyTorch.
+Tensor pass_grad(Context& ctx, const GradRef& out);
 
 }  // namespace ditto

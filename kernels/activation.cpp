@@ -38,19 +38,22 @@ Var unary(Context& ctx, const Var& x, const Unary& op) {
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record(op.name, "", {{"x", x}}, out, [x, out, op](Context& c) {
-      if (!out.grad().defined()) return;
-      Tensor dx = c.empty(x.shape());
+    // The backward reads the output (ReLU, ReLU6, sigmoid: a function of y) or the input (SiLU),
+    // never both: only that one is kept.
+    Tensor saved = op.bwd_from_output ? out.value() : x.value();
+    ctx.tape().record(op.name, "", {{"x", x}}, out,
+                      [saved, xr = x.grad_ref(), outr = out.grad_ref(), op](Context& c) {
+      if (!outr.grad().defined()) return;
+      Tensor dx = c.empty(xr.shape());
       const int64_t n = dx.numel();
-      const float* a = op.bwd_from_output ? out.value().f32() : x.value().f32();
       {
         ProfileScope timed(c, ProfileKind::ActivationBwd, op.name);
         if (c.is_cuda())
-          op.cuda_bwd(c, a, out.grad().f32(), dx.f32(), n);
+          op.cuda_bwd(c, saved.f32(), outr.grad().f32(), dx.f32(), n);
         else
-          op.ref_bwd(a, out.grad().f32(), dx.f32(), n);
+          op.ref_bwd(saved.f32(), outr.grad().f32(), dx.f32(), n);
       }
-      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, xr, std::move(dx));
     });
   }
   return out;

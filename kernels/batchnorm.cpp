@@ -152,41 +152,44 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
 
   Var out(std::move(y), grad);
   if (grad) {
+    // The backward reads x, gamma and the saved statistics, never y.
     ctx.tape().record(kOp, layer, {{"x", x}, {"gamma", gamma}, {"beta", beta}}, out,
-                      [x, gamma, beta, out, mean, invstd, d, training, variant, requested, layer, eps](Context& c) {
-      if (!out.grad().defined()) return;
+                      [saved_x = x.value(), saved_gamma = gamma.value(), xr = x.grad_ref(), gr = gamma.grad_ref(),
+                       br = beta.grad_ref(), outr = out.grad_ref(), mean, invstd, d, training, variant, requested, layer,
+                       eps](Context& c) {
+      if (!outr.grad().defined()) return;
       record_bn(c, layer, variant, requested);
       ProfileScope timed(c, ProfileKind::BatchNormBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
-      Tensor dx = x.requires_grad() ? c.empty(x.shape()) : Tensor();
+      Tensor dx = xr.requires_grad() ? c.empty(xr.shape()) : Tensor();
       Tensor dgamma = c.empty({d.c}), dbeta = c.empty({d.c});
       float* pdx = dx.defined() ? dx.f32() : nullptr;
-      const float* xv = x.value().f32();
-      const float* dy = out.grad().f32();
+      const float* xv = saved_x.f32();
+      const float* dy = outr.grad().f32();
       if (!c.is_cuda()) {
-        ref::bn_bwd(xv, dy, mean.f32(), invstd.f32(), gamma.value().f32(), training, pdx, dgamma.f32(), dbeta.f32(),
+        ref::bn_bwd(xv, dy, mean.f32(), invstd.f32(), saved_gamma.f32(), training, pdx, dgamma.f32(), dbeta.f32(),
                     d.n, d.c, d.hw);
       } else if (variant == BnBwd::Cudnn) {  // training only: inference took the own kernels above
         auto& cs = c.cuda();
         BnDescs desc(d);
         const float one = 1.f, zero = 0.f;
-        Tensor dx_all = pdx ? dx : c.empty(x.shape());  // cuDNN always writes dx
+        Tensor dx_all = pdx ? dx : c.empty(xr.shape());  // cuDNN always writes dx
         cudnn_bn_call(cudnnBatchNormalizationBackward(cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
                                                       desc.x.d, xv, desc.x.d, dy, desc.x.d, dx_all.f32(), desc.bn.d,
-                                                      gamma.value().f32(), dgamma.f32(), dbeta.f32(), double(eps),
+                                                      saved_gamma.f32(), dgamma.f32(), dbeta.f32(), double(eps),
                                                       mean.f32(), invstd.f32()),
-                      "cudnnBatchNormalizationBackward", layer, x.shape());
+                      "cudnnBatchNormalizationBackward", layer, xr.shape());
       } else {
         Tensor scratch = variant == BnBwd::Deterministic ? c.empty({cuda::bn_scratch_floats(d)}) : Tensor();
         cuda::bn_bwd_reduce(c, xv, dy, mean.f32(), invstd.f32(), d, variant == BnBwd::Atomic, dgamma.f32(),
                             dbeta.f32(), scratch.defined() ? scratch.f32() : nullptr);
         if (pdx)
-          cuda::bn_bwd_dx(c, xv, dy, mean.f32(), invstd.f32(), gamma.value().f32(), dgamma.f32(), dbeta.f32(),
+          cuda::bn_bwd_dx(c, xv, dy, mean.f32(), invstd.f32(), saved_gamma.f32(), dgamma.f32(), dbeta.f32(),
                           training, pdx, d);
       }
       timed.end();
-      accumulate_grad(c, x, std::move(dx));
-      accumulate_grad(c, gamma, std::move(dgamma));
-      accumulate_grad(c, beta, std::move(dbeta));
+      accumulate_grad(c, xr, std::move(dx));
+      accumulate_grad(c, gr, std::move(dgamma));
+      accumulate_grad(c, br, std::move(dbeta));
     });
   }
   return out;

@@ -16,9 +16,9 @@
 //                  cuDNN's reproducibility notes do not list these routines among those that use
 //                  atomics, but the list is given "for example", so no guarantee is documented.
 //                  Guarantee unknown.
-//   atomic         ditto's kernels. Forward statistics are a fixed-order reduction (per-block
-//                  partial sums by cub::BlockReduce, then one block per channel adds the
-//                  partials the same way: deterministic). Backward reduces dbeta = sum dy and
+//   atomic         ditto's kernels. Forward statistics are one fixed-order pass (per-thread
+//                  moments merged with Chan's pairwise update by cub::BlockReduce, then one block
+//                  per channel merges the partials the same way: deterministic). Backward reduces dbeta = sum dy and
 //                  dgamma = sum dy*xhat (dx needs both) with one atomicAdd per warp: NOT
 //                  deterministic (not_guaranteed).
 //   deterministic  ditto's kernels; the backward reductions use the same fixed-order scheme as

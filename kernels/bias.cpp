@@ -107,19 +107,19 @@ Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, 
   bool grad = needs_grad(ctx, {&x, &b});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("bias_add", layer, {{"x", x}, {"b", b}}, out, [x, b, out, layer, kind, variant, bs](Context& c) {
-      if (!out.grad().defined()) return;
+    ctx.tape().record("bias_add", layer, {{"x", x}, {"b", b}}, out, [xr = x.grad_ref(), br = b.grad_ref(), outr = out.grad_ref(), layer, kind, variant, bs](Context& c) {
+      if (!outr.grad().defined()) return;
       Tensor dx, db;
       {
         ProfileScope timed(c, ProfileKind::BiasBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
-        if (x.requires_grad()) dx = c.to_device(out.grad());  // a fresh copy, never an alias
-        if (b.requires_grad()) {
+        if (br.requires_grad()) {
           db = c.empty({bs.c});
-          backward_bias(c, layer, kind, variant, bs, out.grad(), db);
+          backward_bias(c, layer, kind, variant, bs, outr.grad(), db);
         }
+        if (xr.requires_grad()) dx = pass_grad(c, outr);  // dx = dy: handed on, not copied
       }
-      accumulate_grad(c, x, std::move(dx));
-      accumulate_grad(c, b, std::move(db));
+      accumulate_grad(c, xr, std::move(dx));
+      accumulate_grad(c, br, std::move(db));
     });
   }
   return out;

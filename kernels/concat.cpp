@@ -61,14 +61,17 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
   if (grad) {
     std::vector<TapeInput> inputs;
     for (std::size_t i = 0; i < xs.size(); ++i) inputs.push_back({input_name(i), xs[i]});
-    ctx.tape().record("concat_channels", "", std::move(inputs), out, [xs, out, channels, batch, hw](Context& c) {
-      if (!out.grad().defined()) return;
+    std::vector<GradRef> refs;
+    for (const Var& x : xs) refs.push_back(x.grad_ref());
+    ctx.tape().record("concat_channels", "", std::move(inputs), out,
+                      [refs, outr = out.grad_ref(), channels, batch, hw](Context& c) {
+      if (!outr.grad().defined()) return;
       int64_t off = 0;
-      for (const Var& x : xs) {
+      for (const GradRef& x : refs) {
         const int64_t ci = x.shape()[1];
         if (x.requires_grad()) {
           Tensor dx = c.empty(x.shape());
-          copy_channels(c, out.grad().f32(), channels, off, dx.f32(), ci, 0, batch, ci, hw);
+          copy_channels(c, outr.grad().f32(), channels, off, dx.f32(), ci, 0, batch, ci, hw);
           accumulate_grad(c, x, std::move(dx));
         }
         off += ci;
@@ -100,19 +103,20 @@ Var channel_mul(Context& ctx, const Var& x, const Var& s) {
   const bool grad = needs_grad(ctx, {&x, &s});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out, [x, s, out, planes, hw](Context& c) {
-      if (!out.grad().defined()) return;
+    ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out, [sx = x.value(), ss = s.value(), xr = x.grad_ref(), sr = s.grad_ref(), outr = out.grad_ref(), planes,
+                       hw](Context& c) {
+      if (!outr.grad().defined()) return;
       Tensor dx, ds;
-      if (x.requires_grad()) dx = c.empty(x.shape());
-      if (s.requires_grad()) ds = c.empty(s.shape());
+      if (xr.requires_grad()) dx = c.empty(xr.shape());
+      if (sr.requires_grad()) ds = c.empty(sr.shape());
       float* pdx = dx.defined() ? dx.f32() : nullptr;
       float* pds = ds.defined() ? ds.f32() : nullptr;
       if (c.is_cuda())
-        cuda::channel_mul_bwd(c, x.value().f32(), s.value().f32(), out.grad().f32(), pdx, pds, planes, hw);
+        cuda::channel_mul_bwd(c, sx.f32(), ss.f32(), outr.grad().f32(), pdx, pds, planes, hw);
       else
-        ref::channel_mul_bwd(x.value().f32(), s.value().f32(), out.grad().f32(), pdx, pds, planes, hw);
-      if (dx.defined()) accumulate_grad(c, x, std::move(dx));
-      if (ds.defined()) accumulate_grad(c, s, std::move(ds));
+        ref::channel_mul_bwd(sx.f32(), ss.f32(), outr.grad().f32(), pdx, pds, planes, hw);
+      if (dx.defined()) accumulate_grad(c, xr, std::move(dx));
+      if (ds.defined()) accumulate_grad(c, sr, std::move(ds));
     });
   }
   return out;

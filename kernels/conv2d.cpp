@@ -759,13 +759,18 @@ Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, c
   const bool grad = needs_grad(ctx, {&x, &w});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("conv2d", layer, {{"x", x}, {"w", w}}, out, [x, w, out, p, layer](Context& c) {
-      if (!out.grad().defined()) return;
+    // dW reads x, dX reads w: each is kept only when that gradient is wanted.
+    Tensor saved_x = w.requires_grad() ? x.value() : Tensor();
+    Tensor saved_w = x.requires_grad() ? w.value() : Tensor();
+    ctx.tape().record("conv2d", layer, {{"x", x}, {"w", w}}, out,
+                      [saved_x, saved_w, xs = x.shape(), ws = w.shape(), xr = x.grad_ref(), wr = w.grad_ref(),
+                       outr = out.grad_ref(), p, layer](Context& c) {
+      if (!outr.grad().defined()) return;
       // Only the gradients someone asked for: dx costs as much as the forward pass.
-      if (x.requires_grad())
-        accumulate_grad(c, x, conv2d_backward_data(c, layer, out.grad(), w.value(), x.shape(), p));
-      if (w.requires_grad())
-        accumulate_grad(c, w, conv2d_backward_filter(c, layer, x.value(), out.grad(), w.shape(), p));
+      if (xr.requires_grad())
+        accumulate_grad(c, xr, conv2d_backward_data(c, layer, outr.grad(), saved_w, xs, p));
+      if (wr.requires_grad())
+        accumulate_grad(c, wr, conv2d_backward_filter(c, layer, saved_x, outr.grad(), ws, p));
     });
   }
   return out;

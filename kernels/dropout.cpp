@@ -27,15 +27,15 @@ Var dropout(Context& ctx, const std::string& layer, const Var& x, float p, uint6
   bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("dropout", layer, {{"x", x}}, out, [x, out, p, scale, key](Context& c) {
-      if (!out.grad().defined()) return;
-      Tensor dx = c.empty(x.shape());
+    ctx.tape().record("dropout", layer, {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), p, scale, key](Context& c) {
+      if (!outr.grad().defined()) return;
+      Tensor dx = c.empty(xr.shape());
       const int64_t n = dx.numel();
       if (c.is_cuda())
-        cuda::dropout_apply(c, out.grad().f32(), dx.f32(), n, p, scale, key);
+        cuda::dropout_apply(c, outr.grad().f32(), dx.f32(), n, p, scale, key);
       else
-        ref::dropout_bwd(out.grad().f32(), dx.f32(), n, p, key);
-      accumulate_grad(c, x, std::move(dx));
+        ref::dropout_bwd(outr.grad().f32(), dx.f32(), n, p, key);
+      accumulate_grad(c, xr, std::move(dx));
     });
   }
   return out;

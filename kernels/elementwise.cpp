@@ -62,11 +62,13 @@ Var add(Context& ctx, const Var& a, const Var& b) {
   bool grad = needs_grad(ctx, {&a, &b});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("add", "", {{"a", a}, {"b", b}}, out, [a, b, out](Context& c) {
-      if (!out.grad().defined()) return;
-      // Each input gets its own copy: gradients are moved into variables and must not alias.
-      if (a.requires_grad()) accumulate_grad(c, a, c.to_device(out.grad()));
-      if (b.requires_grad()) accumulate_grad(c, b, c.to_device(out.grad()));
+    ctx.tape().record("add", "", {{"a", a}, {"b", b}}, out,
+                      [ar = a.grad_ref(), br = b.grad_ref(), outr = out.grad_ref()](Context& c) {
+      if (!outr.grad().defined()) return;
+      // Gradients are moved into variables and must not alias: b gets a copy (taken first, since
+      // a and b may be one variable), a the upstream gradient itself.
+      if (br.requires_grad()) accumulate_grad(c, br, ar.requires_grad() ? c.to_device(outr.grad()) : pass_grad(c, outr));
+      if (ar.requires_grad()) accumulate_grad(c, ar, pass_grad(c, outr));
     });
   }
   return out;
@@ -78,9 +80,9 @@ Var flatten(Context& ctx, const Var& x) {
   const Shape& s = x.shape();
   Var out(x.value().reshape({s[0], shape_numel(Shape(s.begin() + 1, s.end()))}), needs_grad(ctx, {&x}));
   if (out.requires_grad()) {
-    ctx.tape().record("flatten", "", {{"x", x}}, out, [x, out](Context& c) {
-      if (!out.grad().defined()) return;
-      accumulate_grad(c, x, c.to_device(out.grad()).reshape(x.shape()));
+    ctx.tape().record("flatten", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref()](Context& c) {
+      if (!outr.grad().defined()) return;
+      accumulate_grad(c, xr, pass_grad(c, outr).reshape(xr.shape()));
     });
   }
   return out;

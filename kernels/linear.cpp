@@ -143,30 +143,34 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
   bool grad = needs_grad(ctx, {&x, &w});
   Var result(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("linear", layer, {{"x", x}, {"w", w}}, result, [x, w, out = result, layer, md, n, in](Context& c) {
-      if (!out.grad().defined()) return;
-      const int64_t o = out.shape()[1];
-      const float* dy = out.grad().f32();
+    // dW reads x, dX reads w: each is kept only when that gradient is wanted.
+    Tensor saved_x = w.requires_grad() ? x.value() : Tensor();
+    Tensor saved_w = x.requires_grad() ? w.value() : Tensor();
+    ctx.tape().record("linear", layer, {{"x", x}, {"w", w}}, result,
+                      [saved_x, saved_w, xr = x.grad_ref(), wr = w.grad_ref(), outr = result.grad_ref(), layer, md, n,
+                       in, o = out](Context& c) {
+      if (!outr.grad().defined()) return;
+      const float* dy = outr.grad().f32();
       Tensor dx, dw;
       {
         ProfileScope timed(c, ProfileKind::LinearBwd);
-        if (x.requires_grad()) {
+        if (xr.requires_grad()) {
           dx = c.empty({n, in});
           if (c.is_cuda())
-            gemm_bwd_x(c, layer, md, dy, w.value().f32(), dx.f32(), n, in, o);
+            gemm_bwd_x(c, layer, md, dy, saved_w.f32(), dx.f32(), n, in, o);
           else
-            ref::linear_bwd_x(dy, w.value().f32(), dx.f32(), n, in, o);
+            ref::linear_bwd_x(dy, saved_w.f32(), dx.f32(), n, in, o);
         }
-        if (w.requires_grad()) {
+        if (wr.requires_grad()) {
           dw = c.empty({o, in});
           if (c.is_cuda())
-            gemm_bwd_w(c, layer, md, dy, x.value().f32(), dw.f32(), n, in, o);
+            gemm_bwd_w(c, layer, md, dy, saved_x.f32(), dw.f32(), n, in, o);
           else
-            ref::linear_bwd_w(dy, x.value().f32(), dw.f32(), n, in, o);
+            ref::linear_bwd_w(dy, saved_x.f32(), dw.f32(), n, in, o);
         }
       }
-      accumulate_grad(c, x, std::move(dx));
-      accumulate_grad(c, w, std::move(dw));
+      accumulate_grad(c, xr, std::move(dx));
+      accumulate_grad(c, wr, std::move(dw));
     });
   }
   return result;

@@ -61,16 +61,17 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
   bool grad = needs_grad(ctx, {&logits});
   Var out(std::move(loss), grad);
   if (grad) {
-    ctx.tape().record("softmax_xent", layer, {{"logits", logits}, {"labels", Var(labels)}}, out, [logits, labels, lse, out, n, c](Context& cx) {
-      if (!out.grad().defined()) return;
+    ctx.tape().record("softmax_xent", layer, {{"logits", logits}, {"labels", Var(labels)}}, out, [saved_logits = logits.value(), lr = logits.grad_ref(), labels, lse, outr = out.grad_ref(), n,
+                       c](Context& cx) {
+      if (!outr.grad().defined()) return;
       ProfileScope timed(cx, ProfileKind::LossBwd);  // the logits' gradient is the loss's alone: no add follows
       Tensor dlogits = cx.empty({n, c});
       if (cx.is_cuda())
-        cuda::softmax_xent_bwd(cx, logits.value().f32(), labels.i32(), lse.f32(), out.grad().f32(), dlogits.f32(),
-                               n, c);
+        cuda::softmax_xent_bwd(cx, saved_logits.f32(), labels.i32(), lse.f32(), outr.grad().f32(), dlogits.f32(), n,
+                               c);
       else
-        ref::softmax_xent_bwd(logits.value().f32(), labels.i32(), n, c, double(out.grad().f32()[0]), dlogits.f32());
-      accumulate_grad(cx, logits, std::move(dlogits));
+        ref::softmax_xent_bwd(saved_logits.f32(), labels.i32(), n, c, double(outr.grad().f32()[0]), dlogits.f32());
+      accumulate_grad(cx, lr, std::move(dlogits));
     });
   }
   return out;

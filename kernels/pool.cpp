@@ -169,26 +169,31 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
 
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record(kMaxOp, layer, {{"x", x}}, out, [x, out, argmax, d, variant, requested, layer](Context& c) {
-      if (!out.grad().defined()) return;
+    // cuDNN's backward reads x and y; ditto's own kernels only the argmax.
+    const bool cudnn_bwd = ctx.is_cuda() && !own;
+    Tensor saved_x = cudnn_bwd ? x.value() : Tensor(), saved_y = cudnn_bwd ? out.value() : Tensor();
+    ctx.tape().record(kMaxOp, layer, {{"x", x}}, out,
+                      [saved_x, saved_y, xr = x.grad_ref(), outr = out.grad_ref(), argmax, d, variant, requested,
+                       layer](Context& c) {
+      if (!outr.grad().defined()) return;
       record_max_pool(c, layer, variant, requested);
       Tensor dx;
       ProfileScope timed(c, ProfileKind::PoolBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
       if (!c.is_cuda()) {
-        dx = c.empty(x.shape());
-        ref::max_pool_bwd(out.grad().f32(), argmax.i32(), dx.f32(), d);
+        dx = c.empty(xr.shape());
+        ref::max_pool_bwd(outr.grad().f32(), argmax.i32(), dx.f32(), d);
       } else if (variant == PoolBwd::AtomicScatter) {
-        dx = c.zeros(x.shape());
-        cuda::max_pool_bwd_atomic_scatter(c, out.grad().f32(), argmax.i32(), dx.f32(), d);
+        dx = c.zeros(xr.shape());
+        cuda::max_pool_bwd_atomic_scatter(c, outr.grad().f32(), argmax.i32(), dx.f32(), d);
       } else if (variant == PoolBwd::Gather) {
-        dx = c.empty(x.shape());
-        cuda::max_pool_bwd_gather(c, out.grad().f32(), argmax.i32(), dx.f32(), d);
+        dx = c.empty(xr.shape());
+        cuda::max_pool_bwd_gather(c, outr.grad().f32(), argmax.i32(), dx.f32(), d);
       } else {
-        dx = c.empty(x.shape());
-        cudnn_max_pool_bwd(c, layer, variant, d, x.value().f32(), out.value().f32(), out.grad().f32(), dx.f32());
+        dx = c.empty(xr.shape());
+        cudnn_max_pool_bwd(c, layer, variant, d, saved_x.f32(), saved_y.f32(), outr.grad().f32(), dx.f32());
       }
       timed.end();
-      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, xr, std::move(dx));
     });
   }
   return out;
@@ -208,17 +213,17 @@ Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p) {
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("avg_pool2d", "", {{"x", x}}, out, [x, out, d](Context& c) {
-      if (!out.grad().defined()) return;
-      Tensor dx = c.empty(x.shape());
+    ctx.tape().record("avg_pool2d", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), d](Context& c) {
+      if (!outr.grad().defined()) return;
+      Tensor dx = c.empty(xr.shape());
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "avg");
         if (c.is_cuda())
-          cuda::avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
+          cuda::avg_pool_bwd(c, outr.grad().f32(), dx.f32(), d);
         else
-          ref::avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+          ref::avg_pool_bwd(outr.grad().f32(), dx.f32(), d);
       }
-      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, xr, std::move(dx));
     });
   }
   return out;
@@ -242,17 +247,17 @@ Var global_avg_pool(Context& ctx, const Var& x) {
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("global_avg_pool", "", {{"x", x}}, out, [x, out, planes, hw](Context& c) {
-      if (!out.grad().defined()) return;
-      Tensor dx = c.empty(x.shape());
+    ctx.tape().record("global_avg_pool", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), planes, hw](Context& c) {
+      if (!outr.grad().defined()) return;
+      Tensor dx = c.empty(xr.shape());
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "global-avg");
         if (c.is_cuda())
-          cuda::global_avg_pool_bwd(c, out.grad().f32(), dx.f32(), planes, hw);
+          cuda::global_avg_pool_bwd(c, outr.grad().f32(), dx.f32(), planes, hw);
         else
-          ref::global_avg_pool_bwd(out.grad().f32(), dx.f32(), planes, hw);
+          ref::global_avg_pool_bwd(outr.grad().f32(), dx.f32(), planes, hw);
       }
-      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, xr, std::move(dx));
     });
   }
   return out;
@@ -283,17 +288,17 @@ Var adaptive_avg_pool2d(Context& ctx, const Var& x, int64_t out_h, int64_t out_w
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("adaptive_avg_pool2d", "", {{"x", x}}, out, [x, out, d](Context& c) {
-      if (!out.grad().defined()) return;
-      Tensor dx = c.empty(x.shape());
+    ctx.tape().record("adaptive_avg_pool2d", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), d](Context& c) {
+      if (!outr.grad().defined()) return;
+      Tensor dx = c.empty(xr.shape());
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "adaptive-avg");
         if (c.is_cuda())
-          cuda::adaptive_avg_pool_bwd(c, out.grad().f32(), dx.f32(), d);
+          cuda::adaptive_avg_pool_bwd(c, outr.grad().f32(), dx.f32(), d);
         else
-          ref::adaptive_avg_pool_bwd(out.grad().f32(), dx.f32(), d);
+          ref::adaptive_avg_pool_bwd(outr.grad().f32(), dx.f32(), d);
       }
-      accumulate_grad(c, x, std::move(dx));
+      accumulate_grad(c, xr, std::move(dx));
     });
   }
   return out;

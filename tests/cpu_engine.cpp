@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/context.h"
+#include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/philox.h"
 #include "kernels/activation.h"
 #include "kernels/activation_ref.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv2d.h"
 #include "kernels/elementwise.h"
 #include "support.h"
 
@@ -87,6 +90,37 @@ TEST_CASE("tape: an entry's closure and what it saved are released once it has r
   ctx.tape().backward(ctx, y);
   CHECK(b_released_before_a);
   CHECK(x.grad().to_host_f32() == std::vector<float>{1, 1});
+}
+
+TEST_CASE("tape: a forward value no backward reads is freed during the forward, not kept to the end") {
+  // conv -> batch norm -> relu -> add -> relu, as in a residual block. Batch norm's backward reads
+  // its input (the conv output), ReLU's its own output, add nothing: so once the forward has
+  // moved past them, batch norm's output and add's output belong to no one and are freed, while
+  // what the backward needs stays. PyTorch keeps the same set.
+  Context ctx;
+  Var x(ctx.from_host(test::random_vec(2 * 3 * 6 * 6, 1), {2, 3, 6, 6}), true);
+  Var w(ctx.from_host(test::random_vec(4 * 3 * 3 * 3, 2), {4, 3, 3, 3}), true);
+  Var gamma(ctx.full({4}, 1.f), true), beta(ctx.zeros({4}), true);
+  BatchNormState st = batch_norm_state(ctx, 4);
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  auto alive = [](const Var& v) { return std::weak_ptr<detail::Storage>(v.value().storage()); };
+  Var c = conv2d(ctx, "conv", x, w, p);
+  Var b = batch_norm(ctx, "bn", c, gamma, beta, st, true);
+  Var r = relu(ctx, b);
+  Var s = add(ctx, r, x.value().shape() == r.shape() ? x : r);
+  Var out = relu(ctx, s);
+  const auto conv_out = alive(c), bn_out = alive(b), relu_out = alive(r), add_out = alive(s);
+  c = b = r = s = Var();
+  CHECK_FALSE(conv_out.expired());  // batch norm's backward reads it
+  CHECK(bn_out.expired());          // ReLU saves its output, not its input
+  CHECK_FALSE(relu_out.expired());  // ReLU's backward reads it
+  CHECK(add_out.expired());         // add saves nothing; the last ReLU saves its own output
+  ctx.tape().backward(ctx, out, ctx.full(out.shape(), 1.f));
+  CHECK(w.grad().defined());
+  CHECK(x.grad().defined());
+  CHECK(conv_out.expired());  // and everything is released once backward has passed it
+  CHECK(relu_out.expired());
 }
 
 TEST_CASE("tape: variables without requires_grad get no gradient; seeds are checked") {

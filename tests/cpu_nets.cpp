@@ -139,7 +139,11 @@ TEST_CASE("flatten: a view of x's storage; backward hands x exactly dy in x's sh
   ctx.tape().backward(ctx, y, dy);
   CHECK(x.grad().shape() == xs);
   CHECK(x.grad().to_host_f32() == dyv);
-  CHECK(x.grad().raw() != y.grad().raw());  // x owns its gradient: later accumulation cannot reach dy
+  // The upstream gradient is handed on, not copied (engine/tape.h, pass_grad): y, an
+  // intermediate, keeps none after backward; the caller's dy is never aliased, so later
+  // accumulation into x's gradient cannot reach it.
+  CHECK_FALSE(y.grad().defined());
+  CHECK(x.grad().raw() != dy.raw());
   // Gradients accumulate through flatten like through any op (fan-out: x feeds two flattens).
   x.zero_grad();
   Var a = flatten(ctx, x), b = flatten(ctx, x);

@@ -13,11 +13,13 @@ struct BnDims {
   int64_t m() const { return n * hw; }  // values per channel
 };
 
-// Floats of scratch the fixed-order reductions need (two arrays of per-block partials).
+// Floats of scratch the fixed-order reductions need (per-block partials: three per block for the
+// statistics, two for the backward sums).
 int64_t bn_scratch_floats(const BnDims& d);
 
-// Batch mean / inverse std (two fixed-order passes: mean, then sum of squared deviations) and the
-// running-stat update (unbiased variance). scratch: bn_scratch_floats(d) floats.
+// Batch mean / inverse std (one fixed-order pass: per-thread shifted sums merged by Chan's
+// pairwise update, see kernels/batchnorm.cu) and the running-stat update (unbiased variance).
+// scratch: bn_scratch_floats(d) floats.
 void bn_batch_stats(Context& ctx, const float* x, const BnDims& d, float momentum, float eps, float* saved_mean,
                     float* saved_invstd, float* running_mean, float* running_var, float* scratch);
 // mean = running_mean, invstd = 1/sqrt(running_var + eps).
