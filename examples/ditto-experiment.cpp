@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   app.add_option("--overhead-warmup", overhead_warmup, "overhead: untimed steps first")
       ->check(ditto::detail::at_least(1))
       ->capture_default_str();
-  app.add_option("--overhead-steps", overhead_steps, "overhead: timed steps")
+  app.add_option("--overhead-steps", overhead_steps,
+                 "overhead: timed steps (the paper profiled 100; fewer for a quick look)")
       ->check(ditto::detail::at_least(1))
       ->capture_default_str();
   app.add_option("--concurrent", o.concurrent, "replicas trained at once per GPU (s/epoch is then the time under that load)")
