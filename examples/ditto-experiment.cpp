@@ -176,11 +176,15 @@ int main(int argc, char** argv) {
     }
     ditto::write_report(o.out, report);
     std::printf("wrote %s/report.{html,json,csv}\n", o.out.c_str());
-    for (const auto& s : runs)
-      if (s.setting.name == "CONTROL") {
-        const auto* d = find_metric(report, "CONTROL", "distinct_fingerprints");
+    // CONTROL (and figure S4's per-lr CONTROL cells) must end bit-identical.
+    const std::string cell = "-CONTROL";
+    for (const auto& s : report.settings)
+      if (s == "CONTROL" || (protocol == "fig-s4" && s.size() > cell.size() &&
+                             s.compare(s.size() - cell.size(), cell.size(), cell) == 0)) {
+        const auto* d = find_metric(report, s, "distinct_fingerprints");
         if (d && d->value != 1) {
-          std::fprintf(stderr, "CONTROL replicas are not bit-identical: %.0f distinct weight fingerprints\n", d->value);
+          std::fprintf(stderr, "%s replicas are not bit-identical: %.0f distinct weight fingerprints\n", s.c_str(),
+                       d->value);
           return 1;
         }
       }
