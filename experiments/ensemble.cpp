@@ -13,8 +13,8 @@
 #include <set>
 #include <sstream>
 
-#include "engine/context.h"
 #include "datasets/dataset.h"
+#include "engine/context.h"
 #include "engine/error.h"
 #include "experiments/decomposition.h"
 #include "experiments/scheduler.h"
