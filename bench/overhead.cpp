@@ -8,9 +8,10 @@
 //
 // Per model x mode, in a context of its own: `--warmup` untimed steps (the first selects the
 // algorithms: cuDNN's heuristic or Find), then `--steps` steps each timed by a pair of CUDA
-// events (no profiler attached: nothing between the ops), then `--profile-steps` further steps
-// with the profiler attached, whose per-kind times are reported separately (events between ops
-// cost a little, so they are not the median's steps). deterministic-tuned reads a tuning file
+// events (no profiler attached: nothing between the ops; 100 by default, as the paper
+// profiled 100 iterations; bench/overhead_steps.py compares a run with fewer), then
+// `--profile-steps` further steps with the profiler attached, whose per-kind times are reported
+// separately (events between ops cost a little, so they are not the median's steps). deterministic-tuned reads a tuning file
 // made once per model and batch under --tuning-dir by a tuning step in a context of its own
 // (engine/tuning.h: tune in a run of its own, then read); the tuning time is reported.
 //
@@ -86,7 +87,7 @@ struct Options {
   int64_t batch = 128;
   int classes = 1000;
   int image_size = 0;  // 0: the model's own (224; 299 for inception-v3)
-  int warmup = 3, steps = 10, profile_steps = 2;
+  int warmup = 3, steps = 100, profile_steps = 2;  // 100 timed steps: what the paper profiled
   double budget_s = 0;  // 0: none
   bool resume = false;
 };
@@ -324,7 +325,9 @@ int main(int argc, char** argv) {
   app.add_option("--classes", o.classes, "classes of the synthetic labels")->check(detail::at_least(2));
   app.add_option("--image-size", o.image_size, "image side (0: 224, 299 for inception-v3)")->check(detail::at_least(0));
   app.add_option("--warmup", o.warmup, "untimed steps first (the first selects algorithms)")->check(detail::at_least(1));
-  app.add_option("--steps", o.steps, "timed steps (median)")->check(detail::at_least(1));
+  app.add_option("--steps", o.steps, "timed steps (median; the paper profiled 100, fewer for a quick look)")
+      ->check(detail::at_least(1))
+      ->capture_default_str();
   app.add_option("--profile-steps", o.profile_steps, "profiled steps after the timed ones (0: no breakdown)")
       ->check(detail::at_least(0));
   app.add_option("--budget-s", o.budget_s, "start no configuration after this many seconds (0: no limit)")

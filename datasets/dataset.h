@@ -105,6 +105,12 @@ Dataset load_mnist(const std::string& dir, Split split);
 // (the pattern is computed in double and rounded to uint8).
 Dataset make_synthetic(int64_t n, int num_classes, int channels, int height, int width, uint64_t seed);
 
+// A CHW uint8 image (1 channel: grayscale, 3: RGB) as a baseline JPEG in memory, libjpeg-turbo's
+// compressor at `quality` (1..100) without chroma subsampling: for looking at examples (the
+// experiment report's thumbnails), not for training data. Throws Error for other channel
+// counts, sizes or qualities.
+std::vector<uint8_t> encode_jpeg(const uint8_t* chw, int channels, int height, int width, int quality = 90);
+
 // The first n examples (0 <= n <= ds.n, Error otherwise), class names and subgroups kept.
 Dataset take_first(const Dataset& ds, int64_t n);
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <thread>
@@ -33,7 +34,8 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
 namespace {
 
 // libjpeg reports errors through error_exit, which must not return: we longjmp back to the
-// decode call, which turns the message into a DataError (never exit(), libjpeg's default).
+// decode (or encode) call, which turns the message into an exception (never exit(), libjpeg's
+// default).
 struct JpegErrorManager {
   jpeg_error_mgr pub;
   std::jmp_buf jump;
@@ -241,3 +243,55 @@ void decode_into(Dataset& ds, const std::vector<std::string>& paths, const Image
 }
 
 }  // namespace ditto::detail
+
+namespace ditto {
+
+std::vector<uint8_t> encode_jpeg(const uint8_t* chw, int channels, int height, int width, int quality) {
+  if (channels != 1 && channels != 3)
+    throw Error(fmt::format("encode_jpeg: {} channels; JPEG images here are grayscale (1) or RGB (3)", channels));
+  if (height < 1 || width < 1 || height > 65500 || width > 65500)
+    throw Error(fmt::format("encode_jpeg: {} x {} pixels is not a JPEG size (1 to 65500 a side)", height, width));
+  if (quality < 1 || quality > 100) throw Error(fmt::format("encode_jpeg: quality {} is outside 1..100", quality));
+  // As in decode_jpeg: what the longjmp may skip over has a trivial destructor or is released
+  // explicitly (the output buffer libjpeg allocates with malloc).
+  jpeg_compress_struct cinfo;
+  detail::JpegErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = detail::jpeg_error_exit;
+  err.pub.emit_message = detail::jpeg_emit_message;
+  err.message[0] = '\0';
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  std::vector<uint8_t> row(static_cast<std::size_t>(width) * channels);
+  if (setjmp(err.jump)) {
+    jpeg_destroy_compress(&cinfo);
+    std::free(buffer);
+    throw Error(fmt::format("encode_jpeg: libjpeg failed: {}", err.message));
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = channels;
+  cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  // No chroma subsampling: at 32 x 32 pixels, halving the colour resolution is visible.
+  for (int k = 0; k < cinfo.num_components; ++k) cinfo.comp_info[k].h_samp_factor = cinfo.comp_info[k].v_samp_factor = 1;
+  jpeg_start_compress(&cinfo, TRUE);
+  const std::size_t plane = static_cast<std::size_t>(height) * width;
+  while (cinfo.next_scanline < cinfo.image_height) {
+    const std::size_t y = cinfo.next_scanline;
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < channels; ++c) row[static_cast<std::size_t>(x) * channels + c] = chw[c * plane + y * width + x];
+    JSAMPROW rows[1] = {row.data()};
+    jpeg_write_scanlines(&cinfo, rows, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::vector<uint8_t> bytes(buffer, buffer + size);
+  jpeg_destroy_compress(&cinfo);
+  std::free(buffer);
+  return bytes;
+}
+
+}  // namespace ditto

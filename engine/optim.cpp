@@ -161,7 +161,8 @@ LrSchedule parse_lr_schedule(const std::string& s) {
   if (s == "constant") return LrSchedule::Constant;
   if (s == "step") return LrSchedule::Step;
   if (s == "cosine") return LrSchedule::Cosine;
-  throw Error(fmt::format("unknown lr schedule '{}'; valid: constant, step, cosine", s));
+  if (s == "onecycle") return LrSchedule::OneCycle;
+  throw Error(fmt::format("unknown lr schedule '{}'; valid: constant, step, cosine, onecycle", s));
 }
 
 const char* lr_schedule_name(LrSchedule s) {
@@ -169,11 +170,21 @@ const char* lr_schedule_name(LrSchedule s) {
     case LrSchedule::Constant: return "constant";
     case LrSchedule::Step: return "step";
     case LrSchedule::Cosine: return "cosine";
+    case LrSchedule::OneCycle: return "onecycle";
   }
   return "?";
 }
 
-float lr_at(LrSchedule s, float base, double epoch, int total_epochs, const std::vector<int>& milestones) {
+float lr_at(LrSchedule s, float base, double epoch, int total_epochs, const std::vector<int>& milestones,
+            double warmup_epochs) {
+  const double total = double(std::max(1, total_epochs));
+  if (!(warmup_epochs >= 0 && warmup_epochs < total))
+    throw Error(fmt::format("lr schedule: a warm-up of {} epochs must be at least 0 and below the {} epochs of training",
+                            warmup_epochs, total_epochs));
+  if (epoch < warmup_epochs) return static_cast<float>(base * epoch / warmup_epochs);
+  // Decaying schedules run their course over the epochs after the warm-up (written so that
+  // without one the cosine is evaluated exactly as it always was: same bits).
+  const double after = epoch - warmup_epochs, span = total - warmup_epochs;
   switch (s) {
     case LrSchedule::Constant: return base;
     case LrSchedule::Step: {
@@ -182,8 +193,8 @@ float lr_at(LrSchedule s, float base, double epoch, int total_epochs, const std:
         if (std::floor(epoch) >= m) lr /= 10.0;
       return static_cast<float>(lr);
     }
-    case LrSchedule::Cosine:
-      return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * epoch / double(std::max(1, total_epochs)))));
+    case LrSchedule::Cosine: return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * after / span)));
+    case LrSchedule::OneCycle: return static_cast<float>(base * std::max(0.0, (span - after) / span));
   }
   return base;
 }

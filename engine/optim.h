@@ -96,15 +96,19 @@ class Adam : public Optimizer {
   std::vector<Tensor> m_, v_;
 };
 
-enum class LrSchedule { Constant, Step, Cosine };
-LrSchedule parse_lr_schedule(const std::string& s);  // constant|step|cosine, else Error
+enum class LrSchedule { Constant, Step, Cosine, OneCycle };
+LrSchedule parse_lr_schedule(const std::string& s);  // constant|step|cosine|onecycle, else Error
 const char* lr_schedule_name(LrSchedule s);
 
 // Learning rate at a point of training measured in epochs (0-based, fractional: 2.5 is half-way
-// through the third epoch). step: divided by 10 at each milestone epoch (the paper's 50 and 100
-// by default), constant within an epoch; cosine: base * (1 + cos(pi * t / total)) / 2, evaluated
-// per step so the rate falls smoothly to zero at the end of the last epoch.
+// through the third epoch), evaluated per step. step: divided by 10 at each milestone epoch (the
+// paper's 50 and 100 by default), constant within an epoch; cosine: base * (1 + cos(pi * t /
+// total)) / 2, falling smoothly to zero at the end of the last epoch; onecycle: base * (total -
+// t) / total, the linear decay of the fast CIFAR recipes (with a warm-up: one cycle up and down).
+// warmup_epochs w > 0 (any schedule): for t < w the rate rises linearly, base * t / w (0 at the
+// first step); cosine and onecycle then decay over the remaining total - w epochs, constant and
+// step continue as without it. Throws Error unless 0 <= w < total_epochs.
 float lr_at(LrSchedule s, float base, double epoch, int total_epochs,
-            const std::vector<int>& milestones = {50, 100});
+            const std::vector<int>& milestones = {50, 100}, double warmup_epochs = 0);
 
 }  // namespace ditto

@@ -92,9 +92,17 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
     app.add_option("--momentum", c.momentum, "sgd")->check(CLI::Range(0.0, 1.0))->capture_default_str();
     app.add_flag("--nesterov", c.nesterov, "sgd");
     app.add_option("--weight-decay", c.weight_decay)->check(at_least(0))->capture_default_str();
-    app.add_option("--lr-schedule", c.lr_schedule)->check(CLI::IsMember({"constant", "step", "cosine"}))
+    app.add_option("--lr-schedule", c.lr_schedule,
+                   "per step: constant | step (/10 at --milestones) | cosine (to 0) | onecycle (linear to 0; with "
+                   "--warmup-epochs, up then down)")
+        ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}))
         ->capture_default_str();
     app.add_option("--milestones", c.milestones, "epochs where the step schedule divides the lr by 10");
+    app.add_option("--warmup-epochs", c.warmup_epochs,
+                   "linear warm-up from 0 to --lr over this many epochs (fractional allowed, any schedule); cosine "
+                   "and onecycle decay over the epochs after it")
+        ->check(detail::at_least(0))
+        ->capture_default_str();
     app.add_flag("--augment", c.augment, "pad-4 random crop + horizontal flip");
     app.add_flag("--standardize", c.standardize, "per-image standardization instead of channel mean/std");
   }

@@ -13,8 +13,10 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/dataset.h"
 #include "engine/context.h"
 #include "engine/error.h"
+#include "experiments/decomposition.h"
 #include "experiments/scheduler.h"
 #include "experiments/stats.h"
 
@@ -78,6 +80,22 @@ std::vector<std::vector<int32_t>> predictions_of(const SettingRuns& s) {
   std::vector<std::vector<int32_t>> p;
   for (const auto& r : s.runs) p.push_back(r.predictions);
   return p;
+}
+
+ReportDecomposition report_decomposition(const NoiseDecomposition& d, const std::string& intervals) {
+  ReportDecomposition r;
+  r.measure = d.measure;
+  r.verdict = d.verdict;
+  r.intervals = intervals;
+  for (const auto& [term, i] : std::vector<std::pair<std::string, Interval>>{{"ALGO+IMPL", d.algo_impl},
+                                                                            {"ALGO", d.algo},
+                                                                            {"IMPL", d.impl},
+                                                                            {"CONTROL", d.control},
+                                                                            {"excess", d.excess},
+                                                                            {"additive", d.additive},
+                                                                            {"interaction", d.interaction}})
+    r.terms.push_back({term, i.value, i.low, i.high});
+  return r;
 }
 
 }  // namespace
@@ -145,17 +163,35 @@ Setting parse_setting(const std::string& spec) {
   return s;
 }
 
-std::vector<int> majority_agreement(const std::vector<std::vector<int32_t>>& p) {
+namespace {
+
+// Per example, the plurality label (ties: the smallest) and how many replicas predict it.
+std::vector<std::pair<int32_t, int>> plurality(const std::vector<std::vector<int32_t>>& p, const char* what) {
   if (p.empty()) return {};
   const std::size_t n = p[0].size();
   for (const auto& r : p)
-    if (r.size() != n) throw Error("majority_agreement: replicas predict different numbers of examples");
-  std::vector<int> out(n, 0);
+    if (r.size() != n) throw Error(fmt::format("{}: replicas predict different numbers of examples", what));
+  std::vector<std::pair<int32_t, int>> out(n, {0, 0});
   for (std::size_t i = 0; i < n; ++i) {
     std::map<int32_t, int> votes;
     for (const auto& r : p) ++votes[r[i]];
-    for (const auto& [label, v] : votes) out[i] = std::max(out[i], v);  // map order: ties keep the smallest
+    for (const auto& [label, v] : votes)
+      if (v > out[i].second) out[i] = {label, v};  // map order: ties keep the smallest label
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> majority_agreement(const std::vector<std::vector<int32_t>>& p) {
+  std::vector<int> out;
+  for (const auto& [label, votes] : plurality(p, "majority_agreement")) out.push_back(votes);
+  return out;
+}
+
+std::vector<int32_t> plurality_vote(const std::vector<std::vector<int32_t>>& p) {
+  std::vector<int32_t> out;
+  for (const auto& [label, votes] : plurality(p, "plurality_vote")) out.push_back(label);
   return out;
 }
 
@@ -292,7 +328,7 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
       for (const auto& e : r.log) secs += e.seconds, ++epochs;
     }
     metric("accuracy_mean", mean(acc));
-    metric("accuracy_std", stddev(acc));
+    interval("accuracy_std", bootstrap_stddev(acc, o.bootstrap, seed++));
     metric("top5_mean", mean(top5));
     std::vector<double> l2;
     for (std::size_t a = 0; a < sr.runs.size(); ++a)
@@ -368,18 +404,71 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
       }
     }
 
-    // Per-example stability and the least stable examples.
+    // Per-example stability, the least stable examples (with the inputs themselves), and the
+    // ensemble on the examples that move against the rest.
     rep.stability.push_back({name, stability_counts(preds)});
     const std::vector<int> agree = majority_agreement(preds);
+    const std::vector<double> pairs = per_example_disagreement(preds);
     std::vector<std::size_t> order(n);
     for (std::size_t i = 0; i < n; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return agree[a] < agree[c]; });
-    for (std::size_t j = 0; j < std::min<std::size_t>(10, n); ++j) {
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return pairs[a] > pairs[c]; });
+    const auto class_name = [&](int32_t label) {
+      return label >= 0 && std::size_t(label) < test.class_names.size() ? test.class_names[std::size_t(label)]
+                                                                         : std::to_string(label);
+    };
+    for (std::size_t j = 0; j < std::min<std::size_t>(std::size_t(std::max(0, o.unstable_shown)), n); ++j) {
       const std::size_t i = order[j];
-      if (agree[i] == static_cast<int>(preds.size())) break;  // the rest all agree
-      rep.unstable.push_back({name, static_cast<int64_t>(i), test.class_names[static_cast<std::size_t>(test.labels[i])],
-                              agree[i], static_cast<int>(preds.size())});
+      if (pairs[i] == 0) break;  // the rest all agree
+      ReportExample e{name, static_cast<int64_t>(i), class_name(test.labels[i]), agree[i],
+                      static_cast<int>(preds.size()), {}, {}};
+      for (const auto& r : preds) e.predicted.push_back(class_name(r[i]));
+      e.jpeg = encode_jpeg(test.image(static_cast<int64_t>(i)), test.channels, test.height, test.width);
+      rep.unstable.push_back(std::move(e));
     }
+    const std::vector<int32_t> vote = plurality_vote(preds);
+    std::vector<double> hit_all, hit_unstable, hit_stable;
+    double replica_hits_unstable = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double hit = vote[i] == test.labels[i] ? 1.0 : 0.0;
+      hit_all.push_back(hit);
+      if (agree[i] == static_cast<int>(preds.size())) {
+        hit_stable.push_back(hit);
+      } else {
+        hit_unstable.push_back(hit);
+        for (const auto& r : preds) replica_hits_unstable += r[i] == test.labels[i];
+      }
+    }
+    metric("unstable_examples", double(hit_unstable.size()));
+    metric("ensemble_accuracy", mean(hit_all));
+    if (!hit_unstable.empty()) {
+      interval("ensemble_acc_unstable", bootstrap_mean(hit_unstable, o.bootstrap, seed++));
+      metric("replica_acc_unstable", replica_hits_unstable / double(hit_unstable.size() * preds.size()));
+    }
+    if (!hit_stable.empty()) interval("ensemble_acc_stable", bootstrap_mean(hit_stable, o.bootstrap, seed++));
+  }
+
+  // Additive or interacting: the decomposition over the paper's four settings, when they ran.
+  std::map<std::string, const SettingRuns*> by_name;
+  for (const auto& sr : settings) by_name[sr.setting.name] = &sr;
+  bool four = true;
+  for (const char* s : {"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"})
+    four = four && by_name.count(s) && by_name[s]->runs.size() >= 2;
+  if (four) {
+    const SettingRuns *ai = by_name["ALGO+IMPL"], *a = by_name["ALGO"], *im = by_name["IMPL"], *c = by_name["CONTROL"];
+    auto accuracies = [](const SettingRuns* sr) {
+      std::vector<double> v;
+      for (const auto& r : sr->runs) v.push_back(r.test_top1);
+      return v;
+    };
+    rep.decomposition.push_back(report_decomposition(
+        decompose_churn(predictions_of(*ai), predictions_of(*a), predictions_of(*im), predictions_of(*c), o.bootstrap,
+                        seed++),
+        fmt::format("a paired bootstrap over the {} test examples ({} resamples); the replicas are held fixed", n,
+                    o.bootstrap)));
+    rep.decomposition.push_back(report_decomposition(
+        decompose_accuracy_variance(accuracies(ai), accuracies(a), accuracies(im), accuracies(c), o.bootstrap, seed++),
+        fmt::format("a bootstrap over each setting's replicas ({}, {}, {}, {} of them; {} resamples)", ai->runs.size(),
+                    a->runs.size(), im->runs.size(), c->runs.size(), o.bootstrap)));
   }
 
   // Manifest summary: the runtime of the first replica, and per setting the kernels it ran.
@@ -403,38 +492,47 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
   return rep;
 }
 
-ReportData run_fig_s4(EnsembleOptions o, const std::vector<float>& lrs, const std::shared_ptr<const TrainData>& data) {
-  if (lrs.empty()) throw Error("--lrs: figure S4 needs at least one learning rate");
+ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::shared_ptr<const TrainData>& data) {
+  if (f.lrs.empty()) throw Error("--lrs: figure S4 needs at least one learning rate");
+  for (float lr : f.lrs)
+    if (!(lr > 0)) throw Error(fmt::format("--lrs: learning rates must be positive, got {}", lr));
+  if (!(f.momentum >= 0 && f.momentum < 1))
+    throw Error(fmt::format("--momentum: figure S4 needs 0 <= momentum < 1, got {}", f.momentum));
+  if (f.nesterov && f.momentum == 0) throw Error("--nesterov: needs --momentum above 0");
   o.base.optimizer = "sgd";
-  o.base.momentum = 0;
-  o.base.nesterov = false;
+  o.base.momentum = f.momentum;
+  o.base.nesterov = f.nesterov;
   o.base.augment = false;
+  o.base.lr_schedule = "constant";
+  o.base.warmup_epochs = 0;
   o.settings.clear();
-  struct Combo {
-    float lr;
-    bool init, order;
-  };
-  std::vector<Combo> combos;
-  for (float lr : lrs)
+  std::vector<ReportFigS4Point> cells;  // one per setting, disagreement filled in below
+  for (float lr : f.lrs) {
     for (bool init : {false, true})
       for (bool order : {false, true}) {
         Setting s;
         s.name = fmt::format("lr{}-{}init-{}order", lr, init ? "random" : "fixed", order ? "random" : "fixed");
         s.vary_init = init;
         s.vary_order = order;
-        s.kernels = "deterministic";
+        s.kernels = f.kernels;
         s.lr = lr;
         o.settings.push_back(s);
-        combos.push_back({lr, init, order});
+        cells.push_back({lr, init ? "random" : "fixed", order ? "random" : "fixed", 0, f.kernels, ""});
       }
+    if (f.control) {
+      Setting s{fmt::format("lr{}-CONTROL", lr), false, false, "deterministic", {}, lr};
+      o.settings.push_back(s);
+      cells.push_back({lr, "fixed", "fixed", 0, "deterministic", "CONTROL"});
+    }
+  }
   auto runs = run_settings(o, data);
   ReportData rep = summarize(runs, o, *data);
-  rep.title = fmt::format("Figure S4: {} on {}, SGD without momentum, {} replicas x {} epochs", o.base.model,
-                          o.base.dataset, o.replicas, o.base.epochs);
+  rep.title = fmt::format("Figure S4: {} on {}, SGD momentum {}{}, {} kernels{}, {} replicas x {} epochs", o.base.model,
+                          o.base.dataset, f.momentum, f.nesterov ? " (Nesterov)" : "", f.kernels,
+                          f.control ? " and a CONTROL cell" : "", o.replicas, o.base.epochs);
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto v = not_all_agree(predictions_of(runs[i]));
-    rep.fig_s4.push_back({combos[i].lr, combos[i].init ? "random" : "fixed", combos[i].order ? "random" : "fixed",
-                          mean(v)});
+    cells[i].disagreement = mean(not_all_agree(predictions_of(runs[i])));
+    rep.fig_s4.push_back(cells[i]);
   }
   return rep;
 }

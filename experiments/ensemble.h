@@ -49,6 +49,7 @@ struct EnsembleOptions {
                              // first if absent); a setting with pins keeps cuDNN's heuristic
                              // ranking, so a pin and a tuning entry never both claim a layer
   int bootstrap = 1000;      // resamples for the confidence intervals
+  int unstable_shown = 10;   // least stable test examples shown per setting (with their images)
   bool verbose = true;       // a line per replica started
 };
 
@@ -64,16 +65,35 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
                                       double* wall_seconds = nullptr);
 
 // The settings protocol's report: churn and not-all-agree fraction with bootstrap intervals,
-// accuracy mean / std, top-1 / top-5 curves, weight L2, distinct fingerprints, per-class and
-// per-subgroup spread (accuracy; FPR and FNR for two-class data), per-example stability and the
-// least stable examples, and the manifest summary read from out.
+// accuracy mean / std (the std with a bootstrap interval over replicas), top-1 / top-5 curves,
+// weight L2, distinct fingerprints, per-class and per-subgroup spread (accuracy; FPR and FNR for
+// two-class data), per-example stability; the o.unstable_shown least stable examples per setting
+// (highest fraction of disagreeing replica pairs first, then test index) with each replica's
+// prediction and the test image as a JPEG taken from data.test (the run's test set); the
+// ensemble's (plurality vote's) accuracy on the examples the replicas do not all agree on against
+// the rest (metrics unstable_examples, ensemble_accuracy, ensemble_acc_unstable and
+// ensemble_acc_stable with bootstrap intervals over those examples, replica_acc_unstable); when
+// ALGO+IMPL, ALGO, IMPL and CONTROL all ran with 2 replicas or more, the decomposition of churn
+// and accuracy variance (experiments/decomposition.h); and the manifest summary read from out.
 ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOptions& o, const TrainData& data);
 
-// Figure S4 of the design document: SGD without momentum, no augmentation, deterministic
-// kernels; for each learning rate the four {fixed, random} init x {fixed, random} order
-// combinations with o.replicas replicas each; the fraction of test examples on which the
-// replicas do not all agree. Also returns the runs' summary in the report.
-ReportData run_fig_s4(EnsembleOptions o, const std::vector<float>& lrs, const std::shared_ptr<const TrainData>& data);
+// Figure S4 of the design document. For each learning rate, the four {fixed, random} init x
+// {fixed, random} order cells run `kernels` (the framework default, heuristic: on a GPU the
+// fixed/fixed cell then shows GPU noise alone), and with `control` a CONTROL cell (deterministic
+// kernels, init and order fixed: the zero line). SGD with `momentum` (the design document sets 0
+// and 0.9 side by side), constant learning rate, no augmentation; o.replicas replicas per cell.
+struct FigS4Options {
+  std::vector<float> lrs = {0.01f, 0.05f, 0.1f};
+  float momentum = 0;
+  bool nesterov = false;
+  std::string kernels = "heuristic";
+  bool control = true;
+};
+// The fraction of test examples on which a cell's replicas do not all agree, per cell and
+// learning rate (ReportData::fig_s4), with the runs' summary. Cells are settings named
+// "lr<LR>-<init>init-<order>order" and "lr<LR>-CONTROL". Throws Error for no learning rates, a
+// learning rate that is not positive, a momentum outside [0, 1) or nesterov without momentum.
+ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::shared_ptr<const TrainData>& data);
 
 // Time per step of one model under each kernel mode (fixed seeds, `steps` steps after
 // `warmup` untimed ones, one run at a time), and each mode's ratio to heuristic.
@@ -87,6 +107,8 @@ std::vector<int64_t> stability_counts(const std::vector<std::vector<int32_t>>& p
 std::vector<int> majority_agreement(const std::vector<std::vector<int32_t>>& predictions);
 // 1 where not every replica predicts the same label, else 0.
 std::vector<double> not_all_agree(const std::vector<std::vector<int32_t>>& predictions);
+// Per example: the label most replicas predict (ties: the smallest label), the ensemble's vote.
+std::vector<int32_t> plurality_vote(const std::vector<std::vector<int32_t>>& predictions);
 // Two-class rates with class 1 positive, over the examples where mask is true: FPR = FP / (FP
 // + TN), FNR = FN / (FN + TP); 0 where the denominator is 0.
 struct BinaryRates {

@@ -93,6 +93,10 @@ std::string metric_title(const std::string& metric) {
   return it == names.end() ? metric : it->second;
 }
 
+std::string fig_s4_line(const ReportFigS4Point& p) {
+  return p.line.empty() ? fmt::format("{}-init/{}-order", p.init, p.order) : p.line;
+}
+
 // ---- JSON ------------------------------------------------------------------------------------
 
 json report_json(const ReportData& d) {
@@ -121,15 +125,35 @@ json report_json(const ReportData& d) {
                       {"std", g.std}});
   for (const auto& s : d.stability) stability.push_back({{"setting", s.setting}, {"counts", s.counts}});
   for (const auto& e : d.unstable)
-    unstable.push_back(
-        {{"setting", e.setting}, {"index", e.index}, {"label", e.label}, {"agree", e.agree}, {"replicas", e.replicas}});
+    unstable.push_back({{"setting", e.setting},
+                        {"index", e.index},
+                        {"label", e.label},
+                        {"agree", e.agree},
+                        {"replicas", e.replicas},
+                        {"predicted", e.predicted},
+                        {"jpeg_base64", base64_encode(e.jpeg)}});
   for (const auto& p : d.fig_s4)
-    fig_s4.push_back({{"lr", p.lr}, {"init", p.init}, {"order", p.order}, {"disagreement", p.disagreement}});
+    fig_s4.push_back({{"lr", p.lr},
+                      {"init", p.init},
+                      {"order", p.order},
+                      {"kernels", p.kernels},
+                      {"line", fig_s4_line(p)},
+                      {"disagreement", p.disagreement}});
   for (const auto& o : d.overhead)
     overhead.push_back({{"mode", o.mode}, {"ms_per_step", o.ms_per_step}, {"ratio", o.ratio}});
-  return {{"title", d.title},     {"settings", d.settings}, {"metrics", metrics},   {"curves", curves},
-          {"groups", groups},     {"stability", stability}, {"unstable", unstable}, {"fig_s4", fig_s4},
-          {"overhead", overhead}, {"manifest", d.manifest}};
+  json decomposition = json::array();
+  for (const auto& dc : d.decomposition) {
+    json terms = json::array();
+    for (const auto& t : dc.terms) terms.push_back({{"name", t.name}, {"value", t.value}, {"low", t.low}, {"high", t.high}});
+    decomposition.push_back(
+        {{"measure", dc.measure}, {"terms", terms}, {"verdict", dc.verdict}, {"intervals", dc.intervals}});
+  }
+  return {{"title", d.title},       {"settings", d.settings},
+          {"metrics", metrics},     {"curves", curves},
+          {"groups", groups},       {"stability", stability},
+          {"unstable", unstable},   {"fig_s4", fig_s4},
+          {"overhead", overhead},   {"decomposition", decomposition},
+          {"manifest", d.manifest}};
 }
 
 // ---- HTML pieces -----------------------------------------------------------------------------
@@ -137,8 +161,8 @@ json report_json(const ReportData& d) {
 // Runs after load in the reader's browser (and in the test's headless Chromium): a chart counts
 // as drawn when its own box has area and at least one mark in it has a size. Lines and paths
 // along an axis have no area, so one non-zero extent is enough for them; rectangles and circles
-// need both. The result goes into #chart-check and the title, where a headless browser's DOM
-// dump shows it.
+// need both. An example image counts when it decoded to a non-empty picture. The results go
+// into #chart-check, #image-check and the title, where a headless browser's DOM dump shows them.
 constexpr const char* kChartCheckScript = R"(<script>
 window.addEventListener('load', function () {
   var charts = document.querySelectorAll('svg.chart'), empty = 0;
@@ -155,7 +179,18 @@ window.addEventListener('load', function () {
   });
   var text = 'charts=' + charts.length + ' empty=' + empty;
   document.getElementById('chart-check').textContent = text;
-  document.title = document.title + ' | ' + text;
+  // Example images: by the load event every image has loaded or failed; one that failed to
+  // decode (or holds no data) has no natural size.
+  var images = document.querySelectorAll('img.example'), broken = 0;
+  Array.prototype.forEach.call(images, function (img) {
+    if (!(img.complete && img.naturalWidth > 0 && img.naturalHeight > 0)) {
+      ++broken;
+      img.setAttribute('data-broken', 'true');
+    }
+  });
+  var imageText = 'images=' + images.length + ' broken=' + broken;
+  document.getElementById('image-check').textContent = imageText;
+  document.title = document.title + ' | ' + text + ' | ' + imageText;
 });
 </script>
 )";
@@ -171,7 +206,11 @@ div.wide { overflow-x: auto; }
 svg.chart { display: block; max-width: 100%; height: auto; margin: 1em 0; }
 code, pre { font-size: 0.85em; white-space: pre-wrap; word-break: break-all; }
 details { margin: 0.4em 0; } summary { cursor: pointer; }
-#chart-check { color: #888; }
+#chart-check, #image-check { color: #888; }
+div.examples { display: flex; flex-wrap: wrap; gap: 0.6em; margin: 0.5em 0 1.5em; }
+figure.example { margin: 0; padding: 0.4em; border: 1px solid #ddd; width: 9.5em; font-size: 0.8em; }
+img.example { display: block; width: 96px; height: auto; image-rendering: pixelated; margin-bottom: 0.3em; }
+figure.example .wrong { color: #b00; }
 </style>
 )";
 
@@ -191,16 +230,13 @@ BarRow metric_bar(const ReportMetric& m, const std::string& zero_note) {
   return row;
 }
 
-std::string summary_section(const ReportData& d, const std::vector<std::string>& settings) {
-  std::vector<std::string> met;
-  for (const auto& m : d.metrics) met.push_back(m.metric);
-  const std::vector<std::string> columns = ordered_keys(met, {});
+// Table rows: one per setting with any of `columns`, a cell per metric ("value [low, high]" where
+// it has an interval, a dash where the setting lacks it). The first metric of a name wins.
+std::string metric_rows(const ReportData& d, const std::vector<std::string>& settings,
+                        const std::vector<std::string>& columns) {
   std::map<std::pair<std::string, std::string>, const ReportMetric*> cell;
-  for (const auto& m : d.metrics) cell.emplace(std::make_pair(m.setting, m.metric), &m);  // first one wins
-
-  std::string html = "<div class=\"wide\">\n<table class=\"summary\">\n<tr><th>setting</th>";
-  for (const auto& c : columns) html += fmt::format("<th>{}</th>", esc(c));
-  html += "</tr>\n";
+  for (const auto& m : d.metrics) cell.emplace(std::make_pair(m.setting, m.metric), &m);
+  std::string rows;
   for (const auto& s : settings) {
     std::string row;
     bool any = false;
@@ -216,8 +252,18 @@ std::string summary_section(const ReportData& d, const std::vector<std::string>&
           "<td class=\"num\">{}</td>",
           m.has_interval ? fmt::format("{} [{}, {}]", show(m.value), show(m.low), show(m.high)) : show(m.value));
     }
-    if (any) html += fmt::format("<tr><th>{}</th>{}</tr>\n", esc(s), row);
+    if (any) rows += fmt::format("<tr><th>{}</th>{}</tr>\n", esc(s), row);
   }
+  return rows;
+}
+
+std::string summary_section(const ReportData& d, const std::vector<std::string>& settings) {
+  std::vector<std::string> met;
+  for (const auto& m : d.metrics) met.push_back(m.metric);
+  const std::vector<std::string> columns = ordered_keys(met, {});
+  std::string html = "<div class=\"wide\">\n<table class=\"summary\">\n<tr><th>setting</th>";
+  for (const auto& c : columns) html += fmt::format("<th>{}</th>", esc(c));
+  html += "</tr>\n" + metric_rows(d, settings, columns);
   html += "</table>\n</div>\n<p>Value [low, high]: the interval where the experiment computed one.</p>\n";
   return section("summary", "Summary", html);
 }
@@ -335,6 +381,22 @@ std::string groups_section(const ReportData& d, const std::vector<std::string>& 
   return html.empty() ? "" : section("groups", "Per-class and per-subgroup spread", html);
 }
 
+// The ensemble (the replicas' plurality vote) on the examples the replicas do not all agree on,
+// against the rest, from the metrics experiments/ensemble.h computes; "" when there are none.
+std::string ensemble_table(const ReportData& d, const std::vector<std::string>& settings) {
+  const std::string rows = metric_rows(d, settings,
+                                       {"unstable_examples", "ensemble_accuracy", "ensemble_acc_unstable",
+                                        "ensemble_acc_stable", "replica_acc_unstable"});
+  if (rows.empty()) return "";
+  return "<h3>The ensemble on the unstable examples</h3>\n<p>Unstable: the test examples on which not every replica "
+         "predicts the same label. The ensemble predicts each example's plurality label over the replicas (ties: the "
+         "smallest label); its accuracy with a bootstrap 95% interval over the examples of each subset. Replica "
+         "accuracy: the replicas' mean accuracy on the unstable examples.</p>\n<table>\n<tr><th>setting</th>"
+         "<th>unstable examples</th><th>ensemble accuracy (all)</th><th>ensemble accuracy, unstable</th>"
+         "<th>ensemble accuracy, the rest</th><th>replica accuracy, unstable</th></tr>\n" +
+         rows + "</table>\n";
+}
+
 std::string stability_section(const ReportData& d, const std::vector<std::string>& settings, int& charts) {
   std::vector<const ReportStability*> stability;
   for (const auto& s : d.stability) stability.push_back(&s);
@@ -365,6 +427,7 @@ std::string stability_section(const ReportData& d, const std::vector<std::string
     html = "<table>\n<tr><th>setting</th><th>test examples</th><th>all replicas agree</th><th>fraction</th></tr>\n" +
            table + "</table>\n" + html;
 
+  html += ensemble_table(d, settings);
   if (!d.unstable.empty()) {
     std::vector<const ReportExample*> examples;
     for (const auto& e : d.unstable) examples.push_back(&e);
@@ -372,41 +435,127 @@ std::string stability_section(const ReportData& d, const std::vector<std::string
       return rank_of(settings, a->setting) < rank_of(settings, b->setting);
     });
     html +=
-        "<h3>Least stable test examples</h3>\n<table>\n<tr><th>setting</th><th>test index</th><th>true label</th>"
-        "<th>replicas predicting the majority label</th></tr>\n";
-    for (const ReportExample* e : examples)
-      html += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{} of {}</td></tr>\n",
-                          esc(e->setting), e->index, esc(e->label), e->agree, e->replicas);
-    html += "</table>\n";
+        "<h3>Least stable test examples</h3>\n<p>Per setting, the test examples on which the replicas disagree most "
+        "(the highest fraction of replica pairs that disagree), as the network saw them: the test image, its true "
+        "label, how many replicas predict its majority label, and each replica's prediction in replica order "
+        "(wrong ones in red).</p>\n";
+    std::string current;
+    bool open = false;
+    for (const ReportExample* e : examples) {
+      if (!open || e->setting != current) {
+        if (open) html += "</div>\n";
+        html += fmt::format("<h4>{}</h4>\n<div class=\"examples\">\n", esc(e->setting));
+        current = e->setting;
+        open = true;
+      }
+      std::string predicted;
+      for (std::size_t r = 0; r < e->predicted.size(); ++r)
+        predicted += fmt::format("{}{}", r ? ", " : "",
+                                 e->predicted[r] == e->label ? esc(e->predicted[r])
+                                                             : "<span class=\"wrong\">" + esc(e->predicted[r]) + "</span>");
+      const std::string image =
+          e->jpeg.empty() ? std::string("<div>(no image)</div>")
+                          : fmt::format("<img class=\"example\" src=\"data:image/jpeg;base64,{}\" alt=\"test example {}\">",
+                                        base64_encode(e->jpeg), e->index);
+      html += fmt::format(
+          "<figure class=\"example\">{}<figcaption>#{} <b>{}</b><br>{} of {} replicas agree{}</figcaption></figure>\n",
+          image, e->index, esc(e->label), e->agree, e->replicas,
+          predicted.empty() ? "" : "<br>predicted: " + predicted);
+    }
+    html += "</div>\n";
   }
   return html.empty() ? "" : section("stability", "Per-example stability", html);
 }
 
 std::string fig_s4_section(const ReportData& d, int& charts) {
   if (d.fig_s4.empty()) return "";
-  std::map<std::pair<std::string, std::string>, std::vector<const ReportFigS4Point*>> lines;  // sorted: fixed first
+  // Lines in the order first met (the protocol's cell order), points by learning rate.
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<const ReportFigS4Point*>> lines;
+  std::set<double> lrs;
   bool log_x = true;
   for (const auto& p : d.fig_s4) {
-    lines[{p.init, p.order}].push_back(&p);
+    const std::string line = fig_s4_line(p);
+    if (!lines.count(line)) names.push_back(line);
+    lines[line].push_back(&p);
+    lrs.insert(p.lr);
     log_x = log_x && p.lr > 0;
   }
   std::vector<LineSeries> series;
-  for (auto& [key, points] : lines) {
+  std::string table = "<table>\n<tr><th>cell</th><th>kernels</th>";
+  for (double lr : lrs) table += fmt::format("<th>lr {}</th>", show(lr));
+  table += "</tr>\n";
+  for (const auto& name : names) {
+    auto& points = lines[name];
     std::stable_sort(points.begin(), points.end(),
                      [](const ReportFigS4Point* a, const ReportFigS4Point* b) { return a->lr < b->lr; });
     LineSeries s;
-    s.name = fmt::format("{}-init/{}-order", key.first, key.second);
+    s.name = name;
+    if (name == "CONTROL") s.color = "#777777";  // the zero line
+    std::set<std::string> kernels;
+    std::map<double, double> by_lr;
     for (const ReportFigS4Point* p : points) {
       s.x.push_back(p->lr);
       s.y.push_back(p->disagreement);
+      if (!p->kernels.empty()) kernels.insert(p->kernels);
+      by_lr[p->lr] = p->disagreement;
     }
+    std::string kernel_text;
+    for (const auto& k : kernels) kernel_text += (kernel_text.empty() ? "" : ", ") + k;
+    table += fmt::format("<tr><th>{}</th><td>{}</td>", esc(name), kernel_text.empty() ? "&#8212;" : esc(kernel_text));
+    for (double lr : lrs)
+      table += by_lr.count(lr) ? fmt::format("<td class=\"num\">{}</td>", show(by_lr[lr])) : "<td>&#8212;</td>";
+    table += "</tr>\n";
     series.push_back(std::move(s));
   }
+  table += "</table>\n";
+  const bool control = lines.count("CONTROL") > 0;
   ++charts;
-  return section("fig-s4", "Disagreement by learning rate (figure S4)",
-                 svg_line_chart("Fraction of test examples on which the replicas do not all agree",
-                                log_x ? "learning rate (log scale)" : "learning rate",
-                                "disagreement (fraction of test examples)", series, log_x));
+  return section(
+      "fig-s4", "Disagreement by learning rate (figure S4)",
+      svg_line_chart("Fraction of test examples on which the replicas do not all agree",
+                     log_x ? "learning rate (log scale)" : "learning rate", "disagreement (fraction of test examples)",
+                     series, log_x) +
+          (control ? "<p>CONTROL: deterministic kernels with initialization and batch order fixed, the zero line. "
+                     "The fixed-init/fixed-order cell differs from it only in its kernels: whatever it shows above "
+                     "zero is GPU (implementation) noise alone.</p>\n"
+                   : "") +
+          table);
+}
+
+// The decomposition of noise over the four settings: a table per measure, and what it says.
+std::string decomposition_section(const ReportData& d) {
+  if (d.decomposition.empty()) return "";
+  static const std::map<std::string, std::string> meaning = {
+      {"excess", "ALGO+IMPL &#8722; ALGO: what GPU noise adds on top of seed noise"},
+      {"additive", "ALGO + IMPL &#8722; CONTROL: ALGO+IMPL if the two sources added up"},
+      {"interaction", "ALGO+IMPL &#8722; ALGO &#8722; IMPL + CONTROL"}};
+  static const std::map<std::string, std::string> verdicts = {
+      {"additive", "consistent with additive: the interaction's interval covers 0"},
+      {"sub-additive",
+       "sub-additive: together the two sources move less than the sum of each alone (they overlap: either one "
+       "alone already moves much of what the other would)"},
+      {"super-additive", "super-additive: together the two sources move more than the sum of each alone"}};
+  std::string html =
+      "<p>Is GPU noise additive to algorithmic (seed) noise, or do they interact? For a noise measure X, the "
+      "2&#215;2 design's interaction contrast X(ALGO+IMPL) &#8722; X(ALGO) &#8722; X(IMPL) + X(CONTROL) is 0 when the "
+      "sources add, below 0 when they overlap, above 0 when they amplify each other.</p>\n";
+  for (const auto& dc : d.decomposition) {
+    const std::string title = dc.measure == "churn" ? "Churn" : dc.measure == "accuracy_variance"
+                                                                    ? "Variance of replica accuracy"
+                                                                    : dc.measure;
+    html += fmt::format("<h3>{}</h3>\n<table>\n<tr><th>term</th><th>value [95% interval]</th><th></th></tr>\n",
+                        esc(title));
+    for (const auto& t : dc.terms) {
+      auto it = meaning.find(t.name);
+      html += fmt::format("<tr><th>{}</th><td class=\"num\">{} [{}, {}]</td><td>{}</td></tr>\n", esc(t.name),
+                          show(t.value), show(t.low), show(t.high), it == meaning.end() ? "" : it->second);
+    }
+    auto v = verdicts.find(dc.verdict);
+    html += fmt::format("</table>\n<p><b>{}</b>. Intervals: {}</p>\n",
+                        v == verdicts.end() ? esc(dc.verdict) : v->second, esc(dc.intervals));
+  }
+  return section("decomposition", "Decomposition of noise: additive or interacting?", html);
 }
 
 std::string overhead_section(const ReportData& d, int& charts) {
@@ -503,6 +652,25 @@ std::string manifest_section(const ReportData& d, const std::vector<std::string>
 
 }  // namespace
 
+std::string base64_encode(const std::vector<uint8_t>& bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = uint32_t(bytes[i]) << 16 | uint32_t(bytes[i + 1]) << 8 | bytes[i + 2];
+    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(v >> shift) & 63];
+  }
+  if (const std::size_t rest = bytes.size() - i; rest > 0) {
+    const uint32_t v = uint32_t(bytes[i]) << 16 | (rest == 2 ? uint32_t(bytes[i + 1]) << 8 : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
 std::string report_csv(const ReportData& d) {
   std::string csv = "setting,metric,value,ci_low,ci_high\n";
   for (const auto& m : d.metrics)
@@ -521,8 +689,10 @@ std::string report_csv(const ReportData& d) {
                      band ? std::optional<std::pair<double, double>>({c.low[i], c.high[i]}) : std::nullopt);
   }
   for (const auto& p : d.fig_s4)
-    csv += csv_row(fmt::format("{}-init/{}-order", p.init, p.order), fmt::format("disagreement@lr{:g}", p.lr),
-                   p.disagreement, std::nullopt);
+    csv += csv_row(fig_s4_line(p), fmt::format("disagreement@lr{:g}", p.lr), p.disagreement, std::nullopt);
+  for (const auto& dc : d.decomposition)
+    for (const auto& t : dc.terms)
+      csv += csv_row("decomposition:" + dc.measure, t.name, t.value, std::make_pair(t.low, t.high));
   return csv;
 }
 
@@ -530,11 +700,14 @@ std::string report_html(const ReportData& d) {
   const std::vector<std::string> settings = ordered_settings(d);
   const std::string title = d.title.empty() ? "ditto experiment report" : d.title;
   int charts = 0;
+  std::size_t images = 0;
+  for (const auto& e : d.unstable) images += e.jpeg.empty() ? 0 : 1;
   std::string body;
   if (!d.metrics.empty()) body += summary_section(d, settings);
   body += spread_section(d, settings, charts);
   body += curves_section(d, settings, charts);
   body += groups_section(d, settings, charts);
+  body += decomposition_section(d);
   body += stability_section(d, settings, charts);
   body += fig_s4_section(d, charts);
   body += overhead_section(d, charts);
@@ -542,8 +715,9 @@ std::string report_html(const ReportData& d) {
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{0}</title>\n{1}</head>\n"
       "<body>\n<h1>{0}</h1>\n{2}<footer>\n<p>Charts drawn (checked in the browser after loading; {3} expected):</p>\n"
-      "<pre id=\"chart-check\">not checked: scripts are off</pre>\n</footer>\n{4}</body>\n</html>\n",
-      esc(title), kStyle, body, charts, kChartCheckScript);
+      "<pre id=\"chart-check\">not checked: scripts are off</pre>\n<p>Example images shown ({5} expected):</p>\n"
+      "<pre id=\"image-check\">not checked: scripts are off</pre>\n</footer>\n{4}</body>\n</html>\n",
+      esc(title), kStyle, body, charts, kChartCheckScript, images);
 }
 
 void write_report(const std::string& dir, const ReportData& data) {

@@ -104,26 +104,39 @@ std::vector<double> per_example_disagreement(const std::vector<std::vector<int32
   return disagreement;
 }
 
-Interval bootstrap_mean(const std::vector<double>& per_item, int resamples, uint64_t seed, double level) {
-  if (resamples < 0) throw Error(fmt::format("bootstrap_mean: resamples = {} is negative", resamples));
-  if (!(level > 0 && level < 1)) throw Error(fmt::format("bootstrap_mean: level = {} is outside (0, 1)", level));
+namespace {
+
+// Percentile bootstrap of statistic(items): `resamples` resamples of the items with replacement
+// from std::mt19937_64(seed). Modulo instead of std::uniform_int_distribution: the latter's
+// algorithm differs between standard libraries, which would make the interval depend on the
+// compiler. The bias is n / 2^64, far below the bootstrap's own noise.
+Interval bootstrap_statistic(const char* caller, const std::vector<double>& items, int resamples, uint64_t seed,
+                             double level, double (*statistic)(const std::vector<double>&)) {
+  if (resamples < 0) throw Error(fmt::format("{}: resamples = {} is negative", caller, resamples));
+  if (!(level > 0 && level < 1)) throw Error(fmt::format("{}: level = {} is outside (0, 1)", caller, level));
   Interval interval;
-  interval.value = interval.low = interval.high = mean(per_item);
-  const std::size_t n = per_item.size();
+  interval.value = interval.low = interval.high = statistic(items);
+  const std::size_t n = items.size();
   if (resamples == 0 || n < 2) return interval;
   std::mt19937_64 generator(seed);
-  std::vector<double> resample_means(static_cast<std::size_t>(resamples));
-  for (double& resample_mean : resample_means) {
-    double sum = 0;
-    // Modulo instead of std::uniform_int_distribution: the latter's algorithm differs between
-    // standard libraries, which would make the interval depend on the compiler. The bias is
-    // n / 2^64, far below the bootstrap's own noise.
-    for (std::size_t k = 0; k < n; ++k) sum += per_item[std::size_t(generator() % n)];
-    resample_mean = sum / double(n);
+  std::vector<double> resampled(static_cast<std::size_t>(resamples)), draw(n);
+  for (double& value : resampled) {
+    for (double& x : draw) x = items[std::size_t(generator() % n)];
+    value = statistic(draw);
   }
-  interval.low = percentile(resample_means, (1 - level) / 2);
-  interval.high = percentile(std::move(resample_means), (1 + level) / 2);
+  interval.low = percentile(resampled, (1 - level) / 2);
+  interval.high = percentile(std::move(resampled), (1 + level) / 2);
   return interval;
+}
+
+}  // namespace
+
+Interval bootstrap_mean(const std::vector<double>& per_item, int resamples, uint64_t seed, double level) {
+  return bootstrap_statistic("bootstrap_mean", per_item, resamples, seed, level, mean);
+}
+
+Interval bootstrap_stddev(const std::vector<double>& values, int resamples, uint64_t seed, double level) {
+  return bootstrap_statistic("bootstrap_stddev", values, resamples, seed, level, stddev);
 }
 
 Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, int resamples, uint64_t seed,

@@ -40,6 +40,12 @@ std::vector<double> per_example_disagreement(const std::vector<std::vector<int32
 // resamples or level outside (0,1).
 Interval bootstrap_mean(const std::vector<double>& per_item, int resamples, uint64_t seed, double level = 0.95);
 
+// Percentile bootstrap of the sample standard deviation (divisor n-1) of a few values (replica
+// accuracies): resamples of the values with replacement, drawn as bootstrap_mean draws; value is
+// stddev(values). With few values the interval is wide (and the resampled stddev biased low by
+// about sqrt((n-1)/n)): it says how little 3 replicas pin a spread down. Throws as bootstrap_mean.
+Interval bootstrap_stddev(const std::vector<double>& values, int resamples, uint64_t seed, double level = 0.95);
+
 // bootstrap_mean over per_example_disagreement(predictions): mean pairwise churn with its interval.
 Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, int resamples, uint64_t seed,
                         double level = 0.95);

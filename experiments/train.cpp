@@ -108,9 +108,10 @@ std::string now_utc() {
 std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so, const Seed& sa) {
   std::string s = fmt::format(
       "ditto-train --model {} --dataset {}{} --epochs {} --batch-size {} --lr {} --optimizer {} --momentum {}{} "
-      "--weight-decay {} --lr-schedule {}{} --device {} --seed-init {} --seed-order {} --seed-augment {} --kernels {}",
+      "--weight-decay {} --lr-schedule {}{}{} --device {} --seed-init {} --seed-order {} --seed-augment {} --kernels {}",
       c.model, c.dataset, c.data.empty() ? "" : " --data " + c.data, c.epochs, c.batch_size, c.lr, c.optimizer,
-      c.momentum, c.nesterov ? " --nesterov" : "", c.weight_decay, c.lr_schedule, c.augment ? " --augment" : "",
+      c.momentum, c.nesterov ? " --nesterov" : "", c.weight_decay, c.lr_schedule,
+      c.warmup_epochs > 0 ? fmt::format(" --warmup-epochs {}", c.warmup_epochs) : "", c.augment ? " --augment" : "",
       c.device, si.value, so.value, sa.value, c.kernels);
   for (const auto& p : c.pins) s += " --pin " + p;
   if (!c.tuning.empty()) s += " --tuning " + c.tuning;
@@ -384,6 +385,9 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
   if (cfg.optimizer != "adam" && cfg.optimizer != "sgd")
     throw Error(fmt::format("--optimizer: unknown optimizer '{}'; valid: adam, sgd", cfg.optimizer));
   const LrSchedule schedule = parse_lr_schedule(cfg.lr_schedule);
+  if (!(cfg.warmup_epochs >= 0 && cfg.warmup_epochs < cfg.epochs))
+    throw Error(fmt::format("--warmup-epochs: {} must be at least 0 and below --epochs ({})", cfg.warmup_epochs,
+                            cfg.epochs));
   const Device device = Device::parse(cfg.device);
   Policy policy = Policy::parse({"*=" + cfg.kernels});
   // A resumed run keeps the kernels the first part ran (recorded in its manifest), so choices
@@ -551,7 +555,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
     m["config"] = {{"model", cfg.model}, {"dataset", cfg.dataset}, {"data", cfg.data}, {"epochs", cfg.epochs},
                    {"max_steps", cfg.max_steps}, {"batch_size", cfg.batch_size}, {"lr", cfg.lr}, {"optimizer", cfg.optimizer},
                    {"momentum", cfg.momentum}, {"nesterov", cfg.nesterov}, {"weight_decay", cfg.weight_decay},
-                   {"lr_schedule", cfg.lr_schedule}, {"augment", cfg.augment}, {"standardize", cfg.standardize},
+                   {"lr_schedule", cfg.lr_schedule}, {"warmup_epochs", cfg.warmup_epochs}, {"augment", cfg.augment}, {"standardize", cfg.standardize},
                    {"device", cfg.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
                    {"resumed_from", cfg.resume}};
     auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };
@@ -601,7 +605,7 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
   Tensor loss_sum = ctx.zeros({1});
   Tensor correct = ctx.zeros({2}, DType::I32);
   for (int epoch = first_epoch; epoch <= cfg.epochs && !steps_done; ++epoch) {
-    const float lr = lr_at(schedule, cfg.lr, epoch - 1, cfg.epochs, cfg.milestones);
+    const float lr = lr_at(schedule, cfg.lr, epoch - 1, cfg.epochs, cfg.milestones, cfg.warmup_epochs);
     auto t0 = Clock::now();
     fill(ctx, loss_sum, 0.0f);
     ctx.copy(correct, Context().zeros({2}, DType::I32));
@@ -614,7 +618,8 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_p
     double hook_seconds = 0;
     std::vector<float> lrs;
     for (int64_t i = 0; i < nb; ++i)
-      lrs.push_back(lr_at(schedule, cfg.lr, epoch - 1 + double(i) / double(nb), cfg.epochs, cfg.milestones));
+      lrs.push_back(
+          lr_at(schedule, cfg.lr, epoch - 1 + double(i) / double(nb), cfg.epochs, cfg.milestones, cfg.warmup_epochs));
     stepper.plan(lrs);
     while (train_loader.next(batch)) {
       const float step_lr = lrs[static_cast<std::size_t>(b)];

@@ -34,8 +34,9 @@ struct TrainConfig {
   float momentum = 0.9f;              // sgd
   bool nesterov = false;              // sgd
   float weight_decay = 0.0f;
-  std::string lr_schedule = "constant";  // constant | step | cosine
+  std::string lr_schedule = "constant";  // constant | step | cosine | onecycle (engine/optim.h)
   std::vector<int> milestones = {50, 100};
+  double warmup_epochs = 0;           // linear warm-up from 0 over these epochs (any schedule)
   bool augment = false;               // pad-4 random crop + horizontal flip
   bool standardize = false;           // per-image standardization instead of channel mean/std
   std::string device = "cuda";        // cpu | cuda | cuda:N

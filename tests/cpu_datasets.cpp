@@ -1,5 +1,5 @@
 // Dataset loaders on files the tests write themselves (CIFAR-10/100 binary, JPEG image folders
-// written with libjpeg's compressor, CelebA layout, MNIST IDX raw and gzipped with zlib), the
+// written with libjpeg-turbo's compressor (encode_jpeg), CelebA layout, MNIST IDX raw and gzipped with zlib), the
 // synthetic generator, and the Dataset helpers.
 #include <catch2/catch.hpp>
 #include <zlib.h>
@@ -8,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-// jpeglib.h needs FILE and size_t declared first.
-#include <jpeglib.h>
 
 #include "datasets/dataset.h"
 #include "datasets/detail/image_io.h"
@@ -67,35 +65,14 @@ std::vector<uint8_t> smooth_image(int id, int c, int h, int w) {
 }
 
 // Writes a CHW image (c = 1 grayscale or 3 RGB) as a baseline JPEG, quality 100, no chroma
-// subsampling, with libjpeg's own compressor.
+// subsampling (encode_jpeg: libjpeg-turbo's own compressor).
 void write_jpeg(const fs::path& p, const std::vector<uint8_t>& chw, int c, int h, int w) {
   fs::create_directories(p.parent_path());
-  FILE* f = std::fopen(p.string().c_str(), "wb");
-  REQUIRE(f);
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  jpeg_stdio_dest(&cinfo, f);
-  cinfo.image_width = static_cast<JDIMENSION>(w);
-  cinfo.image_height = static_cast<JDIMENSION>(h);
-  cinfo.input_components = c;
-  cinfo.in_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 100, TRUE);
-  for (int k = 0; k < cinfo.num_components; ++k) cinfo.comp_info[k].h_samp_factor = cinfo.comp_info[k].v_samp_factor = 1;
-  jpeg_start_compress(&cinfo, TRUE);
-  std::vector<uint8_t> row(static_cast<std::size_t>(w) * c);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    const int y = static_cast<int>(cinfo.next_scanline);
-    for (int x = 0; x < w; ++x)
-      for (int ch = 0; ch < c; ++ch) row[x * c + ch] = chw[(ch * h + y) * w + x];
-    JSAMPROW rows[1] = {row.data()};
-    jpeg_write_scanlines(&cinfo, rows, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::fclose(f);
+  const std::vector<uint8_t> bytes = encode_jpeg(chw.data(), c, h, w, 100);
+  std::ofstream out(p, std::ios::binary);
+  REQUIRE(out.good());
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  REQUIRE(out.good());
 }
 
 // Max and mean |a - b| over two byte images.
@@ -277,6 +254,28 @@ TEST_CASE("image folder: sorted classes and files, JPEG pixels within tolerance,
   auto shifted = smooth_image(1, 3, h, w);
   std::rotate(shifted.begin(), shifted.begin() + 1, shifted.end());
   CHECK(diff(ds.image(0), shifted.data(), numel).first > kJpegMaxAbs);
+}
+
+TEST_CASE("encode_jpeg: decodes back to the image within JPEG's loss; bad arguments are errors") {
+  for (int c : {1, 3}) {
+    const std::vector<uint8_t> img = smooth_image(5, c, 24, 20);
+    const std::vector<uint8_t> bytes = encode_jpeg(img.data(), c, 24, 20, 95);
+    REQUIRE(bytes.size() > 4);
+    CHECK((bytes[0] == 0xFF && bytes[1] == 0xD8));                              // start of image
+    CHECK((bytes[bytes.size() - 2] == 0xFF && bytes[bytes.size() - 1] == 0xD9));  // end of image
+    const detail::DecodedImage back = detail::decode_jpeg("encoded", bytes);
+    REQUIRE(back.height == 24);
+    REQUIRE(back.width == 20);
+    // Grayscale comes back replicated into three channels; compare channel 0 (or all three).
+    const auto [worst, mean_diff] = diff(back.pixels.data(), img.data(), img.size());
+    CHECK(worst <= 12);
+    CHECK(mean_diff < 2.0);
+    CHECK(encode_jpeg(img.data(), c, 24, 20, 95) == bytes);  // the same bytes every time
+  }
+  const std::vector<uint8_t> img(2 * 8 * 8, 7);
+  CHECK_THROWS_WITH(encode_jpeg(img.data(), 2, 8, 8), Contains("2 channels"));
+  CHECK_THROWS_WITH(encode_jpeg(img.data(), 1, 0, 8), Contains("0 x 8"));
+  CHECK_THROWS_WITH(encode_jpeg(img.data(), 1, 8, 8, 0), Contains("quality 0"));
 }
 
 TEST_CASE("image folder: corrupt and truncated JPEGs, mixed sizes, PNG, missing folder") {

@@ -3,8 +3,11 @@
 // bit-identical, ALGO drifting), resuming an interrupted experiment, figure S4 and overhead.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/error.h"
@@ -45,6 +48,7 @@ TEST_CASE("experiment metrics: agreement, stability, not-all-agree, FPR/FNR by h
   CHECK(majority_agreement(p) == std::vector<int>{3, 2, 2, 1});
   CHECK(stability_counts(p) == std::vector<int64_t>{1, 2, 1});
   CHECK(not_all_agree(p) == std::vector<double>{0, 1, 1, 1});
+  CHECK(plurality_vote(p) == std::vector<int32_t>{1, 0, 3, 0});  // all differ: the smallest label
   // Labels 0 0 1 1 1, predictions 0 1 1 0 1: among negatives 1 FP of 2, among positives 1 FN of 3.
   const std::vector<int32_t> labels = {0, 0, 1, 1, 1}, pred = {0, 1, 1, 0, 1};
   BinaryRates all = binary_rates(pred, labels, std::vector<bool>(5, true));
@@ -97,6 +101,33 @@ TEST_CASE("experiment: CONTROL is bit-identical, ALGO drifts; the report says so
   CHECK(r.stability[3].counts == std::vector<int64_t>{0, 120});  // CONTROL: every example 2 of 2
   CHECK(r.curves.size() == 8);                                    // top1 and top5 per setting
   CHECK(!r.manifest["kernels"]["CONTROL"].empty());
+  // The four paper settings ran: churn and accuracy variance are decomposed. On the CPU, IMPL
+  // and CONTROL are bit-identical, so ALGO+IMPL vs ALGO is all there is.
+  REQUIRE(r.decomposition.size() == 2);
+  CHECK(r.decomposition[0].measure == "churn");
+  CHECK(r.decomposition[1].measure == "accuracy_variance");
+  REQUIRE(r.decomposition[0].terms.size() == 7);
+  CHECK(r.decomposition[0].terms[0].value == metric(r, "ALGO+IMPL", "churn"));
+  CHECK(r.decomposition[0].terms[2].value == 0.0);  // IMPL
+  CHECK(r.decomposition[0].terms[6].name == "interaction");
+  CHECK(r.decomposition[0].terms[6].value ==
+        metric(r, "ALGO+IMPL", "churn") - metric(r, "ALGO", "churn") - 0.0 + 0.0);
+  // The examples that move: the least stable first, each with its image and every replica's
+  // prediction; none for settings whose replicas all agree.
+  std::size_t algo_examples = 0;
+  for (const auto& e : r.unstable) {
+    CHECK(e.setting != "CONTROL");
+    CHECK(e.setting != "IMPL");
+    CHECK(e.predicted.size() == 2);
+    CHECK(e.predicted[0] != e.predicted[1]);  // two replicas: unstable means they differ
+    REQUIRE(e.jpeg.size() > 4);
+    CHECK((e.jpeg[0] == 0xFF && e.jpeg[1] == 0xD8));  // a JPEG's start-of-image marker
+    algo_examples += e.setting == "ALGO";
+  }
+  CHECK(algo_examples == std::min<std::size_t>(10, std::size_t(metric(r, "ALGO", "unstable_examples"))));
+  CHECK(metric(r, "ALGO", "unstable_examples") == Approx(metric(r, "ALGO", "disagreement") * 120));
+  CHECK(metric(r, "CONTROL", "unstable_examples") == 0.0);
+  CHECK(metric(r, "CONTROL", "ensemble_accuracy") == metric(r, "CONTROL", "accuracy_mean"));
   write_report(o.out, r);
   std::ifstream csv(fs::path(o.out) / "report.csv");
   std::stringstream text;
@@ -141,13 +172,23 @@ TEST_CASE("experiment: an interrupted experiment continues its unfinished replic
 TEST_CASE("experiment protocols: figure S4 and overhead") {
   EnsembleOptions o = tiny("fig-s4");
   auto data = load_train_data(o.base);
-  ReportData f = run_fig_s4(o, {0.05f}, data);
-  REQUIRE(f.fig_s4.size() == 4);
+  FigS4Options fo;
+  fo.lrs = {0.05f};
+  ReportData f = run_fig_s4(o, fo, data);
+  REQUIRE(f.fig_s4.size() == 5);  // four cells and CONTROL
   CHECK(f.fig_s4[0].init == "fixed");
   CHECK(f.fig_s4[0].order == "fixed");
-  CHECK(f.fig_s4[0].disagreement == 0.0);  // deterministic kernels, nothing varies
-  CHECK(f.fig_s4[3].disagreement > 0.0);   // init and order both vary
-  CHECK_THROWS_WITH(run_fig_s4(o, {}, data), Contains("--lrs"));
+  CHECK(f.fig_s4[0].kernels == "heuristic");
+  // On the CPU there is one code path per op: the fixed/fixed cell agrees there (on a GPU its
+  // heuristic kernels are what makes it disagree).
+  CHECK(f.fig_s4[0].disagreement == 0.0);
+  CHECK(f.fig_s4[3].disagreement > 0.0);  // init and order both vary
+  CHECK(f.fig_s4[4].line == "CONTROL");
+  CHECK(f.fig_s4[4].kernels == "deterministic");
+  CHECK(f.fig_s4[4].disagreement == 0.0);
+  CHECK_THROWS_WITH(run_fig_s4(o, FigS4Options{{}, 0, false, "heuristic", true}, data), Contains("--lrs"));
+  CHECK_THROWS_WITH(run_fig_s4(o, FigS4Options{{0.1f}, 1.0f, false, "heuristic", true}, data), Contains("--momentum"));
+  CHECK_THROWS_WITH(run_fig_s4(o, FigS4Options{{0.1f}, 0, true, "heuristic", true}, data), Contains("--nesterov"));
 
   EnsembleOptions v = tiny("overhead");
   ReportData h = run_overhead(v, {"heuristic", "deterministic"}, 1, 2, data);
@@ -157,4 +198,64 @@ TEST_CASE("experiment protocols: figure S4 and overhead") {
   // 240 examples / 32 = 8 steps an epoch: 1 + 10 crosses its end.
   EnsembleOptions w = tiny("overhead-long");
   CHECK_THROWS_WITH(run_overhead(w, {"heuristic"}, 1, 10, data), Contains("--overhead-steps"));
+}
+
+namespace {
+
+nlohmann::json manifest_of(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "manifest.json");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("figure S4: each cell runs the kernels named, with the momentum asked for (the manifests say so)") {
+  EnsembleOptions o = tiny("fig-s4-manifests");
+  o.base.optimizer = "adam";  // the figure trains with SGD whatever the base says
+  o.base.augment = true;
+  auto data = load_train_data(o.base);
+  FigS4Options fo;
+  fo.lrs = {0.02f, 0.04f};
+  fo.momentum = 0.9f;
+  ReportData f = run_fig_s4(o, fo, data);
+  REQUIRE(f.fig_s4.size() == 10);
+  int cells = 0;
+  for (const float lr : fo.lrs) {
+    for (const std::string init : {"fixed", "random"})
+      for (const std::string order : {"fixed", "random"})
+        for (int k = 0; k < o.replicas; ++k) {
+          const std::string dir =
+              (fs::path(o.out) / fmt::format("lr{}-{}init-{}order-{}", lr, init, order, k)).string();
+          INFO(dir);
+          const nlohmann::json m = manifest_of(dir);
+          CHECK(m["policy"]["kernels"] == "heuristic");  // the framework default
+          CHECK(m["switches"]["deterministic_kernels"] == false);
+          CHECK(m["config"]["optimizer"] == "sgd");
+          CHECK(m["config"]["momentum"].get<double>() == Approx(0.9));
+          CHECK(m["config"]["augment"] == false);
+          CHECK(m["config"]["lr_schedule"] == "constant");
+          CHECK(m["config"]["lr"].get<double>() == Approx(lr));
+          CHECK(m["seeds"]["init"]["source"] == (init == "fixed" ? "deterministic switch" : "flag"));
+          CHECK(m["seeds"]["order"]["source"] == (order == "fixed" ? "deterministic switch" : "flag"));
+          ++cells;
+        }
+    for (int k = 0; k < o.replicas; ++k) {
+      const std::string dir = (fs::path(o.out) / fmt::format("lr{}-CONTROL-{}", lr, k)).string();
+      INFO(dir);
+      const nlohmann::json m = manifest_of(dir);
+      CHECK(m["policy"]["kernels"] == "deterministic");
+      CHECK(m["switches"]["deterministic_kernels"] == true);
+      CHECK(m["config"]["momentum"].get<double>() == Approx(0.9));
+      CHECK(m["seeds"]["init"]["source"] == "deterministic switch");
+      CHECK(m["seeds"]["order"]["source"] == "deterministic switch");
+      ++cells;
+    }
+  }
+  CHECK(cells == 2 * 5 * o.replicas);
+  // The report's CONTROL line, and the other lines under their cells' kernels.
+  const std::string html = report_html(f);
+  CHECK(html.find(">CONTROL<") != std::string::npos);
+  CHECK(html.find("zero line") != std::string::npos);
+  CHECK(report_csv(f).find("\nCONTROL,disagreement@lr0.02,0,,\n") != std::string::npos);
 }

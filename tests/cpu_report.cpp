@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "datasets/dataset.h"
 #include "engine/error.h"
 #include "engine/manifest.h"
 #include "experiments/report.h"
@@ -46,6 +47,15 @@ bool has_line(const std::string& text, const std::string& line) {
 }
 
 const std::vector<std::string> kSettings = {"ALGO+IMPL", "ALGO", "CONTROL"};
+
+// A real JPEG of a 32 x 32 colour gradient (what a CIFAR thumbnail is), different per id.
+std::vector<uint8_t> thumbnail(int id) {
+  std::vector<uint8_t> pixels(3 * 32 * 32);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x) pixels[(c * 32 + y) * 32 + x] = uint8_t((x * 8 * (c + 1) + y * 4 * id) % 256);
+  return encode_jpeg(pixels.data(), 3, 32, 32);
+}
 const std::vector<std::string> kSubgroups = {"Blond_Hair=1 & Male=0", "Blond_Hair=0 & Male=1"};
 // A class name with a comma and quotes: its CSV field must be quoted.
 const std::vector<std::string> kClasses = {"airplane", "ship, \"big\"", "cat"};
@@ -87,14 +97,38 @@ ReportData full_report() {
         d.groups.push_back({name, "subgroup", kSubgroups[g], metric, 0.3, 0.01 * double(g + 1) + 0.001 * double(s)});
     d.stability.push_back({name, s < 2 ? std::vector<int64_t>{0, 91, 909} : std::vector<int64_t>{0, 0, 1000}});
   }
-  d.unstable = {
-      {"ALGO+IMPL", 17, "cat", 1, 3}, {"ALGO+IMPL", 4242, "ship, \"big\"", 2, 3}, {"ALGO", 8, "airplane", 2, 3}};
+  d.unstable = {{"ALGO+IMPL", 17, "cat", 1, 3, {"cat", "airplane", "ship, \"big\""}, thumbnail(1)},
+                {"ALGO+IMPL", 4242, "ship, \"big\"", 2, 3, {"ship, \"big\"", "cat", "ship, \"big\""}, thumbnail(2)},
+                {"ALGO", 8, "airplane", 2, 3, {"airplane", "airplane", "cat"}, thumbnail(3)}};
   for (const char* init : {"fixed", "random"})
     for (const char* order : {"fixed", "random"})
       for (double lr : {1e-4, 1e-3, 1e-2})
         d.fig_s4.push_back(
             {lr, init, order,
-             (init == std::string("random") ? 0.1 : 0.05) + (order == std::string("random") ? 0.02 : 0) + lr});
+             (init == std::string("random") ? 0.1 : 0.05) + (order == std::string("random") ? 0.02 : 0) + lr,
+             "heuristic", ""});
+  for (double lr : {1e-4, 1e-3, 1e-2}) d.fig_s4.push_back({lr, "fixed", "fixed", 0, "deterministic", "CONTROL"});
+  d.decomposition = {
+      {"churn",
+       {{"ALGO+IMPL", 0.0912, 0.09, 0.093},
+        {"ALGO", 0.0875, 0.086, 0.089},
+        {"IMPL", 0.031, 0.03, 0.032},
+        {"CONTROL", 0, 0, 0},
+        {"excess", 0.0037, 0.002, 0.005},
+        {"additive", 0.1185, 0.117, 0.12},
+        {"interaction", -0.0273, -0.029, -0.0256}},
+       "sub-additive",
+       "a paired bootstrap over the 1000 test examples"},
+      {"accuracy_variance",
+       {{"ALGO+IMPL", 3.7e-5, 1e-5, 6e-5},
+        {"ALGO", 3e-5, 1e-5, 5e-5},
+        {"IMPL", 1e-5, 0, 2e-5},
+        {"CONTROL", 0, 0, 0},
+        {"excess", 7e-6, -3e-5, 4e-5},
+        {"additive", 4e-5, 1e-5, 6e-5},
+        {"interaction", -3e-6, -4e-5, 3e-5}},
+       "additive",
+       "a bootstrap over each setting's replicas"}};
   d.overhead = {{"heuristic", 10.0, 1.0}, {"deterministic", 12.5, 1.25}, {"nondeterministic", 9.5, 0.95}};
   d.manifest = {{"gpu", "NVIDIA H100 80GB HBM3"},
                 {"driver", "580.65.06"},
@@ -113,6 +147,8 @@ ReportData full_report() {
 // per-class accuracy and per-subgroup accuracy, FPR and FNR (4); one stability histogram per
 // setting (3); figure S4 (1); overhead (1).
 constexpr int kFullCharts = 14;
+// Least stable examples of full_report() with an image.
+constexpr int kFullImages = 3;
 
 // ---- headless Chromium -------------------------------------------------------------------------
 
@@ -166,9 +202,9 @@ std::string rendered_dom(const std::string& html_path) {
   return dom;
 }
 
-// The text the page's check script wrote into <pre id="chart-check">.
-std::string chart_check(const std::string& dom) {
-  const std::string open = "<pre id=\"chart-check\">";
+// The text the page's check script wrote into <pre id="chart-check"> (or another id).
+std::string chart_check(const std::string& dom, const std::string& id = "chart-check") {
+  const std::string open = "<pre id=\"" + id + "\">";
   const std::size_t at = dom.find(open);
   REQUIRE(at != std::string::npos);
   const std::size_t end = dom.find("</pre>", at);
@@ -202,8 +238,9 @@ TEST_CASE("report.csv: header, hand-given values and intervals, quoting", "[repo
   const std::string csv = read_text(dir + "/report.csv");
   CHECK(csv == report_csv(full_report()));
   CHECK(csv.rfind("setting,metric,value,ci_low,ci_high\n", 0) == 0);
-  // 7 metrics, 3 class + 6 subgroup spreads, 2 curves x 4 epochs per setting; 12 figure-S4 points.
-  CHECK(count_occurrences(csv, "\n") == 1 + 3 * (7 + 9 + 8) + 12);
+  // 7 metrics, 3 class + 6 subgroup spreads, 2 curves x 4 epochs per setting; 15 figure-S4
+  // points (12 cells and 3 CONTROL); 2 x 7 decomposition terms.
+  CHECK(count_occurrences(csv, "\n") == 1 + 3 * (7 + 9 + 8) + 15 + 14);
 
   CHECK(has_line(csv, fmt::format("ALGO+IMPL,churn,0.0912,{},{}", 0.0912 * 0.9, 0.0912 * 1.1)));
   CHECK(has_line(csv, "CONTROL,churn,0,,"));  // no interval: empty cells
@@ -218,6 +255,9 @@ TEST_CASE("report.csv: header, hand-given values and intervals, quoting", "[repo
   CHECK(has_line(csv, fmt::format("CONTROL,top5@epoch4,{},{},{}", 0.8 + 0.05 * 4, 0.8 + 0.05 * 4, 0.8 + 0.05 * 4)));
   CHECK(has_line(csv, fmt::format("fixed-init/random-order,disagreement@lr0.001,{},,", 0.05 + 0.02 + 1e-3)));
   CHECK(has_line(csv, fmt::format("random-init/fixed-order,disagreement@lr0.0001,{},,", 0.1 + 0.0 + 1e-4)));
+  CHECK(has_line(csv, "CONTROL,disagreement@lr0.01,0,,"));
+  CHECK(has_line(csv, "decomposition:churn,interaction,-0.0273,-0.029,-0.0256"));
+  CHECK(has_line(csv, "decomposition:accuracy_variance,ALGO+IMPL,3.7e-05,1e-05,6e-05"));
 }
 
 TEST_CASE("report.json: every section, numbers round-trip exactly", "[report]") {
@@ -250,10 +290,23 @@ TEST_CASE("report.json: every section, numbers round-trip exactly", "[report]") 
   CHECK(j["unstable"][1]["label"] == "ship, \"big\"");
   CHECK(j["unstable"][1]["agree"] == 2);
   CHECK(j["unstable"][1]["replicas"] == 3);
-  REQUIRE(j["fig_s4"].size() == 12);
+  CHECK(j["unstable"][1]["predicted"] == json({"ship, \"big\"", "cat", "ship, \"big\""}));
+  // The image travels with the report: base64 of the JPEG, whose FF D8 FF start reads "/9j/".
+  CHECK(j["unstable"][1]["jpeg_base64"] == base64_encode(d.unstable[1].jpeg));
+  CHECK(j["unstable"][1]["jpeg_base64"].get<std::string>().rfind("/9j/", 0) == 0);
+  REQUIRE(j["fig_s4"].size() == 15);
   CHECK(j["fig_s4"][4]["lr"].get<double>() == 1e-3);
   CHECK(j["fig_s4"][4]["order"] == "random");
+  CHECK(j["fig_s4"][4]["kernels"] == "heuristic");
+  CHECK(j["fig_s4"][4]["line"] == "fixed-init/random-order");
   CHECK(j["fig_s4"][4]["disagreement"].get<double>() == d.fig_s4[4].disagreement);
+  CHECK(j["fig_s4"][14]["line"] == "CONTROL");
+  CHECK(j["fig_s4"][14]["kernels"] == "deterministic");
+  REQUIRE(j["decomposition"].size() == 2);
+  CHECK(j["decomposition"][0]["measure"] == "churn");
+  CHECK(j["decomposition"][0]["verdict"] == "sub-additive");
+  CHECK(j["decomposition"][0]["terms"][6]["name"] == "interaction");
+  CHECK(j["decomposition"][0]["terms"][6]["low"].get<double>() == -0.029);
   CHECK(j["overhead"][1]["ratio"].get<double>() == 1.25);
   CHECK(j["manifest"] == d.manifest);
 }
@@ -265,7 +318,8 @@ TEST_CASE("report.html: one chart per filled section, names escaped, nothing ext
   CHECK(html == report_html(full_report()));
   CHECK(count_occurrences(html, "<svg ") == kFullCharts);
   CHECK(count_occurrences(html, "class=\"chart\"") == kFullCharts);
-  for (const char* id : {"summary", "spread", "curves", "groups", "stability", "fig-s4", "overhead", "manifest"})
+  for (const char* id :
+       {"summary", "spread", "curves", "groups", "decomposition", "stability", "fig-s4", "overhead", "manifest"})
     CHECK(html.find(fmt::format("<section id=\"{}\">", id)) != std::string::npos);
 
   CHECK(html.find("<title>smallcnn &lt;test&gt; &amp; cifar10: 3 replicas x 4 epochs</title>") != std::string::npos);
@@ -283,16 +337,30 @@ TEST_CASE("report.html: one chart per filled section, names escaped, nothing ext
   for (const char* line :
        {"fixed-init/fixed-order", "fixed-init/random-order", "random-init/fixed-order", "random-init/random-order"})
     CHECK(html.find(line) != std::string::npos);
-  // Least stable examples and the manifest's kernels, per setting in a <details>.
-  CHECK(html.find("<td class=\"num\">4242</td>") != std::string::npos);
+  // Figure S4's CONTROL line is drawn and named.
+  CHECK(html.find(">CONTROL<") != std::string::npos);
+  CHECK(html.find("zero line") != std::string::npos);
+  // The decomposition: every term, and the verdict in words.
+  CHECK(html.find(">-0.0273 [-0.029, -0.0256]<") != std::string::npos);
+  CHECK(html.find("sub-additive: together") != std::string::npos);
+  CHECK(html.find("consistent with additive") != std::string::npos);
+  // Least stable examples as images with their labels and every replica's prediction (the
+  // wrong ones marked), and the manifest's kernels, per setting in a <details>.
+  CHECK(count_occurrences(html, "<img class=\"example\"") == kFullImages);
+  CHECK(html.find("<img class=\"example\" src=\"data:image/jpeg;base64," + base64_encode(thumbnail(2))) !=
+        std::string::npos);
+  CHECK(html.find("#4242 <b>ship, &quot;big&quot;</b>") != std::string::npos);
+  CHECK(html.find("predicted: ship, &quot;big&quot;, <span class=\"wrong\">cat</span>, ship") != std::string::npos);
   CHECK(count_occurrences(html, "kernel choices</summary>") == 3);
   CHECK(html.find("conv1.bwd_filter=algo0") != std::string::npos);
   CHECK(html.find("NVIDIA H100 80GB HBM3") != std::string::npos);
   CHECK(html.find("ditto-experiment --replicas 3 --out runs/x") != std::string::npos);
-  // Self-contained: no linked stylesheets, scripts, images or fonts.
-  for (const char* external : {"<link", " src=", " href=", "url(", "@import"})
+  // Self-contained: no linked stylesheets, scripts, images or fonts; the images are inline.
+  for (const char* external : {"<link", " href=", "url(", "@import"})
     CHECK(html.find(external) == std::string::npos);
+  CHECK(count_occurrences(html, " src=") == count_occurrences(html, " src=\"data:image/jpeg;base64,"));
   CHECK(html.find("<pre id=\"chart-check\">") != std::string::npos);
+  CHECK(html.find("<pre id=\"image-check\">") != std::string::npos);
 }
 
 TEST_CASE("report.html: sections without data are left out", "[report]") {
@@ -303,7 +371,7 @@ TEST_CASE("report.html: sections without data are left out", "[report]") {
   const std::string html = report_html(d);
   CHECK(count_occurrences(html, "class=\"chart\"") == 1);
   CHECK(html.find("no divergence") != std::string::npos);  // CONTROL's zero churn is named, not an empty bar
-  for (const char* id : {"curves", "groups", "stability", "fig-s4", "overhead", "manifest"})
+  for (const char* id : {"curves", "groups", "decomposition", "stability", "fig-s4", "overhead", "manifest"})
     CHECK(html.find(fmt::format("<section id=\"{}\">", id)) == std::string::npos);
 
   const std::string nothing = report_html(ReportData{});
@@ -390,6 +458,10 @@ TEST_CASE("report.html in headless Chromium: every chart draws something", "[rep
   const std::string expected = fmt::format("charts={} empty=0", kFullCharts);
   CHECK(chart_check(dom) == expected);
   CHECK(title_of(dom).find(expected) != std::string::npos);
+  // Every least stable example's image decoded to a picture.
+  const std::string images = fmt::format("images={} broken=0", kFullImages);
+  CHECK(chart_check(dom, "image-check") == images);
+  CHECK(title_of(dom).find(images) != std::string::npos);
 
   // A one-chart report passes too.
   ReportData small;
@@ -397,7 +469,53 @@ TEST_CASE("report.html in headless Chromium: every chart draws something", "[rep
   small.metrics = {{"ALGO", "churn", 0.1, 0.08, 0.12, true}};
   const std::string small_dir = test::scratch("cpu_report", "chromium_small");
   write_report(small_dir, small);
-  CHECK(chart_check(rendered_dom(small_dir + "/report.html")) == "charts=1 empty=0");
+  const std::string small_dom = rendered_dom(small_dir + "/report.html");
+  CHECK(chart_check(small_dom) == "charts=1 empty=0");
+  CHECK(chart_check(small_dom, "image-check") == "images=0 broken=0");
+}
+
+TEST_CASE("report.html in headless Chromium: an emptied or corrupt example image is caught", "[report][chromium]") {
+  // One image's data emptied, another's replaced by bytes that are not a JPEG: both must count
+  // as broken, so that the check above can fail; the charts are untouched.
+  const std::string prefix = "src=\"data:image/jpeg;base64,";
+  std::string html = report_html(full_report());
+  const std::size_t first = html.find(prefix);
+  REQUIRE(first != std::string::npos);
+  const std::size_t first_end = html.find('"', first + prefix.size());
+  html = html.substr(0, first + prefix.size()) + html.substr(first_end);
+  const std::size_t second = html.find(prefix, first + prefix.size());
+  REQUIRE(second != std::string::npos);
+  const std::size_t second_end = html.find('"', second + prefix.size());
+  html = html.substr(0, second + prefix.size()) + base64_encode({'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'}) +
+         html.substr(second_end);
+  const std::string path = test::scratch("cpu_report", "emptied-image.html");
+  write_file_atomic(path, html);
+  const std::string dom = rendered_dom(path);
+  CHECK(chart_check(dom, "image-check") == fmt::format("images={} broken=2", kFullImages));
+  CHECK(count_occurrences(dom, "data-broken=\"true\"") == 2);
+  CHECK(chart_check(dom) == fmt::format("charts={} empty=0", kFullCharts));
+}
+
+TEST_CASE("base64_encode: RFC 4648's test vectors", "[report]") {
+  auto b64 = [](const std::string& s) { return base64_encode(std::vector<uint8_t>(s.begin(), s.end())); };
+  CHECK(b64("") == "");
+  CHECK(b64("f") == "Zg==");
+  CHECK(b64("fo") == "Zm8=");
+  CHECK(b64("foo") == "Zm9v");
+  CHECK(b64("foob") == "Zm9vYg==");
+  CHECK(b64("fooba") == "Zm9vYmE=");
+  CHECK(b64("foobar") == "Zm9vYmFy");
+  CHECK(base64_encode({0xFF, 0xD8, 0xFF, 0xE0}) == "/9j/4A==");  // every bit set in places: no sign trouble
+}
+
+TEST_CASE("report.html: an example without an image is listed without one", "[report]") {
+  ReportData d;
+  d.settings = {"ALGO"};
+  d.unstable = {{"ALGO", 5, "cat", 1, 2, {"cat", "dog"}, {}}};
+  const std::string html = report_html(d);
+  CHECK(html.find("(no image)") != std::string::npos);
+  CHECK(html.find("<img") == std::string::npos);
+  CHECK(html.find("Example images shown (0 expected)") != std::string::npos);
 }
 
 TEST_CASE("report.html in headless Chromium: an empty chart is caught", "[report][chromium]") {

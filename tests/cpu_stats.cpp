@@ -123,6 +123,22 @@ TEST_CASE("bootstrap_mean of a proportion matches the normal approximation", "[s
   CHECK((other_seed.low != interval.low || other_seed.high != interval.high));
 }
 
+TEST_CASE("bootstrap_stddev: over replicas, by hand", "[stats]") {
+  // Three replica accuracies: sample std 0.02; a resample spreads at most like {0.90, 0.90, 0.94}.
+  const Interval none = bootstrap_stddev({0.90, 0.92, 0.94}, 0, 1);
+  CHECK(none.value == Approx(0.02));
+  CHECK(none.low == none.value);
+  const Interval i = bootstrap_stddev({0.90, 0.92, 0.94}, 500, 5);
+  CHECK(i.value == Approx(0.02));
+  CHECK(i.low >= 0.0);
+  CHECK(i.high <= std::sqrt(1.6e-3 / 3) + 1e-12);
+  CHECK(i.low < i.value);  // 1 resample in 9 draws one value three times: no spread
+  const Interval same = bootstrap_stddev({0.7, 0.7, 0.7}, 500, 5);  // bit-identical replicas
+  CHECK(same.value == 0.0);
+  CHECK(same.high == 0.0);
+  CHECK_THROWS_AS(bootstrap_stddev({0, 1}, -1, 3), Error);
+}
+
 TEST_CASE("churn_interval is the bootstrap of per-example disagreement", "[stats]") {
   const Interval interval = churn_interval(kThreeReplicas, 300, 7);
   CHECK(interval.value == Approx(7.0 / 12));

@@ -129,7 +129,33 @@ TEST_CASE("lr schedules") {
   CHECK(lr_at(LrSchedule::Cosine, 0.1f, 9.999, 10) < 1e-6);           // per step: falls to zero
   CHECK(lr_at(LrSchedule::Step, 0.1f, 49.9, 150) == Approx(0.1));     // step: constant within an epoch
   CHECK(parse_lr_schedule("cosine") == LrSchedule::Cosine);
-  CHECK_THROWS_WITH(parse_lr_schedule("linear"), Catch::Matchers::Contains("constant, step, cosine"));
+  CHECK(parse_lr_schedule("onecycle") == LrSchedule::OneCycle);
+  CHECK_THROWS_WITH(parse_lr_schedule("linear"), Catch::Matchers::Contains("constant, step, cosine, onecycle"));
+}
+
+TEST_CASE("lr schedules: onecycle and warm-up, by hand") {
+  // onecycle without warm-up: linear from base to 0 over the run.
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 0, 10) == Approx(0.2));
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 2.5, 10) == Approx(0.15));
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 9.5, 10) == Approx(0.01));
+  // 15 epochs, 3 warm-up: 0 at the first step, up to base at epoch 3, then linearly to 0 at 15.
+  const std::vector<int> m = {50, 100};
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 0, 15, m, 3) == 0.0f);
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 1.5, 15, m, 3) == Approx(0.1));
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 3, 15, m, 3) == Approx(0.2));
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 9, 15, m, 3) == Approx(0.1));
+  CHECK(lr_at(LrSchedule::OneCycle, 0.2f, 14.88, 15, m, 3) == Approx(0.2 * 0.12 / 12));
+  // Cosine after a warm-up decays over the remaining epochs; constant holds after it.
+  CHECK(lr_at(LrSchedule::Cosine, 0.1f, 1, 10, m, 2) == Approx(0.05));
+  CHECK(lr_at(LrSchedule::Cosine, 0.1f, 2, 10, m, 2) == Approx(0.1));
+  CHECK(lr_at(LrSchedule::Cosine, 0.1f, 6, 10, m, 2) == Approx(0.05));
+  CHECK(lr_at(LrSchedule::Constant, 0.1f, 0.5, 10, m, 1) == Approx(0.05));
+  CHECK(lr_at(LrSchedule::Constant, 0.1f, 7, 10, m, 1) == 0.1f);
+  // Without a warm-up the cosine is evaluated as it always was (bit for bit).
+  for (double e : {0.0, 0.37, 3.3, 7.77})
+    CHECK(lr_at(LrSchedule::Cosine, 0.1f, e, 15) == static_cast<float>(0.1f * 0.5 * (1.0 + std::cos(M_PI * e / 15.0))));
+  CHECK_THROWS_WITH(lr_at(LrSchedule::OneCycle, 0.1f, 0, 10, m, 10), Catch::Matchers::Contains("warm-up of 10"));
+  CHECK_THROWS_WITH(lr_at(LrSchedule::OneCycle, 0.1f, 0, 10, m, -1), Catch::Matchers::Contains("warm-up of -1"));
 }
 
 TEST_CASE("safetensors: round trip keeps names, shapes, bits and metadata") {

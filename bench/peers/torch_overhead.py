@@ -279,7 +279,8 @@ def main():
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--image-size", type=int, default=0, help="image side (0: 224, 299 for inception-v3)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps before the timed ones")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps (median)")
+    ap.add_argument("--steps", type=int, default=100,
+                    help="timed steps (median; 100 as the paper profiled, ditto's bench/overhead default)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and of the synthetic batch")
     ap.add_argument("--budget-s", type=float, default=0, help="start no configuration after this many seconds")
     ap.add_argument("--out", help="append the JSON lines to this file as well")
