@@ -1,8 +1,9 @@
 // Pixel-wise cross-entropy CUDA kernels.
 //
 // pixel_xent_kernel: the fixed geometry of kernels/detail/fixed_sum.cuh over the N*H*W pixels. Each
-//   thread takes its pixels in a fixed order; per pixel it reads the C logits (stride H*W: adjacent
-//   threads read adjacent pixels), computes the max-subtracted log-sum-exp (kept for backward) and
+//   thread takes its pixels in a fixed order; per pixel it reads the C logits once (stride H*W:
+//   adjacent threads read adjacent pixels), computes the log-sum-exp with a running maximum (kept
+//   for backward) and
 //   adds lse - logit[label] unless the label is the ignore index. Then
 //     kAtomic = true:  warp sums atomicAdded into loss[0]: NOT deterministic (not_guaranteed);
 //                      divide_scalar_kernel then divides by the count.
@@ -36,10 +37,18 @@ __global__ void __launch_bounds__(kSumBlock)
   for (int64_t p = blockIdx.x * int64_t(kSumBlock) + threadIdx.x; p < pixels; p += stride) {
     const int64_t n = detail::div_nonneg(p, hw), s = p - n * hw;
     const float* x = logits + n * c * hw + s;
-    float m = -INFINITY;
-    for (int64_t k = 0; k < c; ++k) m = fmaxf(m, x[k * hw]);
-    float e = 0.f;
-    for (int64_t k = 0; k < c; ++k) e += expf(x[k * hw] - m);
+    // One pass over the channels (the logits are read once): a running maximum m and the sum e of
+    // exp(x - m), rescaled when m grows. A NaN logit makes e NaN.
+    float m = -INFINITY, e = 0.f;
+    for (int64_t k = 0; k < c; ++k) {
+      const float v = x[k * hw];
+      if (v > m) {
+        e = e * expf(m - v) + 1.f;
+        m = v;
+      } else {
+        e += expf(v - m);
+      }
+    }
     const float lse = m + logf(e);
     lse_out[p] = lse;
     const int32_t label = labels[p];

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 
+#include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "kernels/check.h"
 #include "kernels/detail/own_knob.h"
@@ -89,14 +90,22 @@ Tensor upsample2d_backward(Context& ctx, const std::string& layer, const Tensor&
     throw ShapeError(fmt::format("{}: dy has shape {}, expected {}", op, shape_str(dy.shape()), shape_str(want)));
   const UpsampleBwd variant = ctx.policy().upsample_bwd(layer);
   Tensor dx = ctx.empty(x_shape);
-  if (!ctx.is_cuda())
+  std::size_t ws_bytes = 0;
+  if (!ctx.is_cuda()) {
     ref::upsample_bwd(dy.f32(), dx.f32(), d);
-  else if (variant == UpsampleBwd::Atomic)
+  } else if (variant == UpsampleBwd::Atomic) {
     cuda::upsample_bwd_atomic(ctx, dy.f32(), dx.f32(), d);
-  else
-    cuda::upsample_bwd_gather(ctx, dy.f32(), dx.f32(), d);
+  } else {
+    ws_bytes = cuda::upsample_gather_workspace(d);
+    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    if (!ws.ok())
+      throw PolicyError(fmt::format("{}: bwd=gather needs a workspace of {} bytes for its tap tables, which could not "
+                                    "be allocated; bwd=atomic needs none",
+                                    op, ws_bytes));
+    cuda::upsample_bwd_gather(ctx, dy.f32(), dx.f32(), d, ws.get());
+  }
   detail::record_own_knob(ctx, layer, kOp, "bwd", name_of(variant), ctx.policy().requested(layer, "bwd", OpKind::Upsample),
-                          variant == UpsampleBwd::Gather);
+                          variant == UpsampleBwd::Gather, ws_bytes);
   return dx;
 }
 

@@ -7,7 +7,9 @@
 //   (CCCL's not_guaranteed).
 // upsample_bwd_gather_kernel: one thread per INPUT sums the same contributions in a fixed order
 //   (ref::upsample_gather_at): each dx is written by one thread, no atomics, and the order depends
-//   on the shapes alone: deterministic on any GPU (CCCL's gpu_to_gpu).
+//   on the shapes alone: deterministic on any GPU (CCCL's gpu_to_gpu). For bilinear it reads the
+//   taps and each input's output range from per-axis tables that tap_tables_kernel fills first
+//   (ref::fill_tap_table, one thread per entry), instead of computing tens of taps per thread.
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/upsample_cuda.h"
@@ -52,14 +54,39 @@ __global__ void upsample_bwd_atomic_kernel(const float* __restrict__ dy, float* 
   }
 }
 
-__global__ void upsample_bwd_gather_kernel(const float* __restrict__ dy, float* __restrict__ dx, ref::UpsampleDims d) {
+__global__ void tap_tables_kernel(ref::UpsampleDims d, int64_t* row_range, int64_t* col_range,
+                                  ref::LinearTap<float>* row_taps, ref::LinearTap<float>* col_taps) {
+  const int64_t rows = d.h + d.oh, total = rows + d.w + d.ow;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    if (k < rows)
+      ref::fill_tap_table(k, d.h, d.oh, d.align_corners, row_range, row_taps);
+    else
+      ref::fill_tap_table(k - rows, d.w, d.ow, d.align_corners, col_range, col_taps);
+  }
+}
+
+__global__ void upsample_bwd_gather_kernel(const float* __restrict__ dy, float* __restrict__ dx, ref::UpsampleDims d,
+                                           ref::TapTables taps) {
   const int64_t total = d.planes * d.h * d.w;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t pl, ih, iw;
     split_plane(i, d.h, d.w, pl, ih, iw);
-    dx[i] = ref::upsample_gather_at<float>(dy + pl * d.oh * d.ow, ih, iw, d);
+    dx[i] = ref::upsample_gather_at<float>(dy + pl * d.oh * d.ow, ih, iw, d, taps);
   }
 }
+
+// The tables' layout in the workspace: row ranges, column ranges, row taps, column taps.
+struct TableLayout {
+  std::size_t row_range = 0, col_range = 0, row_taps = 0, col_taps = 0, total = 0;
+  explicit TableLayout(const ref::UpsampleDims& d) {
+    auto aligned = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    if (!d.bilinear) return;
+    col_range = row_range + aligned(sizeof(int64_t) * std::size_t(2 * d.h));
+    row_taps = col_range + aligned(sizeof(int64_t) * std::size_t(2 * d.w));
+    col_taps = row_taps + aligned(sizeof(ref::LinearTap<float>) * std::size_t(d.oh));
+    total = col_taps + aligned(sizeof(ref::LinearTap<float>) * std::size_t(d.ow));
+  }
+};
 
 }  // namespace
 
@@ -79,10 +106,26 @@ void upsample_bwd_atomic(Context& ctx, const float* dy, float* dx, const ref::Up
   DITTO_CHECK_LAUNCH(ctx);
 }
 
-void upsample_bwd_gather(Context& ctx, const float* dy, float* dx, const ref::UpsampleDims& d) {
+std::size_t upsample_gather_workspace(const ref::UpsampleDims& d) { return TableLayout(d).total; }
+
+void upsample_bwd_gather(Context& ctx, const float* dy, float* dx, const ref::UpsampleDims& d, void* workspace) {
   const int64_t n = d.planes * d.h * d.w;
   if (n == 0) return;
-  upsample_bwd_gather_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, d);
+  cudaStream_t st = detail::stream_of(ctx);
+  ref::TapTables taps;
+  if (d.bilinear) {
+    const TableLayout l(d);
+    char* ws = static_cast<char*>(workspace);
+    auto* row_range = reinterpret_cast<int64_t*>(ws + l.row_range);
+    auto* col_range = reinterpret_cast<int64_t*>(ws + l.col_range);
+    auto* row_taps = reinterpret_cast<ref::LinearTap<float>*>(ws + l.row_taps);
+    auto* col_taps = reinterpret_cast<ref::LinearTap<float>*>(ws + l.col_taps);
+    tap_tables_kernel<<<blocks_for(d.h + d.oh + d.w + d.ow), kThreads, 0, st>>>(d, row_range, col_range, row_taps,
+                                                                               col_taps);
+    DITTO_CHECK_LAUNCH(ctx);
+    taps = {row_range, col_range, row_taps, col_taps};
+  }
+  upsample_bwd_gather_kernel<<<blocks_for(n), kThreads, 0, st>>>(dy, dx, d, taps);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -30,20 +30,20 @@ std::string describe(const ref::UpsampleDims& d) {
          (d.bilinear ? " bilinear" : " nearest") + (d.align_corners ? " align_corners" : "");
 }
 
-// The GPU's gather backward, run on the host for every input of every plane.
-template <class C, class T>
-std::vector<T> gather_all(const std::vector<T>& dy, const ref::UpsampleDims& d) {
+// The gather backward, run on the host for every input of every plane, its taps from `taps`.
+template <class C, class T, class Taps>
+std::vector<T> gather_all(const std::vector<T>& dy, const ref::UpsampleDims& d, const Taps& taps) {
   std::vector<T> dx(std::size_t(d.planes * d.h * d.w));
   for (int64_t pl = 0; pl < d.planes; ++pl)
     for (int64_t ih = 0; ih < d.h; ++ih)
       for (int64_t iw = 0; iw < d.w; ++iw)
         dx[std::size_t((pl * d.h + ih) * d.w + iw)] =
-            static_cast<T>(ref::upsample_gather_at<C>(dy.data() + pl * d.oh * d.ow, ih, iw, d));
+            static_cast<T>(ref::upsample_gather_at<C>(dy.data() + pl * d.oh * d.ow, ih, iw, d, taps));
   return dx;
 }
 
 // The GPU's atomic backward, run sequentially on the host in float: each output sends
-// (wy * wx) * dy to its taps.
+// (wy * wx) * dy to its taps (the same host/device functions, rounding as the device does).
 std::vector<float> scatter_float(const std::vector<float>& dy, const ref::UpsampleDims& d) {
   std::vector<float> dx(std::size_t(d.planes * d.h * d.w), 0.f);
   for (int64_t pl = 0; pl < d.planes; ++pl)
@@ -57,10 +57,10 @@ std::vector<float> scatter_float(const std::vector<float>& dy, const ref::Upsamp
         }
         const auto th = ref::linear_tap<float>(oh, d.h, d.oh, d.align_corners);
         const auto tw = ref::linear_tap<float>(ow, d.w, d.ow, d.align_corners);
-        p[th.i0 * d.w + tw.i0] += (th.l0 * tw.l0) * g;
-        p[th.i0 * d.w + tw.i1] += (th.l0 * tw.l1) * g;
-        p[th.i1 * d.w + tw.i0] += (th.l1 * tw.l0) * g;
-        p[th.i1 * d.w + tw.i1] += (th.l1 * tw.l1) * g;
+        p[th.i0 * d.w + tw.i0] += ref::mul_rn(ref::mul_rn(th.l0, tw.l0), g);
+        p[th.i0 * d.w + tw.i1] += ref::mul_rn(ref::mul_rn(th.l0, tw.l1), g);
+        p[th.i1 * d.w + tw.i0] += ref::mul_rn(ref::mul_rn(th.l1, tw.l0), g);
+        p[th.i1 * d.w + tw.i1] += ref::mul_rn(ref::mul_rn(th.l1, tw.l1), g);
       }
   return dx;
 }
@@ -130,7 +130,7 @@ TEST_CASE("upsample gather backward (the GPU's) equals the reference's scatter, 
         ref::upsample_bwd(dy.data(), want.data(), d);
         // Sums of at most (2 * ceil(out / in) + 2)^2 terms of size <= 1 in another order: 1e-12 is
         // far above double rounding and far below any missing or extra term.
-        auto r = test::all_close(gather_all<double>(dy, d), want, 1e-12, 0.0);
+        auto r = test::all_close(gather_all<double>(dy, d, ref::ComputedTaps<double>{&d}), want, 1e-12, 0.0);
         INFO(r.str());
         CHECK(r.ok);
       }
@@ -140,15 +140,19 @@ TEST_CASE("upsample gather backward in float sends every output the same contrib
   // With a one-hot output gradient both sums hold a single nonzero term, so the gather (GPU
   // arithmetic: float taps, products rounded before adding) must equal the scatter bit for bit:
   // the same taps, the same weights, nothing missing, nothing extra.
-  for (const auto& s : std::vector<std::array<int64_t, 4>>{{5, 4, 8, 10}, {4, 4, 8, 8}, {7, 9, 3, 4}, {3, 2, 10, 7}, {1, 6, 4, 9}})
+  // Small planes in both directions, and the GPU tests' and benchmark's sides (64 -> 128, 64 -> 96)
+  // one axis at a time.
+  for (const auto& s : std::vector<std::array<int64_t, 4>>{{5, 4, 8, 10}, {4, 4, 8, 8}, {7, 9, 3, 4}, {3, 2, 10, 7},
+                                                          {1, 6, 4, 9}, {64, 1, 128, 1}, {1, 64, 1, 96}, {64, 1, 96, 1}})
     for (int mode = 0; mode < 3; ++mode) {
       const auto d = dims(1, s[0], s[1], s[2], s[3], mode > 0, mode == 2);
       INFO(describe(d));
+      const auto tables = ref::build_tap_tables(d);  // what the CUDA table kernel fills
       int64_t mismatches = 0;
       for (int64_t o = 0; o < d.oh * d.ow; ++o) {
         std::vector<float> dy(std::size_t(d.oh * d.ow), 0.f);
         dy[std::size_t(o)] = 0.7f;
-        const auto a = gather_all<float>(dy, d), b = scatter_float(dy, d);
+        const auto a = gather_all<float>(dy, d, tables.view()), b = scatter_float(dy, d);
         for (std::size_t i = 0; i < a.size(); ++i) mismatches += a[i] != b[i];
       }
       CHECK(mismatches == 0);
