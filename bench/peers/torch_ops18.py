@@ -46,6 +46,9 @@ import warnings  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # peer_common beside this file
+from peer_common import percentile, short_error  # noqa: E402
+
 OPS = ["embedding", "embedding_bag", "scatter_add", "upsample", "pixel_xent", "reduce_sum"]
 MODES = ["default", "deterministic"]
 
@@ -54,21 +57,6 @@ def apply_mode(mode, warn_only=False):
     torch.use_deterministic_algorithms(mode == "deterministic", warn_only=warn_only)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-
-
-def percentile(sorted_values, q):
-    """Linear interpolation between closest ranks (numpy's default; ditto's stats.h too)."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def short_error(exc):
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:400]
 
 
 def uniform(gen, *shape):
