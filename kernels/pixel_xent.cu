@@ -18,7 +18,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/fixed_sum.cuh"
-#include "kernels/detail/index_math.h"
+#include "kernels/index_math.h"
 #include "kernels/detail/pixel_xent_cuda.h"
 
 namespace ditto::cuda {
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kSumBlock)
   float acc = 0.f;
   int counted = 0;
   for (int64_t p = blockIdx.x * int64_t(kSumBlock) + threadIdx.x; p < pixels; p += stride) {
-    const int64_t n = detail::div_nonneg(p, hw), s = p - n * hw;
+    const int64_t n = ref::div_nonneg(p, hw), s = p - n * hw;
     const float* x = logits + n * c * hw + s;
     // One pass over the channels (the logits are read once): a running maximum m and the sum e of
     // exp(x - m), rescaled when m grows. A NaN logit makes e NaN.
@@ -68,8 +68,8 @@ __global__ void pixel_xent_bwd_kernel(const float* __restrict__ logits, const in
   const float scale = dl[0] / static_cast<float>(*count);
   const int64_t total = n * c * hw;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t q = detail::div_nonneg(k, hw), s = k - q * hw;  // q = image * c + channel
-    const int64_t img = detail::div_nonneg(q, c), ch = q - img * c;
+    const int64_t q = ref::div_nonneg(k, hw), s = k - q * hw;  // q = image * c + channel
+    const int64_t img = ref::div_nonneg(q, c), ch = q - img * c;
     const int64_t p = img * hw + s;
     const int32_t label = labels[p];
     float g;

@@ -27,7 +27,7 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
-#include "kernels/detail/index_math.h"
+#include "kernels/index_math.h"
 #include "kernels/detail/scatter_cuda.h"
 
 namespace ditto::cuda {
@@ -58,7 +58,7 @@ __device__ __forceinline__ bool in_range(int32_t k, int64_t rows) { return k >= 
 
 // (j, col) of flat element i of an m x d array.
 __device__ __forceinline__ void split_row(int64_t i, int64_t d, int64_t& j, int64_t& col) {
-  j = detail::div_nonneg(i, d);
+  j = ref::div_nonneg(i, d);
   col = i - j * d;
 }
 
@@ -292,7 +292,7 @@ __global__ void embedding_bag_sources_kernel(BagRows g, bool mean, int32_t* __re
       }
       b = lo - 1;
     } else {
-      b = detail::div_nonneg(j, g.bag_size);
+      b = ref::div_nonneg(j, g.bag_size);
     }
     int64_t j0 = 0, j1 = 0;
     const bool ok = b >= 0 && bag_range(g, b, j0, j1) && j >= j0 && j < j1;

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/detail/index_math.h"
+#include "kernels/index_math.h"
 
 #if defined(__CUDACC__)
 #define DITTO_UPSAMPLE_HD __host__ __device__ __forceinline__
@@ -30,8 +30,6 @@ struct UpsampleDims {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;  // planes = N * C
   bool bilinear = false, align_corners = false;
 };
-
-using detail::div_nonneg;
 
 // Nearest: the source of output o, and the first output whose source is i (outputs with source i
 // are [nearest_first_out(i), nearest_first_out(i + 1))).

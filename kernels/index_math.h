@@ -1,4 +1,5 @@
-// Internal: index arithmetic shared by host and device code of the issue-18 op families.
+// Index arithmetic shared by the host and device code of the issue-18 op families (kernels/*.cu and
+// the host/device functions of kernels/upsample_ref.h). Header-only, no CUDA headers.
 #pragma once
 #include <cstdint>
 
@@ -8,7 +9,7 @@
 #define DITTO_INDEX_HD inline
 #endif
 
-namespace ditto::detail {
+namespace ditto::ref {
 
 // a / b for a >= 0, b > 0. On the device a 32-bit division where both fit: 64-bit division is
 // emulated and several times slower, and kernels divide per element.
@@ -19,4 +20,4 @@ DITTO_INDEX_HD int64_t div_nonneg(int64_t a, int64_t b) {
   return a / b;
 }
 
-}  // namespace ditto::detail
+}  // namespace ditto::ref
