@@ -3,9 +3,14 @@
 // gradient, batch-norm backward, loss reduction) `--runs` times on the same inputs and reports,
 // per variant: how many distinct results (bitwise, by fingerprint), the largest elementwise
 // difference from the first result (how big the noise is), and microseconds per call.
+// The issue-18 families (scatter-add / embedding backward, upsampling backward, pixel-wise loss,
+// sum reduction) run at realistic sizes of their own, fixed below, not at the conv shape.
+// --families picks some of conv, bias, pool, bn, loss, scatter, upsample, pixel_xent, reduce.
 // Writes op_noise.csv and op_noise.json to --out.
 //   op_noise --n 32 --c 64 --hw 32 --k 64 --r 3 --runs 20 --out runs/op_noise
+//   op_noise --families scatter,upsample,pixel_xent,reduce --out runs/op_noise18
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,7 +27,11 @@
 #include "kernels/bias.h"
 #include "kernels/conv2d.h"
 #include "kernels/loss.h"
+#include "kernels/pixel_xent.h"
 #include "kernels/pool.h"
+#include "kernels/reduction.h"
+#include "kernels/scatter.h"
+#include "kernels/upsample.h"
 
 using namespace ditto;
 
@@ -34,6 +43,17 @@ struct Row {
   int runs = 0;
   double max_abs_diff = 0, us_per_call = 0;
 };
+
+const std::vector<std::string> kFamilies = {"conv", "bias", "pool", "bn", "loss", "scatter", "upsample",
+                                            "pixel_xent", "reduce"};
+
+std::vector<int32_t> random_ints(int64_t n, int32_t hi, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int32_t> d(0, hi - 1);
+  std::vector<int32_t> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = d(g);
+  return v;
+}
 
 std::vector<float> randoms(int64_t n, uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -76,6 +96,7 @@ int main(int argc, char** argv) {
   int64_t n = 32, c = 64, hw = 32, k = 64;
   int r = 3, stride = 1, runs = 20;
   std::string device = "cuda", out = "runs/op_noise";
+  std::vector<std::string> families = kFamilies;
   app.add_option("--n", n, "batch")->check(CLI::PositiveNumber);
   app.add_option("--c", c, "input channels")->check(CLI::PositiveNumber);
   app.add_option("--hw", hw, "height = width")->check(CLI::PositiveNumber);
@@ -85,7 +106,11 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "calls per variant")->check(CLI::Range(2, 10000));
   app.add_option("--device", device);
   app.add_option("--out", out);
+  app.add_option("--families", families, "op families to run (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kFamilies));
   CLI11_PARSE(app, argc, argv);
+  auto want = [&](const char* f) { return std::find(families.begin(), families.end(), f) != families.end(); };
 
   try {
     const Device dev = Device::parse(device);
@@ -112,6 +137,7 @@ int main(int argc, char** argv) {
     // Convolution: every algorithm cuDNN supports for each direction (a fresh context each, so
     // no cache or autotuning state carries over).
     for (std::string dir : {"fwd", "bwd_data", "bwd_filter"}) {
+      if (!want("conv")) break;
       std::vector<std::string> algos;
       {
         Context probe(dev);
@@ -130,6 +156,7 @@ int main(int argc, char** argv) {
     }
     // Bias gradient of the conv output (db over N*H*W per channel).
     for (std::string v : {"atomic", "deterministic", "cudnn"}) {
+      if (!want("bias")) break;
       Context ctx(dev, Policy::parse({"conv.bias_bwd=" + v}));
       Var y(ctx.from_host(dyv, ys), true), b(ctx.zeros({ys[1]}), true);
       Tensor seed = ctx.from_host(dyv, ys);
@@ -145,6 +172,7 @@ int main(int argc, char** argv) {
     const Shape ps = pool_output_shape(xs, pp);
     const auto pdy = randoms(shape_numel(ps), 4);
     for (std::string v : {"cudnn", "cudnn-deterministic", "atomic-scatter", "gather"}) {
+      if (!want("pool")) break;
       Context ctx(dev, Policy::parse({"pool.bwd=" + v}));
       Var x(ctx.from_host(xv, xs), true);
       Tensor seed = ctx.from_host(pdy, ps);
@@ -157,6 +185,7 @@ int main(int argc, char** argv) {
     }
     // Batch norm (training) on the conv input: dgamma is the reduced quantity.
     for (std::string v : {"cudnn", "atomic", "deterministic"}) {
+      if (!want("bn")) break;
       Context ctx(dev, Policy::parse({"bn.bwd=" + v}));
       Var x(ctx.from_host(xv, xs), true), g(ctx.full({c}, 1.f), true), be(ctx.zeros({c}), true);
       BatchNormState st{ctx.zeros({c}), ctx.full({c}, 1.f)};
@@ -174,11 +203,96 @@ int main(int argc, char** argv) {
     std::vector<int32_t> labels(static_cast<std::size_t>(rows_n));
     for (int64_t i = 0; i < rows_n; ++i) labels[i] = static_cast<int32_t>(i % 10);
     for (std::string v : {"atomic", "deterministic"}) {
+      if (!want("loss")) break;
       Context ctx(dev, Policy::parse({"loss.reduce=" + v}));
       Var logits(ctx.from_host(logits_v, {rows_n, 10}), false);
       Tensor lab = ctx.from_host(labels, {rows_n});
       add(measure(ctx, runs, [&] { return softmax_cross_entropy(ctx, "loss", logits, lab).value(); }), "softmax_xent",
           "reduce", v, fmt::format("logits[{}, 10]", rows_n));
+    }
+
+    // ---- issue 18 part A, at sizes of their own.
+    // Embedding backward (the weight gradient is a scatter-add of dy by the indices): a 1M x 64
+    // table and a batch of 4096 x 20 lookups, uniform over the table and from 1000 hot rows; an
+    // embedding bag of 4096 bags of 20 (sum, mean); TensorFlow's unsorted_segment_sum of 262144
+    // rows of 64 into 4096 segments.
+    if (want("scatter")) {
+      const int64_t table_rows = 1000000, d = 64, bags = 4096, per_bag = 20, m = bags * per_bag;
+      const auto emb_dy = randoms(m * d, 6), bag_dy = randoms(bags * d, 7);
+      const auto uniform = random_ints(m, int32_t(table_rows), 8), hot = random_ints(m, 1000, 9);
+      for (std::string v : {"atomic", "sorted"}) {
+        for (const auto* idx_v : {&uniform, &hot}) {
+          Context ctx(dev, Policy::parse({"emb.scatter=" + v}));
+          Tensor idx = ctx.from_host(*idx_v, {bags, per_bag}), dy = ctx.from_host(emb_dy, {bags, per_bag, d});
+          add(measure(ctx, runs, [&] { return embedding_backward(ctx, "emb", dy, idx, table_rows); }), "embedding", "scatter",
+              v, fmt::format("table[{}, {}] idx[{}, {}] {}", table_rows, d, bags, per_bag,
+                             idx_v == &uniform ? "uniform" : "of 1000 rows"));
+        }
+        for (BagMode mode : {BagMode::Sum, BagMode::Mean}) {
+          Context ctx(dev, Policy::parse({"bag.scatter=" + v}));
+          Tensor idx = ctx.from_host(uniform, {bags, per_bag}), dy = ctx.from_host(bag_dy, {bags, d});
+          add(measure(ctx, runs, [&] { return embedding_bag_backward(ctx, "bag", dy, idx, Tensor(), mode, table_rows); }),
+              "embedding_bag", "scatter", v,
+              fmt::format("table[{}, {}] {} bags of {} ({})", table_rows, d, bags, per_bag, bag_mode_name(mode)));
+        }
+        Context ctx(dev, Policy::parse({"seg.scatter=" + v}));
+        const int64_t seg_m = 262144, segments = 4096;
+        Tensor src = ctx.from_host(randoms(seg_m * d, 10), {seg_m, d});
+        Tensor ids = ctx.from_host(random_ints(seg_m, int32_t(segments), 11), {seg_m});
+        add(measure(ctx, runs, [&] { return unsorted_segment_sum(ctx, "seg", Var(src), ids, segments).value(); }),
+            "scatter_add", "scatter", v, fmt::format("src[{}, {}] into {} rows", seg_m, d, segments));
+      }
+    }
+    // Upsampling backward on the issue's size: 128x64x64x64 to 128x128 (scale 2), nearest and
+    // bilinear both ways, and bilinear to 96x96 (scale 1.5).
+    if (want("upsample")) {
+      const Shape ux{128, 64, 64, 64};
+      struct Up {
+        UpsampleMode mode;
+        bool align;
+        int64_t out;
+      };
+      for (Up u : {Up{UpsampleMode::Nearest, false, 128}, Up{UpsampleMode::Bilinear, false, 128},
+                   Up{UpsampleMode::Bilinear, true, 128}, Up{UpsampleMode::Bilinear, false, 96}}) {
+        UpsampleParams up;
+        up.mode = u.mode;
+        up.align_corners = u.align;
+        up.out_h = up.out_w = u.out;
+        const auto up_dy = randoms(ux[0] * ux[1] * u.out * u.out, 12);
+        for (std::string v : {"atomic", "gather"}) {
+          Context ctx(dev, Policy::parse({"up.bwd=" + v}));
+          Tensor dy = ctx.from_host(up_dy, {ux[0], ux[1], u.out, u.out});
+          add(measure(ctx, runs, [&] { return upsample2d_backward(ctx, "up", dy, ux, up); }), "upsample", "bwd", v,
+              fmt::format("x{} to {}x{} {}{}", shape_str(ux), u.out, u.out, upsample_mode_name(u.mode),
+                          u.align ? " align_corners" : ""));
+        }
+      }
+    }
+    // Pixel-wise cross-entropy (forward: the reduction over pixels is what varies) on a
+    // segmentation batch: 16 images, 21 classes, 256x256, one pixel in ten ignored (255).
+    if (want("pixel_xent")) {
+      const int64_t pn = 16, pc = 21, ph = 256;
+      const auto lv = randoms(pn * pc * ph * ph, 13);
+      auto lab = random_ints(pn * ph * ph, int32_t(pc), 14);
+      for (std::size_t i = 0; i < lab.size(); i += 10) lab[i] = 255;
+      for (std::string v : {"atomic", "deterministic"}) {
+        Context ctx(dev, Policy::parse({"seg.reduce=" + v}));
+        Var logits(ctx.from_host(lv, {pn, pc, ph, ph}), false);
+        Tensor labels = ctx.from_host(lab, {pn, ph, ph});
+        add(measure(ctx, runs, [&] { return pixel_cross_entropy(ctx, "seg", logits, labels, 255).value(); }),
+            "pixel_xent", "reduce", v, fmt::format("logits[{}, {}, {}, {}]", pn, pc, ph, ph));
+      }
+    }
+    // Sum of 16M values.
+    if (want("reduce")) {
+      const int64_t rn = int64_t(1) << 24;
+      const auto xv2 = randoms(rn, 15);
+      for (std::string v : {"atomic", "deterministic"}) {
+        Context ctx(dev, Policy::parse({"sum.reduce=" + v}));
+        Var x(ctx.from_host(xv2, {rn}), false);
+        add(measure(ctx, runs, [&] { return reduce_sum(ctx, "sum", x).value(); }), "reduce_sum", "reduce", v,
+            fmt::format("x[{}]", rn));
+      }
     }
 
     std::string csv = "op,knob,variant,shape,distinct,runs,max_abs_diff,us_per_call\n";

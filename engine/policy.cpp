@@ -35,6 +35,10 @@ const char* const kPoolNames[] = {"cudnn", "cudnn-deterministic", "atomic-scatte
 const char* const kBnNames[] = {"cudnn", "atomic", "deterministic"};
 const char* const kReduceNames[] = {"atomic", "deterministic"};
 const char* const kCublasAtomicsNames[] = {"off", "on"};
+// ---- issue 18 part A
+const char* const kScatterNames[] = {"atomic", "sorted"};
+const char* const kUpsampleBwdNames[] = {"atomic", "gather"};
+// ---- end of issue 18 part A
 
 template <std::size_t N>
 std::vector<std::string> names_vec(const char* const (&names)[N]) {
@@ -81,6 +85,13 @@ const char* op_kind_name(OpKind k) {
     case OpKind::MaxPool2d: return "maxpool2d";
     case OpKind::BatchNorm: return "batchnorm";
     case OpKind::SoftmaxXent: return "softmax_xent";
+    // ---- issue 18 part A
+    case OpKind::ScatterAdd: return "scatter_add";
+    case OpKind::Embedding: return "embedding";
+    case OpKind::Upsample: return "upsample";
+    case OpKind::PixelXent: return "pixel_xent";
+    case OpKind::Reduce: return "reduce";
+    // ---- end of issue 18 part A
   }
   return "?";
 }
@@ -105,6 +116,10 @@ const char* name_of(PoolBwd p) { return enum_name(p, kPoolNames); }
 const char* name_of(BnBwd b) { return enum_name(b, kBnNames); }
 const char* name_of(Reduction r) { return enum_name(r, kReduceNames); }
 const char* name_of(CublasAtomics c) { return enum_name(c, kCublasAtomicsNames); }
+// ---- issue 18 part A
+const char* name_of(ScatterAlgo s) { return enum_name(s, kScatterNames); }
+const char* name_of(UpsampleBwd u) { return enum_name(u, kUpsampleBwdNames); }
+// ---- end of issue 18 part A
 
 const std::vector<KnobSpec>& knobs() {
   static const std::vector<KnobSpec> table = {
@@ -121,6 +136,13 @@ const std::vector<KnobSpec>& knobs() {
       // cuDNN's batch-norm backward is undocumented either way.
       {"bwd", OpKind::BatchNorm, names_vec(kBnNames), {"cudnn", "atomic"}},
       {"reduce", OpKind::SoftmaxXent, names_vec(kReduceNames), {"atomic"}},
+      // ---- issue 18 part A: every atomic variant adds floats in the order threads arrive.
+      {"scatter", OpKind::ScatterAdd, names_vec(kScatterNames), {"atomic"}},
+      {"scatter", OpKind::Embedding, names_vec(kScatterNames), {"atomic"}},
+      {"bwd", OpKind::Upsample, names_vec(kUpsampleBwdNames), {"atomic"}},
+      {"reduce", OpKind::PixelXent, names_vec(kReduceNames), {"atomic"}},
+      {"reduce", OpKind::Reduce, names_vec(kReduceNames), {"atomic"}},
+      // ---- end of issue 18 part A
   };
   return table;
 }
@@ -191,6 +213,10 @@ Policy& Policy::pin(const std::string& l, PoolBwd p) { return set(l + ".bwd=" + 
 Policy& Policy::pin(const std::string& l, BnBwd b) { return set(l + ".bwd=" + name_of(b)); }
 Policy& Policy::pin(const std::string& l, Reduction r) { return set(l + ".reduce=" + name_of(r)); }
 Policy& Policy::pin(const std::string& l, CublasAtomics c) { return set(l + ".cublas_atomics=" + name_of(c)); }
+// ---- issue 18 part A
+Policy& Policy::pin(const std::string& l, ScatterAlgo s) { return set(l + ".scatter=" + name_of(s)); }
+Policy& Policy::pin(const std::string& l, UpsampleBwd u) { return set(l + ".bwd=" + name_of(u)); }
+// ---- end of issue 18 part A
 
 std::string shape_key(const std::vector<int64_t>& shape) {
   std::string out;
@@ -293,6 +319,35 @@ CublasAtomics Policy::cublas_atomics(const std::string& layer) const {
   if (is_mode_word(v)) return CublasAtomics::Off;
   return parse_enum<CublasAtomics>(v, kCublasAtomicsNames);
 }
+
+// ---- issue 18 part A
+ScatterAlgo Policy::scatter(const std::string& layer, OpKind kind) const {
+  if (kind != OpKind::ScatterAdd && kind != OpKind::Embedding)
+    throw Error(fmt::format("layer '{}': the scatter knob belongs to scatter_add and embedding layers, not {}", layer,
+                            op_kind_name(kind)));
+  auto v = lookup(layer, "scatter", kind);
+  if (v == "deterministic") return ScatterAlgo::Sorted;
+  if (is_mode_word(v)) return ScatterAlgo::Atomic;
+  return parse_enum<ScatterAlgo>(v, kScatterNames);
+}
+
+UpsampleBwd Policy::upsample_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::Upsample);
+  if (v == "deterministic") return UpsampleBwd::Gather;
+  if (is_mode_word(v)) return UpsampleBwd::Atomic;
+  return parse_enum<UpsampleBwd>(v, kUpsampleBwdNames);
+}
+
+Reduction Policy::reduction(const std::string& layer, OpKind kind) const {
+  if (kind != OpKind::PixelXent && kind != OpKind::Reduce)
+    throw Error(fmt::format("layer '{}': Policy::reduction serves pixel_xent and reduce layers, not {}", layer,
+                            op_kind_name(kind)));
+  auto v = lookup(layer, "reduce", kind);
+  if (v == "deterministic") return Reduction::Deterministic;
+  if (is_mode_word(v)) return Reduction::Atomic;
+  return parse_enum<Reduction>(v, kReduceNames);
+}
+// ---- end of issue 18 part A
 
 std::string Policy::requested(const std::string& layer, const std::string& knob, OpKind kind) const {
   auto v = lookup(layer, knob, kind);

@@ -24,6 +24,9 @@
 //   maxpool2d: bwd (cudnn|cudnn-deterministic|atomic-scatter|gather)
 //   batchnorm: bwd (cudnn|atomic|deterministic)
 //   softmax_xent: reduce (atomic|deterministic)
+//   scatter_add, embedding: scatter (atomic|sorted)
+//   upsample:  bwd (atomic|gather)
+//   pixel_xent, reduce: reduce (atomic|deterministic)
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,7 +36,12 @@
 
 namespace ditto {
 
-enum class OpKind { Conv2d, Linear, MaxPool2d, BatchNorm, SoftmaxXent };
+enum class OpKind {
+  Conv2d, Linear, MaxPool2d, BatchNorm, SoftmaxXent,
+  // ---- issue 18 part A: scatter-add / segment sums, embeddings, upsampling, pixel-wise loss, reductions
+  ScatterAdd, Embedding, Upsample, PixelXent, Reduce,
+  // ---- end of issue 18 part A
+};
 const char* op_kind_name(OpKind k);
 
 enum class SelectMode { Pinned, Heuristic, Deterministic, Nondeterministic, Fastest };
@@ -51,6 +59,14 @@ enum class PoolBwd { Cudnn, CudnnDeterministic, AtomicScatter, Gather };
 enum class BnBwd { Cudnn, Atomic, Deterministic };
 enum class Reduction { Atomic, Deterministic };
 enum class CublasAtomics { Off, On };
+// ---- issue 18 part A
+// How a scatter-add runs (knob `scatter` of scatter_add and embedding layers; kernels/scatter.h):
+// atomicAdd per element, or a stable radix sort by destination row and fixed-order segment sums.
+enum class ScatterAlgo { Atomic, Sorted };
+// Upsampling backward (knob `bwd` of upsample layers; kernels/upsample.h): atomicAdd scatter from
+// every output gradient, or a gather per input pixel in a fixed order.
+enum class UpsampleBwd { Atomic, Gather };
+// ---- end of issue 18 part A
 
 // Names as used in policy strings and manifests ("algo0", "implicit_precomp_gemm", ...).
 // The numeric value of each cuDNN conv algorithm equals the cuDNN enum value it stands for.
@@ -63,6 +79,10 @@ const char* name_of(PoolBwd p);
 const char* name_of(BnBwd b);
 const char* name_of(Reduction r);
 const char* name_of(CublasAtomics c);
+// ---- issue 18 part A
+const char* name_of(ScatterAlgo s);
+const char* name_of(UpsampleBwd u);
+// ---- end of issue 18 part A
 
 // A convolution algorithm choice: a selection mode, and the algorithm when pinned.
 template <class Algo>
@@ -102,6 +122,10 @@ class Policy {
   Policy& pin(const std::string& layer, BnBwd b);
   Policy& pin(const std::string& layer, Reduction r);
   Policy& pin(const std::string& layer, CublasAtomics c);
+  // ---- issue 18 part A
+  Policy& pin(const std::string& layer, ScatterAlgo s);   // LAYER.scatter=...
+  Policy& pin(const std::string& layer, UpsampleBwd u);   // LAYER.bwd=...
+  // ---- end of issue 18 part A
 
   // Resolution for one layer. Throws PolicyError if a rule naming this layer uses a knob that
   // its op kind lacks.
@@ -115,6 +139,16 @@ class Policy {
   BnBwd bn_bwd(const std::string& layer) const;
   Reduction loss_reduce(const std::string& layer) const;
   CublasAtomics cublas_atomics(const std::string& layer) const;
+  // ---- issue 18 part A
+  // kind: OpKind::ScatterAdd or OpKind::Embedding (any other is an Error). deterministic: sorted;
+  // heuristic, nondeterministic, fastest: atomic (TensorFlow's and JAX's scatter-add, PyTorch's
+  // index_add_ / scatter_add_).
+  ScatterAlgo scatter(const std::string& layer, OpKind kind) const;
+  // deterministic: gather; heuristic, nondeterministic, fastest: atomic (PyTorch's bilinear).
+  UpsampleBwd upsample_bwd(const std::string& layer) const;
+  // kind: OpKind::PixelXent or OpKind::Reduce. deterministic: deterministic; other modes: atomic.
+  Reduction reduction(const std::string& layer, OpKind kind) const;
+  // ---- end of issue 18 part A
 
   // What the policy asked for one knob of one layer, as manifests record it: the mode word that
   // resolved it ("heuristic", "deterministic", "nondeterministic", "fastest") or "pinned" where

@@ -3,12 +3,24 @@
 #include <fmt/format.h>
 
 namespace ditto {
+namespace {
 
-void check_f32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what) {
+void check_dtype_on(const Context& ctx, const Tensor& t, DType want, const std::string& op, const std::string& what) {
   if (!t.defined()) throw ShapeError(fmt::format("{}: {} is undefined", op, what));
-  if (t.dtype() != DType::F32) throw ShapeError(fmt::format("{}: {} must be f32, is {}", op, what, dtype_name(t.dtype())));
+  if (t.dtype() != want)
+    throw ShapeError(fmt::format("{}: {} must be {}, is {}", op, what, dtype_name(want), dtype_name(t.dtype())));
   if (t.device() != ctx.device())
     throw ShapeError(fmt::format("{}: {} is on {} but the context is on {}", op, what, t.device().str(), ctx.device().str()));
+}
+
+}  // namespace
+
+void check_f32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what) {
+  check_dtype_on(ctx, t, DType::F32, op, what);
+}
+
+void check_i32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what) {
+  check_dtype_on(ctx, t, DType::I32, op, what);
 }
 
 void check_ndim(const Tensor& t, int ndim, const std::string& op, const std::string& what) {

@@ -53,6 +53,9 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # peer_common beside this file
+from peer_common import percentile, short_error  # noqa: E402
+
 try:
     import torchvision  # noqa: E402
 except ImportError:  # the two models defined here still run
@@ -170,16 +173,6 @@ def apply_mode(mode, warn_only=False):
     torch.backends.cudnn.allow_tf32 = False
 
 
-def percentile(sorted_values, q):
-    """Linear interpolation between closest ranks (numpy's default; ditto's stats.h too)."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def measure(name, mode, warn_only, x, y, args):
     apply_mode(mode, warn_only)
     torch.manual_seed(args.seed)
@@ -230,11 +223,6 @@ def measure(name, mode, warn_only, x, y, args):
         }
     finally:
         del opt, model
-
-
-def short_error(exc):
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:400]
 
 
 def is_oom(exc):

@@ -43,6 +43,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import percentile, short_error  # noqa: E402
 from torch_train import ResNet18, SmallCNN  # noqa: E402
 
 # PyTorch >= 2.9 warns that allow_tf32 will give way to fp32_precision. We set only the legacy
@@ -137,16 +138,6 @@ def capture_step(model, opt, x, y):
     return graph, static_loss
 
 
-def percentile(sorted_values, q):
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def time_steps(run_one_step, warmup, steps):
     for _ in range(warmup):
         run_one_step()
@@ -185,11 +176,6 @@ def measure(model_name, mode, graphed, x, y, args):
         # torch.cuda.graph.__exit__ leaves its capture stream current if capture_end raises.
         torch.cuda.set_stream(stream)
         del graph, opt, model
-
-
-def short_error(exc):
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:400]
 
 
 def main():

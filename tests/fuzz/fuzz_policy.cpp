@@ -21,6 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       p.bn_bwd(layer);
       p.loss_reduce(layer);
       p.cublas_atomics(layer);
+      p.scatter(layer, ditto::OpKind::Embedding);
+      p.scatter(layer, ditto::OpKind::ScatterAdd);
+      p.upsample_bwd(layer);
+      p.reduction(layer, ditto::OpKind::PixelXent);
+      p.reduction(layer, ditto::OpKind::Reduce);
       p.requested(layer, "bwd_filter", ditto::OpKind::Conv2d);
     }
   });

@@ -1,0 +1,48 @@
+// Internal: CUDA launchers of kernels/scatter.cu. Rows hold d floats; indices are i32.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ditto { class Context; }
+
+namespace ditto::cuda {
+
+// One scatter-add: out[index[j]] += scale_j * src[row_j] for j < m, where row_j = j, or
+// src_row[j] when src_row is set (a negative row contributes nothing), and scale_j = 1, or
+// src_scale[j] when src_scale is set (the product is rounded before it is added). Positions whose
+// index is outside [0, rows) contribute nothing and set *bad = 1 where bad is not null.
+struct ScatterRows {
+  const float* src = nullptr;
+  const int32_t* index = nullptr;
+  const int32_t* src_row = nullptr;
+  const float* src_scale = nullptr;
+  int64_t m = 0, d = 0, rows = 0;
+};
+
+// Both variants overwrite out (rows x d) entirely: zeros where no index points.
+void scatter_atomic(Context& ctx, const ScatterRows& p, float* out, int32_t* bad);
+// Workspace bytes scatter_sorted needs for this problem (keys, positions, the sort's scratch and the
+// pieces of runs that cross tiles); a function of (m, d, rows) only. No device work.
+std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows);
+void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
+                    std::size_t workspace_bytes);
+// out[0 .. n) = NaN when *bad != 0 (read on the device).
+void poison_if_flagged(Context& ctx, const int32_t* bad, float* out, int64_t n);
+
+// out[j] = table[index[j]] (rows of d), NaN where index[j] is outside [0, rows).
+void gather_rows(Context& ctx, const float* table, const int32_t* index, float* out, int64_t m, int64_t d,
+                 int64_t rows);
+
+// Bags of embedding_bag: with offsets (length `bags`), bag b is [offsets[b], offsets[b+1]) (the
+// last ends at m); without, bag b is [b * bag_size, (b + 1) * bag_size).
+struct BagRows {
+  const int32_t* offsets = nullptr;
+  int64_t bag_size = 0, bags = 0, m = 0;
+};
+void embedding_bag_fwd(Context& ctx, const float* table, const int32_t* index, const BagRows& bags, int64_t d,
+                       int64_t rows, bool mean, float* y);
+// For the backward scatter: src_row[j] = the bag of position j (-1: none), and with mean
+// src_scale[j] = 1 / (that bag's size) (src_scale may be null for sum).
+void embedding_bag_sources(Context& ctx, const BagRows& bags, bool mean, int32_t* src_row, float* src_scale);
+
+}  // namespace ditto::cuda

@@ -1,0 +1,121 @@
+// Pixel-wise cross-entropy CUDA kernels.
+//
+// pixel_xent_kernel: the fixed geometry of kernels/detail/fixed_sum.cuh over the N*H*W pixels. Each
+//   thread takes its pixels in a fixed order; per pixel it reads the C logits once (stride H*W:
+//   adjacent threads read adjacent pixels), computes the log-sum-exp with a running maximum (kept
+//   for backward) and
+//   adds lse - logit[label] unless the label is the ignore index. Then
+//     kAtomic = true:  warp sums atomicAdded into loss[0]: NOT deterministic (not_guaranteed);
+//                      divide_scalar_kernel then divides by the count.
+//     kAtomic = false: block sums in a fixed order into partials; fixed_sum_final_kernel adds them
+//                      and divides by the count: gpu_to_gpu.
+//   The counted pixels are added as integers (warp sums, atomicAdd): exact in any order.
+// pixel_xent_bwd_kernel: one thread per logit, no reduction: deterministic.
+#include <cub/warp/warp_reduce.cuh>
+
+#include <cmath>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
+#include "kernels/detail/fixed_sum.cuh"
+#include "kernels/index_math.h"
+#include "kernels/detail/pixel_xent_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int64_t kPerThread = 4;  // pixels per thread before another block is opened
+using WarpCount = cub::WarpReduce<int>;
+
+template <bool kAtomic>
+__global__ void __launch_bounds__(kSumBlock)
+    pixel_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels, int64_t pixels, int64_t c,
+                      int64_t hw, int ignore, float* __restrict__ lse_out, int32_t* count, float* out) {
+  const int64_t stride = int64_t(gridDim.x) * kSumBlock;
+  float acc = 0.f;
+  int counted = 0;
+  for (int64_t p = blockIdx.x * int64_t(kSumBlock) + threadIdx.x; p < pixels; p += stride) {
+    const int64_t n = ref::div_nonneg(p, hw), s = p - n * hw;
+    const float* x = logits + n * c * hw + s;
+    // One pass over the channels (the logits are read once): a running maximum m and the sum e of
+    // exp(x - m), rescaled when m grows. A NaN logit makes e NaN.
+    float m = -INFINITY, e = 0.f;
+    for (int64_t k = 0; k < c; ++k) {
+      const float v = x[k * hw];
+      if (v > m) {
+        e = e * expf(m - v) + 1.f;
+        m = v;
+      } else {
+        e += expf(v - m);
+      }
+    }
+    const float lse = m + logf(e);
+    lse_out[p] = lse;
+    const int32_t label = labels[p];
+    if (label == ignore) continue;
+    ++counted;
+    acc += (label >= 0 && label < c) ? lse - x[label * hw] : NAN;
+  }
+  __shared__ WarpCount::TempStorage count_tmp[kSumBlock / 32];
+  const int warp_count = WarpCount(count_tmp[threadIdx.x >> 5]).Sum(counted);
+  if ((threadIdx.x & 31) == 0 && warp_count) atomicAdd(count, warp_count);
+  fixed_sum_block<kAtomic>(acc, out);
+}
+
+__global__ void pixel_xent_bwd_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels,
+                                      const float* __restrict__ lse, const float* dl, const int32_t* count, int64_t n,
+                                      int64_t c, int64_t hw, int ignore, float* __restrict__ dlogits) {
+  const float scale = dl[0] / static_cast<float>(*count);
+  const int64_t total = n * c * hw;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = ref::div_nonneg(k, hw), s = k - q * hw;  // q = image * c + channel
+    const int64_t img = ref::div_nonneg(q, c), ch = q - img * c;
+    const int64_t p = img * hw + s;
+    const int32_t label = labels[p];
+    float g;
+    if (label == ignore)
+      g = 0.f;
+    else if (label < 0 || label >= c)
+      g = NAN;
+    else
+      g = (expf(logits[k] - lse[p]) - (ch == label ? 1.f : 0.f)) * scale;
+    dlogits[k] = g;
+  }
+}
+
+}  // namespace
+
+std::size_t pixel_xent_workspace_floats(int64_t pixels, Reduction r) {
+  return r == Reduction::Deterministic ? static_cast<std::size_t>(fixed_sum_parts(pixels, kPerThread)) : 0;
+}
+
+void pixel_xent_fwd(Context& ctx, const float* logits, const int32_t* labels, int64_t n, int64_t c, int64_t hw,
+                    int ignore, Reduction r, float* lse, int32_t* count, float* partials, float* loss) {
+  cudaStream_t st = detail::stream_of(ctx);
+  const int64_t pixels = n * hw;
+  const unsigned parts = static_cast<unsigned>(fixed_sum_parts(pixels, kPerThread));
+  DITTO_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), st));
+  if (r == Reduction::Atomic) {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), st));
+    pixel_xent_kernel<true><<<parts, kSumBlock, 0, st>>>(logits, labels, pixels, c, hw, ignore, lse, count, loss);
+    DITTO_CHECK_LAUNCH(ctx);
+    divide_scalar_kernel<<<1, 1, 0, st>>>(loss, count, 1.f);
+    DITTO_CHECK_LAUNCH(ctx);
+    return;
+  }
+  pixel_xent_kernel<false><<<parts, kSumBlock, 0, st>>>(logits, labels, pixels, c, hw, ignore, lse, count, partials);
+  DITTO_CHECK_LAUNCH(ctx);
+  fixed_sum_final_kernel<<<1, kSumMaxParts, 0, st>>>(partials, parts, count, 1.f, loss);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void pixel_xent_bwd(Context& ctx, const float* logits, const int32_t* labels, const float* lse, const float* dl,
+                    const int32_t* count, int64_t n, int64_t c, int64_t hw, int ignore, float* dlogits) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return;
+  pixel_xent_bwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(logits, labels, lse, dl, count, n,
+                                                                                    c, hw, ignore, dlogits);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda

@@ -1,0 +1,64 @@
+#include "kernels/reduction.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "kernels/check.h"
+#include "kernels/detail/own_knob.h"
+#include "kernels/detail/reduction_cuda.h"
+#include "kernels/reduction_ref.h"
+
+namespace ditto {
+namespace {
+
+Var reduce_all(Context& ctx, const std::string& layer, const Var& x, bool mean) {
+  const char* name = mean ? "reduce_mean" : "reduce_sum";
+  const std::string op = fmt::format("{} (layer '{}')", name, layer);
+  check_f32_on(ctx, x.value(), op, "x");
+  const int64_t n = x.value().numel();
+  const Reduction r = ctx.policy().reduction(layer, OpKind::Reduce);
+  const std::string requested = ctx.policy().requested(layer, "reduce", OpKind::Reduce);
+  Tensor out = ctx.empty({1});
+  std::size_t ws_bytes = 0;
+  if (ctx.is_cuda()) {
+    ws_bytes = sizeof(float) * cuda::reduce_workspace_floats(n, r);
+    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    if (!ws.ok())
+      throw PolicyError(fmt::format("{}: reduce=deterministic needs a workspace of {} bytes, which could not be "
+                                    "allocated; reduce=atomic needs none",
+                                    op, ws_bytes));
+    cuda::reduce_all(ctx, x.value().f32(), n, mean, r, static_cast<float*>(ws.get()), out.f32());
+  } else {
+    const double s = ref::sum_all(x.value().f32(), n);
+    out.f32()[0] = static_cast<float>(mean ? s / double(n) : s);
+  }
+  detail::record_own_knob(ctx, layer, "reduce", "reduce", name_of(r), requested, r == Reduction::Deterministic,
+                          ws_bytes);
+
+  const bool grad = needs_grad(ctx, {&x});
+  Var y(std::move(out), grad);
+  if (grad) {
+    ctx.tape().record(name, layer, {{"x", x}}, y, [x, y, n, mean](Context& c) {
+      if (!y.grad().defined()) return;
+      Tensor dx = c.empty(x.shape());
+      if (c.is_cuda()) {
+        cuda::reduce_all_bwd(c, y.grad().f32(), dx.f32(), n, mean);
+      } else {
+        const float g = static_cast<float>(mean ? double(y.grad().f32()[0]) / double(n) : double(y.grad().f32()[0]));
+        std::fill(dx.f32(), dx.f32() + n, g);
+      }
+      accumulate_grad(c, x, std::move(dx));
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Var reduce_sum(Context& ctx, const std::string& layer, const Var& x) { return reduce_all(ctx, layer, x, false); }
+Var reduce_mean(Context& ctx, const std::string& layer, const Var& x) { return reduce_all(ctx, layer, x, true); }
+
+}  // namespace ditto

@@ -1,0 +1,23 @@
+// Sum and mean of all elements of a tensor, to a {1} tensor (a loss's batch reduction, a global
+// statistic). The reduction is the knob `reduce` of op kind reduce:
+//   atomic         each warp's sum is atomicAdded into the output in the order warps arrive: NOT
+//                  deterministic (Determinism no, not_guaranteed); a mean is divided afterwards.
+//   deterministic  per-block sums in a fixed order (each thread a fixed strided set of elements, then
+//                  cub::BlockReduce), then one block adds the at most 1024 partials the same way: the
+//                  number of blocks depends on the element count alone, so the same bits for a given
+//                  shape on any GPU (Determinism yes, gpu_to_gpu). kernels/detail/fixed_sum.cuh.
+// The CPU adds in double in index order (variant "cpu-reference" in the manifest).
+// The mean of an empty tensor is NaN (0/0, as PyTorch's); its sum is 0.
+// Backward: dx = dy (sum) or dy / numel (mean) everywhere: one thread per element, deterministic.
+#pragma once
+#include <string>
+
+#include "engine/context.h"
+#include "engine/tape.h"
+
+namespace ditto {
+
+Var reduce_sum(Context& ctx, const std::string& layer, const Var& x);
+Var reduce_mean(Context& ctx, const std::string& layer, const Var& x);
+
+}  // namespace ditto

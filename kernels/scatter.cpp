@@ -1,0 +1,312 @@
+#include "kernels/scatter.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "kernels/check.h"
+#include "kernels/detail/own_knob.h"
+#include "kernels/detail/scatter_cuda.h"
+#include "kernels/scatter_ref.h"
+
+namespace ditto {
+namespace {
+
+constexpr const char* kKnob = "scatter";
+
+std::string where(const char* op, const std::string& layer) { return fmt::format("{} (layer '{}')", op, layer); }
+
+// The payload of one row of a {rows, ...} tensor: the product of its dimensions after the first.
+int64_t row_width(const Shape& s) {
+  int64_t d = 1;
+  for (std::size_t i = 1; i < s.size(); ++i) d *= s[i];
+  return d;
+}
+
+// Positions are i32 on the GPU (the sort's values) and rows are named by i32 indices.
+void check_counts(const std::string& op, int64_t m, int64_t rows) {
+  if (m > INT_MAX) throw ShapeError(fmt::format("{}: {} indices; at most 2^31-1 are supported", op, m));
+  if (rows < 0 || rows > INT_MAX)
+    throw ShapeError(fmt::format("{}: {} rows; between 0 and 2^31-1 are supported", op, rows));
+}
+
+void check_range_cpu(const Tensor& index, int64_t rows, const std::string& op) {
+  const int32_t* idx = index.i32();
+  for (int64_t j = 0; j < index.numel(); ++j)
+    if (idx[j] < 0 || idx[j] >= rows)
+      throw DataError(fmt::format("{}: position {} has index {}, outside [0, {})", op, j, idx[j], rows));
+}
+
+// Runs the layer's `scatter` variant for one problem into out (rows x d, overwritten) and records
+// what ran. bad (device, zeroed) is set where an index is out of range; may be null.
+void run_scatter(Context& ctx, const std::string& layer, const char* op, OpKind kind, const cuda::ScatterRows& p,
+                 float* out, int32_t* bad) {
+  const ScatterAlgo algo = ctx.policy().scatter(layer, kind);
+  const std::string requested = ctx.policy().requested(layer, kKnob, kind);
+  std::size_t ws_bytes = 0;
+  if (algo == ScatterAlgo::Atomic) {
+    cuda::scatter_atomic(ctx, p, out, bad);
+  } else {
+    ws_bytes = cuda::scatter_sorted_workspace(p.m, p.d, p.rows);
+    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    if (!ws.ok())
+      throw PolicyError(fmt::format("{}: scatter=sorted needs a workspace of {} bytes for {} indices into {} rows of "
+                                    "{}, which could not be allocated; scatter=atomic needs none",
+                                    where(op, layer), ws_bytes, p.m, p.rows, p.d));
+    cuda::scatter_sorted(ctx, p, out, bad, ws.get(), ws_bytes);
+  }
+  detail::record_own_knob(ctx, layer, op, kKnob, name_of(algo), requested, algo == ScatterAlgo::Sorted, ws_bytes);
+}
+
+// Resolves (and so validates) the layer's knob on any device and records it; on the GPU the
+// variant the backward pass will run.
+void record_planned(Context& ctx, const std::string& layer, const char* op, OpKind kind) {
+  const ScatterAlgo algo = ctx.policy().scatter(layer, kind);
+  detail::record_own_knob(ctx, layer, op, kKnob, name_of(algo), ctx.policy().requested(layer, kKnob, kind),
+                          algo == ScatterAlgo::Sorted);
+}
+
+struct BagShape {
+  int64_t bags = 0, m = 0, bag_size = 0;
+  bool has_offsets = false;
+};
+
+BagShape bag_shape(const Context& ctx, const Tensor& index, const Tensor& offsets, const std::string& op) {
+  check_i32_on(ctx, index, op, "index");
+  BagShape b;
+  if (offsets.defined()) {
+    check_i32_on(ctx, offsets, op, "offsets");
+    if (index.ndim() != 1 || offsets.ndim() != 1)
+      throw ShapeError(fmt::format("{}: with offsets, index and offsets must be 1-D, have shapes {} and {}", op,
+                                   shape_str(index.shape()), shape_str(offsets.shape())));
+    b.bags = offsets.shape()[0];
+    b.m = index.shape()[0];
+    b.has_offsets = true;
+  } else {
+    if (index.ndim() != 2)
+      throw ShapeError(fmt::format("{}: without offsets, index must be {{bags, bag size}}, has shape {}", op,
+                                   shape_str(index.shape())));
+    b.bags = index.shape()[0];
+    b.bag_size = index.shape()[1];
+    b.m = b.bags * b.bag_size;
+  }
+  return b;
+}
+
+void check_offsets_cpu(const Tensor& offsets, int64_t m, const std::string& op) {
+  const int32_t* off = offsets.i32();
+  const int64_t bags = offsets.numel();
+  if (bags > 0 && off[0] != 0) throw DataError(fmt::format("{}: offsets[0] is {}; the first bag starts at 0", op, off[0]));
+  for (int64_t b = 0; b < bags; ++b) {
+    if (b > 0 && off[b] < off[b - 1])
+      throw DataError(fmt::format("{}: offsets[{}] = {} is below offsets[{}] = {}; offsets must not decrease", op, b,
+                                  off[b], b - 1, off[b - 1]));
+    if (off[b] > m)
+      throw DataError(fmt::format("{}: offsets[{}] = {} is past the {} indices", op, b, off[b], m));
+  }
+}
+
+ref::Bags ref_bags(const BagShape& s, const Tensor& offsets) {
+  ref::Bags b;
+  b.m = s.m;
+  b.count = s.bags;
+  b.bag_size = s.bag_size;
+  b.offsets = s.has_offsets ? offsets.i32() : nullptr;
+  return b;
+}
+
+cuda::BagRows cuda_bags(const BagShape& s, const Tensor& offsets) {
+  cuda::BagRows b;
+  b.offsets = s.has_offsets ? offsets.i32() : nullptr;
+  b.bag_size = s.bag_size;
+  b.bags = s.bags;
+  b.m = s.m;
+  return b;
+}
+
+// dsrc[j] = dout[index[j]]: the backward pass of scatter_add (NaN rows for out-of-range indices on the GPU).
+Tensor gather_of(Context& ctx, const Tensor& table, const Tensor& index, int64_t m, int64_t d, int64_t rows,
+                 const Shape& out_shape) {
+  Tensor out = ctx.empty(out_shape);
+  if (ctx.is_cuda())
+    cuda::gather_rows(ctx, table.f32(), index.i32(), out.f32(), m, d, rows);
+  else
+    ref::gather_rows(table.f32(), index.i32(), out.f32(), m, d);
+  return out;
+}
+
+}  // namespace
+
+const char* bag_mode_name(BagMode m) { return m == BagMode::Sum ? "sum" : "mean"; }
+
+Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, int64_t num_rows) {
+  const std::string op = where("scatter_add", layer);
+  check_f32_on(ctx, src.value(), op, "src");
+  check_i32_on(ctx, index, op, "index");
+  const Shape& ss = src.shape();
+  if (ss.empty()) throw ShapeError(fmt::format("{}: src must have at least one dimension (the row)", op));
+  if (index.ndim() != 1 || index.shape()[0] != ss[0])
+    throw ShapeError(fmt::format("{}: index has shape {} but src has {} rows: one index per row of src expected", op,
+                                 shape_str(index.shape()), ss[0]));
+  const int64_t m = ss[0], d = row_width(ss);
+  check_counts(op, m, num_rows);
+  Shape out_shape = ss;
+  out_shape[0] = num_rows;
+
+  Tensor out = ctx.empty(out_shape);
+  if (ctx.is_cuda()) {
+    Tensor bad = ctx.zeros({1}, DType::I32);
+    cuda::ScatterRows p;
+    p.src = src.value().f32();
+    p.index = index.i32();
+    p.m = m;
+    p.d = d;
+    p.rows = num_rows;
+    run_scatter(ctx, layer, "scatter_add", OpKind::ScatterAdd, p, out.f32(), bad.i32());
+    cuda::poison_if_flagged(ctx, bad.i32(), out.f32(), out.numel());
+  } else {
+    check_range_cpu(index, num_rows, op);
+    ref::scatter_add_rows(src.value().f32(), index.i32(), out.f32(), m, d, num_rows);
+    record_planned(ctx, layer, "scatter_add", OpKind::ScatterAdd);
+  }
+
+  const bool grad = needs_grad(ctx, {&src});
+  Var y(std::move(out), grad);
+  if (grad) {
+    ctx.tape().record("scatter_add", layer, {{"src", src}, {"index", Var(index)}}, y, [src, index, y, m, d, num_rows](Context& c) {
+      if (!y.grad().defined()) return;
+      accumulate_grad(c, src, gather_of(c, y.grad(), index, m, d, num_rows, src.shape()));
+    });
+  }
+  return y;
+}
+
+Var embedding(Context& ctx, const std::string& layer, const Var& weight, const Tensor& index) {
+  const std::string op = where("embedding", layer);
+  check_f32_on(ctx, weight.value(), op, "weight");
+  check_ndim(weight.value(), 2, op, "weight");
+  check_i32_on(ctx, index, op, "index");
+  const int64_t rows = weight.shape()[0], d = weight.shape()[1], m = index.numel();
+  check_counts(op, m, rows);
+  Shape out_shape = index.shape();
+  out_shape.push_back(d);
+
+  Tensor out = ctx.empty(out_shape);
+  if (ctx.is_cuda()) {
+    cuda::gather_rows(ctx, weight.value().f32(), index.i32(), out.f32(), m, d, rows);
+  } else {
+    check_range_cpu(index, rows, op);
+    ref::gather_rows(weight.value().f32(), index.i32(), out.f32(), m, d);
+  }
+  record_planned(ctx, layer, "embedding", OpKind::Embedding);  // resolved now: a bad rule fails here
+
+  const bool grad = needs_grad(ctx, {&weight});
+  Var y(std::move(out), grad);
+  if (grad) {
+    ctx.tape().record("embedding", layer, {{"weight", weight}, {"index", Var(index)}}, y, [weight, index, y, layer, rows](Context& c) {
+      if (!y.grad().defined()) return;
+      accumulate_grad(c, weight, embedding_backward(c, layer, y.grad(), index, rows));
+    });
+  }
+  return y;
+}
+
+Tensor embedding_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,
+                          int64_t num_rows) {
+  const std::string op = where("embedding backward", layer);
+  check_f32_on(ctx, dy, op, "dy");
+  check_i32_on(ctx, index, op, "index");
+  const int64_t m = index.numel();
+  check_counts(op, m, num_rows);
+  Shape want = index.shape();
+  if (dy.ndim() != index.ndim() + 1 || !std::equal(want.begin(), want.end(), dy.shape().begin()))
+    throw ShapeError(fmt::format("{}: dy has shape {}, index {}: dy must be index's shape plus the row width", op,
+                                 shape_str(dy.shape()), shape_str(index.shape())));
+  const int64_t d = dy.shape().back();
+  Tensor dw = ctx.empty({num_rows, d});
+  if (ctx.is_cuda()) {
+    cuda::ScatterRows p;
+    p.src = dy.f32();
+    p.index = index.i32();
+    p.m = m;
+    p.d = d;
+    p.rows = num_rows;
+    run_scatter(ctx, layer, "embedding", OpKind::Embedding, p, dw.f32(), nullptr);
+  } else {
+    check_range_cpu(index, num_rows, op);
+    ref::scatter_add_rows(dy.f32(), index.i32(), dw.f32(), m, d, num_rows);
+    record_planned(ctx, layer, "embedding", OpKind::Embedding);
+  }
+  return dw;
+}
+
+Var embedding_bag(Context& ctx, const std::string& layer, const Var& weight, const Tensor& index,
+                  const Tensor& offsets, BagMode mode) {
+  const std::string op = where("embedding_bag", layer);
+  check_f32_on(ctx, weight.value(), op, "weight");
+  check_ndim(weight.value(), 2, op, "weight");
+  const BagShape bs = bag_shape(ctx, index, offsets, op);
+  const int64_t rows = weight.shape()[0], d = weight.shape()[1];
+  check_counts(op, bs.m, rows);
+  const bool mean = mode == BagMode::Mean;
+
+  Tensor out = ctx.empty({bs.bags, d});
+  if (ctx.is_cuda()) {
+    cuda::embedding_bag_fwd(ctx, weight.value().f32(), index.i32(), cuda_bags(bs, offsets), d, rows, mean, out.f32());
+  } else {
+    if (bs.has_offsets) check_offsets_cpu(offsets, bs.m, op);
+    check_range_cpu(index, rows, op);
+    ref::embedding_bag_fwd(weight.value().f32(), index.i32(), out.f32(), d, ref_bags(bs, offsets), mean);
+  }
+  record_planned(ctx, layer, "embedding_bag", OpKind::Embedding);
+
+  const bool grad = needs_grad(ctx, {&weight});
+  Var y(std::move(out), grad);
+  if (grad) {
+    ctx.tape().record("embedding_bag", layer, {{"weight", weight}, {"index", Var(index)}}, y,
+                      [weight, index, offsets, y, layer, mode, rows](Context& c) {
+                        if (!y.grad().defined()) return;
+                        accumulate_grad(c, weight, embedding_bag_backward(c, layer, y.grad(), index, offsets, mode, rows));
+                      });
+  }
+  return y;
+}
+
+Tensor embedding_bag_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,
+                              const Tensor& offsets, BagMode mode, int64_t num_rows) {
+  const std::string op = where("embedding_bag backward", layer);
+  check_f32_on(ctx, dy, op, "dy");
+  const BagShape bs = bag_shape(ctx, index, offsets, op);
+  check_counts(op, bs.m, num_rows);
+  if (dy.ndim() != 2 || dy.shape()[0] != bs.bags)
+    throw ShapeError(fmt::format("{}: dy has shape {} for {} bags: {{bags, D}} expected", op, shape_str(dy.shape()),
+                                 bs.bags));
+  const int64_t d = dy.shape()[1];
+  const bool mean = mode == BagMode::Mean;
+  Tensor dw = ctx.empty({num_rows, d});
+  if (ctx.is_cuda()) {
+    Tensor src_row = ctx.empty({bs.m}, DType::I32);
+    Tensor src_scale = mean ? ctx.empty({bs.m}) : Tensor();
+    cuda::embedding_bag_sources(ctx, cuda_bags(bs, offsets), mean, src_row.i32(), mean ? src_scale.f32() : nullptr);
+    cuda::ScatterRows p;
+    p.src = dy.f32();
+    p.index = index.i32();
+    p.src_row = src_row.i32();
+    p.src_scale = mean ? src_scale.f32() : nullptr;
+    p.m = bs.m;
+    p.d = d;
+    p.rows = num_rows;
+    run_scatter(ctx, layer, "embedding_bag", OpKind::Embedding, p, dw.f32(), nullptr);
+  } else {
+    if (bs.has_offsets) check_offsets_cpu(offsets, bs.m, op);
+    check_range_cpu(index, num_rows, op);
+    ref::embedding_bag_bwd(dy.f32(), index.i32(), dw.f32(), d, num_rows, ref_bags(bs, offsets), mean);
+    record_planned(ctx, layer, "embedding_bag", OpKind::Embedding);
+  }
+  return dw;
+}
+
+}  // namespace ditto

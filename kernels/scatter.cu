@@ -1,0 +1,404 @@
+// Scatter and gather CUDA kernels. Which are deterministic, and why, is said per kernel.
+//
+// scatter_atomic_kernel: one thread per (position, column) atomicAdds into out[index, column].
+//   Where indices repeat, the adds land in the order threads arrive: NOT deterministic
+//   (CCCL's not_guaranteed).
+// The sorted scatter (deterministic, CCCL's gpu_to_gpu):
+//   1. sort_prep_kernel: key[j] = index[j] (rows for an out-of-range index, so those sort last),
+//      value[j] = j.
+//   2. cub::DeviceRadixSort::SortPairs over the key bits rows needs. The sort is stable ("DeviceRadix
+//      Sort is stable", cub/device/device_radix_sort.cuh), so equal keys keep increasing positions,
+//      and a stable sort's output is unique: it does not depend on the GPU or on scheduling.
+//   3. segment_tiles_kernel: the sorted list is cut into tiles of kTile entries (bounds depend on m
+//      alone); one warp per tile walks its entries in order with the lanes over columns and sums each
+//      run of equal keys from 0.0f. A run wholly inside the tile is written to out[key]; the piece of
+//      a run that began in an earlier tile goes to the tile's head slot, the piece of a run that
+//      starts here and continues goes to its tail slot.
+//   4. segment_fixup_kernel: one block per tile where a run starts and continues; its 8 warps add
+//      the run's pieces (tail of the first tile, then the heads of the following tiles): warp w
+//      takes pieces w, w+8, ... in order, then warp 0 adds the 8 warp sums in warp order.
+//   Every sum's order is a function of the sorted list and of m, never of the grid's scheduling or
+//   the GPU's SM count. No atomics.
+// gather_rows_kernel, embedding_bag_fwd_kernel (one warp per bag, rows added in position order),
+// embedding_bag_sources_kernel: no cross-thread reductions, deterministic.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <cmath>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
+#include "kernels/index_math.h"
+#include "kernels/detail/scatter_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int kTile = 32;        // sorted entries per warp tile
+constexpr int kWarps = 8;        // warps per block of the tile, fix-up and bag kernels
+constexpr int kLaneCols = 2;     // columns per lane per pass: one pass covers 64 columns
+constexpr int kPassCols = 32 * kLaneCols;
+constexpr int kPrefetch = 8;     // entries whose rows are loaded before they are added
+constexpr unsigned kFull = 0xffffffffu;
+constexpr std::size_t kAlign = 256;
+
+std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// Key bits that hold 0 .. rows (rows itself marks an out-of-range index).
+int key_bits(int64_t rows) {
+  int b = 1;
+  while (b < 32 && (int64_t(1) << b) <= rows) ++b;
+  return b;
+}
+
+int64_t tiles_for(int64_t m) { return (m + kTile - 1) / kTile; }
+
+unsigned warp_blocks(int64_t warps) { return static_cast<unsigned>((warps + kWarps - 1) / kWarps); }
+
+__device__ __forceinline__ bool in_range(int32_t k, int64_t rows) { return k >= 0 && int64_t(k) < rows; }
+
+// (j, col) of flat element i of an m x d array.
+__device__ __forceinline__ void split_row(int64_t i, int64_t d, int64_t& j, int64_t& col) {
+  j = ref::div_nonneg(i, d);
+  col = i - j * d;
+}
+
+__global__ void scatter_atomic_kernel(ScatterRows p, float* __restrict__ out, int32_t* bad) {
+  const int64_t total = p.m * p.d;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t j, col;
+    split_row(i, p.d, j, col);
+    const int32_t k = p.index[j];
+    if (!in_range(k, p.rows)) {
+      if (bad) *bad = 1;
+      continue;
+    }
+    const int64_t r = p.src_row ? p.src_row[j] : j;
+    if (r < 0) continue;
+    float v = p.src[r * p.d + col];
+    if (p.src_scale) v = __fmul_rn(v, p.src_scale[j]);
+    atomicAdd(out + int64_t(k) * p.d + col, v);
+  }
+}
+
+__global__ void sort_prep_kernel(const int32_t* __restrict__ index, int64_t m, int64_t rows, uint32_t* __restrict__ keys,
+                                 int32_t* __restrict__ positions, int32_t* bad) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < m; j += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t k = index[j];
+    const bool ok = in_range(k, rows);
+    keys[j] = ok ? static_cast<uint32_t>(k) : static_cast<uint32_t>(rows);
+    positions[j] = static_cast<int32_t>(j);
+    if (!ok && bad) *bad = 1;
+  }
+}
+
+// Step 3 of the sorted scatter (see the file comment). carry holds two rows of d per tile: slot 0
+// the head piece (a run that began in an earlier tile), slot 1 the tail piece (a run that starts in
+// this tile and continues).
+__global__ void __launch_bounds__(kWarps * 32)
+    segment_tiles_kernel(const uint32_t* __restrict__ skey, const int32_t* __restrict__ perm, ScatterRows p,
+                         float* __restrict__ out, float* __restrict__ carry, int64_t tiles) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (t >= tiles) return;  // uniform across the warp
+  const int64_t t0 = t * kTile;
+  const int n = static_cast<int>(p.m - t0 < kTile ? p.m - t0 : kTile);
+  const uint32_t rows = static_cast<uint32_t>(p.rows);
+
+  // Lane e holds entry e's key, source row and scale; the walk below broadcasts them.
+  uint32_t my_key = 0xffffffffu;
+  int32_t my_row = -1;
+  float my_scale = 1.f;
+  if (lane < n) {
+    my_key = skey[t0 + lane];
+    if (my_key < rows) {
+      const int32_t pos = perm[t0 + lane];
+      my_row = p.src_row ? p.src_row[pos] : pos;
+      if (p.src_scale) my_scale = p.src_scale[pos];
+    }
+  }
+  const uint32_t prev_key = t0 > 0 ? skey[t0 - 1] : 0xffffffffu;
+  const uint32_t next_key = t0 + n < p.m ? skey[t0 + n] : 0xffffffffu;
+  // Out-of-range entries (key == rows) sort last: the valid ones are a prefix of nv entries.
+  const int nv = __popc(__ballot_sync(kFull, lane < n && my_key < rows));
+  const uint32_t key_after = __shfl_down_sync(kFull, my_key, 1);
+  const unsigned run_ends = __ballot_sync(kFull, lane < nv && (lane == nv - 1 || key_after != my_key));
+
+  for (int64_t c0 = 0; c0 < p.d; c0 += kPassCols) {
+    float acc[kLaneCols];
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) acc[c] = 0.f;
+    int run_start = 0;
+    for (int e0 = 0; e0 < nv; e0 += kPrefetch) {
+      // Load kPrefetch rows first (independent loads in flight), then add them in entry order.
+      float v[kPrefetch][kLaneCols];
+#pragma unroll
+      for (int i = 0; i < kPrefetch; ++i) {
+        const int e = e0 + i;
+        const int32_t row = __shfl_sync(kFull, my_row, e & 31);
+        const float scale = __shfl_sync(kFull, my_scale, e & 31);
+#pragma unroll
+        for (int c = 0; c < kLaneCols; ++c) {
+          const int64_t col = c0 + lane + 32 * c;
+          float x = 0.f;
+          if (e < nv && row >= 0 && col < p.d) {
+            x = p.src[int64_t(row) * p.d + col];
+            if (p.src_scale) x = __fmul_rn(x, scale);
+          }
+          v[i][c] = x;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kPrefetch; ++i) {
+        const int e = e0 + i;
+        if (e >= nv) break;  // uniform
+#pragma unroll
+        for (int c = 0; c < kLaneCols; ++c) acc[c] += v[i][c];
+        if (!((run_ends >> e) & 1u)) continue;  // uniform
+        const uint32_t key = __shfl_sync(kFull, my_key, e);
+        const bool began_before = run_start == 0 && key == prev_key;
+        const bool continues = e == n - 1 && key == next_key;
+        float* dst = began_before ? carry + (t * 2) * p.d
+                                  : continues ? carry + (t * 2 + 1) * p.d : out + int64_t(key) * p.d;
+#pragma unroll
+        for (int c = 0; c < kLaneCols; ++c) {
+          const int64_t col = c0 + lane + 32 * c;
+          if (col < p.d) dst[col] = acc[c];
+          acc[c] = 0.f;
+        }
+        run_start = e + 1;
+      }
+    }
+  }
+}
+
+// Step 4 of the sorted scatter: block t finishes the run that starts in tile t and continues past
+// it, if there is one (a run starts in exactly one tile, so each run has one owner).
+__global__ void __launch_bounds__(kWarps * 32)
+    segment_fixup_kernel(const uint32_t* __restrict__ skey, ScatterRows p, float* __restrict__ out,
+                         const float* __restrict__ carry) {
+  const int64_t t = blockIdx.x;
+  const int64_t t0 = t * kTile, t1 = t0 + kTile;
+  if (t1 >= p.m) return;  // the last tile: nothing continues past it
+  const uint32_t key = skey[t1 - 1];
+  if (key >= static_cast<uint32_t>(p.rows) || skey[t1] != key) return;
+  // The run holding the tile's last entry began in an earlier tile iff the whole tile is that key
+  // and so is the entry before the tile: then that tile owns it.
+  if (t0 > 0 && skey[t0] == key && skey[t0 - 1] == key) return;
+  // The run ends before the first entry with a larger key (upper bound in [t1, m)).
+  int64_t lo = t1, hi = p.m;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (skey[mid] <= key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const int64_t pieces = (lo - 1) / kTile - t + 1;  // >= 2
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __shared__ float part[kWarps][kPassCols];
+  for (int64_t c0 = 0; c0 < p.d; c0 += kPassCols) {
+    float acc[kLaneCols];
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) acc[c] = 0.f;
+    for (int64_t q = warp; q < pieces; q += kWarps) {
+      const float* piece = carry + ((t + q) * 2 + (q == 0 ? 1 : 0)) * p.d;  // tail of tile t, heads after
+#pragma unroll
+      for (int c = 0; c < kLaneCols; ++c) {
+        const int64_t col = c0 + lane + 32 * c;
+        if (col < p.d) acc[c] += piece[col];
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) part[warp][lane + 32 * c] = acc[c];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int c = 0; c < kLaneCols; ++c) {
+        const int64_t col = c0 + lane + 32 * c;
+        float s = part[0][lane + 32 * c];
+        for (int w = 1; w < kWarps; ++w) s += part[w][lane + 32 * c];
+        if (col < p.d) out[int64_t(key) * p.d + col] = s;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void poison_kernel(const int32_t* bad, float* out, int64_t n) {
+  if (*bad == 0) return;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = NAN;
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ table, const int32_t* __restrict__ index,
+                                   float* __restrict__ out, int64_t m, int64_t d, int64_t rows) {
+  const int64_t total = m * d;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t j, col;
+    split_row(i, d, j, col);
+    const int32_t k = index[j];
+    out[i] = in_range(k, rows) ? table[int64_t(k) * d + col] : NAN;
+  }
+}
+
+// Bag b's positions [j0, j1); false for malformed offsets (negative, decreasing, past m, or a first
+// offset other than 0).
+__device__ __forceinline__ bool bag_range(const BagRows& g, int64_t b, int64_t& j0, int64_t& j1) {
+  if (!g.offsets) {
+    j0 = b * g.bag_size;
+    j1 = j0 + g.bag_size;
+    return true;
+  }
+  j0 = g.offsets[b];
+  j1 = b + 1 < g.bags ? g.offsets[b + 1] : g.m;
+  return j0 >= 0 && j0 <= j1 && j1 <= g.m && (b > 0 || j0 == 0);
+}
+
+// One warp per bag, lanes over columns; the bag's rows are added in position order from 0.0f, then
+// divided by the bag's size for mean. An out-of-range index or a malformed bag gives NaN.
+__global__ void __launch_bounds__(kWarps * 32)
+    embedding_bag_fwd_kernel(const float* __restrict__ table, const int32_t* __restrict__ index, BagRows g,
+                             int64_t d, int64_t rows, bool mean, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t b = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (b >= g.bags) return;
+  int64_t j0, j1;
+  const bool ok = bag_range(g, b, j0, j1);
+  for (int64_t col = lane; col < d; col += 32) {
+    float s = ok ? 0.f : NAN;
+    if (ok) {
+#pragma unroll 4
+      for (int64_t j = j0; j < j1; ++j) {
+        const int32_t k = index[j];
+        s += in_range(k, rows) ? table[int64_t(k) * d + col] : NAN;
+      }
+    }
+    y[b * d + col] = mean && j1 > j0 ? s / static_cast<float>(j1 - j0) : s;
+  }
+}
+
+__global__ void embedding_bag_sources_kernel(BagRows g, bool mean, int32_t* __restrict__ src_row,
+                                             float* __restrict__ src_scale) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < g.m; j += int64_t(gridDim.x) * blockDim.x) {
+    int64_t b;
+    if (g.offsets) {  // the last bag whose offset is <= j
+      int64_t lo = 0, hi = g.bags;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (g.offsets[mid] <= j)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      b = lo - 1;
+    } else {
+      b = ref::div_nonneg(j, g.bag_size);
+    }
+    int64_t j0 = 0, j1 = 0;
+    const bool ok = b >= 0 && bag_range(g, b, j0, j1) && j >= j0 && j < j1;
+    src_row[j] = ok ? static_cast<int32_t>(b) : -1;
+    if (src_scale) src_scale[j] = ok ? 1.f / static_cast<float>(j1 - j0) : 0.f;
+  }
+}
+
+struct SortedLayout {
+  std::size_t keys0 = 0, keys1 = 0, pos0 = 0, pos1 = 0, carry = 0, cub = 0, cub_bytes = 0, total = 0;
+};
+
+SortedLayout sorted_layout(int64_t m, int64_t d, int64_t rows) {
+  SortedLayout l;
+  const std::size_t ints = aligned(sizeof(int32_t) * static_cast<std::size_t>(m));
+  l.keys0 = 0;
+  l.keys1 = l.keys0 + ints;
+  l.pos0 = l.keys1 + ints;
+  l.pos1 = l.pos0 + ints;
+  l.carry = l.pos1 + ints;
+  l.cub = l.carry + aligned(sizeof(float) * static_cast<std::size_t>(tiles_for(m) * 2 * d));
+  cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr);
+  cub::DoubleBuffer<int32_t> pos(nullptr, nullptr);
+  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, pos, static_cast<int>(m), 0,
+                                                   key_bits(rows)));
+  l.total = l.cub + aligned(l.cub_bytes);
+  return l;
+}
+
+}  // namespace
+
+void scatter_atomic(Context& ctx, const ScatterRows& p, float* out, int32_t* bad) {
+  cudaStream_t st = detail::stream_of(ctx);
+  if (p.rows * p.d > 0) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(p.rows * p.d), st));
+  const int64_t total = p.m * p.d;
+  if (total == 0) return;
+  scatter_atomic_kernel<<<blocks_for(total), kThreads, 0, st>>>(p, out, bad);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows) {
+  if (m == 0) return 0;
+  return sorted_layout(m, d, rows).total;
+}
+
+void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
+                    std::size_t workspace_bytes) {
+  cudaStream_t st = detail::stream_of(ctx);
+  if (p.rows * p.d > 0) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(p.rows * p.d), st));
+  if (p.m == 0 || p.d == 0) return;
+  const SortedLayout l = sorted_layout(p.m, p.d, p.rows);
+  if (workspace_bytes < l.total)
+    throw Error("scatter_sorted: the workspace is smaller than scatter_sorted_workspace() says");
+  char* ws = static_cast<char*>(workspace);
+  auto* keys0 = reinterpret_cast<uint32_t*>(ws + l.keys0);
+  auto* keys1 = reinterpret_cast<uint32_t*>(ws + l.keys1);
+  auto* pos0 = reinterpret_cast<int32_t*>(ws + l.pos0);
+  auto* pos1 = reinterpret_cast<int32_t*>(ws + l.pos1);
+  auto* carry = reinterpret_cast<float*>(ws + l.carry);
+
+  sort_prep_kernel<<<blocks_for(p.m), kThreads, 0, st>>>(p.index, p.m, p.rows, keys0, pos0, bad);
+  DITTO_CHECK_LAUNCH(ctx);
+  cub::DoubleBuffer<uint32_t> keys(keys0, keys1);
+  cub::DoubleBuffer<int32_t> pos(pos0, pos1);
+  std::size_t cub_bytes = l.cub_bytes;
+  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
+                                                   key_bits(p.rows), st));
+  DITTO_CHECK_LAUNCH(ctx);
+  const int64_t tiles = tiles_for(p.m);
+  segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,
+                                                                    tiles);
+  DITTO_CHECK_LAUNCH(ctx);
+  if (tiles > 1) {
+    segment_fixup_kernel<<<static_cast<unsigned>(tiles), kWarps * 32, 0, st>>>(keys.Current(), p, out, carry);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+}
+
+void poison_if_flagged(Context& ctx, const int32_t* bad, float* out, int64_t n) {
+  if (n == 0) return;
+  // A small fixed grid: when nothing is flagged (the normal case) the kernel costs one launch.
+  poison_kernel<<<n < 256 * kThreads ? blocks_for(n) : 256, kThreads, 0, detail::stream_of(ctx)>>>(bad, out, n);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void gather_rows(Context& ctx, const float* table, const int32_t* index, float* out, int64_t m, int64_t d,
+                 int64_t rows) {
+  const int64_t total = m * d;
+  if (total == 0) return;
+  gather_rows_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(table, index, out, m, d, rows);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void embedding_bag_fwd(Context& ctx, const float* table, const int32_t* index, const BagRows& bags, int64_t d,
+                       int64_t rows, bool mean, float* y) {
+  if (bags.bags == 0 || d == 0) return;
+  embedding_bag_fwd_kernel<<<warp_blocks(bags.bags), kWarps * 32, 0, detail::stream_of(ctx)>>>(table, index, bags, d,
+                                                                                               rows, mean, y);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void embedding_bag_sources(Context& ctx, const BagRows& bags, bool mean, int32_t* src_row, float* src_scale) {
+  if (bags.m == 0) return;
+  embedding_bag_sources_kernel<<<blocks_for(bags.m), kThreads, 0, detail::stream_of(ctx)>>>(bags, mean, src_row,
+                                                                                            mean ? src_scale : nullptr);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda

@@ -1,0 +1,83 @@
+// Scatter-add and gather of rows: scatter_add (TensorFlow's unsorted_segment_sum / segment_sum,
+// PyTorch's index_add_ along dim 0), embedding (a gather of table rows) and embedding_bag (sums or
+// means of gathered rows per bag). The gradient of a gather is a scatter-add, so the three ops
+// share one scatter engine and one policy knob, `scatter`, of op kinds scatter_add and embedding:
+//   atomic  one thread per (position, column) atomicAdds its value into out[index[j], column]. Where
+//           indices repeat, the float adds land in the order threads arrive: NOT deterministic
+//           (Determinism no, not_guaranteed). What TensorFlow and JAX do for these gradients and
+//           PyTorch for index_add_ / scatter_add_. (PyTorch's own embedding backward sorts.)
+//   sorted  (index, position) pairs are radix-sorted by index (cub::DeviceRadixSort, stable, so
+//           equal indices keep position order); the sorted list is cut into fixed tiles of 32
+//           entries, one warp per tile sums each run of equal indices in position order, and a
+//           run that crosses tiles is finished by one block that adds its per-tile pieces in tile
+//           order. Every destination row is the sum of its contributions in increasing position
+//           order, grouped by tiles whose bounds depend on the number of positions alone: the
+//           same bits for a given input on any GPU (Determinism yes, gpu_to_gpu). The sort's
+//           result does not depend on the GPU either: a stable sort's output is unique.
+// The CPU runs the double-accumulating reference (kernels/scatter_ref.h) whatever the policy says;
+// the manifest then records variant "cpu-reference".
+//
+// Rows: src, table and out are {rows, D...}: dimension 0 is the row, the rest (D = their product,
+// at least 1) is one row's payload. Indices are i32 tensors on the context's device.
+//
+// Out-of-range indices: on the CPU a DataError naming the position and the value. The GPU cannot
+// check without a host copy, so the fault is made visible instead: scatter_add's whole output is
+// NaN; embedding's output row for that position is NaN; embedding_bag's bag holding it is NaN.
+// Their backward passes skip such positions (the forward already poisoned the result).
+//
+// Backward contributions are fresh tensors handed to accumulate_grad: gradients accumulate.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/context.h"
+#include "engine/tape.h"
+
+namespace ditto {
+
+// out[r] = sum of src[j] over the positions j with index[j] == r; out is {num_rows, src dims 1..}
+// (rows no index names are zero). index is {M} with M = src's dimension 0. Knob `scatter` of op
+// kind scatter_add, recorded under layer `layer`. Backward: dsrc[j] = dout[index[j]] (a gather,
+// deterministic).
+Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, int64_t num_rows);
+
+// TensorFlow's names for the same op (data, segment_ids, num_segments). ditto does not require
+// segment_sum's ids to be sorted: sorted ids only make the sort's input already ordered.
+inline Var unsorted_segment_sum(Context& ctx, const std::string& layer, const Var& data, const Tensor& segment_ids,
+                                int64_t num_segments) {
+  return scatter_add(ctx, layer, data, segment_ids, num_segments);
+}
+inline Var segment_sum(Context& ctx, const std::string& layer, const Var& data, const Tensor& segment_ids,
+                       int64_t num_segments) {
+  return scatter_add(ctx, layer, data, segment_ids, num_segments);
+}
+
+// y[j...] = weight[index[j...]]: index of any shape S (i32), weight {rows, D}, y of shape S + {D}.
+// Forward: one thread per output element, deterministic. Backward: dweight = scatter_add of dy by
+// index, by the layer's `scatter` variant (op kind embedding).
+Var embedding(Context& ctx, const std::string& layer, const Var& weight, const Tensor& index);
+
+enum class BagMode { Sum, Mean };
+const char* bag_mode_name(BagMode m);
+
+// PyTorch's EmbeddingBag (mode sum or mean, include_last_offset=False): y {B, D}; bag b gathers
+// index[offsets[b] .. offsets[b+1]) (the last bag runs to M). index is {M} and offsets {B} i32
+// with offsets[0] == 0, non-decreasing, at most M; or offsets is undefined and index is {B, L}:
+// B bags of L positions each. An empty bag gives a zero row (sum and mean). Forward: one warp per
+// bag adds its rows in position order (deterministic); mean divides the sum by the bag's size.
+// Backward: dweight[index[j]] += dy[bag(j)] (sum) or dy[bag(j)] * (1 / size of bag(j)) (mean), by
+// the layer's `scatter` variant (op kind embedding). Malformed offsets on the GPU make the bags
+// they touch NaN (a CPU context raises a DataError).
+Var embedding_bag(Context& ctx, const std::string& layer, const Var& weight, const Tensor& index,
+                  const Tensor& offsets, BagMode mode);
+
+// Tensor-level backward passes, as the ops' tape closures run them (and bench/op_noise times
+// them): the layer's `scatter` variant, recorded in the manifest under (layer, "scatter").
+// embedding: dy is index's shape + {D}; returns dweight {num_rows, D}.
+Tensor embedding_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,
+                          int64_t num_rows);
+// embedding_bag: dy {B, D}; index and offsets as embedding_bag took them.
+Tensor embedding_bag_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,
+                              const Tensor& offsets, BagMode mode, int64_t num_rows);
+
+}  // namespace ditto

@@ -1,0 +1,315 @@
+// Scatter-add, embedding and embedding-bag on the GPU: both `scatter` variants (atomic, sorted)
+// against the double reference on shapes that exercise the sorted kernels' corners (rows narrower
+// and wider than a 64-column pass, runs crossing many 32-entry tiles, one index for everything,
+// scalar rows, sizes that are not multiples of a tile); the sorted variant bit-identical over 10
+// calls and across contexts, the atomic one shown to differ on heavy collisions; out-of-range
+// indices and malformed offsets made visible as NaN; the manifest entries; and one DETERMINISM
+// line per variant at a realistic embedding size (1M x 64 table, 4096 x 20 lookups).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "kernels/scatter.h"
+#include "kernels/scatter_ref.h"
+#include "support.h"
+
+using namespace ditto;
+
+using test::us_per_call;
+
+namespace {
+
+const ScatterAlgo kAlgos[] = {ScatterAlgo::Atomic, ScatterAlgo::Sorted};
+
+std::vector<int32_t> random_index(std::size_t m, int32_t lo, int32_t hi, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int32_t> d(lo, hi);
+  std::vector<int32_t> v(m);
+  for (auto& i : v) i = d(g);
+  return v;
+}
+
+// Tolerance for sums of float values taken in some order: row r of the result adds k_r values
+// (each rounded once if scaled), so |got - exact| <= (k_r + 1) * 2^-24 * sum |values| in any order
+// of additions (Higham's bound for recursive summation, (k-1)u, plus the rounding of the inputs'
+// products). `abs_sum` and `count` are the reference's sums of |values| and of ones, row by row.
+void check_sums(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& abs_sum,
+                const std::vector<double>& count, int64_t d) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double k = count[i / std::size_t(d)];
+    const double tol = (k + 1) * std::ldexp(1.0, -24) * abs_sum[i];
+    if (!(std::fabs(double(got[i]) - want[i]) <= tol)) {
+      if (!bad) first = i;
+      ++bad;
+    }
+  }
+  INFO(bad << " elements outside the bound; first " << first << ": got " << (bad ? got[first] : 0.f) << ", want "
+            << (bad ? want[first] : 0.0));
+  CHECK(bad == 0);
+}
+
+struct ScatterCase {
+  const char* what;
+  int64_t m, d, rows;
+  int32_t max_index;  // indices drawn from [0, max_index]
+};
+
+}  // namespace
+
+TEST_CASE("gpu scatter_add: both variants against the double reference on the sorted kernels' corners") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const ScatterCase cases[] = {
+      {"narrow rows, repeats", 1000, 15, 37, 36},
+      {"rows wider than a pass (4 passes, the last 8 wide)", 777, 200, 50, 49},
+      {"one index for everything: a run over 157 tiles", 5000, 33, 7, 0},
+      {"scalar rows (TensorFlow's unsorted_segment_sum)", 100000, 1, 1000, 999},
+      {"m not a multiple of 32, one row", 45, 64, 1, 0},
+      {"no indices", 0, 8, 5, 4},
+      {"sparse: most rows untouched", 300, 64, 100000, 99999},
+  };
+  Context gpu(Device::cuda(0));
+  for (const auto& c : cases) {
+    INFO(c.what);
+    auto index = random_index(std::size_t(c.m), 0, c.max_index, seed);
+    auto src = test::random_vec(std::size_t(c.m * c.d), seed + 1);
+    std::vector<double> srcd(src.begin(), src.end()), absd(src.size()), ones(std::size_t(c.m), 1.0);
+    for (std::size_t i = 0; i < src.size(); ++i) absd[i] = std::fabs(srcd[i]);
+    std::vector<double> want(std::size_t(c.rows * c.d)), abs_sum(want.size()), count(std::size_t(c.rows));
+    ref::scatter_add_rows(srcd.data(), index.data(), want.data(), c.m, c.d, c.rows);
+    ref::scatter_add_rows(absd.data(), index.data(), abs_sum.data(), c.m, c.d, c.rows);
+    ref::scatter_add_rows(ones.data(), index.data(), count.data(), c.m, 1, c.rows);
+    Tensor s = gpu.from_host(src, {c.m, c.d});
+    Tensor idx = gpu.from_host(index, {c.m});
+    for (ScatterAlgo a : kAlgos) {
+      INFO("scatter=" << name_of(a));
+      gpu.policy().pin("seg", a);
+      Var out = scatter_add(gpu, "seg", Var(s), idx, c.rows);
+      REQUIRE(out.shape() == Shape{c.rows, c.d});
+      check_sums(out.value().to_host_f32(), want, abs_sum, count, c.d);
+      const ManifestEntry* e = gpu.manifest().find("seg", "scatter");
+      REQUIRE(e != nullptr);
+      CHECK(e->variant == name_of(a));
+      CHECK(e->op == "scatter_add");
+      CHECK(e->device == "cuda:0");
+      CHECK(e->deterministic == (a == ScatterAlgo::Sorted ? Determinism::Yes : Determinism::No));
+      CHECK(e->guarantee == (a == ScatterAlgo::Sorted ? Guarantee::GpuToGpu : Guarantee::NotGuaranteed));
+      CHECK((e->workspace_bytes > 0) == (a == ScatterAlgo::Sorted && c.m > 0));
+    }
+  }
+}
+
+TEST_CASE("gpu scatter_add: backward gathers; out-of-range indices make the output NaN") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0), Policy::parse({"*=deterministic"}));
+  const int64_t m = 300, d = 7, rows = 20;
+  auto index = random_index(std::size_t(m), 0, rows - 1, seed);
+  auto src = test::random_vec(std::size_t(m * d), seed + 1);
+  Var s(gpu.from_host(src, {m, d}), true);
+  Tensor idx = gpu.from_host(index, {m});
+  Var out = scatter_add(gpu, "seg", s, idx, rows);
+  auto g = test::random_vec(std::size_t(rows * d), seed + 2);
+  gpu.tape().backward(gpu, out, gpu.from_host(g, {rows, d}));
+  std::vector<float> want(src.size());
+  ref::gather_rows(g.data(), index.data(), want.data(), m, d);
+  CHECK(s.grad().to_host_f32() == want);  // a gather copies: exact
+
+  for (ScatterAlgo a : kAlgos) {
+    INFO("scatter=" << name_of(a));
+    gpu.policy().pin("bad", a);
+    auto broken = index;
+    broken[17] = int32_t(rows);  // one past the end
+    broken[200] = -3;
+    Var y = scatter_add(gpu, "bad", Var(gpu.from_host(src, {m, d})), gpu.from_host(broken, {m}), rows);
+    std::size_t nans = 0;
+    for (float v : y.value().to_host_f32()) nans += std::isnan(v);
+    CHECK(nans == std::size_t(rows * d));
+  }
+}
+
+TEST_CASE("gpu embedding and embedding_bag: forward against the reference, backward by both variants") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0));
+  const int64_t rows = 3000, d = 96;
+  auto table = test::random_vec(std::size_t(rows * d), seed);
+  std::vector<double> tabled(table.begin(), table.end());
+  Tensor w = gpu.from_host(table, {rows, d});
+  // Half the lookups from 20 hot rows, half anywhere: long runs and singletons together.
+  auto index = random_index(4000, 0, rows - 1, seed + 1);
+  auto hot = random_index(4000, 0, 19, seed + 2);
+  for (std::size_t i = 0; i < index.size(); i += 2) index[i] = hot[i];
+  Tensor idx = gpu.from_host(index, {200, 20});
+  {
+    Var y = embedding(gpu, "emb", Var(w), idx);
+    std::vector<float> want(index.size() * d);
+    ref::gather_rows(table.data(), index.data(), want.data(), int64_t(index.size()), d);
+    CHECK(y.value().to_host_f32() == want);  // a gather copies: exact
+    auto g = test::random_vec(want.size(), seed + 3);
+    std::vector<double> gd(g.begin(), g.end()), ga(g.size()), ones(index.size(), 1.0);
+    for (std::size_t i = 0; i < g.size(); ++i) ga[i] = std::fabs(gd[i]);
+    std::vector<double> dw(static_cast<std::size_t>(rows * d)), abs_sum(dw.size()), count(static_cast<std::size_t>(rows));
+    ref::scatter_add_rows(gd.data(), index.data(), dw.data(), int64_t(index.size()), d, rows);
+    ref::scatter_add_rows(ga.data(), index.data(), abs_sum.data(), int64_t(index.size()), d, rows);
+    ref::scatter_add_rows(ones.data(), index.data(), count.data(), int64_t(index.size()), 1, rows);
+    Tensor dy = gpu.from_host(g, {200, 20, d});
+    for (ScatterAlgo a : kAlgos) {
+      INFO("embedding scatter=" << name_of(a));
+      gpu.policy().pin("emb", a);
+      Var wv(w, true);
+      Var yv = embedding(gpu, "emb", wv, idx);
+      gpu.tape().backward(gpu, yv, gpu.to_device(dy));
+      check_sums(wv.grad().to_host_f32(), dw, abs_sum, count, d);
+      CHECK(gpu.manifest().find("emb", "scatter")->variant == name_of(a));
+    }
+  }
+  // Bags: offsets with an empty bag and bags of different sizes, sum and mean.
+  std::vector<int32_t> offsets;
+  for (int32_t b = 0, at = 0; b < 300; ++b) {
+    offsets.push_back(at);
+    at += b % 7 == 3 ? 0 : 1 + (b * 13) % 25;
+    if (at > 4000) at = 4000;
+  }
+  Tensor off = gpu.from_host(offsets, {int64_t(offsets.size())});
+  Tensor flat = gpu.from_host(index, {int64_t(index.size())});
+  ref::Bags bags;
+  bags.m = int64_t(index.size());
+  bags.count = int64_t(offsets.size());
+  bags.offsets = offsets.data();
+  for (BagMode mode : {BagMode::Sum, BagMode::Mean}) {
+    const bool mean = mode == BagMode::Mean;
+    INFO("bag mode " << bag_mode_name(mode));
+    std::vector<double> want(std::size_t(bags.count * d)), abs_fwd(want.size()), tabs(tabled.size());
+    for (std::size_t i = 0; i < tabled.size(); ++i) tabs[i] = std::fabs(tabled[i]);
+    ref::embedding_bag_fwd(tabled.data(), index.data(), want.data(), d, bags, mean);
+    ref::embedding_bag_fwd(tabs.data(), index.data(), abs_fwd.data(), d, bags, false);
+    Var y = embedding_bag(gpu, "bag", Var(w), flat, off, mode);
+    // Forward: a bag of k rows is added in order in float, then divided once for mean:
+    // |error| <= (k + 1) * 2^-24 * sum |rows| (divided by k for mean). The last bag runs to the end
+    // of the indices, so k is up to several hundred.
+    auto got = y.value().to_host_f32();
+    std::size_t bad = 0;
+    for (int64_t b = 0; b < bags.count; ++b) {
+      const double k = double(bags.end(b) - bags.begin(b));
+      for (int64_t col = 0; col < d; ++col) {
+        const std::size_t i = std::size_t(b * d + col);
+        const double tol = (k + 1) * std::ldexp(1.0, -24) * abs_fwd[i] / (mean && k > 0 ? k : 1.0);
+        bad += !(std::fabs(double(got[i]) - want[i]) <= tol);
+      }
+    }
+    CHECK(bad == 0);
+    auto g = test::random_vec(std::size_t(bags.count * d), seed + 4);
+    std::vector<double> gd(g.begin(), g.end()), ga(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) ga[i] = std::fabs(gd[i]);
+    std::vector<double> dw(static_cast<std::size_t>(rows * d)), abs_sum(dw.size()), count(static_cast<std::size_t>(rows));
+    ref::embedding_bag_bwd(gd.data(), index.data(), dw.data(), d, rows, bags, mean);
+    ref::embedding_bag_bwd(ga.data(), index.data(), abs_sum.data(), d, rows, bags, mean);
+    std::vector<double> ones(std::size_t(bags.count), 1.0);
+    ref::embedding_bag_bwd(ones.data(), index.data(), count.data(), 1, rows, bags, false);
+    for (ScatterAlgo a : kAlgos) {
+      INFO("embedding_bag scatter=" << name_of(a));
+      gpu.policy().pin("bag", a);
+      Tensor dwt = embedding_bag_backward(gpu, "bag", gpu.from_host(g, {bags.count, d}), flat, off, mode, rows);
+      check_sums(dwt.to_host_f32(), dw, abs_sum, count, d);
+    }
+  }
+  // Fixed-size bags ({bags, L} index) equal offsets 0, L, 2L, ...
+  std::vector<int32_t> even;
+  for (int32_t b = 0; b < 200; ++b) even.push_back(20 * b);
+  gpu.policy().pin("bag", ScatterAlgo::Sorted);
+  for (BagMode mode : {BagMode::Sum, BagMode::Mean}) {
+    Var a = embedding_bag(gpu, "bag", Var(w), idx, Tensor(), mode);
+    Var b = embedding_bag(gpu, "bag", Var(w), flat, gpu.from_host(even, {200}), mode);
+    CHECK(a.value().fingerprint() == b.value().fingerprint());
+    Tensor g = gpu.from_host(test::random_vec(200 * d, seed + 5), {200, d});
+    CHECK(embedding_bag_backward(gpu, "bag", g, idx, Tensor(), mode, rows).fingerprint() ==
+          embedding_bag_backward(gpu, "bag", g, flat, gpu.from_host(even, {200}), mode, rows).fingerprint());
+  }
+}
+
+TEST_CASE("gpu embedding: bad indices and offsets are NaN where they land, and backward skips them") {
+  Context gpu(Device::cuda(0), Policy::parse({"*=deterministic"}));
+  const int64_t rows = 8, d = 5;
+  Tensor w = gpu.from_host(test::random_vec(std::size_t(rows * d), 3), {rows, d});
+  Var y = embedding(gpu, "emb", Var(w), gpu.from_host(std::vector<int32_t>{1, 8, 2}, {3}));
+  auto v = y.value().to_host_f32();
+  for (int64_t k = 0; k < d; ++k) {
+    CHECK_FALSE(std::isnan(v[std::size_t(k)]));
+    CHECK(std::isnan(v[std::size_t(d + k)]));
+    CHECK_FALSE(std::isnan(v[std::size_t(2 * d + k)]));
+  }
+  for (ScatterAlgo a : kAlgos) {
+    gpu.policy().pin("emb", a);
+    Tensor dw = embedding_backward(gpu, "emb", gpu.full({3, d}, 1.f), gpu.from_host(std::vector<int32_t>{1, 8, 1}, {3}), rows);
+    auto g = dw.to_host_f32();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < d; ++k) CHECK(g[std::size_t(r * d + k)] == (r == 1 ? 2.f : 0.f));
+  }
+  // Malformed offsets make the bags they touch NaN: a first offset other than 0; a decreasing
+  // offset (bag 1 = [3, 2)); an offset past the indices (bag 2 = [2, 7) of 6, bag 3 = [7, 6)).
+  Tensor idx = gpu.from_host(std::vector<int32_t>{0, 1, 2, 3, 4, 5}, {6});
+  auto bag_nans = [&](std::vector<int32_t> off) {
+    Var yb = embedding_bag(gpu, "bag", Var(w), idx, gpu.from_host(off, {int64_t(off.size())}), BagMode::Sum);
+    auto b = yb.value().to_host_f32();
+    std::vector<bool> nan;
+    for (std::size_t k = 0; k < off.size(); ++k) nan.push_back(std::isnan(b[k * std::size_t(d)]));
+    return nan;
+  };
+  CHECK(bag_nans({1, 3}) == std::vector<bool>{true, false});
+  CHECK(bag_nans({0, 3, 2, 7}) == std::vector<bool>{false, true, true, true});
+  CHECK(bag_nans({0, 6}) == std::vector<bool>{false, false});  // an empty last bag is fine
+}
+
+TEST_CASE("gpu embedding: determinism of each variant over 10 calls, and DETERMINISM lines at 1M x 64") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  // Heavy collisions: 4096 x 20 lookups of only 16 rows, about 5000 adds per row. Random
+  // gradients (not ones) so that the order of the float adds shows in the bits.
+  {
+    Context gpu(Device::cuda(0));
+    const int64_t rows = 1000, d = 64;
+    Tensor idx = gpu.from_host(random_index(4096 * 20, 0, 15, seed), {4096, 20});
+    Tensor dy = gpu.from_host(test::random_vec(std::size_t(4096 * 20 * d), seed + 1), {4096, 20, d});
+    std::vector<uint64_t> sorted_prints;
+    for (ScatterAlgo a : kAlgos) {
+      gpu.policy().pin("emb", a);
+      std::size_t distinct = test::distinct_results(10, [&] { return embedding_backward(gpu, "emb", dy, idx, rows); });
+      INFO("scatter=" << name_of(a) << ": " << distinct << " distinct dW of 10");
+      std::printf("DETERMINISM | embedding 1000x64, 81920 lookups of 16 rows | scatter=%s | %zu/10\n", name_of(a),
+                  distinct);
+      if (a == ScatterAlgo::Sorted) {
+        CHECK(distinct == 1);
+        sorted_prints.push_back(embedding_backward(gpu, "emb", dy, idx, rows).fingerprint());
+      } else {
+        CHECK(distinct > 1);
+      }
+    }
+    // Another context (fresh pool, fresh workspace addresses) gives the same bits.
+    Context other(Device::cuda(0), Policy::parse({"emb.scatter=sorted"}));
+    Tensor idx2 = other.to_device(idx), dy2 = other.to_device(dy);
+    CHECK(embedding_backward(other, "emb", dy2, idx2, rows).fingerprint() == sorted_prints.at(0));
+  }
+  // The realistic size of the issue: a 1M x 64 table, a batch of 4096 x 20 uniform lookups.
+  {
+    Context gpu(Device::cuda(0));
+    const int64_t rows = 1000000, d = 64;
+    Tensor idx = gpu.from_host(random_index(4096 * 20, 0, int32_t(rows - 1), seed + 2), {4096, 20});
+    Tensor dy = gpu.from_host(test::random_vec(std::size_t(4096 * 20 * d), seed + 3), {4096, 20, d});
+    double us[2] = {0, 0};
+    for (ScatterAlgo a : kAlgos) {
+      gpu.policy().pin("emb", a);
+      std::size_t distinct = test::distinct_results(10, [&] { return embedding_backward(gpu, "emb", dy, idx, rows); });
+      us[int(a)] = us_per_call(gpu, [&] { embedding_backward(gpu, "emb", dy, idx, rows); });
+      std::printf("DETERMINISM | embedding bwd 1000000x64, 4096x20 lookups | scatter=%s | %zu/10 | %.1f us\n",
+                  name_of(a), distinct, us[int(a)]);
+      if (a == ScatterAlgo::Sorted) CHECK(distinct == 1);
+    }
+    std::printf("COST | embedding bwd 1000000x64 | sorted / atomic = %.2f (goal <= 1.2)\n", us[1] / us[0]);
+  }
+}
