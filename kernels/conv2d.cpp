@@ -223,7 +223,7 @@ struct BwdDataTraits {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), a, bytes);
   }
   static bool own_supports(int a, const own::ConvGeom& g, std::string* why) {
-    return a == int(ConvBwdDataAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, why);
+    return a == int(ConvBwdDataAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, false, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
     return a == int(ConvBwdDataAlgo::DittoGemm) ? own::plan_gemm(g, false).workspace_bytes() : 0;
@@ -271,7 +271,7 @@ struct BwdFilterTraits {
                                                           bytes);
   }
   static bool own_supports(int a, const own::ConvGeom& g, std::string* why) {
-    return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, why);
+    return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, true, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
     return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::plan_gemm(g, true).workspace_bytes()

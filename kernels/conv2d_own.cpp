@@ -29,10 +29,17 @@ bool gemm_supports(const ConvGeom& g, std::string* why) {
   return true;
 }
 
-bool direct_supports(const ConvGeom& g, std::string* why) {
+bool direct_supports(const ConvGeom& g, bool bwd_filter, std::string* why) {
   if (!g.depthwise()) {
-    if (why) *why = fmt::format("ditto-direct takes depthwise convolutions (one input channel per group); this "
-                                "one has {} per group", g.Cg());
+    if (bwd_filter) {  // the implicit GEMM takes any convolution
+      if (g.N * g.HoWo() > INT64_MAX / 2) {
+        if (why) *why = "too many positions";
+        return false;
+      }
+      return true;
+    }
+    if (why) *why = fmt::format("ditto-direct's bwd_data takes depthwise convolutions (one input channel per group); "
+                                "this one has {} per group", g.Cg());
     return false;
   }
   if (g.R > kMaxDirectSide || g.S > kMaxDirectSide) {
@@ -67,14 +74,32 @@ GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter) {
   return p;
 }
 
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks of the implicit kernel per part: its tiles of (k, crs) over all groups.
+int64_t implicit_tiles(const ConvGeom& g) {
+  return ceil_div(g.Kg(), kImplicitTile) * ceil_div(g.CRSg(), kImplicitTile) * g.G;
+}
+}  // namespace
+
+int64_t implicit_part_length(const ConvGeom& g) {
+  // About 2048 blocks in all (a large GPU's worth several times over), each part at least 8
+  // stages long; a multiple of the stage.
+  const int64_t positions = g.N * g.HoWo();
+  const int64_t want_parts = std::max<int64_t>(1, 2048 / implicit_tiles(g));
+  int64_t len = std::max<int64_t>(ceil_div(positions, want_parts), 8 * kImplicitStage);
+  return ceil_div(len, kImplicitStage) * kImplicitStage;
+}
+
 int64_t direct_filter_parts(const ConvGeom& g) {
+  if (!g.depthwise()) return ceil_div(g.N * g.HoWo(), implicit_part_length(g));
   // Enough blocks to fill a large GPU (K * parts around 4096), each part at least one image.
   const int64_t want = (4096 + g.K - 1) / g.K;
   return std::max<int64_t>(1, std::min(want, g.N));
 }
 
 std::size_t direct_filter_workspace_bytes(const ConvGeom& g) {
-  return std::size_t(direct_filter_parts(g) * g.K * g.R * g.S) * sizeof(float);
+  return std::size_t(direct_filter_parts(g) * g.K * g.CRSg()) * sizeof(float);
 }
 
 }  // namespace ditto::own

@@ -83,8 +83,99 @@ __global__ void fold_kernel(float* __restrict__ acc, const float* __restrict__ p
                             bool first) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < elems; i += int64_t(gridDim.x) * blockDim.x) {
     float v = first ? 0.f : acc[i];
+#pragma unroll 8
     for (int64_t p = 0; p < count; ++p) v += __ldg(parts + p * elems + i);
     acc[i] = v;
+  }
+}
+
+// Implicit-GEMM weight gradient: block (crs tile, k tile, part * G + group) accumulates
+// dW[k][crs] over the part's positions (n, ho, wo) in stages of 32: the stage's dY values and
+// input taps go to shared memory (each thread loads 8 of each, threads along positions so the
+// loads coalesce), then thread (ty, tx) adds the 32 positions' products into its 4x4 weights
+// (k = ty*4.., crs = tx*4..) in position order. Each weight of the tile has one owner, so the
+// part's sum needs no reduction across threads; the parts are folded afterwards in part order.
+template <class I>
+__global__ void __launch_bounds__(kThreads) implicit_wgrad_kernel(ConvGeom g, const float* __restrict__ x,
+                                                                  const float* __restrict__ dy,
+                                                                  float* __restrict__ parts, I part_len, I nparts) {
+  constexpr int T = int(own::kImplicitTile), ST = int(own::kImplicitStage);
+  __shared__ __align__(16) float dys[ST][T + 4];
+  __shared__ __align__(16) float xs[ST][T + 4];
+  __shared__ I pos_n[ST], pos_rem[ST], pos_h[ST], pos_w[ST];
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  const int lane = tid % ST, row0 = tid / ST;  // loads: position lane, rows row0 + 8i
+  const I kg = I(g.Kg()), crsg = I(g.CRSg()), cg = I(g.Cg()), howo = I(g.Ho * g.Wo), wo_n = I(g.Wo);
+  const I R = I(g.R), S = I(g.S), H = I(g.H), W = I(g.W);
+  const I part = I(blockIdx.z) % nparts, grp = I(blockIdx.z) / nparts;
+  const I k0 = I(blockIdx.y) * T, crs0 = I(blockIdx.x) * T;
+  const I begin = part * part_len, total = I(g.N) * howo;
+  const I end = begin + part_len < total ? begin + part_len : total;
+  // This thread's 8 load rows: (c, r, s) of its input taps, and its dY channels.
+  I tap_c[8], tap_r[8], tap_s[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const I crs = crs0 + row0 + 8 * i;
+    if (crs < crsg) {
+      tap_c[i] = crs / (R * S);
+      const I rs = crs - tap_c[i] * R * S;
+      tap_r[i] = rs / S;
+      tap_s[i] = rs - tap_r[i] * S;
+    } else {
+      tap_c[i] = -1, tap_r[i] = 0, tap_s[i] = 0;
+    }
+  }
+  float acc[4][4] = {};
+  for (I base = begin; base < end; base += ST) {
+    if (tid < ST) {
+      const I p = base + tid;
+      if (p < end) {
+        const I n = p / howo, rem = p - n * howo, ho = rem / wo_n, wo = rem - ho * wo_n;
+        pos_n[tid] = n, pos_rem[tid] = rem, pos_h[tid] = ho * I(g.sh) - I(g.ph), pos_w[tid] = wo * I(g.sw) - I(g.pw);
+      } else {
+        pos_n[tid] = -1;
+      }
+    }
+    __syncthreads();
+    const I n = pos_n[lane];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int row = row0 + 8 * i;
+      const I k = k0 + row;
+      float d = 0.f, v = 0.f;
+      if (n >= 0) {
+        if (k < kg) d = __ldg(dy + ((n * I(g.K) + grp * kg + k) * howo + pos_rem[lane]));
+        if (tap_c[i] >= 0) {
+          const I h = pos_h[lane] + tap_r[i] * I(g.dh), w = pos_w[lane] + tap_s[i] * I(g.dw);
+          if (h >= 0 && h < H && w >= 0 && w < W) v = __ldg(x + (((n * I(g.C) + grp * cg + tap_c[i]) * H + h) * W + w));
+        }
+      }
+      dys[lane][row] = d;
+      xs[lane][row] = v;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int q = 0; q < ST; ++q) {
+      const float4 a = *reinterpret_cast<const float4*>(&dys[q][ty * 4]);
+      const float4 b = *reinterpret_cast<const float4*>(&xs[q][tx * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  float* out = parts + I(part) * I(g.K) * crsg;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const I k = k0 + ty * 4 + i;
+    if (k >= kg) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const I crs = crs0 + tx * 4 + j;
+      if (crs < crsg) out[(grp * kg + k) * crsg + crs] = acc[i][j];
+    }
   }
 }
 
@@ -312,6 +403,19 @@ void conv_bwd_data_direct(Context& ctx, const ConvGeom& g, const float* w, const
 void conv_bwd_filter_direct(Context& ctx, const ConvGeom& g, const float* x, const float* dy, float* dw, void* ws) {
   const int64_t parts = own::direct_filter_parts(g), taps = g.R * g.S;
   float* partials = static_cast<float*>(ws);
+  if (!g.depthwise()) {
+    const int64_t len = own::implicit_part_length(g), t = own::kImplicitTile;
+    const dim3 grid(static_cast<unsigned>((g.CRSg() + t - 1) / t), static_cast<unsigned>((g.Kg() + t - 1) / t),
+                    static_cast<unsigned>(parts * g.G));
+    if (fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo()) && fits32(parts * g.K * g.CRSg()))
+      implicit_wgrad_kernel<int32_t><<<grid, kThreads, 0, detail::stream_of(ctx)>>>(g, x, dy, partials, int32_t(len),
+                                                                                   int32_t(parts));
+    else
+      implicit_wgrad_kernel<int64_t><<<grid, kThreads, 0, detail::stream_of(ctx)>>>(g, x, dy, partials, len, parts);
+    DITTO_CHECK_LAUNCH(ctx);
+    fold(ctx, dw, partials, parts, g.K * g.CRSg(), true);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(g.K), static_cast<unsigned>(parts));
   cudaStream_t st = detail::stream_of(ctx);
   const bool narrow = fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo());

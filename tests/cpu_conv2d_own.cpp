@@ -112,8 +112,34 @@ std::vector<double> direct_bwd_data(const own::ConvGeom& g, const std::vector<do
   return dx;
 }
 
+// ditto-direct's implicit GEMM (not depthwise): parts of implicit_part_length positions, each
+// part's products summed per weight, then the parts in order.
+std::vector<double> implicit_bwd_filter(const own::ConvGeom& g, const std::vector<double>& x,
+                                        const std::vector<double>& dy) {
+  const int64_t parts = own::direct_filter_parts(g), len = own::implicit_part_length(g), howo = g.HoWo();
+  const int64_t total = g.N * howo, kg = g.Kg(), crsg = g.CRSg();
+  REQUIRE(len % own::kImplicitStage == 0);
+  REQUIRE(parts == (total + len - 1) / len);
+  std::vector<double> dw(static_cast<std::size_t>(g.K * crsg), 0.0);
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      for (int64_t k = 0; k < kg; ++k)
+        for (int64_t crs = 0; crs < crsg; ++crs) {
+          double acc = 0;
+          for (int64_t pos = p * len; pos < std::min(total, (p + 1) * len); ++pos) {
+            const int64_t n = pos / howo, rem = pos % howo;
+            const int64_t src = own::im2col_source<int64_t>(g, n, grp, crs, rem);
+            if (src >= 0)
+              acc += dy[static_cast<std::size_t>((n * g.K + grp * kg + k) * howo + rem)] * x[static_cast<std::size_t>(src)];
+          }
+          dw[static_cast<std::size_t>((grp * kg + k) * crsg + crs)] += acc;
+        }
+  return dw;
+}
+
 std::vector<double> direct_bwd_filter(const own::ConvGeom& g, const std::vector<double>& x,
                                       const std::vector<double>& dy) {
+  if (!g.depthwise()) return implicit_bwd_filter(g, x, dy);
   const int64_t parts = own::direct_filter_parts(g), howo = g.HoWo(), taps = g.R * g.S;
   std::vector<double> dw(static_cast<std::size_t>(g.K * taps), 0.0);
   for (int64_t p = 0; p < parts; ++p) {
@@ -196,16 +222,24 @@ TEST_CASE("ditto-gemm and ditto-direct say which problems they take, and why not
   std::string why;
   const own::ConvGeom dense = geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(1, 1, 1, 1));
   CHECK(own::gemm_supports(dense, &why));
-  CHECK_FALSE(own::direct_supports(dense, &why));
+  CHECK_FALSE(own::direct_supports(dense, false, &why));  // bwd_data: depthwise only
   CHECK_THAT(why, Catch::Contains("depthwise"));
+  CHECK(own::direct_supports(dense, true, &why));  // bwd_filter: the implicit GEMM takes any
   const own::ConvGeom dw = geom_of({2, 128, 8, 8}, {128, 1, 3, 3}, params(1, 1, 1, 128));
-  CHECK(own::direct_supports(dw, &why));
+  CHECK(own::direct_supports(dw, false, &why));
+  CHECK(own::direct_supports(dw, true, &why));
   CHECK_FALSE(own::gemm_supports(dw, &why));  // 128 groups: one GEMM each is not ditto-gemm's job
   CHECK_THAT(why, Catch::Contains("128") && Catch::Contains("ditto-direct"));
   const own::ConvGeom big = geom_of({2, 4, 20, 20}, {4, 1, 9, 9}, params(1, 4, 1, 4));
-  CHECK_FALSE(own::direct_supports(big, &why));
+  CHECK_FALSE(own::direct_supports(big, false, &why));
   CHECK_THAT(why, Catch::Contains("9x9"));
   CHECK(own::direct_filter_parts(dw) >= 1);
+  // The implicit GEMM's parts: a shape-fixed length, a multiple of the stage, about 2048 blocks.
+  const own::ConvGeom stem = geom_of({128, 3, 224, 224}, {64, 3, 7, 7}, params(2, 3, 1, 1));
+  const int64_t len = own::implicit_part_length(stem);
+  CHECK(len % own::kImplicitStage == 0);
+  CHECK(own::direct_filter_parts(stem) == (128 * 112 * 112 + len - 1) / len);
+  CHECK(own::direct_filter_parts(stem) * 3 >= 1024);  // 3 tiles of 64 over c*r*s = 147
   CHECK(own::direct_filter_workspace_bytes(dw) == std::size_t(own::direct_filter_parts(dw) * 128 * 9) * sizeof(float));
 }
 
@@ -243,10 +277,8 @@ TEST_CASE("ditto-gemm's and ditto-direct's decompositions equal the reference (d
     // Double rounding of sums of at most a few hundred unit-size products: far below 1e-12.
     CHECK(max_rel_diff(gemm_bwd_filter(g, x, dy), want_dw) < 1e-12);
     CHECK(max_rel_diff(gemm_bwd_data(g, w, dy), want_dx) < 1e-12);
-    if (g.depthwise()) {
-      CHECK(max_rel_diff(direct_bwd_filter(g, x, dy), want_dw) < 1e-12);
-      CHECK(max_rel_diff(direct_bwd_data(g, w, dy), want_dx) < 1e-12);
-    }
+    CHECK(max_rel_diff(direct_bwd_filter(g, x, dy), want_dw) < 1e-12);
+    if (g.depthwise()) CHECK(max_rel_diff(direct_bwd_data(g, w, dy), want_dx) < 1e-12);
   }
 }
 

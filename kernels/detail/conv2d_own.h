@@ -12,11 +12,17 @@
 //   GEMM reads x (and writes dx) in place.
 //   Its bits depend on cuBLAS's kernel for each GEMM shape, which cuBLAS picks per GPU model and
 //   SM count (atomics off): run_to_run, as cuBLAS documents it.
-// ditto-direct (depthwise: one input channel per group): a kernel per element with no library.
-//   bwd_data:   one thread per dX element adds its (multiplier, r, s) taps in a fixed order.
-//   bwd_filter: grid (K, parts): block (k, p) reduces its share of images with a CUB block
-//               reduction (fixed order), then one thread per weight adds the parts in order. The
-//               part count is a function of the shape alone: gpu_to_gpu.
+// ditto-direct: kernels of ditto's own with no library.
+//   bwd_data (depthwise only: one input channel per group): one thread per dX element adds its
+//               (multiplier, r, s) taps in a fixed order.
+//   bwd_filter, depthwise: grid (K, parts): block (k, p) reduces its share of images with a CUB
+//               block reduction (fixed order), then one thread per weight adds the parts in order.
+//   bwd_filter, otherwise: an implicit GEMM (no im2col buffer) over 64x64 tiles of (k, c*r*s),
+//               the positions (n, ho, wo) split into parts of a shape-fixed length; each thread owns
+//               4x4 weights of its block's tile and adds the part's positions in order, and one
+//               thread per weight adds the parts in order. Meant for the problems cuBLAS GEMMs serve
+//               badly: few weights and a long reduction (a 3-channel stem).
+//   Grids and part counts are functions of the shape alone: gpu_to_gpu.
 // Everything here is deterministic by construction; kernels/conv2d.cpp selects, records and checks.
 #pragma once
 #include <cstddef>
@@ -71,12 +77,16 @@ constexpr std::size_t kChunkBytes = std::size_t(256) << 20;
 // Whether each variant can run the problem; on false, why (for the error that lists what is
 // supported).
 bool gemm_supports(const ConvGeom& g, std::string* why);
-bool direct_supports(const ConvGeom& g, std::string* why);
+bool direct_supports(const ConvGeom& g, bool bwd_filter, std::string* why);
 GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter);
 
-// ditto-direct bwd_filter: parts per weight, and its workspace (parts * K * R * S floats).
+// ditto-direct bwd_filter: parts per weight, and its workspace (parts * K * C/G * R * S floats).
+// Depthwise: parts split the images. Otherwise parts split the positions (n, ho, wo) into runs of
+// implicit_part_length(g) (a multiple of kImplicitStage); the last may be shorter.
 int64_t direct_filter_parts(const ConvGeom& g);
 std::size_t direct_filter_workspace_bytes(const ConvGeom& g);
+constexpr int64_t kImplicitTile = 64, kImplicitStage = 32;
+int64_t implicit_part_length(const ConvGeom& g);
 
 // ---- index maps shared by the CUDA kernels and the CPU tests ----------------------------------
 
