@@ -33,6 +33,13 @@ const char* const kPoolNames[] = {"cudnn", "cudnn-deterministic", "atomic-scatte
 const char* const kBnNames[] = {"cudnn", "atomic", "deterministic"};
 const char* const kReduceNames[] = {"atomic", "deterministic"};
 const char* const kCublasAtomicsNames[] = {"off", "on"};
+// -- issue 18, part B --
+const char* const kGridSampleBwdNames[] = {"cudnn", "atomic", "deterministic"};
+const char* const kAffineGridBwdNames[] = {"cudnn", "atomic", "deterministic"};
+const char* const kRoiAlignBwdNames[] = {"atomic", "deterministic"};
+const char* const kCtcAlgoNames[] = {"ditto", "cudnn-deterministic", "cudnn-nondeterministic"};
+const char* const kSpmmFwdNames[] = {"ditto", "cusparse-default", "cusparse-alg1", "cusparse-alg2", "cusparse-alg3"};
+const char* const kSpmmBwdNames[] = {"atomic", "deterministic", "cusparse"};
 
 template <std::size_t N>
 std::vector<std::string> names_vec(const char* const (&names)[N]) {
@@ -79,6 +86,12 @@ const char* op_kind_name(OpKind k) {
     case OpKind::MaxPool2d: return "maxpool2d";
     case OpKind::BatchNorm: return "batchnorm";
     case OpKind::SoftmaxXent: return "softmax_xent";
+    // -- issue 18, part B --
+    case OpKind::GridSample: return "grid_sample";
+    case OpKind::AffineGrid: return "affine_grid";
+    case OpKind::RoiAlign: return "roi_align";
+    case OpKind::CtcLoss: return "ctc_loss";
+    case OpKind::Spmm: return "spmm";
   }
   return "?";
 }
@@ -103,6 +116,13 @@ const char* name_of(PoolBwd p) { return enum_name(p, kPoolNames); }
 const char* name_of(BnBwd b) { return enum_name(b, kBnNames); }
 const char* name_of(Reduction r) { return enum_name(r, kReduceNames); }
 const char* name_of(CublasAtomics c) { return enum_name(c, kCublasAtomicsNames); }
+// -- issue 18, part B --
+const char* name_of(GridSampleBwd v) { return enum_name(v, kGridSampleBwdNames); }
+const char* name_of(AffineGridBwd v) { return enum_name(v, kAffineGridBwdNames); }
+const char* name_of(RoiAlignBwd v) { return enum_name(v, kRoiAlignBwdNames); }
+const char* name_of(CtcAlgo v) { return enum_name(v, kCtcAlgoNames); }
+const char* name_of(SpmmFwd v) { return enum_name(v, kSpmmFwdNames); }
+const char* name_of(SpmmBwd v) { return enum_name(v, kSpmmBwdNames); }
 
 const std::vector<KnobSpec>& knobs() {
   static const std::vector<KnobSpec> table = {
@@ -119,6 +139,17 @@ const std::vector<KnobSpec>& knobs() {
       // cuDNN's batch-norm backward is undocumented either way.
       {"bwd", OpKind::BatchNorm, names_vec(kBnNames), {"cudnn", "atomic"}},
       {"reduce", OpKind::SoftmaxXent, names_vec(kReduceNames), {"atomic"}},
+      // -- issue 18, part B --
+      // cuDNN lists cudnnSpatialTfSamplerBackward among its non-reproducible routines.
+      {"bwd", OpKind::GridSample, names_vec(kGridSampleBwdNames), {"cudnn", "atomic"}},
+      // cudnnSpatialTfGridGeneratorBackward is not on that list.
+      {"bwd", OpKind::AffineGrid, names_vec(kAffineGridBwdNames), {"atomic"}},
+      {"bwd", OpKind::RoiAlign, names_vec(kRoiAlignBwdNames), {"atomic"}},
+      {"algo", OpKind::CtcLoss, names_vec(kCtcAlgoNames), {"cudnn-nondeterministic"}},
+      // cuSPARSE documents bit-wise reproducible SpMM for CSR only with CSR_ALG3, and says a
+      // transposed sparse operand may give different results between runs.
+      {"fwd", OpKind::Spmm, names_vec(kSpmmFwdNames), {"cusparse-default", "cusparse-alg1", "cusparse-alg2"}},
+      {"bwd", OpKind::Spmm, names_vec(kSpmmBwdNames), {"atomic", "cusparse"}},
   };
   return table;
 }
@@ -189,6 +220,13 @@ Policy& Policy::pin(const std::string& l, PoolBwd p) { return set(l + ".bwd=" + 
 Policy& Policy::pin(const std::string& l, BnBwd b) { return set(l + ".bwd=" + name_of(b)); }
 Policy& Policy::pin(const std::string& l, Reduction r) { return set(l + ".reduce=" + name_of(r)); }
 Policy& Policy::pin(const std::string& l, CublasAtomics c) { return set(l + ".cublas_atomics=" + name_of(c)); }
+// -- issue 18, part B --
+Policy& Policy::pin(const std::string& l, GridSampleBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, AffineGridBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, RoiAlignBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, CtcAlgo v) { return set(l + ".algo=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, SpmmFwd v) { return set(l + ".fwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, SpmmBwd v) { return set(l + ".bwd=" + name_of(v)); }
 
 std::string shape_key(const std::vector<int64_t>& shape) {
   std::string out;
@@ -290,6 +328,50 @@ CublasAtomics Policy::cublas_atomics(const std::string& layer) const {
   if (v == "nondeterministic") return CublasAtomics::On;
   if (is_mode_word(v)) return CublasAtomics::Off;
   return parse_enum<CublasAtomics>(v, kCublasAtomicsNames);
+}
+
+// -- issue 18, part B --
+GridSampleBwd Policy::grid_sample_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::GridSample);
+  if (v == "deterministic") return GridSampleBwd::Deterministic;
+  if (is_mode_word(v)) return GridSampleBwd::Atomic;
+  return parse_enum<GridSampleBwd>(v, kGridSampleBwdNames);
+}
+
+AffineGridBwd Policy::affine_grid_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::AffineGrid);
+  if (v == "nondeterministic") return AffineGridBwd::Atomic;
+  if (is_mode_word(v)) return AffineGridBwd::Deterministic;
+  return parse_enum<AffineGridBwd>(v, kAffineGridBwdNames);
+}
+
+RoiAlignBwd Policy::roi_align_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::RoiAlign);
+  if (v == "deterministic") return RoiAlignBwd::Deterministic;
+  if (is_mode_word(v)) return RoiAlignBwd::Atomic;
+  return parse_enum<RoiAlignBwd>(v, kRoiAlignBwdNames);
+}
+
+CtcAlgo Policy::ctc_algo(const std::string& layer) const {
+  auto v = lookup(layer, "algo", OpKind::CtcLoss);
+  if (v == "deterministic") return CtcAlgo::Ditto;
+  if (is_mode_word(v)) return CtcAlgo::CudnnNondeterministic;
+  return parse_enum<CtcAlgo>(v, kCtcAlgoNames);
+}
+
+SpmmFwd Policy::spmm_fwd(const std::string& layer) const {
+  auto v = lookup(layer, "fwd", OpKind::Spmm);
+  if (v == "deterministic") return SpmmFwd::Ditto;
+  if (is_mode_word(v)) return SpmmFwd::CusparseDefault;
+  return parse_enum<SpmmFwd>(v, kSpmmFwdNames);
+}
+
+SpmmBwd Policy::spmm_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::Spmm);
+  if (v == "deterministic") return SpmmBwd::Deterministic;
+  if (v == "nondeterministic") return SpmmBwd::Atomic;
+  if (is_mode_word(v)) return SpmmBwd::Cusparse;
+  return parse_enum<SpmmBwd>(v, kSpmmBwdNames);
 }
 
 std::string Policy::requested(const std::string& layer, const std::string& knob, OpKind kind) const {

@@ -23,6 +23,13 @@
 //   maxpool2d: bwd (cudnn|cudnn-deterministic|atomic-scatter|gather)
 //   batchnorm: bwd (cudnn|atomic|deterministic)
 //   softmax_xent: reduce (atomic|deterministic)
+//   -- issue 18, part B --
+//   grid_sample: bwd (cudnn|atomic|deterministic)           input and grid gradients of bilinear sampling
+//   affine_grid: bwd (cudnn|atomic|deterministic)           theta gradient of the affine grid
+//   roi_align:   bwd (atomic|deterministic)                 image gradient of ROI align
+//   ctc_loss:    algo (ditto|cudnn-deterministic|cudnn-nondeterministic)
+//   spmm:        fwd (ditto|cusparse-default|cusparse-alg1|cusparse-alg2|cusparse-alg3),
+//                bwd (atomic|deterministic|cusparse)        dense operand's gradient
 #pragma once
 #include <cstdint>
 #include <map>
@@ -32,7 +39,11 @@
 
 namespace ditto {
 
-enum class OpKind { Conv2d, Linear, MaxPool2d, BatchNorm, SoftmaxXent };
+enum class OpKind {
+  Conv2d, Linear, MaxPool2d, BatchNorm, SoftmaxXent,
+  // -- issue 18, part B: spatial transformer, ROI align, CTC loss, sparse x dense matmul --
+  GridSample, AffineGrid, RoiAlign, CtcLoss, Spmm,
+};
 const char* op_kind_name(OpKind k);
 
 enum class SelectMode { Pinned, Heuristic, Deterministic, Nondeterministic, Fastest };
@@ -47,6 +58,13 @@ enum class PoolBwd { Cudnn, CudnnDeterministic, AtomicScatter, Gather };
 enum class BnBwd { Cudnn, Atomic, Deterministic };
 enum class Reduction { Atomic, Deterministic };
 enum class CublasAtomics { Off, On };
+// -- issue 18, part B (kernels/grid_sample.h, roi_align.h, ctc.h, spmm.h say what each does) --
+enum class GridSampleBwd { Cudnn, Atomic, Deterministic };
+enum class AffineGridBwd { Cudnn, Atomic, Deterministic };
+enum class RoiAlignBwd { Atomic, Deterministic };
+enum class CtcAlgo { Ditto, CudnnDeterministic, CudnnNondeterministic };
+enum class SpmmFwd { Ditto, CusparseDefault, CusparseAlg1, CusparseAlg2, CusparseAlg3 };
+enum class SpmmBwd { Atomic, Deterministic, Cusparse };
 
 // Names as used in policy strings and manifests ("algo0", "implicit_precomp_gemm", ...).
 // The numeric value of each conv enum equals the cuDNN enum value it stands for.
@@ -59,6 +77,13 @@ const char* name_of(PoolBwd p);
 const char* name_of(BnBwd b);
 const char* name_of(Reduction r);
 const char* name_of(CublasAtomics c);
+// -- issue 18, part B --
+const char* name_of(GridSampleBwd v);
+const char* name_of(AffineGridBwd v);
+const char* name_of(RoiAlignBwd v);
+const char* name_of(CtcAlgo v);
+const char* name_of(SpmmFwd v);
+const char* name_of(SpmmBwd v);
 
 // A convolution algorithm choice: a selection mode, and the algorithm when pinned.
 template <class Algo>
@@ -98,6 +123,13 @@ class Policy {
   Policy& pin(const std::string& layer, BnBwd b);
   Policy& pin(const std::string& layer, Reduction r);
   Policy& pin(const std::string& layer, CublasAtomics c);
+  // -- issue 18, part B --
+  Policy& pin(const std::string& layer, GridSampleBwd v);
+  Policy& pin(const std::string& layer, AffineGridBwd v);
+  Policy& pin(const std::string& layer, RoiAlignBwd v);
+  Policy& pin(const std::string& layer, CtcAlgo v);
+  Policy& pin(const std::string& layer, SpmmFwd v);
+  Policy& pin(const std::string& layer, SpmmBwd v);
 
   // Resolution for one layer. Throws PolicyError if a rule naming this layer uses a knob that
   // its op kind lacks.
@@ -111,6 +143,18 @@ class Policy {
   BnBwd bn_bwd(const std::string& layer) const;
   Reduction loss_reduce(const std::string& layer) const;
   CublasAtomics cublas_atomics(const std::string& layer) const;
+  // -- issue 18, part B. Mode words: deterministic -> ditto's fixed-order variant;
+  // nondeterministic -> the atomics (or library-nondeterministic) variant; heuristic and fastest ->
+  // what frameworks do: grid_sample atomic (PyTorch's native kernel; its cuDNN path needs
+  // align_corners), affine_grid deterministic (PyTorch's is a batched GEMM), roi_align atomic
+  // (torchvision), spmm fwd cusparse-default and bwd cusparse, ctc algo cudnn-nondeterministic
+  // (the op runs ditto's own where cuDNN cannot take the shape, and records it).
+  GridSampleBwd grid_sample_bwd(const std::string& layer) const;
+  AffineGridBwd affine_grid_bwd(const std::string& layer) const;
+  RoiAlignBwd roi_align_bwd(const std::string& layer) const;
+  CtcAlgo ctc_algo(const std::string& layer) const;
+  SpmmFwd spmm_fwd(const std::string& layer) const;
+  SpmmBwd spmm_bwd(const std::string& layer) const;
 
   // What the policy asked for one knob of one layer, as manifests record it: the mode word that
   // resolved it ("heuristic", "deterministic", "nondeterministic", "fastest") or "pinned" where
