@@ -1,0 +1,293 @@
+// ditto's ROI align kernels, in torchvision's float arithmetic (kernels/roi_align_ref.h states it).
+// Which are deterministic, and why, is said per kernel.
+#include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
+#include "kernels/detail/roi_align_cuda.h"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int kTile = 8;   // pixels per tile side of the deterministic gather's roi masks
+constexpr int kGroup = 8;  // channels per gather thread
+
+struct Geometry {
+  bool ok;
+  int batch;
+  float start_h, start_w, bin_h, bin_w, count;
+  int grid_h, grid_w;
+};
+
+__device__ __forceinline__ Geometry geometry(const float* roi, const ref::RoiAlignDims& d) {
+  Geometry g{};
+  g.ok = false;
+  for (int i = 0; i < 5; ++i)
+    if (!isfinite(roi[i])) return g;
+  const float b = truncf(roi[0]);
+  if (b < 0.f || double(b) >= double(d.n)) return g;
+  for (int i = 1; i < 5; ++i)
+    if (fabsf(roi[i] * d.spatial_scale) > float(ref::kRoiMaxCoordinate)) return g;
+  g.batch = static_cast<int>(b);
+  const float scale = d.spatial_scale, offset = d.aligned ? 0.5f : 0.f;
+  g.start_w = roi[1] * scale - offset;
+  g.start_h = roi[2] * scale - offset;
+  float roi_w = roi[3] * scale - offset - g.start_w;
+  float roi_h = roi[4] * scale - offset - g.start_h;
+  if (!d.aligned) {
+    roi_w = fmaxf(roi_w, 1.f);
+    roi_h = fmaxf(roi_h, 1.f);
+  }
+  g.bin_h = roi_h / float(d.ph);
+  g.bin_w = roi_w / float(d.pw);
+  g.grid_h = d.sampling_ratio > 0 ? d.sampling_ratio : static_cast<int>(ceilf(roi_h / float(d.ph)));
+  g.grid_w = d.sampling_ratio > 0 ? d.sampling_ratio : static_cast<int>(ceilf(roi_w / float(d.pw)));
+  const long long cnt = static_cast<long long>(g.grid_h) * g.grid_w;
+  g.count = float(cnt > 1 ? cnt : 1);
+  g.ok = true;
+  return g;
+}
+
+__device__ __forceinline__ float sample_coord(float start, int64_t bin_index, float bin, int64_t i, int grid) {
+  return start + float(bin_index) * bin + float(i + .5f) * bin / float(grid);
+}
+
+struct Sample {
+  bool valid;
+  int y_low, y_high, x_low, x_high;
+  float w[4];
+};
+
+// torchvision's bilinear_interpolate, weights only.
+__device__ __forceinline__ Sample bilinear(float y, float x, int64_t h, int64_t w) {
+  Sample s{};
+  s.valid = false;
+  if (y < -1.f || y > float(h) || x < -1.f || x > float(w)) return s;
+  if (y <= 0.f) y = 0.f;
+  if (x <= 0.f) x = 0.f;
+  s.y_low = static_cast<int>(y);
+  s.x_low = static_cast<int>(x);
+  if (s.y_low >= h - 1) {
+    s.y_high = s.y_low = int(h) - 1;
+    y = float(s.y_low);
+  } else {
+    s.y_high = s.y_low + 1;
+  }
+  if (s.x_low >= w - 1) {
+    s.x_high = s.x_low = int(w) - 1;
+    x = float(s.x_low);
+  } else {
+    s.x_high = s.x_low + 1;
+  }
+  const float ly = y - float(s.y_low), lx = x - float(s.x_low), hy = 1.f - ly, hx = 1.f - lx;
+  s.w[0] = hy * hx;
+  s.w[1] = hy * lx;
+  s.w[2] = ly * hx;
+  s.w[3] = ly * lx;
+  s.valid = true;
+  return s;
+}
+
+// Forward: one thread per output element (k, c, ph, pw); its samples row-major, then the division.
+// No reduction across threads: deterministic.
+__global__ void roi_align_fwd_kernel(const float* __restrict__ x, const float* __restrict__ rois,
+                                     float* __restrict__ y, ref::RoiAlignDims d) {
+  const int64_t bins = d.ph * d.pw, total = d.rois * d.c * bins;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t px = i % d.pw, py = (i / d.pw) % d.ph, c = (i / bins) % d.c, k = i / (bins * d.c);
+    const Geometry g = geometry(rois + k * 5, d);
+    if (!g.ok) {
+      y[i] = NAN;
+      continue;
+    }
+    const float* xp = x + (int64_t(g.batch) * d.c + c) * d.h * d.w;
+    float s = 0.f;
+    for (int iy = 0; iy < g.grid_h; ++iy) {
+      const float yy = sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
+      for (int ix = 0; ix < g.grid_w; ++ix) {
+        const Sample b = bilinear(yy, sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
+        if (!b.valid) continue;
+        s += b.w[0] * xp[b.y_low * d.w + b.x_low] + b.w[1] * xp[b.y_low * d.w + b.x_high] +
+             b.w[2] * xp[b.y_high * d.w + b.x_low] + b.w[3] * xp[b.y_high * d.w + b.x_high];
+      }
+    }
+    y[i] = s / g.count;
+  }
+}
+
+// Backward by scatter (torchvision's roi_align_backward_kernel): one thread per output element
+// atomicAdds dy / count * weight into the four corners of each sample. Overlapping rois, bins and
+// samples share dx elements and their adds land in scheduling order: NOT deterministic.
+__global__ void roi_align_bwd_atomic_kernel(const float* __restrict__ rois, const float* __restrict__ dy,
+                                            float* __restrict__ dx, ref::RoiAlignDims d) {
+  const int64_t bins = d.ph * d.pw, total = d.rois * d.c * bins;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t px = i % d.pw, py = (i / d.pw) % d.ph, c = (i / bins) % d.c, k = i / (bins * d.c);
+    const Geometry g = geometry(rois + k * 5, d);
+    if (!g.ok) continue;
+    float* dxp = dx + (int64_t(g.batch) * d.c + c) * d.h * d.w;
+    const float gy = dy[i] / g.count;
+    for (int iy = 0; iy < g.grid_h; ++iy) {
+      const float yy = sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
+      for (int ix = 0; ix < g.grid_w; ++ix) {
+        const Sample b = bilinear(yy, sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
+        if (!b.valid) continue;
+        atomicAdd(dxp + b.y_low * d.w + b.x_low, gy * b.w[0]);
+        atomicAdd(dxp + b.y_low * d.w + b.x_high, gy * b.w[1]);
+        atomicAdd(dxp + b.y_high * d.w + b.x_low, gy * b.w[2]);
+        atomicAdd(dxp + b.y_high * d.w + b.x_high, gy * b.w[3]);
+      }
+    }
+  }
+}
+
+struct MaskDims {
+  int64_t tiles_y, tiles_x, words;
+};
+
+MaskDims mask_dims(const ref::RoiAlignDims& d) {
+  return {(d.h + kTile - 1) / kTile, (d.w + kTile - 1) / kTile, (d.rois + 31) / 32};
+}
+
+// The pixels [lo, hi] (clamped to [0, size)) that samples at coordinates within [a, b] can reach
+// through their bilinear corners, with two pixels of margin for float rounding.
+__device__ __forceinline__ void footprint(float a, float b, int64_t size, int64_t& lo, int64_t& hi) {
+  const float mn = fmaxf(fminf(a, b), -4.f), mx = fminf(fmaxf(a, b), float(size) + 4.f);
+  lo = static_cast<int64_t>(floorf(mn)) - 2;
+  hi = static_cast<int64_t>(floorf(mx)) + 3;
+  if (lo < 0) lo = 0;
+  if (hi > size - 1) hi = size - 1;
+}
+
+// One thread per roi sets its bit in the mask word of every tile its samples can touch. The bits
+// are set with atomicOr: an integer OR, so the mask is the same whatever the order.
+__global__ void roi_mask_kernel(const float* __restrict__ rois, uint32_t* __restrict__ mask, ref::RoiAlignDims d,
+                                MaskDims m) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < d.rois; k += int64_t(gridDim.x) * blockDim.x) {
+    const Geometry g = geometry(rois + k * 5, d);
+    if (!g.ok || g.grid_h <= 0 || g.grid_w <= 0) continue;
+    int64_t r0, r1, c0, c1;
+    footprint(g.start_h, g.start_h + float(d.ph) * g.bin_h, d.h, r0, r1);
+    footprint(g.start_w, g.start_w + float(d.pw) * g.bin_w, d.w, c0, c1);
+    if (r0 > r1 || c0 > c1) continue;
+    const uint32_t bit = 1u << (k % 32);
+    for (int64_t ty = r0 / kTile; ty <= r1 / kTile; ++ty)
+      for (int64_t tx = c0 / kTile; tx <= c1 / kTile; ++tx)
+        atomicOr(mask + ((int64_t(g.batch) * m.tiles_y + ty) * m.tiles_x + tx) * m.words + k / 32, bit);
+  }
+}
+
+// The sample indices j (j = bin * grid + i along one axis) whose coordinate can lie within one
+// pixel of `pix`: solved from the spacing step = bin / grid with a margin for rounding. Zero,
+// negative or non-finite spacing (degenerate aligned rois): every index.
+__device__ __forceinline__ void sample_range(float start, float bin, int grid, int64_t pooled, int64_t pix,
+                                             int64_t& lo, int64_t& hi) {
+  const int64_t total = pooled * grid;
+  lo = 0;
+  hi = total - 1;
+  const float step = bin / float(grid);
+  if (!(step > 0.f) || !isfinite(step)) return;
+  const float lim = float(total) + 2.f;
+  const float a = fminf(fmaxf((float(pix) - 1.f - start) / step - 0.5f, -2.f), lim);
+  const float b = fminf(fmaxf((float(pix) + 1.f - start) / step - 0.5f, -2.f), lim);
+  // The exact coordinates (sample_coord) differ from start + (j + 0.5) * step by rounding of
+  // numbers as large as |start| + |bin| * pooled: cover that, in units of step.
+  const float slack = 4.f * 1.1920929e-7f * (fabsf(start) + fabsf(bin) * float(pooled) + float(pix) + 2.f) / step;
+  const int64_t margin = 2 + static_cast<int64_t>(fminf(slack, lim));
+  const int64_t l = static_cast<int64_t>(floorf(a)) - margin, h = static_cast<int64_t>(ceilf(b)) + margin;
+  if (l > lo) lo = l;
+  if (h < hi) hi = h;
+}
+
+// Backward by gather: one thread per (n, group of kGroup channels, y, x). It walks the rois of its
+// tile's mask in ascending index; for each, the samples in its candidate index ranges in
+// ascending (row index, column index) order, recomputing each sample's corners and weights with
+// the forward's arithmetic and adding dy / count * (the weights of the corners that are this
+// pixel). Each dx element is written by one thread in an order fixed by the inputs: deterministic,
+// no atomics.
+__global__ void roi_align_bwd_gather_kernel(const float* __restrict__ rois, const float* __restrict__ dy,
+                                            const uint32_t* __restrict__ mask, float* __restrict__ dx,
+                                            ref::RoiAlignDims d, MaskDims m) {
+  const int64_t groups = (d.c + kGroup - 1) / kGroup, plane = d.h * d.w, bins = d.ph * d.pw;
+  const int64_t total = d.n * groups * plane;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = i % d.w, y = (i / d.w) % d.h, grp = (i / plane) % groups, n = i / (plane * groups);
+    const int64_t c0 = grp * kGroup, nc = d.c - c0 < kGroup ? d.c - c0 : kGroup;
+    const uint32_t* words = mask + ((n * m.tiles_y + y / kTile) * m.tiles_x + x / kTile) * m.words;
+    float acc[kGroup];
+    for (int cc = 0; cc < kGroup; ++cc) acc[cc] = 0.f;
+    for (int64_t wi = 0; wi < m.words; ++wi) {
+      uint32_t bits = words[wi];
+      while (bits) {
+        const int b = __ffs(bits) - 1;
+        bits &= bits - 1;
+        const int64_t k = wi * 32 + b;
+        const Geometry g = geometry(rois + k * 5, d);
+        if (!g.ok) continue;
+        int64_t jy0, jy1, jx0, jx1;
+        sample_range(g.start_h, g.bin_h, g.grid_h, d.ph, y, jy0, jy1);
+        sample_range(g.start_w, g.bin_w, g.grid_w, d.pw, x, jx0, jx1);
+        const float* dyk = dy + k * d.c * bins;
+        for (int64_t jy = jy0; jy <= jy1; ++jy) {
+          const int64_t py = jy / g.grid_h, iy = jy % g.grid_h;
+          const float yy = sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
+          for (int64_t jx = jx0; jx <= jx1; ++jx) {
+            const int64_t px = jx / g.grid_w, ix = jx % g.grid_w;
+            const Sample s = bilinear(yy, sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
+            if (!s.valid) continue;
+            const bool lo_row = s.y_low == y, hi_row = s.y_high == y, lo_col = s.x_low == x, hi_col = s.x_high == x;
+            if (!(lo_row || hi_row) || !(lo_col || hi_col)) continue;
+            float wsum = 0.f;
+            if (lo_row && lo_col) wsum += s.w[0];
+            if (lo_row && hi_col) wsum += s.w[1];
+            if (hi_row && lo_col) wsum += s.w[2];
+            if (hi_row && hi_col) wsum += s.w[3];
+            const float* g0 = dyk + c0 * bins + py * d.pw + px;
+            for (int cc = 0; cc < kGroup; ++cc)
+              if (cc < nc) acc[cc] += (g0[cc * bins] / g.count) * wsum;
+          }
+        }
+      }
+    }
+    for (int cc = 0; cc < kGroup; ++cc)
+      if (cc < nc) dx[((n * d.c + c0 + cc) * d.h + y) * d.w + x] = acc[cc];
+  }
+}
+
+}  // namespace
+
+void roi_align_fwd(Context& ctx, const float* x, const float* rois, float* y, const ref::RoiAlignDims& d) {
+  const int64_t total = d.rois * d.c * d.ph * d.pw;
+  if (total == 0) return;
+  roi_align_fwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, rois, y, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void roi_align_bwd_atomic(Context& ctx, const float* rois, const float* dy, float* dx, const ref::RoiAlignDims& d) {
+  const int64_t total = d.rois * d.c * d.ph * d.pw;
+  if (total == 0) return;
+  roi_align_bwd_atomic_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(rois, dy, dx, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+std::size_t roi_align_bwd_deterministic_workspace(const ref::RoiAlignDims& d) {
+  const MaskDims m = mask_dims(d);
+  return sizeof(uint32_t) * static_cast<std::size_t>(d.n * m.tiles_y * m.tiles_x * m.words);
+}
+
+void roi_align_bwd_deterministic(Context& ctx, const float* rois, const float* dy, float* dx, void* workspace,
+                                 const ref::RoiAlignDims& d) {
+  const int64_t total = d.n * ((d.c + kGroup - 1) / kGroup) * d.h * d.w;
+  if (total == 0) return;
+  cudaStream_t st = detail::stream_of(ctx);
+  const MaskDims m = mask_dims(d);
+  auto* mask = static_cast<uint32_t*>(workspace);
+  const std::size_t mask_bytes = roi_align_bwd_deterministic_workspace(d);
+  if (mask_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(mask, 0, mask_bytes, st));
+  if (d.rois > 0) {
+    roi_mask_kernel<<<blocks_for(d.rois), kThreads, 0, st>>>(rois, mask, d, m);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+  roi_align_bwd_gather_kernel<<<blocks_for(total), kThreads, 0, st>>>(rois, dy, mask, dx, d, m);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda
