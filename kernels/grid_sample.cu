@@ -13,8 +13,7 @@ static_assert(kThreads == 256, "the dtheta kernels reduce 8 warps per block");
 // ---- affine grid ----------------------------------------------------------------------------
 
 __device__ __forceinline__ float affine_base_f(int64_t i, int64_t size, bool align_corners) {
-  if (align_corners) return size <= 1 ? -1.f : float(2 * i + 1 - size) / float(size - 1);
-  return float(2 * i + 1 - size) / float(size);
+  return ref::affine_base<float>(i, size, align_corners);
 }
 
 // One thread per grid point; no reduction: deterministic.
@@ -86,42 +85,17 @@ __global__ void affine_grid_bwd_final_kernel(const float* __restrict__ partials,
 
 // ---- bilinear sampling ----------------------------------------------------------------------
 
-// The four corners (nw, ne, sw, se) of a sample, with PyTorch's weight expressions; positions are
-// clamped to [-2, size + 1] (no corner of a position further out is inside), NaN/inf flagged.
+// The four corners (nw, ne, sw, se) of a sample: kernels/grid_sample_ref.h's bilinear_at in float
+// (PyTorch's weight expressions), with in-plane indices.
 struct Corners {
-  int idx[4];  // in-plane index iy * W + ix; only meaningful where valid
-  float wt[4];
-  bool valid[4];
-  float ix, iy, x0, y0;
-  bool finite;
+  int idx[4];  // iy * W + ix; only meaningful where valid
+  ref::Bilinear<float> b;
 };
-
-__device__ __forceinline__ float unnormalize(float c, int64_t size, bool ac) {
-  return ac ? (c + 1.f) / 2.f * float(size - 1) : ((c + 1.f) * float(size) - 1.f) / 2.f;
-}
 
 __device__ __forceinline__ Corners corners_at(const float* g, int64_t h, int64_t w, bool ac) {
   Corners c;
-  float ix = unnormalize(g[0], w, ac), iy = unnormalize(g[1], h, ac);
-  c.finite = isfinite(ix) && isfinite(iy);
-  if (!c.finite) ix = iy = -2.f;
-  ix = fminf(fmaxf(ix, -2.f), float(w + 1));
-  iy = fminf(fmaxf(iy, -2.f), float(h + 1));
-  c.ix = ix;
-  c.iy = iy;
-  c.x0 = floorf(ix);
-  c.y0 = floorf(iy);
-  const float x1 = c.x0 + 1.f, y1 = c.y0 + 1.f;
-  c.wt[0] = (x1 - ix) * (y1 - iy);
-  c.wt[1] = (ix - c.x0) * (y1 - iy);
-  c.wt[2] = (x1 - ix) * (iy - c.y0);
-  c.wt[3] = (ix - c.x0) * (iy - c.y0);
-  const int xi = static_cast<int>(c.x0), yi = static_cast<int>(c.y0);
-  const int xs[4] = {xi, xi + 1, xi, xi + 1}, ys[4] = {yi, yi, yi + 1, yi + 1};
-  for (int k = 0; k < 4; ++k) {
-    c.valid[k] = c.finite && xs[k] >= 0 && xs[k] < w && ys[k] >= 0 && ys[k] < h;
-    c.idx[k] = ys[k] * int(w) + xs[k];
-  }
+  c.b = ref::bilinear_at<float>(g[0], g[1], h, w, ac);
+  for (int k = 0; k < 4; ++k) c.idx[k] = static_cast<int>(c.b.iy[k] * w + c.b.ix[k]);
   return c;
 }
 
@@ -136,8 +110,8 @@ __global__ void grid_sample_fwd_kernel(const float* __restrict__ x, const float*
     const float* xp = x + nc * in_plane;
     float s = 0.f;
     for (int k = 0; k < 4; ++k)
-      if (c.valid[k]) s += c.wt[k] * xp[c.idx[k]];
-    y[i] = c.finite ? s : NAN;
+      if (c.b.valid[k]) s += c.b.weight[k] * xp[c.idx[k]];
+    y[i] = c.b.finite ? s : NAN;
   }
 }
 
@@ -157,7 +131,7 @@ __global__ void grid_sample_bwd_position_kernel(const float* __restrict__ x, con
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t p = i % plane, n = i / plane;
     const Corners c = corners_at(grid + i * 2, d.h, d.w, d.align_corners);
-    const float fx = c.ix - c.x0, fy = c.iy - c.y0;
+    const float fx = c.b.fx, fy = c.b.fy;
     float gx = 0.f, gy = 0.f;
     for (int64_t ch = 0; ch < d.c; ++ch) {
       const int64_t nc = n * d.c + ch;
@@ -165,17 +139,17 @@ __global__ void grid_sample_bwd_position_kernel(const float* __restrict__ x, con
       if (dgrid) {
         const float* xp = x + nc * in_plane;
         float v[4];
-        for (int k = 0; k < 4; ++k) v[k] = c.valid[k] ? xp[c.idx[k]] : 0.f;
+        for (int k = 0; k < 4; ++k) v[k] = c.b.valid[k] ? xp[c.idx[k]] : 0.f;
         gx += go * ((v[1] - v[0]) * (1.f - fy) + (v[3] - v[2]) * fy);
         gy += go * ((v[2] - v[0]) * (1.f - fx) + (v[3] - v[1]) * fx);
       }
       if (kScatter && dx)
         for (int k = 0; k < 4; ++k)
-          if (c.valid[k]) atomicAdd(dx + nc * in_plane + c.idx[k], go * c.wt[k]);
+          if (c.b.valid[k]) atomicAdd(dx + nc * in_plane + c.idx[k], go * c.b.weight[k]);
     }
     if (dgrid) {
-      dgrid[i * 2] = c.finite ? gx * sx : NAN;
-      dgrid[i * 2 + 1] = c.finite ? gy * sy : NAN;
+      dgrid[i * 2] = c.b.finite ? gx * sx : NAN;
+      dgrid[i * 2 + 1] = c.b.finite ? gy * sy : NAN;
     }
   }
 }
@@ -193,9 +167,9 @@ __global__ void grid_sample_entries_kernel(const float* __restrict__ grid, uint3
     const Corners c = corners_at(grid + i * 2, d.h, d.w, d.align_corners);
     for (int k = 0; k < 4; ++k) {
       const int64_t e = i * 4 + k;
-      keys[e] = c.valid[k] ? static_cast<uint32_t>(n * in_plane + c.idx[k]) : sentinel;
+      keys[e] = c.b.valid[k] ? static_cast<uint32_t>(n * in_plane + c.idx[k]) : sentinel;
       vals[e] = static_cast<int32_t>(e);
-      wts[e] = c.wt[k];
+      wts[e] = c.b.weight[k];
     }
   }
 }

@@ -20,9 +20,20 @@
 // row-major order, for each output the corners nw, ne, sw, se. Backward to the grid (PyTorch's
 // formula, the derivative of the bilinear form with the corner indices held fixed):
 // dgrid.x = (W-1)/2 * sum_c dy * d(sample)/d(ix) with align_corners, W/2 * ... without.
+//
+// The coordinate helpers are host and device functions: ditto's CUDA kernels call them with
+// T = float, so the kernels and this reference pick the same corners by the same expressions.
 #pragma once
 #include <cmath>
 #include <cstdint>
+
+#ifndef DITTO_HD
+#ifdef __CUDACC__
+#define DITTO_HD __host__ __device__
+#else
+#define DITTO_HD
+#endif
+#endif
 
 namespace ditto::ref {
 
@@ -34,36 +45,38 @@ struct GridSampleDims {
 
 // Normalized coordinate -> pixel coordinate (PyTorch's grid_sampler_unnormalize).
 template <class T>
-inline T grid_unnormalize(T coord, int64_t size, bool align_corners) {
+DITTO_HD inline T grid_unnormalize(T coord, int64_t size, bool align_corners) {
   return align_corners ? (coord + T(1)) / T(2) * T(size - 1) : ((coord + T(1)) * T(size) - T(1)) / T(2);
 }
 
 // d(pixel coordinate) / d(normalized coordinate).
-inline double grid_unnormalize_scale(int64_t size, bool align_corners) {
+DITTO_HD inline double grid_unnormalize_scale(int64_t size, bool align_corners) {
   return align_corners ? double(size - 1) / 2.0 : double(size) / 2.0;
 }
 
 // Base coordinate of pixel i of `size` (torch.linspace(-1, 1, size), times (size-1)/size without
 // align_corners).
 template <class T>
-inline T affine_base(int64_t i, int64_t size, bool align_corners) {
+DITTO_HD inline T affine_base(int64_t i, int64_t size, bool align_corners) {
   if (align_corners) return size <= 1 ? T(-1) : T(2 * i + 1 - size) / T(size - 1);
   return T(2 * i + 1 - size) / T(size);
 }
 
-// The four corners of a sample and their bilinear weights; valid[k] false where corner k lies
-// outside the image. Order: nw, ne, sw, se.
+// The four corners of a sample and their bilinear weights (PyTorch's expressions: nw = (x1 - ix) *
+// (y1 - iy), ...); valid[k] false where corner k lies outside the image or the position is not
+// finite. Order: nw, ne, sw, se.
 template <class T>
 struct Bilinear {
   int64_t ix[4], iy[4];
   T weight[4];
   bool valid[4];
   T ixf, iyf;  // the unnormalized sample position, clamped to [-2, size + 1]
+  T fx, fy;    // its offsets from the nw corner
   bool finite;
 };
 
 template <class T>
-inline Bilinear<T> bilinear_at(T x, T y, int64_t h, int64_t w, bool align_corners) {
+DITTO_HD inline Bilinear<T> bilinear_at(T x, T y, int64_t h, int64_t w, bool align_corners) {
   Bilinear<T> b;
   b.ixf = grid_unnormalize(x, w, align_corners);
   b.iyf = grid_unnormalize(y, h, align_corners);
@@ -71,15 +84,18 @@ inline Bilinear<T> bilinear_at(T x, T y, int64_t h, int64_t w, bool align_corner
   if (!b.finite) b.ixf = b.iyf = T(-2);
   b.ixf = std::fmin(std::fmax(b.ixf, T(-2)), T(w + 1));
   b.iyf = std::fmin(std::fmax(b.iyf, T(-2)), T(h + 1));
-  const int64_t x0 = static_cast<int64_t>(std::floor(b.ixf)), y0 = static_cast<int64_t>(std::floor(b.iyf));
-  const T fx = b.ixf - T(x0), fy = b.iyf - T(y0);
-  const int64_t xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
-  const T ws[4] = {(T(1) - fx) * (T(1) - fy), fx * (T(1) - fy), (T(1) - fx) * fy, fx * fy};
+  const T x0 = std::floor(b.ixf), y0 = std::floor(b.iyf), x1 = x0 + T(1), y1 = y0 + T(1);
+  b.fx = b.ixf - x0;
+  b.fy = b.iyf - y0;
+  b.weight[0] = (x1 - b.ixf) * (y1 - b.iyf);
+  b.weight[1] = (b.ixf - x0) * (y1 - b.iyf);
+  b.weight[2] = (x1 - b.ixf) * (b.iyf - y0);
+  b.weight[3] = (b.ixf - x0) * (b.iyf - y0);
+  const int64_t xi = static_cast<int64_t>(x0), yi = static_cast<int64_t>(y0);
   for (int k = 0; k < 4; ++k) {
-    b.ix[k] = xs[k];
-    b.iy[k] = ys[k];
-    b.weight[k] = ws[k];
-    b.valid[k] = xs[k] >= 0 && xs[k] < w && ys[k] >= 0 && ys[k] < h;
+    b.ix[k] = xi + (k & 1);
+    b.iy[k] = yi + (k >> 1);
+    b.valid[k] = b.finite && b.ix[k] >= 0 && b.ix[k] < w && b.iy[k] >= 0 && b.iy[k] < h;
   }
   return b;
 }
@@ -116,7 +132,7 @@ void grid_sample_bwd(const T* x, const T* grid, const T* dy, T* dx, T* dgrid, co
           const Bilinear<T> b = bilinear_at(g[0], g[1], d.h, d.w, d.align_corners);
           const double gy = double(dy[(n * d.c + c) * out_plane + p]);
           for (int k = 0; k < 4; ++k)
-            if (b.finite && b.valid[k]) acc[(n * d.c + c) * in_plane + b.iy[k] * d.w + b.ix[k]] += gy * double(b.weight[k]);
+            if (b.valid[k]) acc[(n * d.c + c) * in_plane + b.iy[k] * d.w + b.ix[k]] += gy * double(b.weight[k]);
         }
     for (int64_t i = 0; i < d.n * d.c * in_plane; ++i) dx[i] = static_cast<T>(acc[i]);
     delete[] acc;
@@ -127,7 +143,7 @@ void grid_sample_bwd(const T* x, const T* grid, const T* dy, T* dx, T* dgrid, co
       for (int64_t p = 0; p < out_plane; ++p) {
         const T* g = grid + (n * out_plane + p) * 2;
         const Bilinear<T> b = bilinear_at(g[0], g[1], d.h, d.w, d.align_corners);
-        const double fx = double(b.ixf) - std::floor(double(b.ixf)), fy = double(b.iyf) - std::floor(double(b.iyf));
+        const double fx = double(b.fx), fy = double(b.fy);
         double gx = 0, gyy = 0;
         for (int64_t c = 0; c < d.c; ++c) {
           const T* xp = x + (n * d.c + c) * in_plane;

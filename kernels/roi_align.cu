@@ -10,80 +10,13 @@ namespace {
 constexpr int kTile = 8;   // pixels per tile side of the deterministic gather's roi masks
 constexpr int kGroup = 8;  // channels per gather thread
 
-struct Geometry {
-  bool ok;
-  int batch;
-  float start_h, start_w, bin_h, bin_w, count;
-  int grid_h, grid_w;
-};
+// The geometry and bilinear helpers are kernels/roi_align_ref.h's, here with G = float:
+// torchvision's float arithmetic.
+using Geometry = ref::RoiGeometry<float>;
+using Sample = ref::RoiBilinear<float>;
 
 __device__ __forceinline__ Geometry geometry(const float* roi, const ref::RoiAlignDims& d) {
-  Geometry g{};
-  g.ok = false;
-  for (int i = 0; i < 5; ++i)
-    if (!isfinite(roi[i])) return g;
-  const float b = truncf(roi[0]);
-  if (b < 0.f || double(b) >= double(d.n)) return g;
-  for (int i = 1; i < 5; ++i)
-    if (fabsf(roi[i] * d.spatial_scale) > float(ref::kRoiMaxCoordinate)) return g;
-  g.batch = static_cast<int>(b);
-  const float scale = d.spatial_scale, offset = d.aligned ? 0.5f : 0.f;
-  g.start_w = roi[1] * scale - offset;
-  g.start_h = roi[2] * scale - offset;
-  float roi_w = roi[3] * scale - offset - g.start_w;
-  float roi_h = roi[4] * scale - offset - g.start_h;
-  if (!d.aligned) {
-    roi_w = fmaxf(roi_w, 1.f);
-    roi_h = fmaxf(roi_h, 1.f);
-  }
-  g.bin_h = roi_h / float(d.ph);
-  g.bin_w = roi_w / float(d.pw);
-  g.grid_h = d.sampling_ratio > 0 ? d.sampling_ratio : static_cast<int>(ceilf(roi_h / float(d.ph)));
-  g.grid_w = d.sampling_ratio > 0 ? d.sampling_ratio : static_cast<int>(ceilf(roi_w / float(d.pw)));
-  const long long cnt = static_cast<long long>(g.grid_h) * g.grid_w;
-  g.count = float(cnt > 1 ? cnt : 1);
-  g.ok = true;
-  return g;
-}
-
-__device__ __forceinline__ float sample_coord(float start, int64_t bin_index, float bin, int64_t i, int grid) {
-  return start + float(bin_index) * bin + float(i + .5f) * bin / float(grid);
-}
-
-struct Sample {
-  bool valid;
-  int y_low, y_high, x_low, x_high;
-  float w[4];
-};
-
-// torchvision's bilinear_interpolate, weights only.
-__device__ __forceinline__ Sample bilinear(float y, float x, int64_t h, int64_t w) {
-  Sample s{};
-  s.valid = false;
-  if (y < -1.f || y > float(h) || x < -1.f || x > float(w)) return s;
-  if (y <= 0.f) y = 0.f;
-  if (x <= 0.f) x = 0.f;
-  s.y_low = static_cast<int>(y);
-  s.x_low = static_cast<int>(x);
-  if (s.y_low >= h - 1) {
-    s.y_high = s.y_low = int(h) - 1;
-    y = float(s.y_low);
-  } else {
-    s.y_high = s.y_low + 1;
-  }
-  if (s.x_low >= w - 1) {
-    s.x_high = s.x_low = int(w) - 1;
-    x = float(s.x_low);
-  } else {
-    s.x_high = s.x_low + 1;
-  }
-  const float ly = y - float(s.y_low), lx = x - float(s.x_low), hy = 1.f - ly, hx = 1.f - lx;
-  s.w[0] = hy * hx;
-  s.w[1] = hy * lx;
-  s.w[2] = ly * hx;
-  s.w[3] = ly * lx;
-  s.valid = true;
-  return s;
+  return ref::roi_geometry<float>(roi, d);
 }
 
 // Forward: one thread per output element (k, c, ph, pw); its samples row-major, then the division.
@@ -98,17 +31,12 @@ __global__ void roi_align_fwd_kernel(const float* __restrict__ x, const float* _
       y[i] = NAN;
       continue;
     }
-    const float* xp = x + (int64_t(g.batch) * d.c + c) * d.h * d.w;
+    const float* xp = x + (g.batch * d.c + c) * d.h * d.w;
     float s = 0.f;
-    for (int iy = 0; iy < g.grid_h; ++iy) {
-      const float yy = sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
-      for (int ix = 0; ix < g.grid_w; ++ix) {
-        const Sample b = bilinear(yy, sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
-        if (!b.valid) continue;
-        s += b.w[0] * xp[b.y_low * d.w + b.x_low] + b.w[1] * xp[b.y_low * d.w + b.x_high] +
-             b.w[2] * xp[b.y_high * d.w + b.x_low] + b.w[3] * xp[b.y_high * d.w + b.x_high];
-      }
-    }
+    ref::roi_for_each_sample(g, py, px, d, [&](const Sample& b) {
+      s += b.w[0] * xp[b.y_low * d.w + b.x_low] + b.w[1] * xp[b.y_low * d.w + b.x_high] +
+           b.w[2] * xp[b.y_high * d.w + b.x_low] + b.w[3] * xp[b.y_high * d.w + b.x_high];
+    });
     y[i] = s / g.count;
   }
 }
@@ -123,19 +51,14 @@ __global__ void roi_align_bwd_atomic_kernel(const float* __restrict__ rois, cons
     const int64_t px = i % d.pw, py = (i / d.pw) % d.ph, c = (i / bins) % d.c, k = i / (bins * d.c);
     const Geometry g = geometry(rois + k * 5, d);
     if (!g.ok) continue;
-    float* dxp = dx + (int64_t(g.batch) * d.c + c) * d.h * d.w;
+    float* dxp = dx + (g.batch * d.c + c) * d.h * d.w;
     const float gy = dy[i] / g.count;
-    for (int iy = 0; iy < g.grid_h; ++iy) {
-      const float yy = sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
-      for (int ix = 0; ix < g.grid_w; ++ix) {
-        const Sample b = bilinear(yy, sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
-        if (!b.valid) continue;
-        atomicAdd(dxp + b.y_low * d.w + b.x_low, gy * b.w[0]);
-        atomicAdd(dxp + b.y_low * d.w + b.x_high, gy * b.w[1]);
-        atomicAdd(dxp + b.y_high * d.w + b.x_low, gy * b.w[2]);
-        atomicAdd(dxp + b.y_high * d.w + b.x_high, gy * b.w[3]);
-      }
-    }
+    ref::roi_for_each_sample(g, py, px, d, [&](const Sample& b) {
+      atomicAdd(dxp + b.y_low * d.w + b.x_low, gy * b.w[0]);
+      atomicAdd(dxp + b.y_low * d.w + b.x_high, gy * b.w[1]);
+      atomicAdd(dxp + b.y_high * d.w + b.x_low, gy * b.w[2]);
+      atomicAdd(dxp + b.y_high * d.w + b.x_high, gy * b.w[3]);
+    });
   }
 }
 
@@ -171,14 +94,14 @@ __global__ void roi_mask_kernel(const float* __restrict__ rois, uint32_t* __rest
     const uint32_t bit = 1u << (k % 32);
     for (int64_t ty = r0 / kTile; ty <= r1 / kTile; ++ty)
       for (int64_t tx = c0 / kTile; tx <= c1 / kTile; ++tx)
-        atomicOr(mask + ((int64_t(g.batch) * m.tiles_y + ty) * m.tiles_x + tx) * m.words + k / 32, bit);
+        atomicOr(mask + ((g.batch * m.tiles_y + ty) * m.tiles_x + tx) * m.words + k / 32, bit);
   }
 }
 
 // The sample indices j (j = bin * grid + i along one axis) whose coordinate can lie within one
 // pixel of `pix`: solved from the spacing step = bin / grid with a margin for rounding. Zero,
 // negative or non-finite spacing (degenerate aligned rois): every index.
-__device__ __forceinline__ void sample_range(float start, float bin, int grid, int64_t pooled, int64_t pix,
+__device__ __forceinline__ void sample_range(float start, float bin, int64_t grid, int64_t pooled, int64_t pix,
                                              int64_t& lo, int64_t& hi) {
   const int64_t total = pooled * grid;
   lo = 0;
@@ -228,10 +151,11 @@ __global__ void roi_align_bwd_gather_kernel(const float* __restrict__ rois, cons
         const float* dyk = dy + k * d.c * bins;
         for (int64_t jy = jy0; jy <= jy1; ++jy) {
           const int64_t py = jy / g.grid_h, iy = jy % g.grid_h;
-          const float yy = sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
+          const float yy = ref::roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
           for (int64_t jx = jx0; jx <= jx1; ++jx) {
             const int64_t px = jx / g.grid_w, ix = jx % g.grid_w;
-            const Sample s = bilinear(yy, sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
+            const float xx = ref::roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w);
+            const Sample s = ref::roi_bilinear(yy, xx, d.h, d.w);
             if (!s.valid) continue;
             const bool lo_row = s.y_low == y, hi_row = s.y_high == y, lo_col = s.x_low == x, hi_col = s.x_high == x;
             if (!(lo_row || hi_row) || !(lo_col || hi_col)) continue;

@@ -19,10 +19,21 @@
 // coordinates are not finite, or whose scaled coordinates exceed 2^24 in magnitude (where the sample
 // counts would overflow) outputs NaN in every channel and bin and contributes nothing to dx: a
 // visible fault, never a silent zero.
+//
+// The geometry and bilinear helpers are host and device functions: ditto's CUDA kernels call them
+// with G = float (torchvision's arithmetic), the reference with G = double.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#ifndef DITTO_HD
+#ifdef __CUDACC__
+#define DITTO_HD __host__ __device__
+#else
+#define DITTO_HD
+#endif
+#endif
 
 namespace ditto::ref {
 
@@ -44,7 +55,7 @@ struct RoiGeometry {
 };
 
 template <class G, class T>
-RoiGeometry<G> roi_geometry(const T* roi, const RoiAlignDims& d) {
+DITTO_HD RoiGeometry<G> roi_geometry(const T* roi, const RoiAlignDims& d) {
   RoiGeometry<G> g;
   bool finite = true;
   for (int i = 0; i < 5; ++i) finite = finite && std::isfinite(double(roi[i]));
@@ -74,7 +85,7 @@ RoiGeometry<G> roi_geometry(const T* roi, const RoiAlignDims& d) {
 }
 
 template <class G>
-inline G roi_sample_coord(G start, int64_t bin_index, G bin, int64_t i, int64_t grid) {
+DITTO_HD inline G roi_sample_coord(G start, int64_t bin_index, G bin, int64_t i, int64_t grid) {
   return start + G(bin_index) * bin + G(double(i) + 0.5) * bin / G(grid);
 }
 
@@ -86,7 +97,7 @@ struct RoiBilinear {
 };
 
 template <class G>
-RoiBilinear<G> roi_bilinear(G y, G x, int64_t h, int64_t w) {
+DITTO_HD RoiBilinear<G> roi_bilinear(G y, G x, int64_t h, int64_t w) {
   RoiBilinear<G> s;
   if (y < G(-1) || y > G(h) || x < G(-1) || x > G(w)) return s;
   if (y <= 0) y = 0;
@@ -114,6 +125,18 @@ RoiBilinear<G> roi_bilinear(G y, G x, int64_t h, int64_t w) {
   return s;
 }
 
+// Calls fn(sample) for every valid bilinear sample of bin (py, px) of a roi, row-major.
+template <class G, class F>
+DITTO_HD void roi_for_each_sample(const RoiGeometry<G>& g, int64_t py, int64_t px, const RoiAlignDims& d, F&& fn) {
+  for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+    const G yy = roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
+    for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+      const RoiBilinear<G> b = roi_bilinear(yy, roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
+      if (b.valid) fn(b);
+    }
+  }
+}
+
 // y[k, c, ph, pw]; rois {K, 5}.
 template <class T>
 void roi_align_fwd(const T* x, const T* rois, T* y, const RoiAlignDims& d) {
@@ -130,16 +153,10 @@ void roi_align_fwd(const T* x, const T* rois, T* y, const RoiAlignDims& d) {
           }
           const T* xp = x + (g.batch * d.c + c) * d.h * d.w;
           double s = 0;
-          for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-            const double yy = roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
-            for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-              const double xx = roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w);
-              const RoiBilinear<double> b = roi_bilinear(yy, xx, d.h, d.w);
-              if (!b.valid) continue;
-              s += b.w[0] * double(xp[b.y_low * d.w + b.x_low]) + b.w[1] * double(xp[b.y_low * d.w + b.x_high]) +
-                   b.w[2] * double(xp[b.y_high * d.w + b.x_low]) + b.w[3] * double(xp[b.y_high * d.w + b.x_high]);
-            }
-          }
+          roi_for_each_sample(g, py, px, d, [&](const RoiBilinear<double>& b) {
+            s += b.w[0] * double(xp[b.y_low * d.w + b.x_low]) + b.w[1] * double(xp[b.y_low * d.w + b.x_high]) +
+                 b.w[2] * double(xp[b.y_high * d.w + b.x_low]) + b.w[3] * double(xp[b.y_high * d.w + b.x_high]);
+          });
           *out = static_cast<T>(s / g.count);
         }
   }
@@ -158,18 +175,12 @@ void roi_align_bwd(const T* rois, const T* dy, T* dx, const RoiAlignDims& d) {
       for (int64_t py = 0; py < d.ph; ++py)
         for (int64_t px = 0; px < d.pw; ++px) {
           const double gy = double(dy[(k * d.c + c) * bins + py * d.pw + px]) / g.count;
-          for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-            const double yy = roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
-            for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-              const double xx = roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w);
-              const RoiBilinear<double> b = roi_bilinear(yy, xx, d.h, d.w);
-              if (!b.valid) continue;
-              ap[b.y_low * d.w + b.x_low] += gy * b.w[0];
-              ap[b.y_low * d.w + b.x_high] += gy * b.w[1];
-              ap[b.y_high * d.w + b.x_low] += gy * b.w[2];
-              ap[b.y_high * d.w + b.x_high] += gy * b.w[3];
-            }
-          }
+          roi_for_each_sample(g, py, px, d, [&](const RoiBilinear<double>& b) {
+            ap[b.y_low * d.w + b.x_low] += gy * b.w[0];
+            ap[b.y_low * d.w + b.x_high] += gy * b.w[1];
+            ap[b.y_high * d.w + b.x_low] += gy * b.w[2];
+            ap[b.y_high * d.w + b.x_high] += gy * b.w[3];
+          });
         }
     }
   }

@@ -65,21 +65,17 @@ Contributions contributions(const std::vector<float>& rois, const std::vector<fl
         for (int64_t px = 0; px < d.pw; ++px) {
           const double gy = std::fabs(double(dy[(k * d.c + ch) * bins + py * d.pw + px])) / g.count;
           c.max_g = std::max(c.max_g, gy);
-          for (int64_t iy = 0; iy < g.grid_h; ++iy)
-            for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-              const auto b = ref::roi_bilinear(ref::roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h),
-                                               ref::roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.h, d.w);
-              if (!b.valid) continue;
-              const int64_t at[4] = {b.y_low * d.w + b.x_low, b.y_low * d.w + b.x_high, b.y_high * d.w + b.x_low,
-                                     b.y_high * d.w + b.x_high};
-              for (int q = 0; q < 4; ++q) {
-                const std::size_t i = std::size_t((g.batch * d.c + ch) * plane + at[q]);
-                c.count[i] += 1;
-                c.abs_sum[i] += gy * b.w[q];
-                c.abs_dy[i] += gy;
-                c.max_count = std::max(c.max_count, c.count[i]);
-              }
+          ref::roi_for_each_sample(g, py, px, d, [&](const ref::RoiBilinear<double>& b) {
+            const int64_t at[4] = {b.y_low * d.w + b.x_low, b.y_low * d.w + b.x_high, b.y_high * d.w + b.x_low,
+                                   b.y_high * d.w + b.x_high};
+            for (int q = 0; q < 4; ++q) {
+              const std::size_t i = std::size_t((g.batch * d.c + ch) * plane + at[q]);
+              c.count[i] += 1;
+              c.abs_sum[i] += gy * b.w[q];
+              c.abs_dy[i] += gy;
+              c.max_count = std::max(c.max_count, c.count[i]);
             }
+          });
         }
   }
   return c;
