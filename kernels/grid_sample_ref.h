@@ -27,13 +27,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef DITTO_HD
-#ifdef __CUDACC__
-#define DITTO_HD __host__ __device__
-#else
-#define DITTO_HD
-#endif
-#endif
+#include "kernels/host_device.h"
 
 namespace ditto::ref {
 

@@ -72,6 +72,19 @@ __global__ void spmm_rows_kernel(int64_t out_rows, int64_t in_rows, int64_t k, i
   }
 }
 
+// Calls fn(r, e, col) for each entry e (column col) of each row r of this warp: one warp per row,
+// rows in grid-stride order, a row's entries in storage order (all lanes alike).
+template <class F>
+__device__ __forceinline__ void for_each_entry_of_warp(int64_t rows, int64_t nnz, const int32_t* __restrict__ ptr,
+                                                       const int32_t* __restrict__ idx, F&& fn) {
+  const int64_t warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t r = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32; r < rows; r += warps) {
+    int64_t beg, end;
+    row_range(ptr, r, nnz, beg, end);
+    for (int64_t e = beg; e < end; ++e) fn(r, e, idx[e]);
+  }
+}
+
 // dB += A^T dC by scatter: one warp per row r of A adds values[e] * dC[r, j] into dB[col[e], j]
 // with atomicAdd. Rows sharing a column add into the same dB row in scheduling order: NOT
 // deterministic. Entries with an out-of-range column are skipped.
@@ -79,18 +92,11 @@ __global__ void spmm_scatter_kernel(int64_t rows, int64_t cols, int64_t k, int64
                                     const int32_t* __restrict__ idx, const float* __restrict__ vals,
                                     const float* __restrict__ dc, float* __restrict__ db) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * kWarps;
-  for (int64_t r = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32; r < rows; r += warps) {
-    int64_t beg, end;
-    row_range(ptr, r, nnz, beg, end);
-    const float* dcrow = dc + r * k;
-    for (int64_t e = beg; e < end; ++e) {
-      const int32_t col = idx[e];
-      if (col < 0 || col >= cols) continue;
-      const float v = vals[e];
-      for (int64_t cc = lane; cc < k; cc += 32) atomicAdd(db + int64_t(col) * k + cc, v * dcrow[cc]);
-    }
-  }
+  for_each_entry_of_warp(rows, nnz, ptr, idx, [&](int64_t r, int64_t e, int32_t col) {
+    if (col < 0 || col >= cols) return;
+    const float v = vals[e];
+    for (int64_t cc = lane; cc < k; cc += 32) atomicAdd(db + int64_t(col) * k + cc, v * dc[r * k + cc]);
+  });
 }
 
 // dvalues[e] = dC[row] . B[col[e]]: one warp per row; for each entry in turn, lane l adds the
@@ -101,21 +107,14 @@ __global__ void spmm_values_grad_kernel(int64_t rows, int64_t cols, int64_t k, i
                                         const float* __restrict__ b, const float* __restrict__ dc,
                                         float* __restrict__ dvals) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * kWarps;
-  for (int64_t r = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32; r < rows; r += warps) {
-    int64_t beg, end;
-    row_range(ptr, r, nnz, beg, end);
-    const float* dcrow = dc + r * k;
-    for (int64_t e = beg; e < end; ++e) {
-      const int32_t col = idx[e];
-      const bool ok = col >= 0 && col < cols;
-      float s = 0.f;
-      if (ok)
-        for (int64_t cc = lane; cc < k; cc += 32) s += dcrow[cc] * b[int64_t(col) * k + cc];
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFull, s, off);
-      if (lane == 0) dvals[e] = ok ? s : NAN;
-    }
-  }
+  for_each_entry_of_warp(rows, nnz, ptr, idx, [&](int64_t r, int64_t e, int32_t col) {
+    const bool ok = col >= 0 && col < cols;
+    float s = 0.f;
+    if (ok)
+      for (int64_t cc = lane; cc < k; cc += 32) s += dc[r * k + cc] * b[int64_t(col) * k + cc];
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFull, s, off);
+    if (lane == 0) dvals[e] = ok ? s : NAN;
+  });
 }
 
 // Sort records for the transpose: key = the entry's column (an out-of-range one: the sentinel
