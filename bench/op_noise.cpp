@@ -3,7 +3,9 @@
 // gradient, batch-norm backward, loss reduction) `--runs` times on the same inputs and reports,
 // per variant: how many distinct results (bitwise, by fingerprint), the largest elementwise
 // difference from the first result (how big the noise is), and microseconds per call.
-// Writes op_noise.csv and op_noise.json to --out.
+// Writes op_noise.csv and op_noise.json to --out. --group picks the rows: classic (the convolution
+// shape's families above), issue18b (spatial transformer, ROI align, CTC, sparse matmul at their
+// own sizes: bench/op_noise_18b.h), or all (the default).
 //   op_noise --n 32 --c 64 --hw 32 --k 64 --r 3 --runs 20 --out runs/op_noise
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -23,6 +25,7 @@
 #include "kernels/conv2d.h"
 #include "kernels/loss.h"
 #include "kernels/pool.h"
+#include "op_noise_18b.h"
 
 using namespace ditto;
 
@@ -75,7 +78,7 @@ int main(int argc, char** argv) {
   CLI::App app{"op_noise: distinct results per kernel variant, on one shape"};
   int64_t n = 32, c = 64, hw = 32, k = 64;
   int r = 3, stride = 1, runs = 20;
-  std::string device = "cuda", out = "runs/op_noise";
+  std::string device = "cuda", out = "runs/op_noise", group = "all";
   app.add_option("--n", n, "batch")->check(CLI::PositiveNumber);
   app.add_option("--c", c, "input channels")->check(CLI::PositiveNumber);
   app.add_option("--hw", hw, "height = width")->check(CLI::PositiveNumber);
@@ -85,6 +88,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "calls per variant")->check(CLI::Range(2, 10000));
   app.add_option("--device", device);
   app.add_option("--out", out);
+  app.add_option("--group", group, "rows: classic, issue18b or all")
+      ->check(CLI::IsMember({"all", "classic", "issue18b"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -109,9 +114,11 @@ int main(int argc, char** argv) {
       rows.push_back(row);
     };
 
+    const bool classic = group != "issue18b";
     // Convolution: every algorithm cuDNN supports for each direction (a fresh context each, so
     // no cache or autotuning state carries over).
     for (std::string dir : {"fwd", "bwd_data", "bwd_filter"}) {
+      if (!classic) break;
       std::vector<std::string> algos;
       {
         Context probe(dev);
@@ -130,6 +137,7 @@ int main(int argc, char** argv) {
     }
     // Bias gradient of the conv output (db over N*H*W per channel).
     for (std::string v : {"atomic", "deterministic", "cudnn"}) {
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"conv.bias_bwd=" + v}));
       Var y(ctx.from_host(dyv, ys), true), b(ctx.zeros({ys[1]}), true);
       Tensor seed = ctx.from_host(dyv, ys);
@@ -145,6 +153,7 @@ int main(int argc, char** argv) {
     const Shape ps = pool_output_shape(xs, pp);
     const auto pdy = randoms(shape_numel(ps), 4);
     for (std::string v : {"cudnn", "cudnn-deterministic", "atomic-scatter", "gather"}) {
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"pool.bwd=" + v}));
       Var x(ctx.from_host(xv, xs), true);
       Tensor seed = ctx.from_host(pdy, ps);
@@ -157,6 +166,7 @@ int main(int argc, char** argv) {
     }
     // Batch norm (training) on the conv input: dgamma is the reduced quantity.
     for (std::string v : {"cudnn", "atomic", "deterministic"}) {
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"bn.bwd=" + v}));
       Var x(ctx.from_host(xv, xs), true), g(ctx.full({c}, 1.f), true), be(ctx.zeros({c}), true);
       BatchNormState st{ctx.zeros({c}), ctx.full({c}, 1.f)};
@@ -174,12 +184,19 @@ int main(int argc, char** argv) {
     std::vector<int32_t> labels(static_cast<std::size_t>(rows_n));
     for (int64_t i = 0; i < rows_n; ++i) labels[i] = static_cast<int32_t>(i % 10);
     for (std::string v : {"atomic", "deterministic"}) {
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"loss.reduce=" + v}));
       Var logits(ctx.from_host(logits_v, {rows_n, 10}), false);
       Tensor lab = ctx.from_host(labels, {rows_n});
       add(measure(ctx, runs, [&] { return softmax_cross_entropy(ctx, "loss", logits, lab).value(); }), "softmax_xent",
           "reduce", v, fmt::format("logits[{}, 10]", rows_n));
     }
+    if (group != "classic")
+      bench::issue18b_rows(
+          dev, runs, [&](Context& ctx, int r, const std::function<Tensor()>& fn) { return measure(ctx, r, fn); },
+          [&](Row row, const char* op, const char* knob, const std::string& variant, const std::string& sh) {
+            add(std::move(row), op, knob, variant, sh);
+          });
 
     std::string csv = "op,knob,variant,shape,distinct,runs,max_abs_diff,us_per_call\n";
     nlohmann::json j = nlohmann::json::array();
