@@ -114,7 +114,7 @@ __device__ __forceinline__ void sample_range(float start, float bin, int64_t gri
   // The exact coordinates (sample_coord) differ from start + (j + 0.5) * step by rounding of
   // numbers as large as |start| + |bin| * pooled: cover that, in units of step.
   const float slack = 4.f * 1.1920929e-7f * (fabsf(start) + fabsf(bin) * float(pooled) + float(pix) + 2.f) / step;
-  const int64_t margin = 2 + static_cast<int64_t>(fminf(slack, lim));
+  const int64_t margin = 1 + static_cast<int64_t>(fminf(slack, lim));
   const int64_t l = static_cast<int64_t>(floorf(a)) - margin, h = static_cast<int64_t>(ceilf(b)) + margin;
   if (l > lo) lo = l;
   if (h < hi) hi = h;
@@ -122,10 +122,9 @@ __device__ __forceinline__ void sample_range(float start, float bin, int64_t gri
 
 // Backward by gather: one thread per (n, group of kGroup channels, y, x). It walks the rois of its
 // tile's mask in ascending index; for each, the samples in its candidate index ranges in
-// ascending (row index, column index) order, recomputing each sample's corners and weights with
-// the forward's arithmetic and adding dy / count * (the weights of the corners that are this
-// pixel). Each dx element is written by one thread in an order fixed by the inputs: deterministic,
-// no atomics.
+// ascending (row index, column index) order, recomputing each sample's weights with the forward's
+// arithmetic and adding dy / count * (the weight of this pixel's corner). Each dx element is
+// written by one thread in an order fixed by the inputs: deterministic, no atomics.
 __global__ void roi_align_bwd_gather_kernel(const float* __restrict__ rois, const float* __restrict__ dy,
                                             const uint32_t* __restrict__ mask, float* __restrict__ dx,
                                             ref::RoiAlignDims d, MaskDims m) {
@@ -149,21 +148,25 @@ __global__ void roi_align_bwd_gather_kernel(const float* __restrict__ rois, cons
         sample_range(g.start_h, g.bin_h, g.grid_h, d.ph, y, jy0, jy1);
         sample_range(g.start_w, g.bin_w, g.grid_w, d.pw, x, jx0, jx1);
         const float* dyk = dy + k * d.c * bins;
+        // The bilinear weight separates into a row and a column factor (ref::roi_axis), so rows
+        // whose samples miss this pixel are dropped before their columns are visited. Each
+        // product wy * wx is bit for bit the corner weight (hy * hx, hy * lx, ...) the atomic
+        // variant adds.
         for (int64_t jy = jy0; jy <= jy1; ++jy) {
           const int64_t py = jy / g.grid_h, iy = jy % g.grid_h;
-          const float yy = ref::roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h);
+          const ref::RoiAxis<float> ay =
+              ref::roi_axis(ref::roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h), d.h);
+          if (!ay.valid) continue;
+          const float wy = (ay.low == y ? ay.h : 0.f) + (ay.high == y ? ay.l : 0.f);
+          if (wy == 0.f) continue;
           for (int64_t jx = jx0; jx <= jx1; ++jx) {
             const int64_t px = jx / g.grid_w, ix = jx % g.grid_w;
-            const float xx = ref::roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w);
-            const Sample s = ref::roi_bilinear(yy, xx, d.h, d.w);
-            if (!s.valid) continue;
-            const bool lo_row = s.y_low == y, hi_row = s.y_high == y, lo_col = s.x_low == x, hi_col = s.x_high == x;
-            if (!(lo_row || hi_row) || !(lo_col || hi_col)) continue;
-            float wsum = 0.f;
-            if (lo_row && lo_col) wsum += s.w[0];
-            if (lo_row && hi_col) wsum += s.w[1];
-            if (hi_row && lo_col) wsum += s.w[2];
-            if (hi_row && hi_col) wsum += s.w[3];
+            const ref::RoiAxis<float> ax =
+                ref::roi_axis(ref::roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.w);
+            if (!ax.valid) continue;
+            const float wx = (ax.low == x ? ax.h : 0.f) + (ax.high == x ? ax.l : 0.f);
+            if (wx == 0.f) continue;
+            const float wsum = wy * wx;
             const float* g0 = dyk + c0 * bins + py * d.pw + px;
             for (int cc = 0; cc < kGroup; ++cc)
               if (cc < nc) acc[cc] += (g0[cc * bins] / g.count) * wsum;

@@ -83,38 +83,54 @@ DITTO_HD inline G roi_sample_coord(G start, int64_t bin_index, G bin, int64_t i,
   return start + G(bin_index) * bin + G(double(i) + 0.5) * bin / G(grid);
 }
 
+// One axis of torchvision's bilinear_interpolate: a coordinate below -1 or above `size` is no
+// sample; otherwise it is clamped to >= 0, low = floor, and where low >= size - 1 both neighbours
+// are size - 1. l = the fraction toward `high`, h = 1 - l.
+template <class G>
+struct RoiAxis {
+  bool valid = false;
+  int64_t low = 0, high = 0;
+  G l = 0, h = 0;
+};
+
+template <class G>
+DITTO_HD RoiAxis<G> roi_axis(G v, int64_t size) {
+  RoiAxis<G> a;
+  if (v < G(-1) || v > G(size)) return a;
+  if (v <= 0) v = 0;
+  a.low = static_cast<int64_t>(v);
+  if (a.low >= size - 1) {
+    a.high = a.low = size - 1;
+    v = G(a.low);
+  } else {
+    a.high = a.low + 1;
+  }
+  a.l = v - G(a.low);
+  a.h = G(1) - a.l;
+  a.valid = true;
+  return a;
+}
+
 template <class G>
 struct RoiBilinear {
   bool valid = false;
   int64_t y_low = 0, y_high = 0, x_low = 0, x_high = 0;
-  G w[4] = {0, 0, 0, 0};  // (low,low), (low,high), (high,low), (high,high)
+  G w[4] = {0, 0, 0, 0};  // (low,low), (low,high), (high,low), (high,high): hy*hx, hy*lx, ly*hx, ly*lx
 };
 
 template <class G>
 DITTO_HD RoiBilinear<G> roi_bilinear(G y, G x, int64_t h, int64_t w) {
   RoiBilinear<G> s;
-  if (y < G(-1) || y > G(h) || x < G(-1) || x > G(w)) return s;
-  if (y <= 0) y = 0;
-  if (x <= 0) x = 0;
-  s.y_low = static_cast<int64_t>(y);
-  s.x_low = static_cast<int64_t>(x);
-  if (s.y_low >= h - 1) {
-    s.y_high = s.y_low = h - 1;
-    y = G(s.y_low);
-  } else {
-    s.y_high = s.y_low + 1;
-  }
-  if (s.x_low >= w - 1) {
-    s.x_high = s.x_low = w - 1;
-    x = G(s.x_low);
-  } else {
-    s.x_high = s.x_low + 1;
-  }
-  const G ly = y - G(s.y_low), lx = x - G(s.x_low), hy = G(1) - ly, hx = G(1) - lx;
-  s.w[0] = hy * hx;
-  s.w[1] = hy * lx;
-  s.w[2] = ly * hx;
-  s.w[3] = ly * lx;
+  const RoiAxis<G> ay = roi_axis(y, h), ax = roi_axis(x, w);
+  if (!ay.valid || !ax.valid) return s;
+  s.y_low = ay.low;
+  s.y_high = ay.high;
+  s.x_low = ax.low;
+  s.x_high = ax.high;
+  s.w[0] = ay.h * ax.h;
+  s.w[1] = ay.h * ax.l;
+  s.w[2] = ay.l * ax.h;
+  s.w[3] = ay.l * ax.l;
   s.valid = true;
   return s;
 }

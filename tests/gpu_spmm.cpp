@@ -138,7 +138,7 @@ TEST_CASE("gpu spmm: determinism over 10 runs, 100k x 100k with 1M entries times
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   Context gpu(Device::cuda(0));
-  const HostCsr h = random_csr(100000, 100000, 5, seed);  // about 1M entries, ~10 per column
+  const HostCsr h = random_csr(100000, 100000, 10, seed);  // about 1M entries, ~10 per column
   const int64_t k = 64;
   Tensor b = gpu.from_host(test::random_vec(std::size_t(h.cols * k), seed + 2), {h.cols, k});
   Tensor dc = gpu.from_host(test::random_vec(std::size_t(h.rows * k), seed + 3), {h.rows, k});
