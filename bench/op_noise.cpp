@@ -7,6 +7,9 @@
 // sum reduction) run at realistic sizes of their own, fixed below, not at the conv shape.
 // --families picks some of conv, bias, pool, bn, loss, scatter, upsample, pixel_xent, reduce.
 // Writes op_noise.csv and op_noise.json to --out.
+// Writes op_noise.csv and op_noise.json to --out. --group picks the rows: classic (the convolution
+// shape's families above), issue18b (spatial transformer, ROI align, CTC, sparse matmul at their
+// own sizes: bench/op_noise_18b.h), or all (the default).
 //   op_noise --n 32 --c 64 --hw 32 --k 64 --r 3 --runs 20 --out runs/op_noise
 //   op_noise --families scatter,upsample,pixel_xent,reduce --out runs/op_noise18
 #include <CLI/CLI.hpp>
@@ -32,6 +35,7 @@
 #include "kernels/reduction.h"
 #include "kernels/scatter.h"
 #include "kernels/upsample.h"
+#include "op_noise_18b.h"
 
 using namespace ditto;
 
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
   int r = 3, stride = 1, runs = 20;
   std::string device = "cuda", out = "runs/op_noise";
   std::vector<std::string> families = kFamilies;
+  std::string device = "cuda", out = "runs/op_noise", group = "all";
   app.add_option("--n", n, "batch")->check(CLI::PositiveNumber);
   app.add_option("--c", c, "input channels")->check(CLI::PositiveNumber);
   app.add_option("--hw", hw, "height = width")->check(CLI::PositiveNumber);
@@ -109,6 +114,8 @@ int main(int argc, char** argv) {
   app.add_option("--families", families, "op families to run (default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember(kFamilies));
+  app.add_option("--group", group, "rows: classic, issue18b or all")
+      ->check(CLI::IsMember({"all", "classic", "issue18b"}));
   CLI11_PARSE(app, argc, argv);
   auto want = [&](const char* f) { return std::find(families.begin(), families.end(), f) != families.end(); };
 
@@ -134,10 +141,12 @@ int main(int argc, char** argv) {
       rows.push_back(row);
     };
 
+    const bool classic = group != "issue18b";
     // Convolution: every algorithm cuDNN supports for each direction (a fresh context each, so
     // no cache or autotuning state carries over).
     for (std::string dir : {"fwd", "bwd_data", "bwd_filter"}) {
       if (!want("conv")) break;
+      if (!classic) break;
       std::vector<std::string> algos;
       {
         Context probe(dev);
@@ -157,6 +166,7 @@ int main(int argc, char** argv) {
     // Bias gradient of the conv output (db over N*H*W per channel).
     for (std::string v : {"atomic", "deterministic", "cudnn"}) {
       if (!want("bias")) break;
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"conv.bias_bwd=" + v}));
       Var y(ctx.from_host(dyv, ys), true), b(ctx.zeros({ys[1]}), true);
       Tensor seed = ctx.from_host(dyv, ys);
@@ -173,6 +183,7 @@ int main(int argc, char** argv) {
     const auto pdy = randoms(shape_numel(ps), 4);
     for (std::string v : {"cudnn", "cudnn-deterministic", "atomic-scatter", "gather"}) {
       if (!want("pool")) break;
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"pool.bwd=" + v}));
       Var x(ctx.from_host(xv, xs), true);
       Tensor seed = ctx.from_host(pdy, ps);
@@ -186,6 +197,7 @@ int main(int argc, char** argv) {
     // Batch norm (training) on the conv input: dgamma is the reduced quantity.
     for (std::string v : {"cudnn", "atomic", "deterministic"}) {
       if (!want("bn")) break;
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"bn.bwd=" + v}));
       Var x(ctx.from_host(xv, xs), true), g(ctx.full({c}, 1.f), true), be(ctx.zeros({c}), true);
       BatchNormState st{ctx.zeros({c}), ctx.full({c}, 1.f)};
@@ -204,12 +216,19 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < rows_n; ++i) labels[i] = static_cast<int32_t>(i % 10);
     for (std::string v : {"atomic", "deterministic"}) {
       if (!want("loss")) break;
+      if (!classic) break;
       Context ctx(dev, Policy::parse({"loss.reduce=" + v}));
       Var logits(ctx.from_host(logits_v, {rows_n, 10}), false);
       Tensor lab = ctx.from_host(labels, {rows_n});
       add(measure(ctx, runs, [&] { return softmax_cross_entropy(ctx, "loss", logits, lab).value(); }), "softmax_xent",
           "reduce", v, fmt::format("logits[{}, 10]", rows_n));
     }
+    if (group != "classic")
+      bench::issue18b_rows(
+          dev, runs, [&](Context& ctx, int r, const std::function<Tensor()>& fn) { return measure(ctx, r, fn); },
+          [&](Row row, const char* op, const char* knob, const std::string& variant, const std::string& sh) {
+            add(std::move(row), op, knob, variant, sh);
+          });
 
     // ---- issue 18 part A, at sizes of their own.
     // Embedding backward (the weight gradient is a scatter-add of dy by the indices): a 1M x 64

@@ -39,6 +39,13 @@ const char* const kCublasAtomicsNames[] = {"off", "on"};
 const char* const kScatterNames[] = {"atomic", "sorted"};
 const char* const kUpsampleBwdNames[] = {"atomic", "gather"};
 // ---- end of issue 18 part A
+// -- issue 18, part B --
+const char* const kGridSampleBwdNames[] = {"cudnn", "atomic", "deterministic"};
+const char* const kAffineGridBwdNames[] = {"cudnn", "atomic", "deterministic"};
+const char* const kRoiAlignBwdNames[] = {"atomic", "deterministic"};
+const char* const kCtcAlgoNames[] = {"ditto", "cudnn-deterministic", "cudnn-nondeterministic"};
+const char* const kSpmmFwdNames[] = {"ditto", "cusparse-default", "cusparse-alg1", "cusparse-alg2", "cusparse-alg3"};
+const char* const kSpmmBwdNames[] = {"atomic", "deterministic", "cusparse"};
 
 template <std::size_t N>
 std::vector<std::string> names_vec(const char* const (&names)[N]) {
@@ -92,6 +99,12 @@ const char* op_kind_name(OpKind k) {
     case OpKind::PixelXent: return "pixel_xent";
     case OpKind::Reduce: return "reduce";
     // ---- end of issue 18 part A
+    // -- issue 18, part B --
+    case OpKind::GridSample: return "grid_sample";
+    case OpKind::AffineGrid: return "affine_grid";
+    case OpKind::RoiAlign: return "roi_align";
+    case OpKind::CtcLoss: return "ctc_loss";
+    case OpKind::Spmm: return "spmm";
   }
   return "?";
 }
@@ -120,6 +133,13 @@ const char* name_of(CublasAtomics c) { return enum_name(c, kCublasAtomicsNames);
 const char* name_of(ScatterAlgo s) { return enum_name(s, kScatterNames); }
 const char* name_of(UpsampleBwd u) { return enum_name(u, kUpsampleBwdNames); }
 // ---- end of issue 18 part A
+// -- issue 18, part B --
+const char* name_of(GridSampleBwd v) { return enum_name(v, kGridSampleBwdNames); }
+const char* name_of(AffineGridBwd v) { return enum_name(v, kAffineGridBwdNames); }
+const char* name_of(RoiAlignBwd v) { return enum_name(v, kRoiAlignBwdNames); }
+const char* name_of(CtcAlgo v) { return enum_name(v, kCtcAlgoNames); }
+const char* name_of(SpmmFwd v) { return enum_name(v, kSpmmFwdNames); }
+const char* name_of(SpmmBwd v) { return enum_name(v, kSpmmBwdNames); }
 
 const std::vector<KnobSpec>& knobs() {
   static const std::vector<KnobSpec> table = {
@@ -143,6 +163,17 @@ const std::vector<KnobSpec>& knobs() {
       {"reduce", OpKind::PixelXent, names_vec(kReduceNames), {"atomic"}},
       {"reduce", OpKind::Reduce, names_vec(kReduceNames), {"atomic"}},
       // ---- end of issue 18 part A
+      // -- issue 18, part B --
+      // cuDNN lists cudnnSpatialTfSamplerBackward among its non-reproducible routines.
+      {"bwd", OpKind::GridSample, names_vec(kGridSampleBwdNames), {"cudnn", "atomic"}},
+      // cudnnSpatialTfGridGeneratorBackward is not on that list.
+      {"bwd", OpKind::AffineGrid, names_vec(kAffineGridBwdNames), {"atomic"}},
+      {"bwd", OpKind::RoiAlign, names_vec(kRoiAlignBwdNames), {"atomic"}},
+      {"algo", OpKind::CtcLoss, names_vec(kCtcAlgoNames), {"cudnn-nondeterministic"}},
+      // cuSPARSE documents bit-wise reproducible SpMM for CSR only with CSR_ALG3, and says a
+      // transposed sparse operand may give different results between runs.
+      {"fwd", OpKind::Spmm, names_vec(kSpmmFwdNames), {"cusparse-default", "cusparse-alg1", "cusparse-alg2"}},
+      {"bwd", OpKind::Spmm, names_vec(kSpmmBwdNames), {"atomic", "cusparse"}},
   };
   return table;
 }
@@ -217,6 +248,13 @@ Policy& Policy::pin(const std::string& l, CublasAtomics c) { return set(l + ".cu
 Policy& Policy::pin(const std::string& l, ScatterAlgo s) { return set(l + ".scatter=" + name_of(s)); }
 Policy& Policy::pin(const std::string& l, UpsampleBwd u) { return set(l + ".bwd=" + name_of(u)); }
 // ---- end of issue 18 part A
+// -- issue 18, part B --
+Policy& Policy::pin(const std::string& l, GridSampleBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, AffineGridBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, RoiAlignBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, CtcAlgo v) { return set(l + ".algo=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, SpmmFwd v) { return set(l + ".fwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, SpmmBwd v) { return set(l + ".bwd=" + name_of(v)); }
 
 std::string shape_key(const std::vector<int64_t>& shape) {
   std::string out;
@@ -348,6 +386,49 @@ Reduction Policy::reduction(const std::string& layer, OpKind kind) const {
   return parse_enum<Reduction>(v, kReduceNames);
 }
 // ---- end of issue 18 part A
+// -- issue 18, part B --
+GridSampleBwd Policy::grid_sample_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::GridSample);
+  if (v == "deterministic") return GridSampleBwd::Deterministic;
+  if (is_mode_word(v)) return GridSampleBwd::Atomic;
+  return parse_enum<GridSampleBwd>(v, kGridSampleBwdNames);
+}
+
+AffineGridBwd Policy::affine_grid_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::AffineGrid);
+  if (v == "nondeterministic") return AffineGridBwd::Atomic;
+  if (is_mode_word(v)) return AffineGridBwd::Deterministic;
+  return parse_enum<AffineGridBwd>(v, kAffineGridBwdNames);
+}
+
+RoiAlignBwd Policy::roi_align_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::RoiAlign);
+  if (v == "deterministic") return RoiAlignBwd::Deterministic;
+  if (is_mode_word(v)) return RoiAlignBwd::Atomic;
+  return parse_enum<RoiAlignBwd>(v, kRoiAlignBwdNames);
+}
+
+CtcAlgo Policy::ctc_algo(const std::string& layer) const {
+  auto v = lookup(layer, "algo", OpKind::CtcLoss);
+  if (v == "deterministic") return CtcAlgo::Ditto;
+  if (is_mode_word(v)) return CtcAlgo::CudnnNondeterministic;
+  return parse_enum<CtcAlgo>(v, kCtcAlgoNames);
+}
+
+SpmmFwd Policy::spmm_fwd(const std::string& layer) const {
+  auto v = lookup(layer, "fwd", OpKind::Spmm);
+  if (v == "deterministic") return SpmmFwd::Ditto;
+  if (is_mode_word(v)) return SpmmFwd::CusparseDefault;
+  return parse_enum<SpmmFwd>(v, kSpmmFwdNames);
+}
+
+SpmmBwd Policy::spmm_bwd(const std::string& layer) const {
+  auto v = lookup(layer, "bwd", OpKind::Spmm);
+  if (v == "deterministic") return SpmmBwd::Deterministic;
+  if (v == "nondeterministic") return SpmmBwd::Atomic;
+  if (is_mode_word(v)) return SpmmBwd::Cusparse;
+  return parse_enum<SpmmBwd>(v, kSpmmBwdNames);
+}
 
 std::string Policy::requested(const std::string& layer, const std::string& knob, OpKind kind) const {
   auto v = lookup(layer, knob, kind);

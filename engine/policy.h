@@ -27,6 +27,13 @@
 //   scatter_add, embedding: scatter (atomic|sorted)
 //   upsample:  bwd (atomic|gather)
 //   pixel_xent, reduce: reduce (atomic|deterministic)
+//   -- issue 18, part B --
+//   grid_sample: bwd (cudnn|atomic|deterministic)           input and grid gradients of bilinear sampling
+//   affine_grid: bwd (cudnn|atomic|deterministic)           theta gradient of the affine grid
+//   roi_align:   bwd (atomic|deterministic)                 image gradient of ROI align
+//   ctc_loss:    algo (ditto|cudnn-deterministic|cudnn-nondeterministic)
+//   spmm:        fwd (ditto|cusparse-default|cusparse-alg1|cusparse-alg2|cusparse-alg3),
+//                bwd (atomic|deterministic|cusparse)        dense operand's gradient
 #pragma once
 #include <cstdint>
 #include <map>
@@ -41,6 +48,8 @@ enum class OpKind {
   // ---- issue 18 part A: scatter-add / segment sums, embeddings, upsampling, pixel-wise loss, reductions
   ScatterAdd, Embedding, Upsample, PixelXent, Reduce,
   // ---- end of issue 18 part A
+  // -- issue 18, part B: spatial transformer, ROI align, CTC loss, sparse x dense matmul --
+  GridSample, AffineGrid, RoiAlign, CtcLoss, Spmm,
 };
 const char* op_kind_name(OpKind k);
 
@@ -67,6 +76,13 @@ enum class ScatterAlgo { Atomic, Sorted };
 // every output gradient, or a gather per input pixel in a fixed order.
 enum class UpsampleBwd { Atomic, Gather };
 // ---- end of issue 18 part A
+// -- issue 18, part B (kernels/grid_sample.h, roi_align.h, ctc.h, spmm.h say what each does) --
+enum class GridSampleBwd { Cudnn, Atomic, Deterministic };
+enum class AffineGridBwd { Cudnn, Atomic, Deterministic };
+enum class RoiAlignBwd { Atomic, Deterministic };
+enum class CtcAlgo { Ditto, CudnnDeterministic, CudnnNondeterministic };
+enum class SpmmFwd { Ditto, CusparseDefault, CusparseAlg1, CusparseAlg2, CusparseAlg3 };
+enum class SpmmBwd { Atomic, Deterministic, Cusparse };
 
 // Names as used in policy strings and manifests ("algo0", "implicit_precomp_gemm", ...).
 // The numeric value of each cuDNN conv algorithm equals the cuDNN enum value it stands for.
@@ -83,6 +99,13 @@ const char* name_of(CublasAtomics c);
 const char* name_of(ScatterAlgo s);
 const char* name_of(UpsampleBwd u);
 // ---- end of issue 18 part A
+// -- issue 18, part B --
+const char* name_of(GridSampleBwd v);
+const char* name_of(AffineGridBwd v);
+const char* name_of(RoiAlignBwd v);
+const char* name_of(CtcAlgo v);
+const char* name_of(SpmmFwd v);
+const char* name_of(SpmmBwd v);
 
 // A convolution algorithm choice: a selection mode, and the algorithm when pinned.
 template <class Algo>
@@ -126,6 +149,13 @@ class Policy {
   Policy& pin(const std::string& layer, ScatterAlgo s);   // LAYER.scatter=...
   Policy& pin(const std::string& layer, UpsampleBwd u);   // LAYER.bwd=...
   // ---- end of issue 18 part A
+  // -- issue 18, part B --
+  Policy& pin(const std::string& layer, GridSampleBwd v);
+  Policy& pin(const std::string& layer, AffineGridBwd v);
+  Policy& pin(const std::string& layer, RoiAlignBwd v);
+  Policy& pin(const std::string& layer, CtcAlgo v);
+  Policy& pin(const std::string& layer, SpmmFwd v);
+  Policy& pin(const std::string& layer, SpmmBwd v);
 
   // Resolution for one layer. Throws PolicyError if a rule naming this layer uses a knob that
   // its op kind lacks.
@@ -149,6 +179,18 @@ class Policy {
   // kind: OpKind::PixelXent or OpKind::Reduce. deterministic: deterministic; other modes: atomic.
   Reduction reduction(const std::string& layer, OpKind kind) const;
   // ---- end of issue 18 part A
+  // -- issue 18, part B. Mode words: deterministic -> ditto's fixed-order variant;
+  // nondeterministic -> the atomics (or library-nondeterministic) variant; heuristic and fastest ->
+  // what frameworks do: grid_sample atomic (PyTorch's native kernel; its cuDNN path needs
+  // align_corners), affine_grid deterministic (PyTorch's is a batched GEMM), roi_align atomic
+  // (torchvision), spmm fwd cusparse-default and bwd cusparse, ctc algo cudnn-nondeterministic
+  // (the op runs ditto's own where cuDNN cannot take the shape, and records it).
+  GridSampleBwd grid_sample_bwd(const std::string& layer) const;
+  AffineGridBwd affine_grid_bwd(const std::string& layer) const;
+  RoiAlignBwd roi_align_bwd(const std::string& layer) const;
+  CtcAlgo ctc_algo(const std::string& layer) const;
+  SpmmFwd spmm_fwd(const std::string& layer) const;
+  SpmmBwd spmm_bwd(const std::string& layer) const;
 
   // What the policy asked for one knob of one layer, as manifests record it: the mode word that
   // resolved it ("heuristic", "deterministic", "nondeterministic", "fastest") or "pinned" where

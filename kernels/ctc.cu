@@ -1,0 +1,287 @@
+// ditto's CTC kernel and the staging kernels around cuDNN's. Which are deterministic, and why, is
+// said per kernel.
+#include <cub/device/device_scan.cuh>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/detail/launch.cuh"
+#include "kernels/detail/ctc_cuda.h"
+#include "kernels/detail/segments.cuh"
+
+namespace ditto::cuda {
+namespace {
+
+constexpr int kCtcThreads = 128;
+
+__device__ __forceinline__ float log_add(float a, float b) {
+  if (a == -INFINITY) return b;
+  if (b == -INFINITY) return a;
+  const float m = fmaxf(a, b);
+  return m + logf(expf(a - m) + expf(b - m));
+}
+
+__device__ __forceinline__ bool sample_valid(const int32_t* labels, const int32_t* label_len, const int32_t* input_len,
+                                             const ref::CtcDims& d, int64_t n) {
+  const int64_t l = label_len[n], tn = input_len[n];
+  if (l < 0 || l > d.s || tn < 1 || tn > d.t) return false;
+  for (int64_t i = 0; i < l; ++i)
+    if (labels[n * d.s + i] < 1 || labels[n * d.s + i] >= d.a) return false;
+  return true;
+}
+
+struct CtcLayout {
+  float *lse, *alpha, *beta;
+  int32_t *head, *next;
+  std::size_t bytes;
+};
+
+CtcLayout ctc_layout(void* base, const ref::CtcDims& d) {
+  const int64_t states = 2 * d.s + 1;
+  WorkspaceCarve carve{static_cast<char*>(base)};
+  CtcLayout l;
+  l.lse = carve.take<float>(d.n * d.t);
+  l.alpha = carve.take<float>(d.n * d.t * states);
+  l.beta = carve.take<float>(d.n * d.t * states);
+  l.head = carve.take<int32_t>(d.n * d.a);
+  l.next = carve.take<int32_t>(d.n * states);
+  l.bytes = carve.bytes;
+  return l;
+}
+
+// One block per sequence n (ref::ctc_loss's arithmetic in float). Every sum has a fixed order:
+// each log-softmax normalizer is one thread's loop over the classes; alpha[t, s] and beta[t, s] are
+// one thread's log-add of at most three neighbours of the previous row (rows separated by
+// barriers); each gradient element is one thread's loop over the states of its class in ascending
+// order (a linked list built per sequence: head[class], next[state]). No atomics, no work shared
+// between blocks: deterministic, and the same on any GPU.
+__global__ void __launch_bounds__(kCtcThreads)
+    ctc_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels,
+               const int32_t* __restrict__ label_len, const int32_t* __restrict__ input_len, float* __restrict__ cost,
+               float* __restrict__ grad, CtcLayout ws, ref::CtcDims d) {
+  const int64_t n = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, row_stride = d.n * d.a;
+  __shared__ int s_valid;
+  __shared__ float s_logp;
+  if (tid == 0) s_valid = sample_valid(labels, label_len, input_len, d, n);
+  __syncthreads();
+  if (!s_valid) {
+    if (tid == 0) cost[n] = NAN;
+    if (grad)
+      for (int64_t i = tid; i < d.t * d.a; i += bd) grad[(i / d.a) * row_stride + n * d.a + i % d.a] = NAN;
+    return;
+  }
+  const int64_t tn = input_len[n], states = 2 * int64_t(label_len[n]) + 1;
+  const int32_t* lab_n = labels + n * d.s;
+  auto lab = [&](int64_t s) -> int32_t { return (s & 1) ? lab_n[s / 2] : 0; };
+  const float* lg = logits + n * d.a;  // logits[t, n, a] = lg[t * row_stride + a]
+  float* lse = ws.lse + n * d.t;
+  float* alpha = ws.alpha + n * d.t * (2 * d.s + 1);  // row stride `states`
+  float* beta = ws.beta + n * d.t * (2 * d.s + 1);
+
+  for (int64_t t = tid; t < tn; t += bd) {
+    const float* row = lg + t * row_stride;
+    float m = row[0];
+    for (int64_t a = 1; a < d.a; ++a) m = fmaxf(m, row[a]);
+    float s = 0.f;
+    for (int64_t a = 0; a < d.a; ++a) s += expf(row[a] - m);
+    lse[t] = m + logf(s);
+  }
+  __syncthreads();
+  auto lp = [&](int64_t t, int32_t a) { return lg[t * row_stride + a] - lse[t]; };
+
+  for (int64_t s = tid; s < states; s += bd) alpha[s] = s == 0 ? lp(0, 0) : (s == 1 ? lp(0, lab(1)) : -INFINITY);
+  __syncthreads();
+  for (int64_t t = 1; t < tn; ++t) {
+    const float* prev = alpha + (t - 1) * states;
+    for (int64_t s = tid; s < states; s += bd) {
+      const int32_t ls = lab(s);
+      float v = prev[s];
+      if (s >= 1) v = log_add(v, prev[s - 1]);
+      if (s >= 2 && ls != 0 && ls != lab(s - 2)) v = log_add(v, prev[s - 2]);
+      alpha[t * states + s] = v == -INFINITY ? -INFINITY : v + lp(t, ls);
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    const float* last = alpha + (tn - 1) * states;
+    const float logp = log_add(last[states - 1], states > 1 ? last[states - 2] : -INFINITY);
+    s_logp = logp;
+    cost[n] = logp == -INFINITY ? INFINITY : -logp;
+  }
+  __syncthreads();
+  if (!grad) return;
+  const float logp = s_logp;
+  if (logp == -INFINITY) {  // no alignment fits: zero gradient
+    for (int64_t i = tid; i < d.t * d.a; i += bd) grad[(i / d.a) * row_stride + n * d.a + i % d.a] = 0.f;
+    return;
+  }
+
+  for (int64_t s = tid; s < states; s += bd)
+    beta[(tn - 1) * states + s] = s >= states - 2 ? lp(tn - 1, lab(s)) : -INFINITY;
+  __syncthreads();
+  for (int64_t t = tn - 2; t >= 0; --t) {
+    const float* nxt = beta + (t + 1) * states;
+    for (int64_t s = tid; s < states; s += bd) {
+      const int32_t ls = lab(s);
+      float v = nxt[s];
+      if (s + 1 < states) v = log_add(v, nxt[s + 1]);
+      if (s + 2 < states && ls != 0 && ls != lab(s + 2)) v = log_add(v, nxt[s + 2]);
+      beta[t * states + s] = v == -INFINITY ? -INFINITY : v + lp(t, ls);
+    }
+    __syncthreads();
+  }
+
+  int32_t* head = ws.head + n * d.a;
+  int32_t* next = ws.next + n * (2 * d.s + 1);
+  for (int64_t a = tid; a < d.a; a += bd) head[a] = -1;
+  __syncthreads();
+  for (int64_t s = tid; s < states; s += bd) {
+    const int32_t ls = lab(s);
+    bool first = true;
+    for (int64_t s2 = s - 2; s2 >= 0 && first; s2 -= 2) first = lab(s2) != ls;  // same class: same parity
+    if (first) head[ls] = static_cast<int32_t>(s);
+    int32_t nx = -1;
+    for (int64_t s2 = s + 2; s2 < states; s2 += 2)
+      if (lab(s2) == ls) {
+        nx = static_cast<int32_t>(s2);
+        break;
+      }
+    next[s] = nx;
+  }
+  __syncthreads();
+  for (int64_t i = tid; i < d.t * d.a; i += bd) {
+    const int64_t t = i / d.a;
+    const int32_t a = static_cast<int32_t>(i % d.a);
+    float g = 0.f;
+    if (t < tn) {
+      const float lpa = lp(t, a);
+      float occ = 0.f;
+      for (int32_t s = head[a]; s >= 0; s = next[s]) {
+        const float v = alpha[t * states + s] + beta[t * states + s];
+        if (v != -INFINITY) occ += expf(v - lpa - logp);
+      }
+      g = expf(lpa) - occ;
+    }
+    grad[t * row_stride + n * d.a + a] = g;
+  }
+}
+
+// ---- staging around cuDNN: one thread per sample or per element, no reductions ---------------
+
+__global__ void ctc_stage_lengths_kernel(const int32_t* __restrict__ labels, const int32_t* __restrict__ label_len,
+                                         const int32_t* __restrict__ input_len, int32_t* __restrict__ len_clean,
+                                         int32_t* __restrict__ in_clean, int32_t* __restrict__ status,
+                                         ref::CtcDims d) {
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < d.n; n += int64_t(gridDim.x) * blockDim.x) {
+    const bool valid = sample_valid(labels, label_len, input_len, d, n);
+    const int32_t st = !valid ? 1 : (label_len[n] > input_len[n] ? 2 : 0);
+    status[n] = st;
+    len_clean[n] = st == 0 ? label_len[n] : 1;
+    in_clean[n] = st == 0 ? input_len[n] : static_cast<int32_t>(d.t);
+  }
+}
+
+__global__ void ctc_stage_labels_kernel(const int32_t* __restrict__ labels, const int32_t* __restrict__ status,
+                                        const int32_t* __restrict__ len_clean, const int32_t* __restrict__ offsets,
+                                        int32_t* __restrict__ flat, ref::CtcDims d) {
+  const int64_t total = d.n * d.s;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / d.s, j = i % d.s;
+    if (j < len_clean[n]) flat[offsets[n] + j] = status[n] == 0 ? labels[i] : 1;
+  }
+  // A stand-in when S == 0 has no (n, j) slot above: write its single label here.
+  if (d.s == 0)
+    for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < d.n; n += int64_t(gridDim.x) * blockDim.x)
+      if (len_clean[n] == 1) flat[offsets[n]] = 1;
+}
+
+__global__ void ctc_cudnn_finish_kernel(const int32_t* __restrict__ status, const int32_t* __restrict__ input_len,
+                                        float* __restrict__ cost, float* __restrict__ grad, ref::CtcDims d) {
+  const int64_t total = grad ? d.t * d.n * d.a : d.n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = grad ? i % d.a : 0, n = grad ? (i / d.a) % d.n : i, t = grad ? i / (d.a * d.n) : 0;
+    const int32_t st = status[n];
+    if (grad) {
+      if (st == 1)
+        grad[i] = NAN;
+      else if (st == 2 || t >= input_len[n])
+        grad[i] = 0.f;
+    }
+    if (t == 0 && a == 0 && st != 0) cost[n] = st == 1 ? NAN : INFINITY;
+  }
+}
+
+__global__ void ctc_scale_grad_kernel(const float* __restrict__ grad, const float* __restrict__ dcost,
+                                      float* __restrict__ out, ref::CtcDims d) {
+  const int64_t total = d.t * d.n * d.a;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = dcost[(i / d.a) % d.n] * grad[i];
+}
+
+struct StageLayout {
+  CtcCudnnStage stage;
+  int32_t* offsets;
+  void* scan_temp;
+  std::size_t scan_bytes, bytes;
+};
+
+StageLayout stage_layout(void* base, const ref::CtcDims& d) {
+  StageLayout l;
+  DITTO_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, l.scan_bytes, static_cast<const int32_t*>(nullptr),
+                                                 static_cast<int32_t*>(nullptr), d.n));
+  WorkspaceCarve carve{static_cast<char*>(base)};
+  // Each sample has at most max(S, 1) labels (a stand-in has one).
+  l.stage.flat_labels = carve.take<int32_t>(d.n * (d.s > 1 ? d.s : 1));
+  l.stage.label_len = carve.take<int32_t>(d.n);
+  l.stage.input_len = carve.take<int32_t>(d.n);
+  l.stage.status = carve.take<int32_t>(d.n);
+  l.offsets = carve.take<int32_t>(d.n);
+  l.scan_temp = carve.take<char>(static_cast<int64_t>(l.scan_bytes));
+  l.bytes = carve.bytes;
+  return l;
+}
+
+}  // namespace
+
+std::size_t ctc_workspace(const ref::CtcDims& d) { return ctc_layout(nullptr, d).bytes; }
+
+void ctc_ditto(Context& ctx, const float* logits, const int32_t* labels, const int32_t* label_len,
+               const int32_t* input_len, float* cost, float* grad, void* workspace, const ref::CtcDims& d) {
+  if (d.n == 0) return;
+  ctc_kernel<<<static_cast<unsigned>(d.n), kCtcThreads, 0, detail::stream_of(ctx)>>>(
+      logits, labels, label_len, input_len, cost, grad, ctc_layout(workspace, d), d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+std::size_t ctc_cudnn_stage_workspace(const ref::CtcDims& d) { return stage_layout(nullptr, d).bytes; }
+
+CtcCudnnStage ctc_cudnn_stage(Context& ctx, const int32_t* labels, const int32_t* label_len, const int32_t* input_len,
+                              void* workspace, const ref::CtcDims& d) {
+  const StageLayout l = stage_layout(workspace, d);
+  if (d.n == 0) return l.stage;
+  cudaStream_t st = detail::stream_of(ctx);
+  ctc_stage_lengths_kernel<<<blocks_for(d.n), kThreads, 0, st>>>(labels, label_len, input_len, l.stage.label_len,
+                                                                  l.stage.input_len, l.stage.status, d);
+  DITTO_CHECK_LAUNCH(ctx);
+  std::size_t scan_bytes = l.scan_bytes;
+  DITTO_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(l.scan_temp, scan_bytes, l.stage.label_len, l.offsets, d.n, st));
+  ctc_stage_labels_kernel<<<blocks_for(d.n * (d.s > 1 ? d.s : 1)), kThreads, 0, st>>>(
+      labels, l.stage.status, l.stage.label_len, l.offsets, l.stage.flat_labels, d);
+  DITTO_CHECK_LAUNCH(ctx);
+  return l.stage;
+}
+
+void ctc_cudnn_finish(Context& ctx, const int32_t* status, const int32_t* input_len, float* cost, float* grad,
+                      const ref::CtcDims& d) {
+  const int64_t total = grad ? d.t * d.n * d.a : d.n;
+  if (total == 0) return;
+  ctc_cudnn_finish_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(status, input_len, cost, grad, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void ctc_scale_grad(Context& ctx, const float* grad, const float* dcost, float* out, const ref::CtcDims& d) {
+  const int64_t total = d.t * d.n * d.a;
+  if (total == 0) return;
+  ctc_scale_grad_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(grad, dcost, out, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+}  // namespace ditto::cuda

@@ -1,0 +1,58 @@
+// Spatial transformer: the affine grid generator and bilinear grid sampling with zero padding
+// (PyTorch's F.affine_grid and F.grid_sample(mode="bilinear", padding_mode="zeros"), both values of
+// align_corners; kernels/grid_sample_ref.h states the arithmetic).
+//
+// affine_grid: theta {N, 2, 3} -> grid {N, H, W, 2} (x, y in [-1, 1]). Forward: one thread per grid
+// point, deterministic. Backward dtheta[n] = sum over the H*W points of dgrid (x) base, by the
+// layer's AffineGridBwd (knob "bwd" of op kind affine_grid, manifest op "affine_grid"):
+//   atomic         per-block partial sums (CUB warp reductions) atomicAdded into dtheta: NOT
+//                  deterministic (not_guaranteed).
+//   deterministic  per-block partials written to a workspace, then one block per image adds them
+//                  with cub::BlockReduce; grid and tree depend on the shape only: gpu_to_gpu.
+//                  The default under heuristic: PyTorch's affine_grid backward is a batched GEMM.
+//   cudnn          cudnnSpatialTfGridGeneratorForward/Backward. cuDNN's base grid is the
+//                  align_corners=True one, so the variant requires align_corners (PolicyError
+//                  otherwise, naming the layer and listing atomic, deterministic). Not among the
+//                  routines cuDNN documents as non-reproducible: run_to_run.
+//
+// grid_sample: x {N, C, H, W}, grid {N, OH, OW, 2} -> y {N, C, OH, OW}. Forward: one thread per
+// output element, deterministic. Backward to x and to the grid by the layer's GridSampleBwd (knob
+// "bwd" of op kind grid_sample, manifest op "grid_sample"):
+//   atomic         PyTorch's scheme: one thread per output position loops over the channels,
+//                  sums the grid gradient in channel order and atomicAdds dy * weight into the
+//                  four corners of dx. Where outputs sample overlapping neighbourhoods (every
+//                  zoom-in, and heavily where a grid squeezes many outputs onto a few pixels) the
+//                  adds into one dx element land in scheduling order: NOT deterministic. The
+//                  default (PyTorch's native kernel, which it runs for align_corners=False).
+//   deterministic  the grid gradient by the same per-position channel loop, without the scatter;
+//                  dx as a GATHER: every (output position, corner) pair becomes a (target pixel,
+//                  entry) record, records are sorted by target pixel with CUB's stable radix
+//                  sort (one sort serves all channels: the grid is shared by them), and one
+//                  thread per dx element adds its records' dy * weight in entry order (output
+//                  position row-major, corners nw, ne, sw, se: the CPU reference's order). A
+//                  stable sort has one result whatever the GPU, so this is gpu_to_gpu. Workspace:
+//                  about 20 bytes per (output position, corner), 4 per input pixel, plus CUB's.
+//   cudnn          cudnnSpatialTfSamplerForward/Backward (NCHW, grid in [-1, 1] as here). cuDNN
+//                  samples with align_corners=True semantics (the case PyTorch hands to cuDNN), so
+//                  the variant requires align_corners (PolicyError otherwise). cuDNN's
+//                  Reproducibility notes list cudnnSpatialTfSamplerBackward among the routines
+//                  that do not guarantee the same bits across runs: not_guaranteed.
+// Grid coordinates that are NaN or infinite give NaN outputs and grid gradients (never a silent
+// zero). The manifest gets (layer, op, "bwd") at forward and again when backward runs; on a CPU
+// context the double-accumulating reference runs whatever the policy says and is recorded as
+// variant "cpu-reference". The policy is resolved at the forward call, so a misconfigured layer
+// fails there. Backward contributions are fresh tensors handed to accumulate_grad.
+#pragma once
+#include <string>
+
+#include "engine/context.h"
+#include "engine/tape.h"
+
+namespace ditto {
+
+Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_t height, int64_t width,
+                bool align_corners);
+
+Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var& grid, bool align_corners);
+
+}  // namespace ditto

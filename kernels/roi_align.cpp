@@ -1,0 +1,97 @@
+#include "kernels/roi_align.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "kernels/check.h"
+#include "kernels/detail/op_record.h"
+#include "kernels/detail/roi_align_cuda.h"
+#include "kernels/roi_align_ref.h"
+
+namespace ditto {
+namespace {
+
+constexpr const char* kOp = "roi_align";
+
+Determinism determinism_of(RoiAlignBwd v) { return v == RoiAlignBwd::Deterministic ? Determinism::Yes : Determinism::No; }
+
+void record(Context& ctx, const std::string& layer, RoiAlignBwd v, const std::string& requested, std::size_t ws = 0) {
+  detail::record_knob(ctx, layer, kOp, "bwd", name_of(v), requested, determinism_of(v), Impl::Ditto, ws);
+}
+
+// The CPU can read the rois: a bad one is a DataError naming it, not a NaN.
+void check_rois_on_cpu(const float* rois, const ref::RoiAlignDims& d, const std::string& op) {
+  for (int64_t k = 0; k < d.rois; ++k) {
+    const float* r = rois + k * 5;
+    if (!ref::roi_geometry<double>(r, d).ok)
+      throw DataError(fmt::format("{}: roi {} = ({}, {}, {}, {}, {}) has a batch index outside [0, {}) or a "
+                                  "coordinate that is not finite or beyond 2^24 after scaling",
+                                  op, k, r[0], r[1], r[2], r[3], r[4], d.n));
+  }
+}
+
+}  // namespace
+
+Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor& rois, const RoiAlignParams& p) {
+  const std::string op = detail::op_where(kOp, layer);
+  check_f32_on(ctx, x.value(), op, "x");
+  check_ndim(x.value(), 4, op, "x");
+  check_f32_on(ctx, rois, op, "rois");
+  if (rois.ndim() != 2 || rois.shape()[1] != 5)
+    throw ShapeError(fmt::format("{}: rois must be {{K, 5}} (batch index, x1, y1, x2, y2), has shape {}", op,
+                                 shape_str(rois.shape())));
+  if (p.out_h < 1 || p.out_w < 1)
+    throw ShapeError(fmt::format("{}: output size {}x{} must be at least 1x1", op, p.out_h, p.out_w));
+  if (!(p.spatial_scale > 0.f) || !std::isfinite(p.spatial_scale))
+    throw ShapeError(fmt::format("{}: spatial_scale must be positive and finite, is {}", op, p.spatial_scale));
+  const Shape& xs = x.shape();
+  ref::RoiAlignDims d;
+  d.n = xs[0], d.c = xs[1], d.h = xs[2], d.w = xs[3], d.rois = rois.shape()[0], d.ph = p.out_h, d.pw = p.out_w;
+  d.spatial_scale = p.spatial_scale, d.sampling_ratio = p.sampling_ratio, d.aligned = p.aligned;
+  if (d.h * d.w > INT_MAX || d.n > INT_MAX)
+    throw ShapeError(fmt::format("{}: x {} has planes of more than 2^31-1 elements or more than 2^31-1 images", op,
+                                 shape_str(xs)));
+  if (!ctx.is_cuda()) check_rois_on_cpu(rois.f32(), d, op);
+
+  const RoiAlignBwd variant = ctx.policy().roi_align_bwd(layer);
+  const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::RoiAlign);
+  Tensor y = ctx.empty({d.rois, d.c, d.ph, d.pw});
+  if (ctx.is_cuda())
+    cuda::roi_align_fwd(ctx, x.value().f32(), rois.f32(), y.f32(), d);
+  else
+    ref::roi_align_fwd(x.value().f32(), rois.f32(), y.f32(), d);
+  record(ctx, layer, variant, requested);
+
+  const bool grad = needs_grad(ctx, {&x});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record(kOp, layer, {{"x", x}, {"rois", Var(rois)}}, out,
+                      [x, rois, out, d, variant, requested, layer, op](Context& c) {
+                        if (!out.grad().defined()) return;
+                        Tensor dx;
+                        std::size_t ws_bytes = 0;
+                        if (!c.is_cuda()) {
+                          dx = c.empty(x.shape());
+                          ref::roi_align_bwd(rois.f32(), out.grad().f32(), dx.f32(), d);
+                        } else if (variant == RoiAlignBwd::Atomic) {
+                          dx = c.zeros(x.shape());
+                          cuda::roi_align_bwd_atomic(c, rois.f32(), out.grad().f32(), dx.f32(), d);
+                        } else {
+                          dx = c.empty(x.shape());
+                          ws_bytes = cuda::roi_align_bwd_deterministic_workspace(d);
+                          detail::Workspace ws(c.cuda(), ws_bytes);
+                          detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
+                          cuda::roi_align_bwd_deterministic(c, rois.f32(), out.grad().f32(), dx.f32(), ws.get(), d);
+                        }
+                        record(c, layer, variant, requested, ws_bytes);
+                        accumulate_grad(c, x, std::move(dx));
+                      });
+  }
+  return out;
+}
+
+}  // namespace ditto
