@@ -5,11 +5,10 @@
 // difference from the first result (how big the noise is), and microseconds per call.
 // The issue-18 families (scatter-add / embedding backward, upsampling backward, pixel-wise loss,
 // sum reduction) run at realistic sizes of their own, fixed below, not at the conv shape.
-// --families picks some of conv, bias, pool, bn, loss, scatter, upsample, pixel_xent, reduce.
+// --families picks some of conv, bias, pool, bn, loss, scatter, upsample, pixel_xent, reduce;
+// --group picks classic (the families above), issue18b (spatial transformer, ROI align, CTC,
+// sparse matmul at their own sizes: bench/op_noise_18b.h), or all (the default).
 // Writes op_noise.csv and op_noise.json to --out.
-// Writes op_noise.csv and op_noise.json to --out. --group picks the rows: classic (the convolution
-// shape's families above), issue18b (spatial transformer, ROI align, CTC, sparse matmul at their
-// own sizes: bench/op_noise_18b.h), or all (the default).
 //   op_noise --n 32 --c 64 --hw 32 --k 64 --r 3 --runs 20 --out runs/op_noise
 //   op_noise --families scatter,upsample,pixel_xent,reduce --out runs/op_noise18
 #include <CLI/CLI.hpp>
@@ -99,7 +98,6 @@ int main(int argc, char** argv) {
   CLI::App app{"op_noise: distinct results per kernel variant, on one shape"};
   int64_t n = 32, c = 64, hw = 32, k = 64;
   int r = 3, stride = 1, runs = 20;
-  std::string device = "cuda", out = "runs/op_noise";
   std::vector<std::string> families = kFamilies;
   std::string device = "cuda", out = "runs/op_noise", group = "all";
   app.add_option("--n", n, "batch")->check(CLI::PositiveNumber);

@@ -262,6 +262,11 @@ def roofline_lines(data, args):
             frac += " (above peak: check FLOPs or peak)"
         lines.append(f"| {tool} | {model} | {mode} | {setting(graph)} | {flops / 1e9:.3f}{borrowed} | {ms:.3f} | "
                      f"{achieved:.2f} | {peak_txt} | {frac} |")
+    if len(lines) == 2:  # a header and nothing under it says nothing: say why instead
+        missing_ms = sorted({f"{t}/{m}/{mo}/{setting(g)}" for (t, m, mo, g) in data.records
+                             if data.ms(t, m, mo, g) is None})
+        return [f"No row: flops_per_step is known for {sorted(flops_by_model)}, but no record of those models has a "
+                f"step time (records without one: {', '.join(missing_ms) or 'none'})."]
     lines.append("")
     lines.append("¹ ditto's flops_per_step for the same model (forward + backward of convs and linears).")
     fp32_src = "--peak-fp32" if args.peak_fp32 is not None else "by GPU name"

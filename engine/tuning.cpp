@@ -18,17 +18,29 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<std::string> algos_of(const std::string& direction) {
+// The variants of the tuned knob (op, knob); empty when it is not one a tuning file holds.
+std::vector<std::string> algos_of(const std::string& op, const std::string& direction) {
+  OpKind kind;
+  if (op == "conv2d" && (direction == "fwd" || direction == "bwd_data" || direction == "bwd_filter"))
+    kind = OpKind::Conv2d;
+  else if (op == "maxpool2d" && direction == "bwd")
+    kind = OpKind::MaxPool2d;
+  else if (op == "bias_add" && direction == "bias_bwd")
+    kind = OpKind::Conv2d;  // the bias knob's variants are the conv layers' (linear's are a subset)
+  else
+    return {};
   for (const auto& k : knobs())
-    if (k.op == OpKind::Conv2d && k.name == direction) return k.variants;
+    if (k.op == kind && k.name == direction) return k.variants;
   return {};
 }
 
 }  // namespace
 
 std::string TuningEntry::key() const {
-  return fmt::format("{}|x{}|w{}|s{},{}|p{},{}|d{},{}|g{}|{}", direction, fmt::join(x, "x"), fmt::join(w, "x"), stride_h,
-                     stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, math);
+  // Convolution keys read as they always have, so older files keep their keys.
+  return fmt::format("{}{}|x{}|w{}|s{},{}|p{},{}|d{},{}|g{}|{}", op == "conv2d" ? "" : op + ":", direction,
+                     fmt::join(x, "x"), fmt::join(w, "x"), stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w,
+                     groups, math);
 }
 
 TuningTable TuningTable::load(const std::string& path, const std::string& expect_gpu, const std::string& expect_cudnn) {
@@ -65,6 +77,7 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
     const json& j = list[i];
     auto where = [&] { return fmt::format("{}: entry {}{}", path, i, e.direction.empty() ? "" : " (" + e.key() + ")"); };
     try {
+      e.op = j.value("op", std::string("conv2d"));
       e.direction = j.at("direction").get<std::string>();
       e.x = j.at("x").get<std::vector<int64_t>>();
       e.w = j.at("w").get<std::vector<int64_t>>();
@@ -85,17 +98,24 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
     } catch (const json::exception& ex) {
       throw DataError(fmt::format("{}: {}", where(), ex.what()));
     }
-    const auto algos = algos_of(e.direction);
+    const auto algos = algos_of(e.op, e.direction);
     if (algos.empty())
-      throw DataError(fmt::format("{}: unknown direction '{}'; directions are fwd, bwd_data, bwd_filter", where(),
-                                  e.direction));
-    if (e.math != "fma" && e.math != "tf32")
+      throw DataError(fmt::format("{}: unknown knob '{}' of op '{}'; tuned knobs are conv2d fwd, bwd_data, bwd_filter, "
+                                  "maxpool2d bwd and bias_add bias_bwd",
+                                  where(), e.direction, e.op));
+    const bool conv = e.op == "conv2d";
+    if (conv && e.math != "fma" && e.math != "tf32")
       throw DataError(fmt::format("{}: unknown math mode '{}'; modes are fma, tf32", where(), e.math));
+    if (!conv && !e.math.empty())
+      throw DataError(fmt::format("{}: math mode '{}' applies to convolutions only", where(), e.math));
     if (std::find(algos.begin(), algos.end(), e.algo) == algos.end())
-      throw DataError(fmt::format("{}: '{}' is not a {} algorithm; valid: {}", where(), e.algo, e.direction,
-                                  fmt::join(algos, ", ")));
-    if (e.x.size() != 4 || e.w.size() != 4)
-      throw DataError(fmt::format("{}: x and w must be 4-D shapes", where()));
+      throw DataError(fmt::format("{}: '{}' is not a {}{} {}; valid: {}", where(), e.algo, conv ? "" : e.op + " ",
+                                  e.direction, conv ? "algorithm" : "variant", fmt::join(algos, ", ")));
+    const std::size_t want_w = conv ? 4 : e.op == "maxpool2d" ? 2 : 0;
+    if (e.x.size() != 4 && !(e.op == "bias_add" && e.x.size() == 2))
+      throw DataError(fmt::format("{}: x must be a 4-D shape{}", where(), e.op == "bias_add" ? " (or 2-D)" : ""));
+    if (e.w.size() != want_w)
+      throw DataError(fmt::format("{}: w must hold {} numbers for {}", where(), want_w, e.op));
     if (t.find(e.key())) throw DataError(fmt::format("{}: a second entry for the same problem", where()));
     t.add(std::move(e));
   }
@@ -105,7 +125,7 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
 uint64_t TuningTable::save(const std::string& path) const {
   json list = json::array();
   for (const auto& e : entries_)
-    list.push_back({{"direction", e.direction}, {"x", e.x}, {"w", e.w}, {"stride", {e.stride_h, e.stride_w}},
+    list.push_back({{"op", e.op}, {"direction", e.direction}, {"x", e.x}, {"w", e.w}, {"stride", {e.stride_h, e.stride_w}},
                     {"pad", {e.pad_h, e.pad_w}}, {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups},
                     {"math", e.math}, {"algo", e.algo}, {"time_ms", e.time_ms}, {"layer", e.layer}});
   json doc{{"ditto_tuning", 1}, {"gpu", gpu}, {"cudnn", cudnn}, {"entries", list}};

@@ -1,5 +1,10 @@
-// Tuning file: the convolution algorithms a `deterministic` run uses, measured once and then
-// read, so that determinism need not mean a slow algorithm.
+// Tuning file: the variants a `deterministic` run uses, measured once and then read, so that
+// determinism need not mean a slow kernel. Every knob with more than one deterministic variant is
+// tuned: the three convolution directions (cuDNN's deterministic algorithms and ditto's own,
+// kernels/detail/conv2d_own.h), max-pool backward (cudnn-deterministic vs ditto's gather) and
+// the bias reduction (ditto's fixed-order kernel vs cuDNN's). Batch-norm backward is not: its
+// only deterministic variant is ditto's (cuDNN's is undocumented either way, so a deterministic
+// run never takes it).
 //
 // cuDNN's heuristic ranks algorithms by its performance model; Find runs them and times them.
 // `deterministic` mode takes the heuristic's first deterministic algorithm, because a choice by
@@ -23,12 +28,15 @@
 namespace ditto {
 
 struct TuningEntry {
-  std::string direction;          // fwd | bwd_data | bwd_filter
-  std::vector<int64_t> x, w;      // input NCHW and filter KCRS
+  std::string op = "conv2d";      // conv2d | maxpool2d | bias_add (the op kind the knob belongs to)
+  std::string direction;          // the knob: fwd | bwd_data | bwd_filter (conv2d), bwd (maxpool2d),
+                                  // bias_bwd (bias_add)
+  std::vector<int64_t> x, w;      // conv2d: input NCHW and filter KCRS; maxpool2d: input NCHW and
+                                  // window {kh, kw}; bias_add: dy's shape and w empty
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
-  std::string math;               // fma | tf32
-  std::string algo;               // the algorithm's name, as policy strings write it
-  double time_ms = 0;             // what Find measured for it
+  std::string math;               // fma | tf32 (conv2d); "" for the others
+  std::string algo;               // the variant's name, as policy strings write it
+  double time_ms = 0;             // what was measured for it
   std::string layer;              // the first layer that met the problem (for people; not a key)
   std::string key() const;        // everything but algo, time and layer
 };

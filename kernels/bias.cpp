@@ -10,6 +10,7 @@
 #include "kernels/bias_ref.h"
 #include "kernels/check.h"
 #include "kernels/detail/bias_cuda.h"
+#include "kernels/detail/tuned.h"
 
 namespace ditto {
 namespace {
@@ -85,14 +86,24 @@ Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, 
   const BiasShape bs{xs[0], xs[1], xs.size() == 4 ? xs[2] * xs[3] : 1};
 
   // Resolved here so a misconfigured layer fails at its first forward call, not in backward.
-  const BiasBwd variant = ctx.policy().bias_bwd(layer, kind);
-  if (variant == BiasBwd::Cudnn) {
-    bool dims_ok = xs.size() == 4;
-    for (int64_t d : xs) dims_ok = dims_ok && d <= INT_MAX;
-    if (!dims_ok)
-      throw PolicyError(fmt::format("{}: bias_bwd=cudnn needs a 4-D NCHW x with int-sized dimensions, x has shape "
-                                    "{}; supported for this shape: atomic, deterministic",
-                                    op, shape_str(xs)));
+  BiasBwd variant = ctx.policy().bias_bwd(layer, kind);
+  bool cudnn_ok = xs.size() == 4;  // cuDNN's reduction takes 4-D NCHW with int-sized dimensions
+  for (int64_t d : xs) cudnn_ok = cudnn_ok && d <= INT_MAX;
+  if (variant == BiasBwd::Cudnn && !cudnn_ok)
+    throw PolicyError(fmt::format("{}: bias_bwd=cudnn needs a 4-D NCHW x with int-sized dimensions, x has shape "
+                                  "{}; supported for this shape: atomic, deterministic",
+                                  op, shape_str(xs)));
+  if (ctx.is_cuda() && ctx.tuning() && cudnn_ok && ctx.policy().requested(layer, "bias_bwd", kind) == "deterministic") {
+    // Both deterministic reductions, timed on a scratch gradient of x's shape.
+    TuningEntry e;
+    e.op = "bias_add";
+    e.direction = "bias_bwd";
+    e.x = xs;
+    e.layer = layer;
+    Tensor dy = ctx.zeros(xs), db = ctx.empty({xs[1]});
+    variant = detail::tuned_choice<BiasBwd>(
+        ctx, e, {BiasBwd::Deterministic, BiasBwd::Cudnn}, [&](BiasBwd v) { backward_bias(ctx, layer, kind, v, bs, dy, db); },
+        op);
   }
 
   Tensor y = ctx.empty(xs);

@@ -10,6 +10,7 @@
 #include "engine/profiler.h"
 #include "kernels/check.h"
 #include "kernels/detail/pool_cuda.h"
+#include "kernels/detail/tuned.h"
 #include "kernels/pool_ref.h"
 
 namespace ditto {
@@ -147,8 +148,32 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
   const std::string op = where(kMaxOp, layer);
   check_f32_on(ctx, x.value(), op, "x");
   const ref::PoolDims d = pool_dims(x.shape(), p, op);
-  const PoolBwd variant = ctx.policy().pool_bwd(layer);
+  PoolBwd variant = ctx.policy().pool_bwd(layer);
   const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::MaxPool2d);
+  if (ctx.is_cuda() && ctx.tuning() && requested == "deterministic") {
+    // Both deterministic variants, timed forward and backward (the variant picks the forward too).
+    TuningEntry e;
+    e.op = kMaxOp;
+    e.direction = "bwd";
+    e.x = x.shape();
+    e.w = {d.kh, d.kw};
+    e.stride_h = int(d.sh), e.stride_w = int(d.sw), e.pad_h = int(d.ph), e.pad_w = int(d.pw);
+    e.layer = layer;
+    Tensor y = ctx.empty(out_shape(d)), dy = ctx.zeros(out_shape(d)), dx = ctx.empty(x.shape());
+    Tensor am = ctx.empty(out_shape(d), DType::I32);
+    variant = detail::tuned_choice<PoolBwd>(
+        ctx, e, {PoolBwd::CudnnDeterministic, PoolBwd::Gather},
+        [&](PoolBwd v) {
+          if (v == PoolBwd::Gather) {
+            cuda::max_pool_fwd_argmax(ctx, x.value().f32(), y.f32(), am.i32(), d);
+            cuda::max_pool_bwd_gather(ctx, dy.f32(), am.i32(), dx.f32(), d);
+          } else {
+            cudnn_max_pool_fwd(ctx, layer, v, d, x.value().f32(), y.f32());
+            cudnn_max_pool_bwd(ctx, layer, v, d, x.value().f32(), y.f32(), dy.f32(), dx.f32());
+          }
+        },
+        op);
+  }
   const bool grad = needs_grad(ctx, {&x});
   const bool own = uses_own_argmax(ctx, variant);
 

@@ -1,5 +1,7 @@
 // ditto's own pooling kernels. Which of them are deterministic, and why, is said per kernel.
 // In-plane indices are int (the op checks H*W < 2^31); totals are int64.
+#include <climits>
+
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/pool_cuda.h"
@@ -11,15 +13,15 @@ namespace {
 // Max-pool forward with argmax: one thread per output. The window is scanned row-major and the
 // first maximum wins (a NaN beats any number, the first NaN wins), exactly as ref::max_pool_fwd.
 // No reduction across threads: deterministic.
+template <class I>
 __global__ void max_pool_fwd_kernel(const float* __restrict__ x, float* __restrict__ y, int32_t* __restrict__ argmax,
                                     ref::PoolDims d) {
-  const int64_t total = (d.n * d.c) * d.oh * d.ow;
-  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
-    const int ow = static_cast<int>(o % d.ow);
-    const int oh = static_cast<int>((o / d.ow) % d.oh);
-    const int64_t pl = o / (d.ow * d.oh);
-    const float* xp = x + pl * d.h * d.w;
-    const int h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+  const I OW = I(d.ow), OH = I(d.oh), H = I(d.h), W = I(d.w);
+  const I total = I(d.n * d.c) * OH * OW;
+  for (I o = blockIdx.x * I(blockDim.x) + threadIdx.x; o < total; o += I(gridDim.x) * I(blockDim.x)) {
+    const I q = o / OW, ow = o - q * OW, pl = q / OH, oh = q - pl * OH;
+    const float* xp = x + pl * H * W;
+    const int h0 = int(oh) * d.sh - d.ph, w0 = int(ow) * d.sw - d.pw;
     const int hs = max(h0, 0), he = min(h0 + d.kh, int(d.h));
     const int ws = max(w0, 0), we = min(w0 + d.kw, int(d.w));
     float best = xp[hs * d.w + ws];
@@ -52,25 +54,26 @@ __global__ void max_pool_bwd_scatter_kernel(const float* __restrict__ dy, const 
 // cover it — output rows ascending, then columns ascending — and sums the dy of those whose
 // argmax is this element. Each dx is written by one thread with a fixed summation order:
 // deterministic, no atomics (Caffe's scheme).
+template <class I>
 __global__ void max_pool_bwd_gather_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax,
                                            float* __restrict__ dx, ref::PoolDims d) {
-  const int64_t total = (d.n * d.c) * d.h * d.w;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int iw = static_cast<int>(i % d.w);
-    const int ih = static_cast<int>((i / d.w) % d.h);
-    const int64_t pl = i / (d.w * d.h);
+  const I H = I(d.h), W = I(d.w), OH = I(d.oh), OW = I(d.ow);
+  const I total = I(d.n * d.c) * H * W;
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * I(blockDim.x)) {
+    const I q = i / W, iw_ = i - q * W, pl = q / H, ih_ = q - pl * H;
+    const int iw = int(iw_), ih = int(ih_);
     const int me = ih * int(d.w) + iw;
     // Output row oh covers rows [oh*sh - ph, oh*sh - ph + kh): oh in [ceil((ih+ph-kh+1)/sh), (ih+ph)/sh].
     const int oh_lo = (ih + d.ph < d.kh) ? 0 : (ih + d.ph - d.kh) / d.sh + 1;
     const int oh_hi = min((ih + d.ph) / d.sh, int(d.oh) - 1);
     const int ow_lo = (iw + d.pw < d.kw) ? 0 : (iw + d.pw - d.kw) / d.sw + 1;
     const int ow_hi = min((iw + d.pw) / d.sw, int(d.ow) - 1);
-    const int64_t base = pl * d.oh * d.ow;
+    const I base = pl * OH * OW;
     float s = 0.f;
     for (int oh = oh_lo; oh <= oh_hi; ++oh)
       for (int ow = ow_lo; ow <= ow_hi; ++ow) {
-        const int64_t o = base + int64_t(oh) * d.ow + ow;
-        if (argmax[o] == me) s += dy[o];
+        const I o = base + I(oh) * OW + I(ow);
+        if (__ldg(argmax + o) == me) s += __ldg(dy + o);
       }
     dx[i] = s;
   }
@@ -146,7 +149,10 @@ __global__ void global_avg_pool_bwd_kernel(const float* __restrict__ dy, float* 
 void max_pool_fwd_argmax(Context& ctx, const float* x, float* y, int32_t* argmax, const ref::PoolDims& d) {
   const int64_t n = d.planes() * d.oh * d.ow;
   if (n == 0) return;
-  max_pool_fwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, argmax, d);
+  if (n < int64_t(INT32_MAX) && d.planes() * d.h * d.w < int64_t(INT32_MAX))
+    max_pool_fwd_kernel<int32_t><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, argmax, d);
+  else
+    max_pool_fwd_kernel<int64_t><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, argmax, d);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -161,7 +167,10 @@ void max_pool_bwd_atomic_scatter(Context& ctx, const float* dy, const int32_t* a
 void max_pool_bwd_gather(Context& ctx, const float* dy, const int32_t* argmax, float* dx, const ref::PoolDims& d) {
   const int64_t n = d.planes() * d.h * d.w;
   if (n == 0) return;
-  max_pool_bwd_gather_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, argmax, dx, d);
+  if (n < int64_t(INT32_MAX))
+    max_pool_bwd_gather_kernel<int32_t><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, argmax, dx, d);
+  else
+    max_pool_bwd_gather_kernel<int64_t><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, argmax, dx, d);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

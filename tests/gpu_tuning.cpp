@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <unistd.h>
 
 #include "engine/error.h"
@@ -29,18 +30,27 @@ TEST_CASE("gpu tuning: tune, then two reading runs are bit-identical") {
   REQUIRE(fs::exists(c.tuning));
   TuningTable t = TuningTable::load(c.tuning);
   // conv1: fwd and bwd_filter (its input needs no gradient); conv2: all three directions; the
-  // full batches of 128 only (8 steps of 1024 images).
-  CHECK(t.entries().size() == 5);
+  // full batches of 128 only (8 steps of 1024 images). Beside them every other knob with two
+  // deterministic variants: the max pool's backward, and the bias reductions of the two convs
+  // (the dense layer's 2-D bias has only ditto's).
+  std::map<std::string, int> per_op;
   for (const auto& e : t.entries()) {
     std::printf("TUNING %s -> %s (%.3f ms, %s)\n", e.key().c_str(), e.algo.c_str(), e.time_ms, e.layer.c_str());
+    per_op[e.op] += 1;
     CHECK(e.algo != "algo0");
     CHECK(!(e.direction == "bwd_filter" && e.algo == "algo3"));
+    if (e.op == "maxpool2d") CHECK((e.algo == "gather" || e.algo == "cudnn-deterministic"));
+    if (e.op == "bias_add") CHECK((e.algo == "deterministic" || e.algo == "cudnn"));
   }
+  CHECK(per_op["conv2d"] == 5);
+  CHECK(per_op["maxpool2d"] == 1);
+  CHECK(per_op["bias_add"] == 2);
+  CHECK(t.entries().size() == 8);
   auto a = train(c);
   auto b = train(c);
   CHECK(a.weights_fingerprint == b.weights_fingerprint);
   for (const auto& op : a.ops)
-    if (op.op == "conv2d") CHECK(op.deterministic == Determinism::Yes);
+    if (op.op == "conv2d" || op.op == "maxpool2d" || op.knob == "bias_bwd") CHECK(op.deterministic == Determinism::Yes);
 
   // A hand edit that names the atomics algorithm is refused, naming the layer and the entry.
   std::ifstream in(c.tuning);
