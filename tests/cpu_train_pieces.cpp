@@ -177,7 +177,8 @@ TEST_CASE("safetensors: truncated and corrupt files name the file and offset") {
   bad[8] = '!';
   write("bad.safetensors", bad);
   CHECK_THROWS_WITH(load_safetensors("bad.safetensors"),
-                    Catch::Matchers::Contains("bad.safetensors") && Catch::Matchers::Contains("malformed header at offset"));
+                    Catch::Matchers::Contains("bad.safetensors") && Catch::Matchers::Contains("malformed JSON header at byte 8") &&
+                        Catch::Matchers::Contains("bare word") && !Catch::Matchers::Contains("json.exception"));
   CHECK_THROWS_AS(load_safetensors("missing.safetensors"), IoError);
   // Well-formed JSON of the wrong structure (found by tests/fuzz/fuzz_safetensors): each is a
   // DataError naming the file, never a JSON library exception or a huge allocation.
