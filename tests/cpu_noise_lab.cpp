@@ -217,6 +217,21 @@ TEST_CASE("diverge: traces of two machines compare to the first differing op") {
   CHECK(format_comparison(cmp).find("first divergence: ") != std::string::npos);
 }
 
+TEST_CASE("diverge: traces of different models or settings are not compared") {
+  using Catch::Matchers::Contains;
+  TrainConfig a = tiny("two-conv"), b = tiny("smallcnn");
+  a.max_steps = b.max_steps = 1;
+  record_trace(a, scratch("model_a.trace"));
+  record_trace(b, scratch("model_b.trace"));
+  CHECK_THROWS_WITH(compare_trace_files(scratch("model_a.trace"), scratch("model_b.trace")),
+                    Contains("different trainings") && Contains("--model two-conv vs smallcnn"));
+  b = tiny("two-conv");
+  b.max_steps = 1;
+  b.lr = 1e-3f;
+  record_trace(b, scratch("lr_b.trace"));
+  CHECK_THROWS_WITH(compare_trace_files(scratch("model_a.trace"), scratch("lr_b.trace")), Contains("--lr 0.002 vs 0.001"));
+}
+
 TEST_CASE("attribute: end to end on the CPU, every configuration bit-identical, outputs written") {
   TrainConfig c = tiny();
   c.max_steps = 3;
