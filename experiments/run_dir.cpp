@@ -592,7 +592,7 @@ ResumePoint read_resume_point(const std::string& run_dir) {
 void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
   auto as_given = [](const DefiningFlag& f, const std::string& value) {
     if (f.form == Form::Switch) return (value == "on" ? "with " : "without ") + f.flag;
-    return f.flag + " " + (value.empty() ? "(none)" : value);
+    return "with " + f.flag + " " + (value.empty() ? "(none)" : value);
   };
   for (const auto& f : defining_flags(cfg)) {
     if (f.kind != Kind::Training && f.kind != Kind::Kernels) continue;
@@ -602,8 +602,9 @@ void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
     // Another GPU of the same kind is the same device for the bits; CPU and GPU are not.
     if (f.flag == "--device") same = (recorded.rfind("cuda", 0) == 0) == (f.value.rfind("cuda", 0) == 0);
     if (!same)
-      throw Error(fmt::format("{}: '{}' was trained {}; this run asks {}. A resumed run keeps every setting that defines "
-                              "it, or its manifest's replay line would not reproduce it: resume {}, or start a new run",
+      throw Error(fmt::format("{}: '{}' was trained {}, this run asks to go on {}. A resumed run keeps every setting that "
+                              "defines it, or its manifest's replay line would not reproduce it: resume {}, or start a "
+                              "new run",
                               f.flag, r.dir, as_given(f, recorded), as_given(f, f.value), as_given(f, recorded)));
   }
   struct SeedCheck {

@@ -10,6 +10,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "engine/detail/json_error.h"
 #include "engine/error.h"
 
 namespace ditto {
@@ -77,7 +78,8 @@ struct TraceLine {
     try {
       return nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
-      fail(fmt::format("malformed JSON at byte {} (truncated line?)", e.byte));
+      fail(fmt::format("malformed JSON at byte {} of the line: {}", e.byte > 0 ? e.byte - 1 : 0,
+                       detail::json_syntax_problem(e)));
     }
   }
 };

@@ -255,7 +255,7 @@ TEST_CASE("run_dir: defining flags, the replay line and the resume check") {
   other.batch_size = 64;
   r.manifest.flags["--device"] = c.device;
   CHECK_THAT(error_of([&] { check_resume_flags(r, other); }),
-             Contains("--batch-size: 'RUN' was trained --batch-size 32; this run asks --batch-size 64"));
+             Contains("--batch-size: 'RUN' was trained with --batch-size 32, this run asks to go on with --batch-size 64"));
   r.manifest.flags.erase("--optimizer");
   CHECK_THAT(error_of([&] { check_resume_flags(r, c); }), Contains("--optimizer (not recorded)"));
 }
