@@ -33,14 +33,7 @@ std::string slurp(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // Publishes a generation holding a manifest of `epochs_done` of `epochs` and the given files.
 void publish_epoch(RunDir& d, int epochs_done, int epochs, const std::vector<std::string>& files) {

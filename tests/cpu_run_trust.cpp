@@ -49,14 +49,7 @@ void overwrite_target(const fs::path& link, const std::string& bytes) {
   REQUIRE(out.good());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // The options of a command line, split as a shell would (the replay line quotes with '...').
 std::vector<std::string> shell_words(const std::string& line) {
