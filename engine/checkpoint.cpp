@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <fstream>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "engine/detail/json_error.h"
 #include "engine/error.h"
 
 namespace ditto {
@@ -60,7 +63,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   } catch (const nlohmann::json::parse_error& e) {
-    throw DataError(fmt::format("{}: malformed header at offset {}: {}", path, 8 + e.byte, e.what()));
+    throw DataError(fmt::format("{}: malformed JSON header at byte {}: {}", path, 8 + e.byte - (e.byte > 0),
+                                detail::json_syntax_problem(e)));
   }
   const std::size_t data_start = 8 + n;
   const std::size_t data_size = bytes.size() - data_start;
@@ -69,46 +73,99 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (!header.is_object())
     throw DataError(fmt::format("{}: the header at offset 8 is not a JSON object", path));
   SafetensorsFile f;
+  struct Extent {
+    std::size_t begin, end;
+    std::string name;
+  };
+  std::vector<Extent> extents;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    try {
-      if (it.key() == "__metadata__") {
-        if (!it->is_object()) throw DataError(fmt::format("{}: __metadata__ in the header is not an object", path));
-        for (auto m = it->begin(); m != it->end(); ++m) {
-          if (!m->is_string())
-            throw DataError(fmt::format("{}: metadata '{}' in the header is not a string", path, m.key()));
-          f.metadata[m.key()] = m->get<std::string>();
-        }
-        continue;
+    const std::string& name = it.key();
+    if (name == "__metadata__") {
+      if (!it->is_object()) throw DataError(fmt::format("{}: __metadata__ in the header is not an object", path));
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string())
+          throw DataError(fmt::format("{}: metadata '{}' in the header is {}, not a string", path, m.key(), m->dump()));
+        f.metadata[m.key()] = m->get<std::string>();
       }
-      const auto& d = *it;
-      if (!d.is_object()) throw DataError(fmt::format("{}: tensor '{}' in the header is not an object", path, it.key()));
-      std::string dtype = d.value("dtype", "");
-      if (dtype != "F32" && dtype != "I32")
-        throw DataError(fmt::format("{}: tensor '{}' has dtype '{}'; ditto reads F32 and I32", path, it.key(), dtype));
-      Shape shape = d.at("shape").get<Shape>();
-      auto off = d.at("data_offsets").get<std::vector<std::size_t>>();
-      DType dt = dtype == "F32" ? DType::F32 : DType::I32;
-      // No negative extents and no overflow; the offsets checks below then bound the size by
-      // the file's, before anything is allocated.
-      std::size_t need = dtype_size(dt);
-      for (int64_t e : shape) {
-        if (e < 0 || (e > 0 && need > SIZE_MAX / static_cast<std::size_t>(e)))
-          throw DataError(fmt::format("{}: tensor '{}' has an impossible shape {}", path, it.key(), shape_str(shape)));
-        need *= static_cast<std::size_t>(e);
-      }
-      if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != need)
-        throw DataError(fmt::format("{}: tensor '{}' data_offsets do not match shape {}", path, it.key(), shape_str(shape)));
-      if (off[1] > data_size)
-        throw DataError(fmt::format("{}: truncated: tensor '{}' needs bytes up to offset {}, file ends at {}", path,
-                                    it.key(), data_start + off[1], bytes.size()));
-      Context cpu;
-      Tensor t = cpu.empty(shape, dt);
-      if (need) std::memcpy(t.raw(), bytes.data() + data_start + off[0], need);
-      f.tensors[it.key()] = std::move(t);
-    } catch (const nlohmann::json::exception& e) {
-      throw DataError(fmt::format("{}: tensor '{}' in the header (offsets 8 to {}): {}", path, it.key(), 8 + n, e.what()));
+      continue;
     }
+    const auto& d = *it;
+    auto field = [&](const char* key) -> const nlohmann::json& {
+      if (!d.is_object()) throw DataError(fmt::format("{}: tensor '{}' in the header is not an object", path, name));
+      auto f = d.find(key);
+      if (f == d.end()) throw DataError(fmt::format("{}: tensor '{}' has no \"{}\" in the header", path, name, key));
+      return *f;
+    };
+    const nlohmann::json& dtype_json = field("dtype");
+    const std::string dtype = dtype_json.is_string() ? dtype_json.get<std::string>() : dtype_json.dump();
+    if (dtype != "F32" && dtype != "I32")
+      throw DataError(fmt::format("{}: tensor '{}' has dtype {}; ditto reads F32 and I32", path, name, dtype));
+    const nlohmann::json& shape_json = field("shape");
+    Shape shape;
+    bool shape_ok = shape_json.is_array();
+    if (shape_ok)
+      for (const auto& e : shape_json) {
+        if (!e.is_number_unsigned()) {
+          shape_ok = false;
+          break;
+        }
+        const uint64_t v = e.get<uint64_t>();
+        if (v > static_cast<uint64_t>(INT64_MAX)) {
+          shape_ok = false;
+          break;
+        }
+        shape.push_back(static_cast<int64_t>(v));
+      }
+    if (!shape_ok)
+      throw DataError(fmt::format("{}: tensor '{}' has shape {}; expected a list of sizes (whole numbers, 0 or more)",
+                                  path, name, shape_json.dump()));
+    const nlohmann::json& off_json = field("data_offsets");
+    if (!off_json.is_array() || off_json.size() != 2 || !off_json[0].is_number_unsigned() ||
+        !off_json[1].is_number_unsigned())
+      throw DataError(fmt::format("{}: tensor '{}' has data_offsets {}; expected [begin, end] byte offsets", path, name,
+                                  off_json.dump()));
+    const uint64_t begin = off_json[0].get<uint64_t>(), end = off_json[1].get<uint64_t>();
+    DType dt = dtype == "F32" ? DType::F32 : DType::I32;
+    // No overflow; the offsets checks below then bound the size by the file's, before anything
+    // is allocated.
+    std::size_t need = dtype_size(dt);
+    for (int64_t e : shape) {
+      if (e > 0 && need > SIZE_MAX / static_cast<std::size_t>(e))
+        throw DataError(fmt::format("{}: tensor '{}' has an impossible shape {}", path, name, shape_str(shape)));
+      need *= static_cast<std::size_t>(e);
+    }
+    if (end < begin || end - begin != need)
+      throw DataError(fmt::format("{}: tensor '{}' has data_offsets [{}, {}]: {} bytes, but {} {} needs {}", path, name,
+                                  begin, end, end < begin ? 0 : end - begin, dtype, shape_str(shape), need));
+    if (end > data_size)
+      throw DataError(fmt::format("{}: truncated: tensor '{}' needs bytes up to offset {}, file ends at {}", path, name,
+                                  data_start + end, bytes.size()));
+    extents.push_back({static_cast<std::size_t>(begin), static_cast<std::size_t>(end), name});
+    Context cpu;
+    Tensor t = cpu.empty(shape, dt);
+    if (need) std::memcpy(t.raw(), bytes.data() + data_start + begin, need);
+    f.tensors[name] = std::move(t);
   }
+  // The format indexes the data completely: tensors follow one another without overlap or gap
+  // (two tensors sharing bytes would silently alias one weight onto another).
+  std::sort(extents.begin(), extents.end(),
+            [](const Extent& a, const Extent& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::size_t covered = 0;
+  const Extent* previous = nullptr;
+  for (const Extent& e : extents) {
+    if (e.begin < covered)
+      throw DataError(fmt::format("{}: tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", path, e.name,
+                                  e.begin, e.end, previous->name, previous->begin, previous->end));
+    if (e.begin > covered)
+      throw DataError(fmt::format("{}: bytes {} to {} of the data (offsets {} to {}) belong to no tensor; tensor '{}' "
+                                  "starts at {}", path, covered, e.begin, data_start + covered, data_start + e.begin,
+                                  e.name, e.begin));
+    covered = e.end;
+    previous = &e;
+  }
+  if (covered != data_size)
+    throw DataError(fmt::format("{}: {} bytes after the last tensor (offsets {} to {}) belong to no tensor", path,
+                                data_size - covered, data_start + covered, bytes.size()));
   return f;
 }
 

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--report", report, "rank, print and chart an earlier run's attribution.json again (writes beside it)")
       ->check(CLI::ExistingFile);
   app.add_option("--out", out, "results and one run folder per replica")->capture_default_str();
+  app.add_flag("--overwrite", base.overwrite, "replace the run folders an earlier attribution left in --out");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!report.empty()) {

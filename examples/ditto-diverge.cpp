@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   run->add_flag("--measure-overhead", measure_overhead,
                 "also train once untraced: report its ms/step and check it ends with run A's weights");
   run->add_option("--out", out, "diverge.json, growth.csv and the two run folders")->capture_default_str();
+  run->add_flag("--overwrite", cfg.overwrite, "replace the run folders an earlier ditto-diverge run left in --out");
 
   auto* record = app.add_subcommand("record", "train once and write the trace (to compare machines or builds)");
   ditto::TrainConfig rec_cfg = cfg;

@@ -4,9 +4,13 @@
 // does not depend on CLI11; a program that includes it links CLI11.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <climits>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
+#include "experiments/run_dir.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
 
@@ -33,36 +37,72 @@ struct TrainFlags {
 };
 
 namespace detail {
-// "--epochs must be at least 1, got 0" rather than CLI11's "not in range 0 to 1.79e308".
-inline CLI::Validator at_least(double low) {
+// Every numeric flag is checked as text before CLI11 converts it, so a message names the flag and
+// says what it takes: "--lr: must be a finite number above 0, got inf" rather than a run of NaNs,
+// and "--batch-size: must be a whole number from 1 to ..." rather than a wrapped byte count.
+// A whole number from low to high (the option's type bounds high).
+inline CLI::Validator whole(long long low, long long high) {
   return CLI::Validator(
-      [low](std::string& v) {
+      [low, high](std::string& v) {
+        const std::size_t sign = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+        if (v.size() == sign || v.find_first_not_of("0123456789", sign) != std::string::npos)
+          return "must be a whole number, got '" + v + "'";
+        const std::string range =
+            "must be a whole number from " + std::to_string(low) + " to " + std::to_string(high) + ", got " + v;
         try {
-          if (std::stod(v) >= low) return std::string();
-        } catch (const std::exception&) {
-          return "must be a number, got '" + v + "'";
+          const long long n = std::stoll(v);
+          if (n < low || n > high) return range;
+        } catch (const std::out_of_range&) {
+          return range;
         }
-        return "must be at least " + CLI::detail::to_string(low) + ", got " + v;
+        return std::string();
       },
-      ">=" + CLI::detail::to_string(low));
+      "INT in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
 }
-inline CLI::Validator positive() {
+// A seed: a whole number from 0 to 2^64-1.
+inline CLI::Validator seed() {
   return CLI::Validator(
       [](std::string& v) {
+        if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+          return "must be a whole number from 0 to 18446744073709551615, got '" + v + "'";
         try {
-          if (std::stod(v) > 0) return std::string();
-        } catch (const std::exception&) {
-          return "must be a number, got '" + v + "'";
+          (void)std::stoull(v);
+        } catch (const std::out_of_range&) {
+          return "must be a whole number from 0 to 18446744073709551615, got " + v;
         }
-        return "must be positive, got " + v;
+        return std::string();
       },
-      ">0");
+      "UINT64");
 }
+// A finite real number of at least `low` (above it when `open`), at most `high`.
+inline CLI::Validator real(double low, bool open, double high = std::numeric_limits<double>::infinity()) {
+  return CLI::Validator(
+      [=](std::string& v) {
+        std::size_t used = 0;
+        double x = 0;
+        try {
+          x = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || v.empty()) return "must be a number, got '" + v + "'";
+        const std::string range = std::string(open ? "above " : "of at least ") + CLI::detail::to_string(low) +
+                                  (std::isinf(high) ? "" : " and at most " + CLI::detail::to_string(high));
+        if (!std::isfinite(x) || x < low || (open && x == low) || x > high)
+          return "must be a finite number " + range + ", got " + v;
+        return std::string();
+      },
+      std::string(open ? ">" : ">=") + CLI::detail::to_string(low));
+}
+// "--replicas must be at least 2, got 1" rather than CLI11's "not in range 0 to 1.79e308".
+inline CLI::Validator at_least(double low) { return real(low, false); }
+inline CLI::Validator positive() { return real(0, true); }
 }  // namespace detail
 
 inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsigned groups = kFlagsAll) {
-  using detail::at_least;
-  using detail::positive;
+  using detail::real;
+  using detail::whole;
+  constexpr long long kInt = INT_MAX, kInt64 = LLONG_MAX;
   if (groups & kFlagsData) {
     app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
         ->check(CLI::IsMember(known_models()))
@@ -71,37 +111,38 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
         ->check(CLI::IsMember({"synthetic", "cifar10", "cifar100", "imagefolder", "celeba", "mnist"}))
         ->capture_default_str();
     app.add_option("--data", c.data, "dataset folder (not for synthetic)");
-    app.add_option("--train-size", c.train_size, "use only the first N training examples (0: all)")->check(at_least(0));
-    app.add_option("--test-size", c.test_size, "use only the first N test examples (0: all)")->check(at_least(0));
+    app.add_option("--train-size", c.train_size, "use only the first N training examples (0: all)")->check(whole(0, kInt64));
+    app.add_option("--test-size", c.test_size, "use only the first N test examples (0: all)")->check(whole(0, kInt64));
     app.add_option("--label-attr", c.celeba_label, "celeba: the attribute to predict")->capture_default_str();
     app.add_option("--subgroup-attrs", c.celeba_subgroups, "celeba: attributes forming subgroups");
-    app.add_option("--synthetic-train", c.synthetic_train, "synthetic: training images")->check(at_least(1))
+    app.add_option("--synthetic-train", c.synthetic_train, "synthetic: training images")->check(whole(1, kInt))
         ->capture_default_str();
-    app.add_option("--synthetic-test", c.synthetic_test, "synthetic: test images")->check(at_least(1))
+    app.add_option("--synthetic-test", c.synthetic_test, "synthetic: test images")->check(whole(1, kInt))
         ->capture_default_str();
-    app.add_option("--synthetic-size", c.synthetic_size, "synthetic: image height and width")->check(at_least(8))
+    app.add_option("--synthetic-size", c.synthetic_size, "synthetic: image height and width")->check(whole(8, 4096))
         ->capture_default_str();
   }
   if (groups & kFlagsOptim) {
-    app.add_option("--epochs", c.epochs)->check(at_least(1))->capture_default_str();
+    app.add_option("--epochs", c.epochs)->check(whole(1, 1000000))->capture_default_str();
     app.add_option("--steps", c.max_steps, "train this many steps instead of whole epochs (screening), then evaluate")
-        ->check(at_least(1));
-    app.add_option("--batch-size", c.batch_size)->check(at_least(1))->capture_default_str();
-    app.add_option("--lr", c.lr)->check(positive())->capture_default_str();
+        ->check(whole(1, kInt64));
+    app.add_option("--batch-size", c.batch_size)->check(whole(1, int64_t(1) << 31))->capture_default_str();
+    app.add_option("--lr", c.lr)->check(real(0, true))->capture_default_str();
     app.add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
-    app.add_option("--momentum", c.momentum, "sgd")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+    app.add_option("--momentum", c.momentum, "sgd")->check(real(0, false, 1))->capture_default_str();
     app.add_flag("--nesterov", c.nesterov, "sgd");
-    app.add_option("--weight-decay", c.weight_decay)->check(at_least(0))->capture_default_str();
+    app.add_option("--weight-decay", c.weight_decay)->check(real(0, false))->capture_default_str();
     app.add_option("--lr-schedule", c.lr_schedule,
                    "per step: constant | step (/10 at --milestones) | cosine (to 0) | onecycle (linear to 0; with "
                    "--warmup-epochs, up then down)")
         ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}))
         ->capture_default_str();
-    app.add_option("--milestones", c.milestones, "epochs where the step schedule divides the lr by 10");
+    app.add_option("--milestones", c.milestones, "epochs where the step schedule divides the lr by 10")
+        ->check(whole(1, 1000000));
     app.add_option("--warmup-epochs", c.warmup_epochs,
                    "linear warm-up from 0 to --lr over this many epochs (fractional allowed, any schedule); cosine "
                    "and onecycle decay over the epochs after it")
-        ->check(detail::at_least(0))
+        ->check(real(0, false))
         ->capture_default_str();
     app.add_flag("--augment", c.augment, "pad-4 random crop + horizontal flip");
     app.add_flag("--standardize", c.standardize, "per-image standardization instead of channel mean/std");
@@ -109,7 +150,7 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
   if (groups & kFlagsRun) {
     app.add_option("--device", c.device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)")
         ->capture_default_str();
-    app.add_option("--loader-threads", c.loader_threads)->check(at_least(0))->capture_default_str();
+    app.add_option("--loader-threads", c.loader_threads)->check(whole(0, 64))->capture_default_str();
     app.add_flag("--graph", c.graph,
                  "CUDA graphs: capture each batch size's training step once and replay it (bit-identical to "
                  "eager; no tracing)");
@@ -117,9 +158,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
     app.add_flag("--quiet", f.quiet, "no progress line");
   }
   if (groups & kFlagsSeeds) {
-    f.seed_init_opt = app.add_option("--seed-init", f.seed_init);
-    f.seed_order_opt = app.add_option("--seed-order", f.seed_order);
-    f.seed_augment_opt = app.add_option("--seed-augment", f.seed_augment);
+    f.seed_init_opt = app.add_option("--seed-init", f.seed_init)->check(detail::seed());
+    f.seed_order_opt = app.add_option("--seed-order", f.seed_order)->check(detail::seed());
+    f.seed_augment_opt = app.add_option("--seed-augment", f.seed_augment)->check(detail::seed());
     app.add_flag("--deterministic-init", c.deterministic_init, "fix the init seed (0 unless --seed-init)");
     app.add_flag("--deterministic-input", c.deterministic_input, "fix order and augmentation seeds (0 unless given)");
   }
@@ -141,7 +182,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
   }
   if (groups & kFlagsOutput) {
     app.add_option("--resume", c.resume, "run folder to continue from")->check(CLI::ExistingDirectory);
-    app.add_option("--out", c.out, "run folder to write");
+    app.add_option("--out", c.out, "run folder to write (default with --resume: continue in the resumed folder)");
+    app.add_flag("--overwrite", c.overwrite,
+                 "--out may hold a run: replace it (the old run stays whole until this one has finished an epoch)");
   }
 }
 

@@ -16,6 +16,7 @@
 #include "engine/manifest.h"
 #include "engine/param.h"
 #include "engine/tracer.h"
+#include "experiments/run_dir.h"
 
 namespace ditto {
 namespace {
@@ -61,15 +62,36 @@ class Lockstep {
   bool failed_ = false;
 };
 
-TraceMeta meta_of(const TrainConfig& c, const std::string& run) {
+// What a trace records about its run: the kernels side (compared, not required to agree) and
+// everything else that decides the bits, which must agree for a comparison to mean anything
+// (trace_config_difference): the defining flags, the seeds and the data's fingerprints.
+TraceMeta meta_of(const TrainConfig& c, const std::string& run, const TrainData& data) {
   RuntimeInfo info = Context(Device::parse(c.device)).runtime_info();
   std::string pins;
   for (const auto& p : c.pins) pins += (pins.empty() ? "" : " ") + p;
-  return {{"run", run},           {"model", c.model},         {"dataset", c.dataset},
-          {"kernels", c.kernels}, {"pins", pins},             {"device", c.device},
-          {"gpu", info.gpu_name.empty() ? "cpu" : info.gpu_name},  {"cudnn", info.cudnn},
-          {"driver", info.driver}, {"git_commit", info.git_commit}, {"batch_size", std::to_string(c.batch_size)},
-          {"command_line", c.command_line}};
+  TraceMeta m = {{"run", run},           {"model", c.model},         {"dataset", c.dataset},
+                 {"kernels", c.kernels}, {"pins", pins},             {"device", c.device},
+                 {"gpu", info.gpu_name.empty() ? "cpu" : info.gpu_name},  {"cudnn", info.cudnn},
+                 {"driver", info.driver}, {"git_commit", info.git_commit}, {"batch_size", std::to_string(c.batch_size)},
+                 {"command_line", c.command_line}};
+  for (const auto& f : defining_flags(c))
+    if (f.kind == DefiningFlag::Kind::Training || f.kind == DefiningFlag::Kind::Length) m[f.flag] = f.value;
+  // Traced runs fix their seeds (with_fixed_seeds): a given seed, else the switch's 0.
+  m["--seed-init"] = std::to_string(c.seed_init.value_or(0));
+  m["--seed-order"] = std::to_string(c.seed_order.value_or(0));
+  m["--seed-augment"] = std::to_string(c.seed_augment.value_or(0));
+  m["train_fingerprint"] = hex64(data.train.fingerprint());
+  m["test_fingerprint"] = hex64(data.test.fingerprint());
+  return m;
+}
+
+// A traced run compares with another only under the same seeds: given ones, else the switches'.
+TrainConfig with_fixed_seeds(TrainConfig c) {
+  if (!c.seed_init) c.deterministic_init = true;
+  if (!c.seed_order && !c.seed_augment) c.deterministic_input = true;
+  if (!c.seed_order && c.seed_augment) c.seed_order = 0;
+  if (c.seed_order && !c.seed_augment) c.seed_augment = 0;
+  return c;
 }
 
 }  // namespace
@@ -92,7 +114,7 @@ Divergence first_read_divergence(const std::vector<TraceEvent>& a, const std::ve
     std::vector<TraceEvent> sa(a.begin() + static_cast<std::ptrdiff_t>(std::min(offset, a.size())), a.end());
     std::vector<TraceEvent> sb(b.begin() + static_cast<std::ptrdiff_t>(std::min(offset, b.size())), b.end());
     Divergence d = first_divergence(sa, sb);
-    if (!d.found || d.structure_mismatch) return d;
+    if (!d.found || d.structure_mismatch || d.input_only) return d;  // an input is read by definition
     std::size_t k = offset;
     while (k < a.size() && !(a[k].step == d.event_a.step && a[k].seq == d.event_a.seq)) ++k;
     if (k == a.size()) return d;
@@ -164,10 +186,8 @@ void RecordingTracer::clear_step() {
 
 DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
   auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-  TrainConfig base = cfg;
   // Same seeds in both runs: only the kernels may make them differ.
-  if (!base.seed_init) base.deterministic_init = true;
-  if (!base.seed_order && !base.seed_augment) base.deterministic_input = true;
+  TrainConfig base = with_fixed_seeds(cfg);
   base.progress = false;
   TrainConfig ca = base, cb = base;
   if (!cfg.out.empty()) {
@@ -175,9 +195,10 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
     cb.out = (fs::path(cfg.out) / "b").string();
   }
 
+  std::shared_ptr<const TrainData> data = load_train_data(base);  // one copy, read by both runs
   std::unique_ptr<TraceWriter> wa, wb;
-  if (!opts.trace_a.empty()) wa = std::make_unique<TraceWriter>(opts.trace_a, meta_of(ca, "a"));
-  if (!opts.trace_b.empty()) wb = std::make_unique<TraceWriter>(opts.trace_b, meta_of(cb, "b"));
+  if (!opts.trace_a.empty()) wa = std::make_unique<TraceWriter>(opts.trace_a, meta_of(ca, "a", *data));
+  if (!opts.trace_b.empty()) wb = std::make_unique<TraceWriter>(opts.trace_b, meta_of(cb, "b", *data));
   RecordingTracer ta(wa.get()), tb(wb.get());
   ta.set_keep_data(true);
   tb.set_keep_data(true);
@@ -244,7 +265,6 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
                       g.prediction_diffs >= 0 ? fmt::format(", {} test predictions differ", g.prediction_diffs) : ""));
   };
 
-  std::shared_ptr<const TrainData> data = load_train_data(base);  // one copy, read by both runs
   std::exception_ptr err[2];
   bool secondary[2] = {false, false};
   TrainResult res[2];
@@ -286,15 +306,17 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
   return result;
 }
 
-TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, const TraceMeta& meta) {
-  TraceMeta m = meta_of(cfg, "single");
+TrainResult record_trace(const TrainConfig& given, const std::string& trace_path, const TraceMeta& meta) {
+  const TrainConfig cfg = with_fixed_seeds(given);
+  std::shared_ptr<const TrainData> data = load_train_data(cfg);
+  TraceMeta m = meta_of(cfg, "single", *data);
   for (const auto& [k, v] : meta) m[k] = v;
   TraceWriter writer(trace_path, m);
   RecordingTracer tracer(&writer);
   TrainHooks hooks;
   hooks.tracer = &tracer;
   hooks.after_step = [&](const StepView&) { tracer.clear_step(); };
-  TrainResult r = train(cfg, hooks);
+  TrainResult r = train(cfg, hooks, data);
   tracer.clear_step();
   writer.close();
   return r;
@@ -302,6 +324,13 @@ TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, 
 
 TraceComparison compare_trace_files(const std::string& path_a, const std::string& path_b) {
   Trace a = read_trace(path_a), b = read_trace(path_b);
+  // Traces of different trainings part at once for reasons no kernel is to blame for; a
+  // comparison would name a kernel all the same.
+  const std::string differs = trace_config_difference(a.meta, b.meta);
+  if (!differs.empty())
+    throw Error(fmt::format("{} and {} record different trainings ({}); only traces of one configuration, differing in "
+                            "kernels, pins, device or build, can be compared",
+                            path_a, path_b, differs));
   TraceComparison c;
   c.first = first_divergence(a.events, b.events);
   c.source = first_read_divergence(a.events, b.events);
@@ -316,6 +345,10 @@ std::string describe_first(const Divergence& d, const Divergence& source) {
   if (d.structure_mismatch) return "the two runs ran different sequences of ops: " + d.note;
   if (!d.found) return "no divergence: every traced tensor of every step was bitwise identical";
   auto one = [](const Divergence& x) {
+    if (x.input_only)
+      return describe(x.event_a, x.tensor) +
+             " — an input that differs while every traced output before it was identical: the runs were fed "
+             "different inputs (or an untraced op changed them)";
     return describe(x.event_a, x.tensor) +
            (x.inputs_identical ? " — all of its inputs were identical, so this kernel introduced it"
                                : " — but its inputs already differed (an untraced op changed them): " + x.note);

@@ -17,6 +17,7 @@
 #include "engine/context.h"
 #include "engine/error.h"
 #include "experiments/decomposition.h"
+#include "experiments/run_dir.h"
 #include "experiments/scheduler.h"
 #include "experiments/stats.h"
 
@@ -554,6 +555,7 @@ ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes
     c.progress = false;
     if (!o.resume && fs::exists(c.out))
       throw Error(fmt::format("--out: {} already holds a {} run; choose another folder", o.out, mode));
+    c.overwrite = o.resume;  // timings cannot be read back: a resumed overhead protocol measures again
     // The clock runs from the end of the warm-up to the last step; the device is waited for at
     // both ends so queued work is counted where it ran.
     std::chrono::steady_clock::time_point t0, t1;

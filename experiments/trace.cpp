@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
+#include "engine/detail/json_error.h"
 #include "engine/error.h"
 
 namespace ditto {
@@ -76,7 +78,8 @@ struct TraceLine {
     try {
       return nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
-      fail(fmt::format("malformed JSON at byte {} (truncated line?)", e.byte));
+      fail(fmt::format("malformed JSON at byte {} of the line: {}", e.byte > 0 ? e.byte - 1 : 0,
+                       detail::json_syntax_problem(e)));
     }
   }
 };
@@ -205,7 +208,8 @@ Divergence first_divergence(const std::vector<TraceEvent>& a, const std::vector<
     d.events_compared = static_cast<int64_t>(i + 1);
     std::string mismatch = structure_difference(a[i], b[i]);
     int output = mismatch.empty() ? first_differing(a[i].outputs, b[i].outputs) : -1;
-    if (mismatch.empty() && output < 0) continue;
+    int input = mismatch.empty() ? first_differing(a[i].inputs, b[i].inputs) : -1;
+    if (mismatch.empty() && output < 0 && input < 0) continue;
     d.event_a = a[i];
     d.event_b = b[i];
     if (!mismatch.empty()) {
@@ -215,8 +219,17 @@ Divergence first_divergence(const std::vector<TraceEvent>& a, const std::vector<
       return d;
     }
     d.found = true;
+    if (output < 0) {
+      // Every output so far agreed, so nothing traced made this input differ: the data fed to the
+      // runs (the batch, the labels) differ, or an untraced op changed it.
+      d.input_only = true;
+      d.tensor = a[i].inputs[input].name;
+      d.note = fmt::format("{} is the first tensor that differs, while every traced output before it was identical: "
+                           "the runs were fed different inputs (or an untraced op changed it)",
+                           describe(a[i], d.tensor));
+      return d;
+    }
     d.tensor = a[i].outputs[output].name;
-    int input = first_differing(a[i].inputs, b[i].inputs);
     d.inputs_identical = input < 0;
     d.note = d.inputs_identical
                  ? fmt::format("{} is the first output that differs while all {} inputs were identical: this op's "
@@ -248,6 +261,25 @@ std::vector<std::pair<int64_t, int64_t>> differing_outputs_per_step(const std::v
       counts.back().second += a[i].outputs[j].fingerprint != b[i].outputs[j].fingerprint;
   }
   return counts;
+}
+
+std::string trace_config_difference(const TraceMeta& a, const TraceMeta& b) {
+  auto must_agree = [](const std::string& key) {
+    return key.rfind("--", 0) == 0 || key == "train_fingerprint" || key == "test_fingerprint" || key == "model" ||
+           key == "dataset" || key == "batch_size";
+  };
+  std::set<std::string> keys;
+  for (const auto* m : {&a, &b})
+    for (const auto& [key, value] : *m)
+      if (must_agree(key)) keys.insert(key);
+  std::string out;
+  for (const auto& key : keys) {
+    auto ia = a.find(key), ib = b.find(key);
+    const std::string va = ia == a.end() ? "(not recorded)" : ia->second;
+    const std::string vb = ib == b.end() ? "(not recorded)" : ib->second;
+    if (va != vb) out += fmt::format("{}{} {} vs {}", out.empty() ? "" : "; ", key, va, vb);
+  }
+  return out;
 }
 
 std::string describe(const TraceEvent& e, const std::string& tensor) {

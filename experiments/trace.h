@@ -87,6 +87,8 @@ struct Divergence {
                                    // or one trace is shorter); the comparison stops there and `note`
                                    // says where and what
   bool inputs_identical = false;   // every input of `event` had equal fingerprints in both traces
+  bool input_only = false;         // no output differs up to `event`, but its input `tensor` does: the
+                                   // traces were fed different data (or an untraced op changed it)
   TraceEvent event_a, event_b;     // the event (from each trace) at the first difference; at a
                                    // structure mismatch where one trace ended, that one's is empty
   std::string tensor;              // name of its first differing output
@@ -95,7 +97,8 @@ struct Divergence {
 };
 
 // Walks both event lists in order (they must be in (step, seq) order, as read_trace guarantees)
-// and stops at the first event with a differing output (or a structure mismatch). When the
+// and stops at the first event with a differing output or input (or a structure mismatch): an
+// input that differs while every output before it was identical is a divergence too (input_only). When the
 // differing event's inputs were not all identical, inputs_identical is false and note says an
 // untraced op must have changed them: no traced op before it produced a differing output.
 Divergence first_divergence(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>& b);
@@ -106,6 +109,14 @@ Divergence first_divergence(const std::vector<TraceEvent>& a, const std::vector<
 // it is counted up to the mismatch.
 std::vector<std::pair<int64_t, int64_t>> differing_outputs_per_step(const std::vector<TraceEvent>& a,
                                                                      const std::vector<TraceEvent>& b);
+
+// Two traces can be compared only when they record the same training: the same model, data (by
+// fingerprint), seeds and every flag that changes the bits other than the kernels (meta keys
+// starting with "--", "train_fingerprint", "test_fingerprint", and the older "model", "dataset",
+// "batch_size"). Kernels, pins, device, GPU and versions may differ: they are what a comparison
+// studies. Returns "" when comparable, else what differs ("--lr 0.002 vs 0.01; --model smallcnn
+// vs resnet18"); a key recorded by one trace only differs too.
+std::string trace_config_difference(const TraceMeta& a, const TraceMeta& b);
 
 // "step 3, bwd, conv2 (conv2d), output dw" — how reports name an event and tensor. The tensor is
 // called "input" or "output" after where the event lists it.

@@ -2,17 +2,19 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
@@ -22,6 +24,7 @@
 #include "engine/optim.h"
 #include "engine/tracer.h"
 #include "engine/tuning.h"
+#include "experiments/run_dir.h"
 #include "experiments/step.h"
 #include "kernels/elementwise.h"
 #include "kernels/metrics.h"
@@ -46,11 +49,31 @@ Seed pick_seed(const std::optional<uint64_t>& given, bool fixed) {
   return {(uint64_t(rd()) << 32) ^ rd(), "os"};
 }
 
+// Test labels index the test set's class list, training labels the training set's: the two
+// lists must be the same, or every test label means another class than it says.
+void require_same_classes(const TrainData& d, const std::string& root) {
+  if (d.train.class_names == d.test.class_names) return;
+  std::set<std::string> train(d.train.class_names.begin(), d.train.class_names.end());
+  std::set<std::string> test(d.test.class_names.begin(), d.test.class_names.end());
+  std::vector<std::string> only_train, only_test;
+  std::set_difference(train.begin(), train.end(), test.begin(), test.end(), std::back_inserter(only_train));
+  std::set_difference(test.begin(), test.end(), train.begin(), train.end(), std::back_inserter(only_test));
+  throw DataError(fmt::format("--data: the class folders of '{}/test' differ from those of '{}/train', so test labels "
+                              "would name other classes than training labels; in train/ only: {}; in test/ only: {}",
+                              root, root, only_train.empty() ? "none" : fmt::format("{}", fmt::join(only_train, ", ")),
+                              only_test.empty() ? "none" : fmt::format("{}", fmt::join(only_test, ", "))));
+}
+
 TrainData load_data(const TrainConfig& c) {
   TrainData d;
   auto need_dir = [&] {
     if (c.data.empty()) throw Error(fmt::format("--data: dataset '{}' needs a data folder", c.dataset));
     if (!fs::is_directory(c.data)) throw IoError(fmt::format("--data: '{}' is not a folder", c.data));
+  };
+  auto image_folders = [&] {
+    d.train = load_image_folder(c.data, "train");
+    d.test = load_image_folder(c.data, "test");
+    require_same_classes(d, c.data);
   };
   if (c.dataset == "synthetic") {
     // The data are fixed (seeds 1 and 2): only the training run's own randomness varies.
@@ -61,9 +84,13 @@ TrainData load_data(const TrainConfig& c) {
     if (fs::exists(fs::path(c.data) / "data_batch_1.bin")) {
       d.train = load_cifar10(c.data, Split::Train);
       d.test = load_cifar10(c.data, Split::Test);
+    } else if (fs::is_directory(fs::path(c.data) / "train")) {
+      image_folders();
     } else {
-      d.train = load_image_folder(c.data, "train");
-      d.test = load_image_folder(c.data, "test");
+      throw IoError(fmt::format(
+          "--data: '{}' holds neither CIFAR-10's binary version (expected {}, data_batch_2..5.bin and test_batch.bin) "
+          "nor image folders ({}/train/<class>/*.jpg and {}/test/<class>/*.jpg)",
+          c.data, (fs::path(c.data) / "data_batch_1.bin").string(), c.data, c.data));
     }
   } else if (c.dataset == "cifar100") {
     need_dir();
@@ -71,8 +98,7 @@ TrainData load_data(const TrainConfig& c) {
     d.test = load_cifar100(c.data, Split::Test);
   } else if (c.dataset == "imagefolder") {
     need_dir();
-    d.train = load_image_folder(c.data, "train");
-    d.test = load_image_folder(c.data, "test");
+    image_folders();
   } else if (c.dataset == "celeba") {
     need_dir();
     CelebAOptions o;
@@ -97,42 +123,50 @@ TrainData load_data(const TrainConfig& c) {
   return d;
 }
 
+// Every number a run takes, checked before anything is loaded: a NaN or infinite learning rate
+// trains a run of NaNs that looks like any other; a size past what memory can hold wraps.
+void validate_numbers(const TrainConfig& c) {
+  auto whole = [](const char* flag, int64_t v, int64_t low, int64_t high) {
+    if (v < low || v > high) throw Error(fmt::format("--{}: must be from {} to {}, got {}", flag, low, high, v));
+  };
+  auto real = [](const char* flag, double v, double low, bool low_open, double high) {
+    if (!std::isfinite(v) || v < low || (low_open && v == low) || v > high)
+      throw Error(fmt::format("--{}: must be a finite number {} {}{}, got {}", flag, low_open ? "above" : "of at least",
+                              low, std::isinf(high) ? "" : fmt::format(" and at most {}", high), v));
+  };
+  whole("epochs", c.epochs, 1, 1000000);
+  if (c.max_steps < 0) throw Error(fmt::format("--steps: must be at least 1, got {}", c.max_steps));
+  if (c.max_steps && !c.resume.empty())
+    throw Error("--steps: a screening run (a fixed number of steps) cannot be combined with --resume");
+  // The training set bounds the batch (set_up); this bound keeps byte counts from wrapping first.
+  whole("batch-size", c.batch_size, 1, int64_t(1) << 31);
+  real("lr", c.lr, 0, true, INFINITY);
+  real("momentum", c.momentum, 0, false, 1);
+  real("weight-decay", c.weight_decay, 0, false, INFINITY);
+  real("warmup-epochs", c.warmup_epochs, 0, false, INFINITY);
+  if (!(c.warmup_epochs < c.epochs))
+    throw Error(fmt::format("--warmup-epochs: {} must be below --epochs ({})", c.warmup_epochs, c.epochs));
+  if (c.optimizer != "adam" && c.optimizer != "sgd")
+    throw Error(fmt::format("--optimizer: unknown optimizer '{}'; valid: adam, sgd", c.optimizer));
+  for (int m : c.milestones) whole("milestones", m, 1, 1000000);
+  whole("train-size", c.train_size, 0, INT64_MAX);
+  whole("test-size", c.test_size, 0, INT64_MAX);
+  whole("loader-threads", c.loader_threads, 0, 64);
+  if (c.dataset == "synthetic") {
+    // Synthetic images are made in memory: 3 x size x size floats each.
+    whole("synthetic-size", c.synthetic_size, 8, 4096);
+    const int64_t image_bytes = int64_t(3) * c.synthetic_size * c.synthetic_size * 4;
+    const int64_t most = (int64_t(1) << 40) / image_bytes;
+    whole("synthetic-train", c.synthetic_train, 1, most);
+    whole("synthetic-test", c.synthetic_test, 1, most);
+  }
+}
+
 std::string now_utc() {
   std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-// The flags that reproduce this run exactly (seeds made explicit).
-std::string replay_command(const TrainConfig& c, const Seed& si, const Seed& so, const Seed& sa) {
-  std::string s = fmt::format(
-      "ditto-train --model {} --dataset {}{} --epochs {} --batch-size {} --lr {} --optimizer {} --momentum {}{} "
-      "--weight-decay {} --lr-schedule {}{}{} --device {} --seed-init {} --seed-order {} --seed-augment {} --kernels {}",
-      c.model, c.dataset, c.data.empty() ? "" : " --data " + c.data, c.epochs, c.batch_size, c.lr, c.optimizer,
-      c.momentum, c.nesterov ? " --nesterov" : "", c.weight_decay, c.lr_schedule,
-      c.warmup_epochs > 0 ? fmt::format(" --warmup-epochs {}", c.warmup_epochs) : "", c.augment ? " --augment" : "",
-      c.device, si.value, so.value, sa.value, c.kernels);
-  for (const auto& p : c.pins) s += " --pin " + p;
-  if (!c.tuning.empty()) s += " --tuning " + c.tuning;
-  if (c.graph) s += " --graph";
-  if (c.standardize) s += " --standardize";
-  if (c.train_size) s += fmt::format(" --train-size {}", c.train_size);
-  if (c.test_size) s += fmt::format(" --test-size {}", c.test_size);
-  if (c.max_steps) s += fmt::format(" --steps {}", c.max_steps);
-  return s;
-}
-
-// Parameters and buffers (no optimizer state), flattened in name order.
-std::vector<float> flatten_by_name(std::vector<std::pair<std::string, const Tensor*>> named) {
-  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<float> all;
-  for (const auto& [name, t] : named) {
-    if (name.rfind("optim.", 0) == 0 || t->dtype() != DType::F32) continue;
-    auto v = t->to_host_f32();
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
 }
 
 class Progress {
@@ -169,73 +203,455 @@ class Progress {
   Clock::time_point start_, last_{};
 };
 
-// Everything a checkpoint holds: parameters, buffers, optimizer state ("optim.<param>.<slot>").
-std::vector<std::pair<std::string, Tensor*>> state_tensors(std::vector<Param>& params, std::vector<Buffer>& buffers,
-                                                           std::vector<Buffer>& ostate) {
-  std::vector<std::pair<std::string, Tensor*>> all;
-  for (auto& p : params) all.push_back({p.name, &p.var.value()});
-  for (auto& b : buffers) all.push_back({b.name, b.tensor});
-  for (auto& s : ostate) all.push_back({"optim." + s.name, s.tensor});
-  return all;
-}
+// One training run, in the stages train() calls in order. Each stage leaves what the next needs
+// in members; nothing is written before open_run_dir, so a run refused by any check of the first
+// two stages leaves no trace on disk.
+class Run {
+ public:
+  Run(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> data)
+      : cfg_(cfg), hooks_(hooks), held_(std::move(data)) {}
 
-void ensure_out_dir(const std::string& out) {
-  make_folder(out);
-  std::string probe = (fs::path(out) / ".ditto-write-test").string();
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  if (!f) throw IoError(fmt::format("--out: folder '{}' is not writable", out));
-  std::fclose(f);
-  std::remove(probe.c_str());
-}
-
-// path becomes a symbolic link to target in one step (a new link renamed over it).
-void atomic_symlink(const fs::path& target, const fs::path& path) {
-  const fs::path tmp = path.string() + fmt::format(".link.{}", ::getpid());
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  fs::create_symlink(target, tmp, ec);
-  if (!ec) fs::rename(tmp, path, ec);
-  if (ec) throw IoError(fmt::format("{}: cannot link to {}: {}", path.string(), target.string(), ec.message()));
-}
-
-// A run folder holds generations (.gen-N, one epoch's complete outputs) and `state`, a link to
-// the current one; every output file in the folder is a link through `state`. Publishing makes
-// the links (dangling until the first publish), then swaps `state` in one rename: a reader, or
-// a run killed at any moment, sees all of one epoch's files or all of the previous epoch's.
-void publish_generation(const std::string& dir, const std::string& gen_name) {
-  const fs::path root(dir);
-  for (const auto& entry : fs::directory_iterator(root / gen_name)) {
-    const std::string name = entry.path().filename().string();
-    const fs::path link = root / name;
-    if (!fs::is_symlink(link)) atomic_symlink(fs::path("state") / name, link);
+  TrainResult go() {
+    validate();
+    set_up();
+    open_run_dir();
+    resume();
+    epochs();
+    return finish();
   }
-  atomic_symlink(gen_name, root / "state");
-  for (const auto& entry : fs::directory_iterator(root)) {  // older generations
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(".gen-", 0) == 0 && name != gen_name) {
-      std::error_code ec;
-      fs::remove_all(entry.path(), ec);
+
+ private:
+  // ---- Stage 1: the flags, the output folder's rules, the resumed run's files, the policy ----
+  void validate() {
+    validate_numbers(cfg_);
+    schedule_ = parse_lr_schedule(cfg_.lr_schedule);
+    device_ = Device::parse(cfg_.device);
+    // Without --out, a resumed run goes on in its own folder rather than nowhere.
+    out_ = cfg_.out.empty() ? cfg_.resume : cfg_.out;
+    const bool in_place = !cfg_.resume.empty() && !out_.empty() && same_folder(out_, cfg_.resume);
+    if (cfg_.overwrite && out_.empty()) throw Error("--overwrite: there is no --out folder to overwrite");
+    if (cfg_.overwrite && in_place)
+      throw Error(fmt::format("--overwrite: --resume {} continues that run in its own folder; overwriting it would "
+                              "destroy what is resumed (give --out another folder, or drop --overwrite)",
+                              cfg_.resume));
+    intent_ = in_place ? OutIntent::Continue : cfg_.overwrite ? OutIntent::Overwrite : OutIntent::Fresh;
+    if (!out_.empty()) check_out_allowed(out_, intent_);
+
+    seed_init_ = pick_seed(cfg_.seed_init, cfg_.deterministic_init);
+    seed_order_ = pick_seed(cfg_.seed_order, cfg_.deterministic_input);
+    seed_augment_ = pick_seed(cfg_.seed_augment, cfg_.deterministic_input);
+    policy_ = Policy::parse({"*=" + cfg_.kernels});
+    if (!cfg_.resume.empty()) {
+      resumed_ = read_resume_point(cfg_.resume);
+      check_resume_flags(*resumed_, cfg_);
+      if (resumed_->meta.model != cfg_.model || resumed_->meta.optimizer != cfg_.optimizer)
+        throw Error(fmt::format("--resume: {} holds a {} / {} run, this run is {} / {}", resumed_->checkpoint_path,
+                                resumed_->meta.model, resumed_->meta.optimizer, cfg_.model, cfg_.optimizer));
+      seed_init_ = {resumed_->meta.seed_init, "checkpoint"};
+      seed_order_ = {resumed_->meta.seed_order, "checkpoint"};
+      seed_augment_ = {resumed_->meta.seed_augment, "checkpoint"};
+      // The resumed run keeps the kernels its first part ran, so choices made by timing or by a
+      // heuristic cannot change half-way; explicit pins (the same, by check_resume_flags) follow.
+      for (const auto& p : pins_from_ops(resumed_->manifest.ops)) policy_.set(p);
     }
+    for (const auto& p : cfg_.pins) policy_.set(p);
   }
-}
 
-std::vector<EpochLog> read_log_csv(const std::string& path) {
-  std::vector<EpochLog> rows;
-  std::ifstream in(path);
-  if (!in) return rows;
-  std::string line;
-  std::getline(in, line);  // header
-  int lineno = 1;
-  while (std::getline(in, line)) {
-    ++lineno;
-    EpochLog r;
-    if (std::sscanf(line.c_str(), "%d,%lf,%lf,%lf,%lf,%lf,%lf", &r.epoch, &r.lr, &r.loss, &r.train_acc, &r.test_top1,
-                    &r.test_top5, &r.seconds) != 7)
-      throw DataError(fmt::format("{}:{}: malformed log row", path, lineno));
-    rows.push_back(r);
+  // ---- Stage 2: data, network, optimizer, loaders, tuning ----
+  void set_up() {
+    if (!held_) held_ = load_train_data(cfg_);
+    const TrainData& data = *held_;
+    if (cfg_.batch_size > data.train.n)
+      throw Error(fmt::format("--batch-size: {} is larger than the training set ({} examples)", cfg_.batch_size,
+                              data.train.n));
+    if (resumed_) {
+      for (auto [which, now, recorded] : {std::tuple{"training", data.train.fingerprint(), resumed_->manifest.train_fingerprint},
+                                          std::tuple{"test", data.test.fingerprint(), resumed_->manifest.test_fingerprint}})
+        if (hex64(now) != recorded)
+          throw Error(fmt::format("--resume: the {} data differ from those '{}' was trained on (fingerprint {}, the run "
+                                  "recorded {}): --data, --train-size/--test-size or the data files changed",
+                                  which, cfg_.resume, hex64(now), recorded));
+    }
+    ctx_ = std::make_unique<Context>(device_, policy_);
+    Context& ctx = *ctx_;
+    net_ = make_net(ctx, NetConfig{cfg_.model, data.train.num_classes, data.train.channels});
+    ctx.policy().check_layers(net_->knob_layers());
+    // The CPU runs one reference implementation per op, so a pin cannot choose anything there.
+    // A warning, not an error: replaying a GPU run's pins (--pins-from) on the CPU reference is
+    // how one compares the two, and what ran is in the manifest either way.
+    if (!device_.is_cuda() && !cfg_.pins.empty()) {
+      pins_not_applied_ = cfg_.pins;
+      warn(fmt::format("--pin: {} {} no effect on the CPU, which runs one reference implementation per op "
+                       "(recorded in the manifest as policy.pins_not_applied)",
+                       fmt::join(cfg_.pins, ", "), cfg_.pins.size() == 1 ? "has" : "have"));
+    }
+    params_ = net_->params();
+    buffers_ = net_->buffers();
+    if (cfg_.optimizer == "adam")
+      opt_ = std::make_unique<Adam>(ctx, params_, AdamOptions{0.9f, 0.999f, 1e-8f, cfg_.weight_decay});
+    else
+      opt_ = std::make_unique<Sgd>(ctx, params_, SgdOptions{cfg_.momentum, cfg_.nesterov, cfg_.weight_decay});
+    ostate_ = opt_->state();
+    // Everything a checkpoint holds: parameters, buffers, optimizer state ("optim.<param>.<slot>").
+    for (auto& p : params_) state_.push_back({p.name, &p.var.value()});
+    for (auto& b : buffers_) state_.push_back({b.name, b.tensor});
+    for (auto& s : ostate_) state_.push_back({"optim." + s.name, s.tensor});
+
+    stats_ = data.train.channel_stats();
+    LoaderOptions train_opts;
+    train_opts.batch_size = cfg_.batch_size;
+    train_opts.seed_order = seed_order_.value;
+    train_opts.seed_augment = seed_augment_.value;
+    train_opts.augment = cfg_.augment;
+    train_opts.standardize = cfg_.standardize;
+    if (!cfg_.standardize) {
+      train_opts.mean = stats_.mean;
+      train_opts.std = stats_.std;
+    }
+    train_opts.threads = cfg_.loader_threads;
+    LoaderOptions test_opts = train_opts;
+    test_opts.shuffle = false;
+    test_opts.augment = false;
+    train_loader_ = std::make_unique<Loader>(ctx, data.train, train_opts);
+    test_loader_ = std::make_unique<Loader>(ctx, data.test, test_opts);
+
+    if (cfg_.summary) {
+      SummaryTrace trace;
+      NoGradGuard ng(ctx);
+      Tensor probe = ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
+      net_->forward(ctx, Var(probe), false, &trace);
+      ctx.manifest().clear();
+      std::printf("%s", format_summary(trace, net_->param_count()).c_str());
+    }
+    classes_ = data.train.num_classes;
+    k5_ = static_cast<int>(std::min<int64_t>(5, classes_));
+    // A tuning file is read when it exists (every deterministic conv takes its entry), else
+    // filled while the run meets each problem and written at each epoch's end.
+    if (!cfg_.tuning.empty()) {
+      if (!ctx.is_cuda())
+        throw Error(fmt::format("--tuning: a tuning file chooses cuDNN algorithms; this run is on {}", cfg_.device));
+      if (cfg_.kernels != "deterministic")
+        throw Error(fmt::format("--tuning: applies to --kernels deterministic; this run asks for {}", cfg_.kernels));
+      const RuntimeInfo info = ctx.runtime_info();
+      if (fs::exists(cfg_.tuning)) {
+        tuning_ = std::make_shared<TuningTable>(TuningTable::load(cfg_.tuning, info.gpu_name, info.cudnn));
+        tuning_hash_ = tuning_->file_hash();
+      } else {
+        tuning_ = std::make_shared<TuningTable>();
+        tuning_->gpu = info.gpu_name;
+        tuning_->cudnn = info.cudnn;
+      }
+      ctx.set_tuning(tuning_);
+    }
+    stepper_ = std::make_unique<TrainStep>(ctx, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value);
   }
-  return rows;
-}
+
+  // ---- Stage 3: the output folder, locked; made only now that every check has passed ----
+  void open_run_dir() {
+    if (!out_.empty()) run_dir_ = std::make_unique<RunDir>(out_, intent_);
+  }
+
+  // ---- Stage 4: the resumed run's state, verified, or a fresh initialization ----
+  void resume() {
+    if (!resumed_) {
+      net_->init(*ctx_, seed_init_.value);
+      return;
+    }
+    const ResumePoint& r = *resumed_;
+    restore_tensors(*ctx_, r.checkpoint, r.checkpoint_path, state_);
+    // The checkpoint carries the fingerprints of what was saved: a flipped bit, a NaN written into
+    // a weight, or tensors from another file would otherwise train on silently.
+    const uint64_t weights = state_fingerprint(false);
+    if (weights != r.meta.weights_fingerprint)
+      throw DataError(fmt::format("{}: fingerprint mismatch: the weights in the file hash to {}, but its metadata "
+                                  "weights_fingerprint is {}: the file was changed or damaged after it was written",
+                                  r.checkpoint_path, hex64(weights), hex64(r.meta.weights_fingerprint)));
+    if (r.meta.state_fingerprint && state_fingerprint(true) != *r.meta.state_fingerprint)
+      throw DataError(fmt::format("{}: fingerprint mismatch: the optimizer state in the file hashes to {}, but its "
+                                  "metadata state_fingerprint is {}: the file was changed or damaged after it was written",
+                                  r.checkpoint_path, hex64(state_fingerprint(true)), hex64(*r.meta.state_fingerprint)));
+    const int64_t nb = train_loader_->batches_per_epoch();
+    if (r.meta.steps != r.meta.epoch * nb)
+      throw DataError(fmt::format("{}: metadata steps is {}, but {} finished epochs of {} batches make {}",
+                                  r.checkpoint_path, r.meta.steps, r.meta.epoch, nb, r.meta.epoch * nb));
+    check_resume_schedule(r, cfg_, nb);
+    opt_->set_steps(r.meta.steps);
+    first_epoch_ = r.meta.epoch + 1;
+    log_ = r.log;
+    result_.weights_fingerprint = weights;
+  }
+
+  // ---- Stage 5: the epochs, each published as a whole ----
+  void epochs() {
+    ctx_->set_tracer(hooks_.tracer);
+    result_.seed_init = seed_init_.value;
+    result_.seed_order = seed_order_.value;
+    result_.seed_augment = seed_augment_.value;
+    progress_ = std::make_unique<Progress>(cfg_.progress, cfg_.epochs);
+    loss_sum_ = ctx_->zeros({1});
+    correct_ = ctx_->zeros({2}, DType::I32);
+    bool steps_done = false;
+    for (int epoch = first_epoch_; epoch <= cfg_.epochs && !steps_done; ++epoch) {
+      steps_done = run_epoch(epoch);
+      if (tuning_ && !tuning_->reading()) tuning_hash_ = tuning_->save(cfg_.tuning);
+      publish(epoch);
+    }
+    ctx_->set_tracer(nullptr);
+  }
+
+  // Trains one epoch (or up to --steps), evaluates, logs. True when --steps ended the run.
+  bool run_epoch(int epoch) {
+    Context& ctx = *ctx_;
+    const TrainData& data = *held_;
+    const float lr = lr_at(schedule_, cfg_.lr, epoch - 1, cfg_.epochs, cfg_.milestones, cfg_.warmup_epochs);
+    auto t0 = Clock::now();
+    fill(ctx, loss_sum_, 0.0f);
+    ctx.copy(correct_, Context().zeros({2}, DType::I32));
+    // Loader epochs are 0-based: epoch e of the run draws order and augmentation for e-1.
+    train_loader_->start_epoch(epoch - 1);
+    Batch batch;
+    int64_t b = 0, seen = 0;
+    const int64_t nb = train_loader_->batches_per_epoch();
+    const double mean_epoch = epochs_timed_ ? epoch_seconds_total_ / epochs_timed_ : 0;
+    double hook_seconds = 0;
+    std::vector<float> lrs;
+    for (int64_t i = 0; i < nb; ++i)
+      lrs.push_back(lr_at(schedule_, cfg_.lr, epoch - 1 + double(i) / double(nb), cfg_.epochs, cfg_.milestones,
+                          cfg_.warmup_epochs));
+    stepper_->plan(lrs);
+    int64_t step = opt_->steps();
+    bool steps_done = false;
+    auto predict = [&] { return evaluate_topk(1); };
+    while (train_loader_->next(batch)) {
+      const float step_lr = lrs[static_cast<std::size_t>(b)];
+      ++step;
+      if (hooks_.tracer) hooks_.tracer->begin_step(step);
+      stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_);
+      seen += batch.labels.numel();
+      ++result_.steps;
+      if (hooks_.after_step) {
+        auto h0 = Clock::now();
+        hooks_.after_step(StepView{step, epoch, ctx, params_, predict});
+        hook_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
+      }
+      progress_->update(epoch, ++b, nb, seen, t0, mean_epoch);
+      if (cfg_.max_steps && result_.steps >= cfg_.max_steps) {
+        steps_done = true;
+        break;
+      }
+    }
+    ctx.synchronize();
+    result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
+    const double loss_mean = loss_sum_.to_host_f32()[0] / std::max<int64_t>(1, seen);
+    const double train_acc = correct_.to_host_i32()[0] / double(std::max<int64_t>(1, seen));
+
+    top5_host_ = evaluate_topk(k5_);
+    int64_t hit1 = 0, hit5 = 0;
+    std::vector<int64_t> class_hit(classes_, 0), class_n(classes_, 0);
+    const std::size_t groups = data.test.subgroup_names.size();
+    std::vector<int64_t> group_hit(groups, 0), group_n(groups, 0);
+    result_.predictions.assign(static_cast<std::size_t>(data.test.n), 0);
+    for (int64_t i = 0; i < data.test.n; ++i) {
+      const int32_t y = data.test.labels[i];
+      const int32_t* top = &top5_host_[i * k5_];
+      const bool h1 = top[0] == y;
+      const bool h5 = std::find(top, top + k5_, y) != top + k5_;
+      hit1 += h1;
+      hit5 += h5;
+      class_hit[y] += h1;
+      class_n[y]++;
+      if (groups) {
+        group_hit[data.test.subgroups[i]] += h1;
+        group_n[data.test.subgroups[i]]++;
+      }
+      result_.predictions[i] = top[0];
+    }
+    ctx.synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
+    epoch_seconds_total_ += seconds;
+    ++epochs_timed_;
+    EpochLog row{epoch, lr, loss_mean, train_acc, hit1 / double(data.test.n), hit5 / double(data.test.n), seconds};
+    log_.push_back(row);
+    result_.test_top1 = row.test_top1;
+
+    metrics_ = json{{"epoch", epoch}, {"test_top1", row.test_top1}, {"test_top5", row.test_top5}};
+    json per_class = json::object(), per_group = json::object();
+    for (int64_t c = 0; c < classes_; ++c)
+      per_class[data.test.class_names.at(c)] = class_n[c] ? class_hit[c] / double(class_n[c]) : 0.0;
+    for (std::size_t g = 0; g < groups; ++g)
+      per_group[data.test.subgroup_names[g]] = {{"accuracy", group_n[g] ? group_hit[g] / double(group_n[g]) : 0.0},
+                                                {"count", group_n[g]}};
+    metrics_["per_class_accuracy"] = per_class;
+    if (groups) metrics_["per_subgroup_accuracy"] = per_group;
+    result_.weights_fingerprint = state_fingerprint(false);
+    progress_->line(fmt::format("epoch {}/{}  loss {:.4f}  train {:.4f}  test top1 {:.4f} top5 {:.4f}  {:.1f}s  {:.0f} img/s",
+                                epoch, cfg_.epochs, row.loss, row.train_acc, row.test_top1, row.test_top5, seconds,
+                                seen / std::max(1e-9, seconds)));
+    return steps_done;
+  }
+
+  // Evaluation: no tape, running batch-norm statistics, dataset order. Returns k labels per
+  // test example. It reads the weights and touches no training state.
+  std::vector<int32_t> evaluate_topk(int k) {
+    std::vector<int32_t> out(static_cast<std::size_t>(held_->test.n * k), 0);
+    NoGradGuard ng(*ctx_);
+    Batch eb;
+    test_loader_->start_epoch(0);
+    while (test_loader_->next(eb)) {
+      Var logits = net_->forward(*ctx_, Var(eb.images), false);
+      auto t = topk(*ctx_, logits.value(), k).to_host_i32();
+      for (std::size_t r = 0; r < eb.indices.size(); ++r)
+        std::copy(t.begin() + r * k, t.begin() + (r + 1) * k, out.begin() + eb.indices[r] * k);
+    }
+    return out;
+  }
+
+  // ---- Stage 6: one epoch's outputs, written to a fresh generation and published at once ----
+  void publish(int epoch) {
+    if (!run_dir_) return;
+    const TrainData& data = *held_;
+    const fs::path gen = run_dir_->begin_generation(epoch);
+    write_file_atomic((gen / "log.csv").string(), log_csv_text(log_));
+    write_file_atomic((gen / "predictions.csv").string(), predictions_csv_text(data.test, top5_host_, k5_));
+    if (cfg_.checkpoint) {
+      std::vector<NamedTensor> tensors;
+      for (const auto& [name, t] : state_) tensors.push_back({name, *t});
+      CheckpointMeta meta;
+      meta.model = cfg_.model;
+      meta.optimizer = cfg_.optimizer;
+      meta.epoch = epoch;
+      meta.steps = opt_->steps();
+      meta.seed_init = seed_init_.value;
+      meta.seed_order = seed_order_.value;
+      meta.seed_augment = seed_augment_.value;
+      meta.weights_fingerprint = result_.weights_fingerprint;
+      meta.state_fingerprint = state_fingerprint(true);
+      save_safetensors((gen / "checkpoint.safetensors").string(), tensors, checkpoint_metadata(meta));
+    }
+    write_file_atomic((gen / "manifest.json").string(), manifest(epoch).dump(2));
+    write_file_atomic((gen / "metrics.json").string(), metrics_.dump(2));
+    run_dir_->publish(gen.string());
+  }
+
+  json manifest(int epoch) const {
+    const TrainData& data = *held_;
+    const TrainConfig& c = cfg_;
+    RuntimeInfo info = ctx_->runtime_info();
+    json m;
+    m["ditto"] = {{"git_commit", info.git_commit}, {"created", now_utc()}};
+    m["command_line"] = c.command_line;
+    m["replay"] = replay_line(c, seed_init_.value, seed_order_.value, seed_augment_.value);
+    json flags = json::object();
+    for (const auto& f : defining_flags(c)) flags[f.flag] = f.value;
+    m["flags"] = flags;
+    m["config"] = {{"model", c.model}, {"dataset", c.dataset}, {"data", c.data}, {"epochs", c.epochs},
+                   {"max_steps", c.max_steps}, {"batch_size", c.batch_size}, {"lr", c.lr}, {"optimizer", c.optimizer},
+                   {"momentum", c.momentum}, {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay},
+                   {"lr_schedule", c.lr_schedule}, {"warmup_epochs", c.warmup_epochs}, {"augment", c.augment},
+                   {"standardize", c.standardize},
+                   {"device", c.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
+                   {"resumed_from", c.resume}};
+    auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };
+    m["seeds"] = {{"init", seed_json(seed_init_)}, {"order", seed_json(seed_order_)}, {"augment", seed_json(seed_augment_)}};
+    m["switches"] = {{"deterministic_init", c.deterministic_init}, {"deterministic_input", c.deterministic_input},
+                     {"deterministic_kernels", c.kernels == "deterministic"}};
+    m["policy"] = {{"kernels", c.kernels}, {"rules", ctx_->policy().rules()}};
+    if (!pins_not_applied_.empty()) m["policy"]["pins_not_applied"] = pins_not_applied_;
+    if (!warnings_.empty()) m["warnings"] = warnings_;
+    m["graphs"] = {{"enabled", c.graph}, {"captured", stepper_->graphs_captured()}, {"nodes", stepper_->graph_nodes()}};
+    if (tuning_)
+      m["tuning"] = {{"file", c.tuning}, {"mode", tuning_->reading() ? "read" : "tuned by this run"},
+                     {"hash", hex64(tuning_hash_)}, {"entries", tuning_->entries().size()}};
+    m["runtime"] = {{"device", info.device}, {"gpu", info.gpu_name}, {"driver", info.driver},
+                    {"cuda_runtime", info.cuda_runtime}, {"cudnn", info.cudnn}, {"cudnn_build", info.cudnn_build},
+                    {"cublas", info.cublas}};
+    m["data"] = {{"train", data.train.summary()}, {"test", data.test.summary()},
+                 {"train_fingerprint", hex64(data.train.fingerprint())}, {"test_fingerprint", hex64(data.test.fingerprint())},
+                 {"normalization", c.standardize ? json("per-image standardization")
+                                                 : json{{"mean", stats_.mean}, {"std", stats_.std}}}};
+    m["model"] = {{"name", net_->name()}, {"parameters", net_->param_count()}};
+    m["ops"] = json::parse(ctx_->manifest().to_json())["ops"];
+    m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", hex64(result_.weights_fingerprint)},
+                    {"test_top1", log_.empty() ? 0.0 : log_.back().test_top1}};
+    return m;
+  }
+
+  TrainResult finish() {
+    std::vector<std::pair<std::string, const Tensor*>> named;
+    for (const auto& [name, t] : state_) named.push_back({name, t});
+    result_.weights = flatten_weights_by_name(named);
+    result_.ops = ctx_->manifest().entries();
+    result_.log = log_;
+    result_.test_labels = held_->test.labels;
+    result_.test_subgroups = held_->test.subgroups;
+    result_.class_names = held_->test.class_names;
+    result_.subgroup_names = held_->test.subgroup_names;
+    result_.warnings = warnings_;
+    return std::move(result_);
+  }
+
+  // One fingerprint over the tensors' fingerprints in checkpoint order: parameters and buffers
+  // (what TrainResult reports), or with the optimizer state too.
+  uint64_t state_fingerprint(bool with_optimizer) const {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const auto& [name, t] : state_) {
+      if (!with_optimizer && name.rfind("optim.", 0) == 0) continue;
+      const uint64_t fp = t->fingerprint();
+      h = fingerprint_bytes(&fp, sizeof fp, h);
+    }
+    return h;
+  }
+
+  void warn(const std::string& text) {
+    warnings_.push_back(text);
+    std::fprintf(stderr, "ditto: warning: %s\n", text.c_str());
+  }
+
+  static bool same_folder(const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+  }
+
+  const TrainConfig& cfg_;
+  const TrainHooks& hooks_;
+  std::shared_ptr<const TrainData> held_;
+  // validate
+  LrSchedule schedule_ = LrSchedule::Constant;
+  Device device_;
+  std::string out_;
+  OutIntent intent_ = OutIntent::Fresh;
+  Seed seed_init_, seed_order_, seed_augment_;
+  Policy policy_;
+  std::optional<ResumePoint> resumed_;
+  std::vector<std::string> pins_not_applied_, warnings_;
+  // set_up
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Net> net_;
+  std::vector<Param> params_;
+  std::vector<Buffer> buffers_, ostate_;
+  std::unique_ptr<Optimizer> opt_;
+  std::vector<std::pair<std::string, Tensor*>> state_;
+  ChannelStats stats_;
+  std::unique_ptr<Loader> train_loader_, test_loader_;
+  int64_t classes_ = 0;
+  int k5_ = 1;
+  std::shared_ptr<TuningTable> tuning_;
+  uint64_t tuning_hash_ = 0;
+  std::unique_ptr<TrainStep> stepper_;
+  // open_run_dir
+  std::unique_ptr<RunDir> run_dir_;
+  // resume, epochs
+  int first_epoch_ = 1;
+  std::vector<EpochLog> log_;
+  std::unique_ptr<Progress> progress_;
+  Tensor loss_sum_, correct_;
+  double epoch_seconds_total_ = 0;
+  int epochs_timed_ = 0;
+  std::vector<int32_t> top5_host_;
+  json metrics_;
+  TrainResult result_;
+};
 
 }  // namespace
 
@@ -279,433 +695,12 @@ std::string resolve_device(const std::string& device) {
   }
 }
 
-std::vector<float> load_checkpoint_weights(const std::string& run_dir) {
-  auto f = load_safetensors((fs::path(run_dir) / "checkpoint.safetensors").string());
-  std::vector<std::pair<std::string, const Tensor*>> named;
-  for (const auto& [name, t] : f.tensors) named.push_back({name, &t});
-  return flatten_by_name(named);
-}
-
-std::vector<std::string> pins_from_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(fmt::format("{}: cannot open manifest", path));
-  json m;
-  try {
-    m = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw DataError(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
-  }
-  if (!m.contains("ops") || !m["ops"].is_array()) throw DataError(fmt::format("{}: no \"ops\" list", path));
-  std::vector<std::string> pins;
-  for (const auto& op : m["ops"]) {
-    const std::string variant = op.value("variant", "");
-    if (variant.empty() || variant == "cpu-reference" || variant == "reference") continue;
-    const std::string shape = op.value("shape", "");
-    pins.push_back(fmt::format("{}.{}{}={}", op.value("layer", ""), op.value("knob", ""), shape.empty() ? "" : "@" + shape,
-                               variant));
-    // Convolution entries carry their math mode rather than a knob entry of its own.
-    const std::string math = op.value("math", "");
-    if (!math.empty() && op.value("knob", "") != "math") pins.push_back(fmt::format("{}.math={}", op.value("layer", ""), math));
-  }
-  return pins;
-}
-
-TrainResult read_run_result(const std::string& run_dir, const TrainData& data, int* epochs_done) {
-  const fs::path dir(run_dir);
-  const std::string mpath = (dir / "manifest.json").string();
-  std::ifstream in(mpath);
-  if (!in) throw DataError(fmt::format("{}: cannot open the run's manifest", mpath));
-  json m;
-  try {
-    m = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw DataError(fmt::format("{}: malformed JSON at byte {}: {}", mpath, e.byte, e.what()));
-  }
-  TrainResult r;
-  try {
-    r.seed_init = m.at("seeds").at("init").at("value").get<uint64_t>();
-    r.seed_order = m.at("seeds").at("order").at("value").get<uint64_t>();
-    r.seed_augment = m.at("seeds").at("augment").at("value").get<uint64_t>();
-    r.weights_fingerprint = std::stoull(m.at("results").at("weights_fingerprint").get<std::string>(), nullptr, 16);
-    if (epochs_done) *epochs_done = m.at("results").at("epochs_done").get<int>();
-    for (const auto& op : m.at("ops")) {
-      ManifestEntry e;
-      e.layer = op.value("layer", "");
-      e.op = op.value("op", "");
-      e.knob = op.value("knob", "");
-      e.variant = op.value("variant", "");
-      e.requested = op.value("requested", "");
-      e.math = op.value("math", "");
-      e.device = op.value("device", "");
-      e.shape = op.value("shape", "");
-      r.ops.push_back(e);
-    }
-  } catch (const std::exception& e) {
-    throw DataError(fmt::format("{}: {}", mpath, e.what()));
-  }
-  r.log = read_log_csv((dir / "log.csv").string());
-  if (!r.log.empty()) r.test_top1 = r.log.back().test_top1;
-  const std::string ppath = (dir / "predictions.csv").string();
-  std::ifstream pin(ppath);
-  if (!pin) throw DataError(fmt::format("{}: cannot open the run's predictions", ppath));
-  std::string line;
-  std::getline(pin, line);  // header
-  r.predictions.assign(static_cast<std::size_t>(data.test.n), -1);
-  int lineno = 1;
-  while (std::getline(pin, line)) {
-    ++lineno;
-    long long index = 0;
-    int label = 0, predicted = 0;
-    if (std::sscanf(line.c_str(), "%lld,%d,%d", &index, &label, &predicted) != 3 || index < 0 || index >= data.test.n ||
-        label != data.test.labels[static_cast<std::size_t>(index)])
-      throw DataError(fmt::format("{}:{}: malformed row, or not a run on this test set", ppath, lineno));
-    r.predictions[static_cast<std::size_t>(index)] = predicted;
-  }
-  for (std::size_t i = 0; i < r.predictions.size(); ++i)
-    if (r.predictions[i] < 0) throw DataError(fmt::format("{}: no prediction for test example {}", ppath, i));
-  if (fs::exists(dir / "checkpoint.safetensors")) r.weights = load_checkpoint_weights(run_dir);
-  r.test_labels = data.test.labels;
-  r.test_subgroups = data.test.subgroups;
-  r.class_names = data.test.class_names;
-  r.subgroup_names = data.test.subgroup_names;
-  return r;
-}
-
 std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg) {
   return std::make_shared<const TrainData>(load_data(cfg));
 }
 
-TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> given) {
-  if (cfg.epochs < 1) throw Error(fmt::format("--epochs: must be at least 1, got {}", cfg.epochs));
-  if (cfg.max_steps < 0) throw Error(fmt::format("--steps: must be at least 1, got {}", cfg.max_steps));
-  if (cfg.max_steps && !cfg.resume.empty())
-    throw Error("--steps: a screening run (a fixed number of steps) cannot be combined with --resume");
-  if (cfg.batch_size < 1) throw Error(fmt::format("--batch-size: must be at least 1, got {}", cfg.batch_size));
-  if (!(cfg.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", cfg.lr));
-  if (cfg.optimizer != "adam" && cfg.optimizer != "sgd")
-    throw Error(fmt::format("--optimizer: unknown optimizer '{}'; valid: adam, sgd", cfg.optimizer));
-  const LrSchedule schedule = parse_lr_schedule(cfg.lr_schedule);
-  if (!(cfg.warmup_epochs >= 0 && cfg.warmup_epochs < cfg.epochs))
-    throw Error(fmt::format("--warmup-epochs: {} must be at least 0 and below --epochs ({})", cfg.warmup_epochs,
-                            cfg.epochs));
-  const Device device = Device::parse(cfg.device);
-  Policy policy = Policy::parse({"*=" + cfg.kernels});
-  // A resumed run keeps the kernels the first part ran (recorded in its manifest), so choices
-  // made by timing or by a heuristic cannot change half-way; explicit pins still override.
-  if (!cfg.resume.empty())
-    for (const auto& p : pins_from_manifest((fs::path(cfg.resume) / "manifest.json").string())) policy.set(p);
-  for (const auto& p : cfg.pins) policy.set(p);
-  if (!cfg.out.empty()) ensure_out_dir(cfg.out);
-
-  Seed seed_init = pick_seed(cfg.seed_init, cfg.deterministic_init);
-  Seed seed_order = pick_seed(cfg.seed_order, cfg.deterministic_input);
-  Seed seed_augment = pick_seed(cfg.seed_augment, cfg.deterministic_input);
-
-  std::shared_ptr<const TrainData> held = given ? given : load_train_data(cfg);
-  const TrainData& data = *held;
-  Context ctx(device, policy);
-  NetConfig ncfg{cfg.model, data.train.num_classes, data.train.channels};
-  std::unique_ptr<Net> net = make_net(ctx, ncfg);
-  ctx.policy().check_layers(net->knob_layers());
-  std::vector<Param> params = net->params();
-  std::vector<Buffer> buffers = net->buffers();
-
-  std::unique_ptr<Optimizer> opt;
-  if (cfg.optimizer == "adam")
-    opt = std::make_unique<Adam>(ctx, params, AdamOptions{0.9f, 0.999f, 1e-8f, cfg.weight_decay});
-  else
-    opt = std::make_unique<Sgd>(ctx, params, SgdOptions{cfg.momentum, cfg.nesterov, cfg.weight_decay});
-  std::vector<Buffer> ostate = opt->state();
-  auto all_state = state_tensors(params, buffers, ostate);
-
-  // Resume: weights, buffers, optimizer state, step count, seeds and finished epochs come from
-  // the checkpoint; the loop continues exactly where the earlier run stopped.
-  int first_epoch = 1;
-  std::vector<EpochLog> log;
-  if (!cfg.resume.empty()) {
-    std::string ck = (fs::path(cfg.resume) / "checkpoint.safetensors").string();
-    SafetensorsFile f = load_safetensors(ck);
-    auto meta = [&](const std::string& k) {
-      auto it = f.metadata.find(k);
-      if (it == f.metadata.end()) throw DataError(fmt::format("{}: metadata '{}' is missing", ck, k));
-      return it->second;
-    };
-    if (meta("model") != cfg.model || meta("optimizer") != cfg.optimizer)
-      throw Error(fmt::format("--resume: {} holds a {} / {} run, this run is {} / {}", ck, meta("model"),
-                              meta("optimizer"), cfg.model, cfg.optimizer));
-    restore_tensors(ctx, f, ck, all_state);
-    opt->set_steps(std::stoll(meta("steps")));
-    first_epoch = std::stoi(meta("epoch")) + 1;
-    seed_init = {std::stoull(meta("seed_init")), "checkpoint"};
-    seed_order = {std::stoull(meta("seed_order")), "checkpoint"};
-    seed_augment = {std::stoull(meta("seed_augment")), "checkpoint"};
-    log = read_log_csv((fs::path(cfg.resume) / "log.csv").string());
-    log.resize(std::min<std::size_t>(log.size(), static_cast<std::size_t>(first_epoch - 1)));
-  } else {
-    net->init(ctx, seed_init.value);
-  }
-
-  ChannelStats stats = data.train.channel_stats();
-  LoaderOptions train_opts;
-  train_opts.batch_size = cfg.batch_size;
-  train_opts.seed_order = seed_order.value;
-  train_opts.seed_augment = seed_augment.value;
-  train_opts.augment = cfg.augment;
-  train_opts.standardize = cfg.standardize;
-  if (!cfg.standardize) {
-    train_opts.mean = stats.mean;
-    train_opts.std = stats.std;
-  }
-  train_opts.threads = cfg.loader_threads;
-  LoaderOptions test_opts = train_opts;
-  test_opts.shuffle = false;
-  test_opts.augment = false;
-  Loader train_loader(ctx, data.train, train_opts);
-  Loader test_loader(ctx, data.test, test_opts);
-
-  if (cfg.summary) {
-    SummaryTrace trace;
-    NoGradGuard ng(ctx);
-    Tensor probe = ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
-    net->forward(ctx, Var(probe), false, &trace);
-    ctx.manifest().clear();
-    std::printf("%s", format_summary(trace, net->param_count()).c_str());
-  }
-
-  const int64_t classes = data.train.num_classes;
-  const int k5 = static_cast<int>(std::min<int64_t>(5, classes));
-  ctx.set_tracer(hooks.tracer);
-  // A tuning file is read when it exists (every deterministic conv takes its entry), else
-  // filled while the run meets each problem and written at each epoch's end.
-  std::shared_ptr<TuningTable> tuning;
-  uint64_t tuning_hash = 0;
-  if (!cfg.tuning.empty()) {
-    if (!ctx.is_cuda())
-      throw Error(fmt::format("--tuning: a tuning file chooses cuDNN algorithms; this run is on {}", cfg.device));
-    if (cfg.kernels != "deterministic")
-      throw Error(fmt::format("--tuning: applies to --kernels deterministic; this run asks for {}", cfg.kernels));
-    const RuntimeInfo info = ctx.runtime_info();
-    if (fs::exists(cfg.tuning)) {
-      tuning = std::make_shared<TuningTable>(TuningTable::load(cfg.tuning, info.gpu_name, info.cudnn));
-      tuning_hash = tuning->file_hash();
-    } else {
-      tuning = std::make_shared<TuningTable>();
-      tuning->gpu = info.gpu_name;
-      tuning->cudnn = info.cudnn;
-    }
-    ctx.set_tuning(tuning);
-  }
-  TrainResult result;
-  result.seed_init = seed_init.value;
-  result.seed_order = seed_order.value;
-  result.seed_augment = seed_augment.value;
-  Progress progress(cfg.progress, cfg.epochs);
-  double epoch_seconds_total = 0;
-  int epochs_timed = 0;
-  std::vector<int32_t> top5_host;
-  json metrics;
-
-  Tracer* tracer = hooks.tracer;
-  TrainStep stepper(ctx, *net, *opt, cfg.graph, tracer, seed_init.value);
-  auto write_outputs = [&](int epoch) {
-    if (cfg.out.empty()) return;
-    // The epoch's files go to a fresh generation folder first; publish() then makes it the run
-    // folder's state in one step, so nothing half-written is ever visible.
-    const fs::path gen = fs::path(cfg.out) / fmt::format(".gen-{}", epoch);
-    std::error_code gone;
-    fs::remove_all(gen, gone);  // left by a run killed before it published this epoch
-    make_folder(gen.string());
-    const fs::path& out = gen;
-    std::string csv = "epoch,lr,loss,train_acc,test_top1,test_top5,seconds\n";
-    for (const auto& r : log)
-      csv += fmt::format("{},{:.8g},{:.8g},{:.6f},{:.6f},{:.6f},{:.3f}\n", r.epoch, r.lr, r.loss, r.train_acc,
-                         r.test_top1, r.test_top5, r.seconds);
-    write_file_atomic((out / "log.csv").string(), csv);
-
-    std::string pred = "index,label,predicted";
-    for (int j = 0; j < k5; ++j) pred += fmt::format(",top{}", j + 1);
-    if (data.test.has_subgroups()) pred += ",subgroup";
-    pred += "\n";
-    for (int64_t i = 0; i < data.test.n; ++i) {
-      pred += fmt::format("{},{},{}", i, data.test.labels[i], top5_host[i * k5]);
-      for (int j = 0; j < k5; ++j) pred += fmt::format(",{}", top5_host[i * k5 + j]);
-      if (data.test.has_subgroups()) pred += fmt::format(",{}", data.test.subgroups[i]);
-      pred += "\n";
-    }
-    write_file_atomic((out / "predictions.csv").string(), pred);
-
-    std::vector<NamedTensor> tensors;
-    for (const auto& [name, t] : all_state) tensors.push_back({name, *t});
-    if (cfg.checkpoint)
-      save_safetensors((out / "checkpoint.safetensors").string(), tensors,
-                     {{"model", cfg.model},
-                      {"optimizer", cfg.optimizer},
-                      {"epoch", std::to_string(epoch)},
-                      {"steps", std::to_string(opt->steps())},
-                      {"seed_init", std::to_string(seed_init.value)},
-                      {"seed_order", std::to_string(seed_order.value)},
-                      {"seed_augment", std::to_string(seed_augment.value)},
-                      {"weights_fingerprint", hex64(result.weights_fingerprint)}});
-
-    RuntimeInfo info = ctx.runtime_info();
-    json m;
-    m["ditto"] = {{"git_commit", info.git_commit}, {"created", now_utc()}};
-    m["command_line"] = cfg.command_line;
-    m["replay"] = replay_command(cfg, seed_init, seed_order, seed_augment);
-    m["config"] = {{"model", cfg.model}, {"dataset", cfg.dataset}, {"data", cfg.data}, {"epochs", cfg.epochs},
-                   {"max_steps", cfg.max_steps}, {"batch_size", cfg.batch_size}, {"lr", cfg.lr}, {"optimizer", cfg.optimizer},
-                   {"momentum", cfg.momentum}, {"nesterov", cfg.nesterov}, {"weight_decay", cfg.weight_decay},
-                   {"lr_schedule", cfg.lr_schedule}, {"warmup_epochs", cfg.warmup_epochs}, {"augment", cfg.augment}, {"standardize", cfg.standardize},
-                   {"device", cfg.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
-                   {"resumed_from", cfg.resume}};
-    auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };
-    m["seeds"] = {{"init", seed_json(seed_init)}, {"order", seed_json(seed_order)}, {"augment", seed_json(seed_augment)}};
-    m["switches"] = {{"deterministic_init", cfg.deterministic_init}, {"deterministic_input", cfg.deterministic_input},
-                     {"deterministic_kernels", cfg.kernels == "deterministic"}};
-    m["policy"] = {{"kernels", cfg.kernels}, {"rules", ctx.policy().rules()}};
-    m["graphs"] = {{"enabled", cfg.graph}, {"captured", stepper.graphs_captured()}, {"nodes", stepper.graph_nodes()}};
-    if (tuning)
-      m["tuning"] = {{"file", cfg.tuning}, {"mode", tuning->reading() ? "read" : "tuned by this run"},
-                     {"hash", hex64(tuning_hash)}, {"entries", tuning->entries().size()}};
-    m["runtime"] = {{"device", info.device}, {"gpu", info.gpu_name}, {"driver", info.driver},
-                    {"cuda_runtime", info.cuda_runtime}, {"cudnn", info.cudnn}, {"cudnn_build", info.cudnn_build},
-                    {"cublas", info.cublas}};
-    m["data"] = {{"train", data.train.summary()}, {"test", data.test.summary()},
-                 {"train_fingerprint", hex64(data.train.fingerprint())}, {"test_fingerprint", hex64(data.test.fingerprint())},
-                 {"normalization", cfg.standardize ? json("per-image standardization")
-                                                   : json{{"mean", stats.mean}, {"std", stats.std}}}};
-    m["model"] = {{"name", net->name()}, {"parameters", net->param_count()}};
-    m["ops"] = json::parse(ctx.manifest().to_json())["ops"];
-    m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", hex64(result.weights_fingerprint)},
-                    {"test_top1", log.empty() ? 0.0 : log.back().test_top1}};
-    write_file_atomic((out / "manifest.json").string(), m.dump(2));
-    write_file_atomic((out / "metrics.json").string(), metrics.dump(2));
-    publish_generation(cfg.out, gen.filename().string());
-  };
-
-  // Evaluation: no tape, running batch-norm statistics, dataset order. Returns k labels per
-  // test example. It reads the weights and touches no training state.
-  auto evaluate_topk = [&](int k) {
-    std::vector<int32_t> out(static_cast<std::size_t>(data.test.n * k), 0);
-    NoGradGuard ng(ctx);
-    Batch eb;
-    test_loader.start_epoch(0);
-    while (test_loader.next(eb)) {
-      Var logits = net->forward(ctx, Var(eb.images), false);
-      auto t = topk(ctx, logits.value(), k).to_host_i32();
-      for (std::size_t r = 0; r < eb.indices.size(); ++r)
-        std::copy(t.begin() + r * k, t.begin() + (r + 1) * k, out.begin() + eb.indices[r] * k);
-    }
-    return out;
-  };
-  auto predict = [&] { return evaluate_topk(1); };
-
-  int64_t step = opt->steps();
-  bool steps_done = false;
-  Tensor loss_sum = ctx.zeros({1});
-  Tensor correct = ctx.zeros({2}, DType::I32);
-  for (int epoch = first_epoch; epoch <= cfg.epochs && !steps_done; ++epoch) {
-    const float lr = lr_at(schedule, cfg.lr, epoch - 1, cfg.epochs, cfg.milestones, cfg.warmup_epochs);
-    auto t0 = Clock::now();
-    fill(ctx, loss_sum, 0.0f);
-    ctx.copy(correct, Context().zeros({2}, DType::I32));
-    // Loader epochs are 0-based: epoch e of the run draws order and augmentation for e-1.
-    train_loader.start_epoch(epoch - 1);
-    Batch batch;
-    int64_t b = 0, seen = 0;
-    const int64_t nb = train_loader.batches_per_epoch();
-    const double mean_epoch = epochs_timed ? epoch_seconds_total / epochs_timed : 0;
-    double hook_seconds = 0;
-    std::vector<float> lrs;
-    for (int64_t i = 0; i < nb; ++i)
-      lrs.push_back(
-          lr_at(schedule, cfg.lr, epoch - 1 + double(i) / double(nb), cfg.epochs, cfg.milestones, cfg.warmup_epochs));
-    stepper.plan(lrs);
-    while (train_loader.next(batch)) {
-      const float step_lr = lrs[static_cast<std::size_t>(b)];
-      ++step;
-      if (tracer) tracer->begin_step(step);
-      stepper.run(batch.images, batch.labels, step_lr, loss_sum, correct);
-      seen += batch.labels.numel();
-      ++result.steps;
-      if (hooks.after_step) {
-        auto h0 = Clock::now();
-        hooks.after_step(StepView{step, epoch, ctx, params, predict});
-        hook_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
-      }
-      progress.update(epoch, ++b, nb, seen, t0, mean_epoch);
-      if (cfg.max_steps && result.steps >= cfg.max_steps) {
-        steps_done = true;
-        break;
-      }
-    }
-    ctx.synchronize();
-    result.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
-    double loss_mean = loss_sum.to_host_f32()[0] / std::max<int64_t>(1, seen);
-    double train_acc = correct.to_host_i32()[0] / double(std::max<int64_t>(1, seen));
-
-    top5_host = evaluate_topk(k5);
-    int64_t hit1 = 0, hit5 = 0;
-    std::vector<int64_t> class_hit(classes, 0), class_n(classes, 0);
-    std::size_t groups = data.test.subgroup_names.size();
-    std::vector<int64_t> group_hit(groups, 0), group_n(groups, 0);
-    result.predictions.assign(static_cast<std::size_t>(data.test.n), 0);
-    result.test_labels = data.test.labels;
-    result.test_subgroups = data.test.subgroups;
-    result.class_names = data.test.class_names;
-    result.subgroup_names = data.test.subgroup_names;
-    for (int64_t i = 0; i < data.test.n; ++i) {
-      int32_t y = data.test.labels[i];
-      bool h1 = top5_host[i * k5] == y;
-      bool h5 = std::find(&top5_host[i * k5], &top5_host[i * k5] + k5, y) != &top5_host[i * k5] + k5;
-      hit1 += h1;
-      hit5 += h5;
-      class_hit[y] += h1;
-      class_n[y]++;
-      if (groups) {
-        group_hit[data.test.subgroups[i]] += h1;
-        group_n[data.test.subgroups[i]]++;
-      }
-      result.predictions[i] = top5_host[i * k5];
-    }
-    ctx.synchronize();
-    double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
-    epoch_seconds_total += seconds;
-    ++epochs_timed;
-    EpochLog row{epoch, lr, loss_mean, train_acc, hit1 / double(data.test.n), hit5 / double(data.test.n), seconds};
-    log.push_back(row);
-    result.test_top1 = row.test_top1;
-
-    metrics = json{{"epoch", epoch}, {"test_top1", row.test_top1}, {"test_top5", row.test_top5}};
-    json per_class = json::object(), per_group = json::object();
-    for (int64_t c = 0; c < classes; ++c)
-      per_class[data.test.class_names.at(c)] = class_n[c] ? class_hit[c] / double(class_n[c]) : 0.0;
-    for (std::size_t g = 0; g < groups; ++g)
-      per_group[data.test.subgroup_names[g]] = {{"accuracy", group_n[g] ? group_hit[g] / double(group_n[g]) : 0.0},
-                                                {"count", group_n[g]}};
-    metrics["per_class_accuracy"] = per_class;
-    if (groups) metrics["per_subgroup_accuracy"] = per_group;
-
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const auto& [name, t] : all_state) {
-      if (name.rfind("optim.", 0) == 0) continue;
-      uint64_t fp = t->fingerprint();
-      h = fingerprint_bytes(&fp, sizeof fp, h);
-    }
-    result.weights_fingerprint = h;
-    progress.line(fmt::format("epoch {}/{}  loss {:.4f}  train {:.4f}  test top1 {:.4f} top5 {:.4f}  {:.1f}s  {:.0f} img/s",
-                              epoch, cfg.epochs, row.loss, row.train_acc, row.test_top1, row.test_top5, seconds,
-                              seen / std::max(1e-9, seconds)));
-    if (tuning && !tuning->reading()) tuning_hash = tuning->save(cfg.tuning);
-    write_outputs(epoch);
-  }
-  ctx.set_tracer(nullptr);
-  std::vector<std::pair<std::string, const Tensor*>> named;
-  for (const auto& [name, t] : all_state) named.push_back({name, t});
-  result.weights = flatten_by_name(named);
-  result.ops = ctx.manifest().entries();
-  result.log = log;
-  return result;
+TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> data) {
+  return Run(cfg, hooks, std::move(data)).go();
 }
 
 }  // namespace ditto

@@ -50,8 +50,9 @@ struct TrainConfig {
   std::vector<std::string> pins;      // LAYER.KNOB=VARIANT rules, after the kernels mode
                                       // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all
-  std::string resume;                 // run folder to continue from
-  std::string out;                    // run folder to write
+  std::string resume;                 // run folder to continue from (into --out, or in place without one)
+  std::string out;                    // run folder to write (experiments/run_dir.h: the rules)
+  bool overwrite = false;             // --out may hold a run, replaced once this one publishes an epoch
   bool checkpoint = true;             // false: no checkpoint.safetensors in out (large sweeps)
   bool summary = false;               // print the network summary before training
   bool progress = true;               // progress line on stderr
@@ -81,6 +82,7 @@ struct TrainResult {
   double train_seconds = 0;           // wall time of those steps (no evaluation, no hooks)
   std::vector<float> weights;         // every parameter and buffer, in name order, on the host
   std::vector<ManifestEntry> ops;     // what every op ran (the manifest's "ops")
+  std::vector<std::string> warnings;  // also printed on stderr and written into the manifest
 };
 
 // What a hook sees after each optimizer step.
@@ -102,16 +104,12 @@ struct TrainHooks {
   std::function<void(const StepView&)> after_step;
 };
 
-// Pins that reproduce every kernel choice a run made: one "layer.knob[@shape]=variant" per
-// manifest entry (entries of the CPU reference, which has no variants, are skipped). With them a replay
-// runs the same algorithms even where the original chose by timing (`fastest`) or where another
-// cuDNN would rank algorithms differently. Throws DataError naming the file for a manifest that
-// cannot be read.
-std::vector<std::string> pins_from_manifest(const std::string& manifest_path);
-
 // Trains, evaluates each epoch, writes manifest.json, log.csv, predictions.csv, metrics.json
-// and checkpoint.safetensors to cfg.out (when set; each written atomically). Throws
-// ditto::Error (with the flag, file or layer named) on bad input.
+// and checkpoint.safetensors to cfg.out (when set; each epoch's files published at once, see
+// experiments/run_dir.h). In stages: validate the flags, the output folder's rules, a resumed
+// run's files and the policy (nothing written yet); set up data, net, optimizer and loaders; open
+// and lock the run folder; resume (verifying the checkpoint) or initialize; the epochs, each
+// published as a whole. Throws ditto::Error (with the flag, file or layer named) on bad input.
 //
 // data: the datasets, when the caller loaded them once for many runs (load_train_data); they
 // must be what cfg names. Without it, train loads them.
@@ -133,17 +131,9 @@ std::vector<float> params_to_host(const std::vector<Param>& params);
 uint64_t params_fingerprint(const std::vector<Param>& params);
 // "mm:ss", or "h:mm:ss" from an hour on: elapsed times and ETAs in progress lines.
 std::string format_hms(double seconds);
-// Creates dir and its parents; IoError naming `flag` and the folder when it cannot.
+// Creates dir and its parents; IoError naming `flag` and the folder when it cannot. For folders
+// that hold the results of many runs; a run folder itself is written through RunDir
+// (experiments/run_dir.h), which keeps its rules.
 void make_folder(const std::string& dir, const std::string& flag = "--out");
-
-// Every parameter and buffer of a run folder's checkpoint, flattened in name order (optimizer
-// state left out), as TrainResult::weights holds them.
-std::vector<float> load_checkpoint_weights(const std::string& run_dir);
-
-// What a finished run folder holds, as train() returned it: log, seeds, weights fingerprint,
-// final predictions, weights (from the checkpoint; empty without one) and the kernels that ran;
-// labels, subgroups and names from data (the run's test set). epochs_done: how many epochs the
-// folder's state has finished. Throws DataError naming the file for a missing or malformed one.
-TrainResult read_run_result(const std::string& run_dir, const TrainData& data, int* epochs_done = nullptr);
 
 }  // namespace ditto

@@ -12,6 +12,7 @@
 #include "datasets/dataset.h"
 #include "datasets/detail/image_io.h"
 #include "engine/error.h"
+#include "experiments/train.h"
 
 using namespace ditto;
 namespace fs = std::filesystem;
@@ -653,4 +654,31 @@ TEST_CASE("dataset helpers: channel stats, class counts, take_first, validate") 
   CHECK(ds.summary().find("4 classes (class_0:8 class_1:8 class_2:7 class_3:7)") != std::string::npos);
   ds.labels[3] = 4;
   CHECK_THROWS_AS(ds.validate(), DataError);
+}
+
+TEST_CASE("image folder: test/ class folders that differ from train/ are an error listing them") {
+  TempDir dir;
+  const int h = 8, w = 8;
+  for (const char* split : {"train", "test"})
+    for (const char* cls : {"bird", "cat", "deer"}) {
+      // test/ names cat "kat": sorted, kat would take deer's index and deer the one after.
+      const std::string name = std::string(split) == "test" && std::string(cls) == "cat" ? "kat" : cls;
+      write_jpeg(dir.path / split / name / "0.jpg", smooth_image(1, 3, h, w), 3, h, w);
+    }
+  TrainConfig c;
+  c.dataset = "imagefolder";
+  c.data = dir.str();
+  CHECK_THAT(error_message([&] { load_train_data(c); }),
+             Contains("--data") && Contains("in train/ only: cat") && Contains("in test/ only: kat"));
+  // A class folder missing from test/ likewise (it used to end in vector::_M_range_check).
+  fs::remove_all(dir.path / "test" / "kat");
+  CHECK_THAT(error_message([&] { load_train_data(c); }),
+             Contains("in train/ only: cat") && Contains("in test/ only: none"));
+  write_jpeg(dir.path / "test" / "cat" / "0.jpg", smooth_image(1, 3, h, w), 3, h, w);
+  auto data = load_train_data(c);
+  CHECK(data->test.class_names == data->train.class_names);
+  // cifar10 reads image folders too, with the same check.
+  c.dataset = "cifar10";
+  fs::remove_all(dir.path / "test" / "deer");
+  CHECK_THAT(error_message([&] { load_train_data(c); }), Contains("in train/ only: deer"));
 }

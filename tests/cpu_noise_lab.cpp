@@ -192,13 +192,22 @@ TEST_CASE("diverge: two lockstep CPU runs never part; a changed learning rate is
   CHECK(fs::exists(c.out + "/growth.csv"));
 }
 
-TEST_CASE("diverge: traces of two different runs compare to the first differing op") {
-  TrainConfig a = tiny(), b = tiny();
-  a.max_steps = b.max_steps = 3;
-  b.lr = 1e-3f;  // the first op whose output depends on the learning rate is the first update
-  record_trace(a, scratch("lr_a.trace"));
-  record_trace(b, scratch("lr_b.trace"));
-  auto cmp = compare_trace_files(scratch("lr_a.trace"), scratch("lr_b.trace"));
+TEST_CASE("diverge: traces of two machines compare to the first differing op") {
+  // Two runs of one configuration whose kernels differ at conv1's first update, as two GPUs'
+  // would: the CPU has one kernel per op, so the difference is planted in the second trace.
+  TrainConfig a = tiny();
+  a.max_steps = 3;
+  record_trace(a, scratch("m_a.trace"));
+  Trace t = read_trace(scratch("m_a.trace"));
+  bool planted = false;
+  for (auto& e : t.events)
+    if (!planted && e.step == 1 && e.phase == "update" && e.layer == "conv1.weight") {
+      for (auto& out : e.outputs)
+        if (out.name == "w") out.fingerprint ^= 1, planted = true;
+    }
+  REQUIRE(planted);
+  write_trace(scratch("m_b.trace"), t);
+  auto cmp = compare_trace_files(scratch("m_a.trace"), scratch("m_b.trace"));
   REQUIRE(cmp.first.found);
   CHECK(cmp.first.inputs_identical);
   CHECK(cmp.first.event_a.step == 1);
@@ -206,6 +215,21 @@ TEST_CASE("diverge: traces of two different runs compare to the first differing 
   CHECK(cmp.first.event_a.layer == "conv1.weight");
   CHECK(cmp.first.tensor == "w");
   CHECK(format_comparison(cmp).find("first divergence: ") != std::string::npos);
+}
+
+TEST_CASE("diverge: traces of different models or settings are not compared") {
+  using Catch::Matchers::Contains;
+  TrainConfig a = tiny("two-conv"), b = tiny("smallcnn");
+  a.max_steps = b.max_steps = 1;
+  record_trace(a, scratch("model_a.trace"));
+  record_trace(b, scratch("model_b.trace"));
+  CHECK_THROWS_WITH(compare_trace_files(scratch("model_a.trace"), scratch("model_b.trace")),
+                    Contains("different trainings") && Contains("--model two-conv vs smallcnn"));
+  b = tiny("two-conv");
+  b.max_steps = 1;
+  b.lr = 1e-3f;
+  record_trace(b, scratch("lr_b.trace"));
+  CHECK_THROWS_WITH(compare_trace_files(scratch("model_a.trace"), scratch("lr_b.trace")), Contains("--lr 0.002 vs 0.001"));
 }
 
 TEST_CASE("attribute: end to end on the CPU, every configuration bit-identical, outputs written") {
@@ -295,13 +319,13 @@ TEST_CASE("flags: one definition, ranges in words") {
     parse({"--epochs", "0"});
     FAIL("--epochs 0 accepted");
   } catch (const CLI::ValidationError& e) {
-    CHECK(std::string(e.what()).find("must be at least 1, got 0") != std::string::npos);
+    CHECK(std::string(e.what()).find("must be a whole number from 1 to 1000000, got 0") != std::string::npos);
   }
   try {
     parse({"--lr", "-1"});
     FAIL("--lr -1 accepted");
   } catch (const CLI::ValidationError& e) {
-    CHECK(std::string(e.what()).find("must be positive, got -1") != std::string::npos);
+    CHECK(std::string(e.what()).find("must be a finite number above 0, got -1") != std::string::npos);
   }
   CHECK(parse({"--steps", "7", "--model", "two-conv"}).max_steps == 7);
   CHECK_THROWS_AS(parse({"--model", "nonet"}), CLI::ValidationError);

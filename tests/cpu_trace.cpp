@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "experiments/diverge.h"
 #include "experiments/trace.h"
 
 using namespace ditto;
@@ -355,4 +356,52 @@ TEST_CASE("trace: only a closed writer leaves a trace under the final name", "[t
   CHECK_THROWS_AS(writer.write(events[0]), Error);
   CHECK(read_trace(path).events.size() == events.size());
   CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("trace: an input that differs while every output agreed is a divergence too", "[trace]") {
+  std::vector<TraceEvent> a = synthetic_trace(), b = a;
+  std::size_t at = kEventsPerStep;  // step 2's first event with an input
+  while (b[at].inputs.empty()) ++at;
+  b[at].inputs[0].fingerprint ^= 1;  // as if its data had been fed differently, or the file edited
+  Divergence d = first_divergence(a, b);
+  REQUIRE(d.found);
+  CHECK(d.input_only);
+  CHECK_FALSE(d.inputs_identical);
+  CHECK(d.event_a.step == 2);
+  CHECK(d.tensor == a[at].inputs[0].name);
+  CHECK_THAT(d.note, Contains("input " + d.tensor) && Contains("fed different inputs"));
+  CHECK(first_read_divergence(a, b).input_only);
+
+  ScratchDir dir;
+  write_trace(dir.file("a.trace"), {{{"--model", "smallcnn"}}, a});
+  write_trace(dir.file("b.trace"), {{{"--model", "smallcnn"}}, b});
+  TraceComparison c = compare_trace_files(dir.file("a.trace"), dir.file("b.trace"));
+  REQUIRE(c.first.found);
+  CHECK_THAT(format_comparison(c), Contains("input " + d.tensor) && Contains("fed different inputs"));
+}
+
+TEST_CASE("trace: traces of different trainings are refused, naming what differs", "[trace]") {
+  ScratchDir dir;
+  const std::vector<TraceEvent> events = synthetic_trace();
+  auto write = [&](const std::string& name, const TraceMeta& meta) {
+    write_trace(dir.file(name), {meta, events});
+    return dir.file(name);
+  };
+  const std::string a = write("a.trace", {{"--model", "smallcnn"}, {"--lr", "0.002"}, {"gpu", "NVIDIA H100"},
+                                          {"kernels", "heuristic"}, {"train_fingerprint", "00000000000000aa"}});
+  // Another GPU and other kernels: what a comparison is for.
+  const std::string same = write("same.trace", {{"--model", "smallcnn"}, {"--lr", "0.002"}, {"gpu", "NVIDIA H200"},
+                                                {"kernels", "deterministic"}, {"train_fingerprint", "00000000000000aa"}});
+  CHECK_NOTHROW(compare_trace_files(a, same));
+  const std::string model = write("model.trace", {{"--model", "resnet18"}, {"--lr", "0.002"}, {"gpu", "NVIDIA H100"},
+                                                  {"kernels", "heuristic"}, {"train_fingerprint", "00000000000000aa"}});
+  CHECK_THROWS_WITH(compare_trace_files(a, model), Contains("--model smallcnn vs resnet18") && !Contains("gpu"));
+  const std::string data = write("data.trace", {{"--model", "smallcnn"}, {"--lr", "0.002"},
+                                                {"train_fingerprint", "00000000000000bb"}});
+  CHECK_THROWS_WITH(compare_trace_files(a, data), Contains("train_fingerprint 00000000000000aa vs 00000000000000bb"));
+  const std::string lr = write("lr.trace", {{"--model", "smallcnn"}, {"train_fingerprint", "00000000000000aa"}});
+  CHECK_THROWS_WITH(compare_trace_files(a, lr), Contains("--lr 0.002 vs (not recorded)"));
+  // Traces written before the flags were recorded still name their model.
+  CHECK_THAT(trace_config_difference({{"model", "smallcnn"}}, {{"model", "two-conv"}}),
+             Contains("model smallcnn vs two-conv"));
 }

@@ -9,6 +9,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "experiments/run_dir.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
 #include "support.h"

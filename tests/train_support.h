@@ -2,7 +2,9 @@
 #pragma once
 #include <unistd.h>
 
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "experiments/train.h"
@@ -16,6 +18,16 @@ inline std::string scratch(const std::string& suite, const std::string& name) {
       std::filesystem::temp_directory_path() / ("ditto_" + suite + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(root);
   return (root / name).string();
+}
+
+// The message of what f throws; "(no error)" when it throws nothing.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 // CONTROL-free defaults (seeds unset, deterministic kernels); callers fix what they compare.

@@ -1,6 +1,7 @@
 // Run manifests read back as pins (`--pins-from`), and each pin through the policy parser, as a
 // replay does.
 #include "engine/policy.h"
+#include "experiments/run_dir.h"
 #include "experiments/train.h"
 #include "fuzz_support.h"
 

@@ -1,0 +1,170 @@
+// A run folder, and every rule about it, in one place: what a folder holds, whether a run may
+// write it (fresh, --overwrite, or continuing with --resume), the lock that keeps two processes
+// out of one folder, how an epoch's files are published at once, and how a run is read back
+// (manifest, log, predictions, checkpoint metadata) with every field checked. Nothing else in
+// ditto writes a run folder; train() goes through RunDir.
+//
+// Layout: `.gen-<epoch>-<token>/` holds one epoch's complete outputs; `state` links to the
+// current generation; manifest.json, log.csv, predictions.csv, metrics.json and
+// checkpoint.safetensors are links through `state`; `.lock` holds the writer's process id.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/manifest.h"
+#include "experiments/train.h"
+
+namespace ditto {
+
+// ---- The flags that define a run --------------------------------------------------------------
+
+// One flag of ditto-train that decides what a run computes, with its value as a command line
+// gives it. The one list behind the manifest's "flags", its replay line, the --resume check and
+// the configuration a trace records.
+struct DefiningFlag {
+  enum class Kind {
+    Training,  // changes the bits of every run (--lr, --batch-size, --model, data sizes, ...)
+    Length,    // how long to train (--epochs, --steps)
+    Kernels,   // which kernels run (--device, --kernels, --pin): what a trace comparison studies
+    Location,  // where inputs live (--data, --tuning), or a switch that keeps the bits (--graph)
+  };
+  enum class Form { Value, Switch, List, Repeated };
+  std::string flag;   // "--lr"
+  std::string value;  // "0.002"; "on"/"off" for a switch; items joined by ' ' for a list or repeated flag
+  Kind kind = Kind::Training;
+  Form form = Form::Value;
+};
+std::vector<DefiningFlag> defining_flags(const TrainConfig& c);
+
+// The ditto-train command line that reproduces a run: every defining flag and the seeds.
+std::string replay_line(const TrainConfig& c, uint64_t seed_init, uint64_t seed_order, uint64_t seed_augment);
+
+// ---- Rules: may a run write this folder? ------------------------------------------------------
+
+struct RunFolderState {
+  bool exists = false;       // something is at the path
+  bool is_folder = false;
+  bool published = false;    // an epoch was published (manifest.json reachable through `state`)
+  bool unpublished = false;  // a generation that was never published: a run stopped before it ended an epoch
+  int epochs_done = -1;      // from the manifest; -1 when it cannot be read
+  int epochs_planned = -1;
+};
+RunFolderState inspect_run_folder(const std::string& dir);
+
+enum class OutIntent {
+  Fresh,      // the folder is absent, empty, or holds no published epoch (nothing can be lost)
+  Overwrite,  // --overwrite: replace what the folder holds; the old run stays whole and visible
+              // until the new run publishes its first epoch
+  Continue,   // --resume into the same folder: it must hold a published epoch
+};
+// Throws Error naming --out, --overwrite or --resume when `intent` does not fit what `out` holds.
+// Read-only: nothing is created.
+void check_out_allowed(const std::string& out, OutIntent intent);
+
+// A run folder opened for writing. The constructor creates it, takes its lock (a second writer is
+// refused, naming the process that holds it; a lock left by a killed process is free again, since
+// the kernel drops flock locks with their process) and checks the rules again under the lock. The
+// destructor releases the lock and, when nothing was published, removes what this object made (the
+// folder itself if it created it), so a refused or failed run leaves no empty folder behind.
+class RunDir {
+ public:
+  RunDir(const std::string& dir, OutIntent intent);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& path() const { return dir_; }
+  // A fresh, empty generation folder for epoch `epoch`'s files (never the published one).
+  std::string begin_generation(int epoch);
+  // Makes `generation` (from begin_generation) the folder's state in one rename, links each of its
+  // files from the folder, drops links to files it lacks and removes every other generation.
+  void publish(const std::string& generation);
+
+ private:
+  std::string dir_;
+  int lock_fd_ = -1;
+  bool created_ = false, published_ = false;
+  std::vector<std::string> generations_;  // made by this object and not yet published
+};
+
+// ---- Files of a run folder --------------------------------------------------------------------
+
+std::string log_csv_text(const std::vector<EpochLog>& log);
+// DataError "path:LINE: ..." for a malformed row; an absent file is an empty log.
+std::vector<EpochLog> read_log_csv(const std::string& path);
+// index,label,predicted,top1..topK[,subgroup]: topk holds k labels per test example.
+std::string predictions_csv_text(const Dataset& test, const std::vector<int32_t>& topk, int k);
+
+// A training checkpoint's metadata, every field checked.
+struct CheckpointMeta {
+  std::string model, optimizer;
+  int epoch = 0;                      // finished epochs, at least 1
+  int64_t steps = 0;                  // optimizer steps taken, at least 0
+  uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
+  uint64_t weights_fingerprint = 0;   // parameters and buffers (what TrainResult reports)
+  std::optional<uint64_t> state_fingerprint;  // everything, optimizer state included
+};
+std::map<std::string, std::string> checkpoint_metadata(const CheckpointMeta& m);
+// Throws DataError naming the file, the field and its value for a missing or malformed field.
+CheckpointMeta parse_checkpoint_meta(const std::map<std::string, std::string>& metadata, const std::string& path);
+
+// What a run's manifest.json records, checked.
+struct RunManifest {
+  std::map<std::string, std::string> flags;  // defining flags: "--lr" -> "0.002"
+  uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
+  int epochs_done = 0;
+  uint64_t weights_fingerprint = 0;
+  std::string train_fingerprint, test_fingerprint;  // the data the run saw (hex)
+  std::vector<ManifestEntry> ops;
+};
+// Throws IoError when the file cannot be opened, DataError naming the file and the field (or the
+// byte, for malformed JSON) otherwise.
+RunManifest read_run_manifest(const std::string& manifest_path);
+
+// Pins that reproduce every kernel choice a run made: one "layer.knob[@shape]=variant" per
+// manifest entry (entries of the CPU reference, which has no variants, are skipped). With them a
+// replay runs the same algorithms even where the original chose by timing (`fastest`) or where
+// another cuDNN would rank algorithms differently. Throws like read_run_manifest.
+std::vector<std::string> pins_from_manifest(const std::string& manifest_path);
+std::vector<std::string> pins_from_ops(const std::vector<ManifestEntry>& ops);
+
+// Everything --resume continues from, read and checked: the manifest, the checkpoint (tensors and
+// metadata), the log of the finished epochs; they must agree with each other. Throws Error naming
+// --resume for a folder with nothing to continue (no run, no finished epoch, no checkpoint),
+// DataError naming the file, field and value for anything malformed or inconsistent.
+struct ResumePoint {
+  std::string dir, manifest_path, checkpoint_path;
+  RunManifest manifest;
+  SafetensorsFile checkpoint;
+  CheckpointMeta meta;
+  std::vector<EpochLog> log;  // rows of the finished epochs
+};
+ResumePoint read_resume_point(const std::string& run_dir);
+
+// A resumed run must compute what the original would have: every Training and Kernels flag as
+// recorded, seeds given by flag or switch equal to the checkpoint's. Throws Error naming the flag
+// and both values. (--epochs may grow: check_resume_schedule.)
+void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg);
+// --epochs may change only where the learning rates of the finished steps stay bit-identical (not
+// for a cosine schedule, which spans all epochs) and must exceed the finished epochs.
+void check_resume_schedule(const ResumePoint& r, const TrainConfig& cfg, int64_t batches_per_epoch);
+
+// Parameters and buffers (names starting "optim." and non-f32 tensors left out), flattened in name
+// order: TrainResult::weights.
+std::vector<float> flatten_weights_by_name(std::vector<std::pair<std::string, const Tensor*>> named);
+
+// Every parameter and buffer of a run folder's checkpoint, flattened in name order (optimizer
+// state left out), as TrainResult::weights holds them.
+std::vector<float> load_checkpoint_weights(const std::string& run_dir);
+
+// What a finished run folder holds, as train() returned it: log, seeds, weights fingerprint,
+// final predictions, weights (from the checkpoint; empty without one) and the kernels that ran;
+// labels, subgroups and names from data (the run's test set). epochs_done: how many epochs the
+// folder's state has finished. Throws DataError naming the file for a missing or malformed one.
+TrainResult read_run_result(const std::string& run_dir, const TrainData& data, int* epochs_done = nullptr);
+
+}  // namespace ditto
