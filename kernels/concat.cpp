@@ -4,6 +4,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "engine/error.h"
 #include "kernels/check.h"
@@ -52,10 +53,20 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
   const Shape& s0 = xs[0].shape();
   const int64_t batch = s0[0], hw = s0[2] * s0[3];
   Tensor y = ctx.empty({batch, channels, s0[2], s0[3]});
-  int64_t off = 0;
-  for (const Var& x : xs) {
-    copy_channels(ctx, x.value().f32(), x.shape()[1], 0, y.f32(), channels, off, batch, x.shape()[1], hw);
-    off += x.shape()[1];
+  if (ctx.is_cuda()) {  // one launch for all inputs (DenseNet concatenates dozens per layer)
+    std::vector<cuda::ChannelCopy> copies;
+    int64_t off = 0;
+    for (const Var& x : xs) {
+      copies.push_back({x.value().f32(), y.f32(), x.shape()[1], 0, channels, off, x.shape()[1]});
+      off += x.shape()[1];
+    }
+    cuda::copy_channels_many(ctx, copies.data(), int64_t(copies.size()), batch, hw);
+  } else {
+    int64_t off = 0;
+    for (const Var& x : xs) {
+      copy_channels(ctx, x.value().f32(), x.shape()[1], 0, y.f32(), channels, off, batch, x.shape()[1], hw);
+      off += x.shape()[1];
+    }
   }
   Var out(std::move(y), grad);
   if (grad) {
@@ -66,16 +77,24 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
     ctx.tape().record("concat_channels", "", std::move(inputs), out,
                       [refs, outr = out.grad_ref(), channels, batch, hw](Context& c) {
       if (!outr.grad().defined()) return;
+      // Every input's slice of dy, copied in one launch on the GPU, then accumulated in order.
+      std::vector<Tensor> dxs(refs.size());
+      std::vector<cuda::ChannelCopy> copies;
       int64_t off = 0;
-      for (const GradRef& x : refs) {
-        const int64_t ci = x.shape()[1];
-        if (x.requires_grad()) {
-          Tensor dx = c.empty(x.shape());
-          copy_channels(c, outr.grad().f32(), channels, off, dx.f32(), ci, 0, batch, ci, hw);
-          accumulate_grad(c, x, std::move(dx));
+      for (std::size_t i = 0; i < refs.size(); ++i) {
+        const int64_t ci = refs[i].shape()[1];
+        if (refs[i].requires_grad()) {
+          dxs[i] = c.empty(refs[i].shape());
+          if (c.is_cuda())
+            copies.push_back({outr.grad().f32(), dxs[i].f32(), channels, off, ci, 0, ci});
+          else
+            copy_channels(c, outr.grad().f32(), channels, off, dxs[i].f32(), ci, 0, batch, ci, hw);
         }
         off += ci;
       }
+      if (!copies.empty()) cuda::copy_channels_many(c, copies.data(), int64_t(copies.size()), batch, hw);
+      for (std::size_t i = 0; i < refs.size(); ++i)
+        if (dxs[i].defined()) accumulate_grad(c, refs[i], std::move(dxs[i]));
     });
   }
   return out;

@@ -1,6 +1,10 @@
 // Channel-op CUDA kernels (kernels/concat.h). Copies and the elementwise products run one
 // thread per element; the ds reduction runs one warp per plane in a fixed order. All
 // deterministic; the reasons are given per kernel.
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/concat_cuda.h"
@@ -16,6 +20,28 @@ __global__ void copy_channels_kernel(const float* __restrict__ src, int64_t src_
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / block, r = i - n * block;
     dst[n * dst_c + dst_off + r] = src[n * src_c + src_off + r];
+  }
+}
+
+// Segments of copy_channels_many per launch (their table travels in the kernel's parameters).
+constexpr int kSegments = 32;
+struct Segments {
+  ChannelCopy seg[kSegments];
+};
+
+// Block row blockIdx.y copies segment blockIdx.y, V floats per thread step (V = 4 when hw is a
+// multiple of 4, so every image's slice starts 16-byte aligned). One writer per element.
+template <int V, class I>
+__global__ void copy_segments_kernel(Segments s, I batch, I hw) {
+  using T = typename std::conditional<V == 4, float4, float>::type;
+  const ChannelCopy& g = s.seg[blockIdx.y];
+  const I row = I(g.c) * hw / V, total = batch * row;  // vectors per image, in all
+  const I src_stride = I(g.src_c) * hw / V, dst_stride = I(g.dst_c) * hw / V;
+  const T* src = reinterpret_cast<const T*>(g.src) + I(g.src_off) * hw / V;
+  T* dst = reinterpret_cast<T*>(g.dst) + I(g.dst_off) * hw / V;
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * I(blockDim.x)) {
+    const I n = i / row, r = i - n * row;
+    dst[n * dst_stride + r] = src[n * src_stride + r];
   }
 }
 
@@ -48,6 +74,31 @@ __global__ void channel_mul_ds_kernel(const float* __restrict__ x, const float* 
 }
 
 }  // namespace
+
+void copy_channels_many(Context& ctx, const ChannelCopy* copies, int64_t count, int64_t batch, int64_t hw) {
+  for (int64_t first = 0; first < count; first += kSegments) {
+    Segments s{};
+    const int64_t k = std::min<int64_t>(kSegments, count - first);
+    int64_t largest = 0, widest = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      s.seg[i] = copies[first + i];
+      largest = std::max(largest, batch * s.seg[i].c * hw);
+      widest = std::max({widest, batch * s.seg[i].src_c * hw, batch * s.seg[i].dst_c * hw});
+    }
+    if (largest == 0) continue;
+    const bool v4 = hw % 4 == 0;
+    const dim3 grid(blocks_for(v4 ? largest / 4 : largest), static_cast<unsigned>(k));
+    cudaStream_t st = detail::stream_of(ctx);
+    if (widest < int64_t(INT32_MAX)) {
+      if (v4) copy_segments_kernel<4, int32_t><<<grid, kThreads, 0, st>>>(s, int32_t(batch), int32_t(hw));
+      else copy_segments_kernel<1, int32_t><<<grid, kThreads, 0, st>>>(s, int32_t(batch), int32_t(hw));
+    } else {
+      if (v4) copy_segments_kernel<4, int64_t><<<grid, kThreads, 0, st>>>(s, batch, hw);
+      else copy_segments_kernel<1, int64_t><<<grid, kThreads, 0, st>>>(s, batch, hw);
+    }
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+}
 
 // Offsets and channel counts are passed pre-multiplied by hw so the kernel indexes flat rows.
 void copy_channels(Context& ctx, const float* src, int64_t src_c, int64_t src_off, float* dst, int64_t dst_c,

@@ -54,8 +54,9 @@ GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter) {
   GemmPlan p;
   // Images per item: enough positions that each GEMM's inner (bwd_filter) or outer (bwd_data)
   // dimension fills cuBLAS's tiles; powers of two, at most N.
+  const int64_t target = bwd_filter ? kItemPositions : kItemPositionsData;
   int64_t b = 1;
-  while (b * g.HoWo() < kItemPositions && b * 2 <= g.N) b *= 2;
+  while (b * g.HoWo() < target && b * 2 <= g.N) b *= 2;
   p.images_per_item = b;
   p.in_place = g.pointwise() && b == 1;
   p.transpose_dy = b > 1;

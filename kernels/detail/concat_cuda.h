@@ -7,6 +7,16 @@ namespace ditto { class Context; }
 namespace ditto::cuda {
 void copy_channels(Context& ctx, const float* src, int64_t src_c, int64_t src_off, float* dst, int64_t dst_c,
                    int64_t dst_off, int64_t batch, int64_t c, int64_t hw);
+// Many channel copies of one shape family in one launch (a concatenation's inputs into its
+// output, or its output gradient's slices into the inputs' gradients): segment i copies c[i]
+// channels of every image from src[i] (src_c[i] channels, from channel src_off[i]) to dst[i]
+// (dst_c[i] channels, from channel dst_off[i]). Each element is written by one thread.
+struct ChannelCopy {
+  const float* src;
+  float* dst;
+  int64_t src_c, src_off, dst_c, dst_off, c;
+};
+void copy_channels_many(Context& ctx, const ChannelCopy* copies, int64_t count, int64_t batch, int64_t hw);
 void channel_mul_fwd(Context& ctx, const float* x, const float* s, float* y, int64_t planes, int64_t hw);
 void channel_mul_bwd(Context& ctx, const float* x, const float* s, const float* dy, float* dx, float* ds,
                      int64_t planes, int64_t hw);

@@ -69,9 +69,11 @@ struct GemmPlan {
 // Groups above this run as separate GEMMs per group; more than kMaxGemmGroups is not a
 // ditto-gemm problem (depthwise and wide grouped convolutions are ditto-direct's).
 constexpr int64_t kMaxGemmGroups = 64;
-// The positions (images x HoWo) one GEMM item should reach before items span several images, and
-// the workspace a chunk may take.
-constexpr int64_t kItemPositions = 2048;
+// The positions (images x HoWo) one GEMM item should reach before items span several images
+// (bwd_filter: the reduction's length per item; bwd_data, which has no reduction over images and
+// pays a rearrangement of dY for every extra image: the GEMM's rows), and the workspace a chunk
+// may take.
+constexpr int64_t kItemPositions = 2048, kItemPositionsData = 512;
 constexpr std::size_t kChunkBytes = std::size_t(256) << 20;
 
 // Whether each variant can run the problem; on false, why (for the error that lists what is
