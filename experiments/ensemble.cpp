@@ -252,6 +252,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
       t.kernels = "deterministic";
       t.tuning = o.tuning;
       t.epochs = 1;
+      t.warmup_epochs = 0;  // the schedule does not change which problems an epoch meets
       t.max_steps = 0;
       t.out.clear();
       t.progress = false;
