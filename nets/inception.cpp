@@ -228,9 +228,6 @@ struct SepConv {
 
 class Xception : public ZooNet {
  public:
-  // Keras's BatchNormalization defaults: momentum 0.99 (the weight of the OLD moving average;
-  // ditto's momentum, PyTorch's convention, weighs the new batch: 1 - 0.99) and epsilon 1e-3.
-  static constexpr float kBnMomentum = 0.01f, kBnEps = 1e-3f;
   static constexpr int kMinSide = 71;  // keras.applications.Xception's min_size
 
   Xception(Context& ctx, const NetConfig& cfg)
@@ -314,7 +311,7 @@ class Xception : public ZooNet {
     bool relu_first = true;
   };
   BatchNorm2d& bn(Context& ctx, const std::string& name, int channels) {
-    return add_bn(ctx, name, channels, kBnMomentum, kBnEps);
+    return add_bn(ctx, name, channels, kKerasBnMomentum, kKerasBnEps);
   }
   SepConv sep(Context& ctx, const std::string& name, int in, int out) {
     SepConv s;

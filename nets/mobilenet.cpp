@@ -71,11 +71,10 @@ class MobileBase : public ZooNet {
 // depthwise-separable blocks (conv_dw_i 3x3 depthwise + conv_dw_i_bn + ReLU6, conv_pw_i 1x1 +
 // conv_pw_i_bn + ReLU6; blocks 2, 4, 6 and 12 stride 2), global average pool, dropout, conv_preds
 // (a 1x1 conv with bias on the pooled 1x1 map) and Keras's reshape to [N, classes] (the softmax is
-// in the loss). No conv has a bias but conv_preds. Batch norm as Keras's: eps 1e-3, momentum 0.01
-// (Keras's 0.99 weighs the old average). nets.h states the padding deviation.
+// in the loss). No conv has a bias but conv_preds. Batch norm as Keras's (kKerasBnMomentum,
+// kKerasBnEps). nets.h states the padding deviation.
 class MobileNetV1 : public ZooNet {
  public:
-  static constexpr float kBnMomentum = 0.01f, kBnEps = 1e-3f;
   static constexpr int kMinSide = 32;  // keras.applications.MobileNet's min_size
 
   MobileNetV1(Context& ctx, const NetConfig& cfg)
@@ -123,7 +122,7 @@ class MobileNetV1 : public ZooNet {
   ConvBnAct conv_bn(Context& ctx, const std::string& name, int in, int out, int kernel, int stride, int groups) {
     ConvBnAct c;
     c.conv = &add_conv(ctx, name, in, out, kernel, stride, (kernel - 1) / 2, false, Init::GlorotUniform, groups);
-    c.bn = &add_bn(ctx, name + "_bn", out, kBnMomentum, kBnEps);
+    c.bn = &add_bn(ctx, name + "_bn", out, kKerasBnMomentum, kKerasBnEps);
     c.act = Act::Relu6;
     return c;
   }

@@ -120,6 +120,10 @@ class ZooNet : public Net {
 Var stochastic_depth(Context& ctx, const std::string& layer, const Var& x, float p, bool training, uint64_t seed,
                      int64_t step, SummaryTrace* trace = nullptr);
 
+// Keras's BatchNormalization defaults in ditto's terms: Keras's momentum 0.99 is the weight of the
+// OLD moving average; ditto's momentum (PyTorch's convention) weighs the new batch: 1 - 0.99.
+constexpr float kKerasBnMomentum = 0.01f, kKerasBnEps = 1e-3f;
+
 // ---- Initial weights by the references' rules, from the same Philox streams as init_tensor ----
 // Each draws from the stream keyed by (seed, "<layer>.weight") / (seed, "<layer>.bias"); a bias
 // the rule does not name is zero.
