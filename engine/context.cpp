@@ -10,7 +10,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/profiler.h"
-#include "kernels/elementwise.h"
+#include "engine/elementwise.h"
 
 #ifndef DITTO_GIT_COMMIT
 #define DITTO_GIT_COMMIT "unknown"

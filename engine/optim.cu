@@ -34,9 +34,6 @@ __device__ __forceinline__ void adam_element(float* p, const float* grad, float*
   p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
 }
 
-#define DITTO_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
 __global__ void sgd_kernel(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum, bool nesterov,
                            float wd) {
   DITTO_GRID_STRIDE(i, n) sgd_element(p, grad, buf, i, lr, momentum, nesterov, wd);
@@ -61,7 +58,6 @@ __global__ void adam_table_kernel(float* p, const float* grad, float* m, float* 
 }
 
 __global__ void advance_cursor_kernel(int32_t* cursor) { *cursor += 1; }
-#undef DITTO_GRID_STRIDE
 }  // namespace
 
 void sgd_update(Context& ctx, float* p, const float* grad, float* buf, int64_t n, float lr, float momentum,

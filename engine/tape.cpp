@@ -5,7 +5,7 @@
 #include "engine/context.h"
 #include "engine/error.h"
 #include "engine/tracer.h"
-#include "kernels/elementwise.h"
+#include "engine/elementwise.h"
 
 namespace ditto {
 

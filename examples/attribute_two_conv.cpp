@@ -5,8 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "engine/error.h"
-#include "experiments/attribute.h"
+#include "ditto/experiments.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"attribute the run-to-run noise of a two-conv network to its kernels"};

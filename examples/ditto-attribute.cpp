@@ -6,8 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "engine/error.h"
-#include "experiments/attribute.h"
+#include "ditto/experiments.h"
 #include "experiments/cli.h"
 
 int main(int argc, char** argv) {

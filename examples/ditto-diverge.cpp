@@ -6,9 +6,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "engine/error.h"
+#include "ditto/experiments.h"
 #include "experiments/cli.h"
-#include "experiments/diverge.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ditto-diverge: find the first op whose output differs between two runs"};

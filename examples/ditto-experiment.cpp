@@ -16,10 +16,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "engine/error.h"
+#include "ditto/experiments.h"
 #include "experiments/cli.h"
-#include "experiments/ensemble.h"
-#include "experiments/report.h"
 
 namespace fs = std::filesystem;
 

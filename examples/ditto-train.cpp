@@ -2,7 +2,7 @@
 // or recorded. See experiments/train.h for what is written to --out.
 #include <cstdio>
 
-#include "engine/error.h"
+#include "ditto/experiments.h"
 #include "experiments/cli.h"
 
 int main(int argc, char** argv) {

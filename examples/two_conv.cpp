@@ -4,13 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "engine/context.h"
-#include "engine/error.h"
-#include "kernels/activation.h"
-#include "kernels/elementwise.h"
-#include "kernels/loss.h"
-#include "kernels/pool.h"
-#include "nets/module.h"
+#include "ditto/ditto.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"two-conv step with per-layer pinned algorithms"};

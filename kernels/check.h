@@ -1,17 +1,4 @@
-// Operand checks shared by the ops: each names the op and the operand.
+// The operand checks the op families use are the engine's (engine/check.h), shared with the
+// engine's own elementwise ops; the families include them through this header.
 #pragma once
-#include <string>
-
-#include "engine/context.h"
-#include "engine/error.h"
-
-namespace ditto {
-
-// t is a defined f32 tensor on ctx's device; throws ShapeError naming op and operand.
-void check_f32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what);
-// t is a defined i32 tensor (indices, labels) on ctx's device; throws ShapeError naming op and operand.
-void check_i32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what);
-// t has exactly `ndim` dimensions.
-void check_ndim(const Tensor& t, int ndim, const std::string& op, const std::string& what);
-
-}  // namespace ditto
+#include "engine/check.h"

@@ -2,53 +2,16 @@
 
 #include <fmt/format.h>
 
-#include "engine/error.h"
+#include "engine/check.h"
 #include "kernels/detail/elementwise_cuda.h"
 
 namespace ditto {
-namespace {
-void check_on_ctx(const Context& ctx, const Tensor& t, const char* op) {
-  if (!t.defined()) throw ShapeError(fmt::format("{}: undefined tensor", op));
-  if (t.dtype() != DType::F32) throw ShapeError(fmt::format("{}: f32 tensor expected", op));
-  if (t.device() != ctx.device())
-    throw ShapeError(fmt::format("{}: tensor on {} but context on {}", op, t.device().str(), ctx.device().str()));
-}
-void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  if (a.shape() != b.shape())
-    throw ShapeError(fmt::format("{}: shapes {} and {} differ", op, shape_str(a.shape()), shape_str(b.shape())));
-}
-}  // namespace
-
-void fill(Context& ctx, Tensor& t, float value) {
-  check_on_ctx(ctx, t, "fill");
-  if (ctx.is_cuda()) return cuda::fill(ctx, t.f32(), t.numel(), value);
-  float* p = t.f32();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
-}
-
-void add_inplace(Context& ctx, Tensor& dst, const Tensor& src) { axpy_inplace(ctx, dst, 1.0f, src); }
-
-void axpy_inplace(Context& ctx, Tensor& dst, float alpha, const Tensor& x) {
-  check_on_ctx(ctx, dst, "axpy");
-  check_on_ctx(ctx, x, "axpy");
-  check_same(dst, x, "axpy");
-  if (ctx.is_cuda()) return cuda::axpy(ctx, dst.f32(), alpha, x.f32(), dst.numel());
-  float* d = dst.f32();
-  const float* s = x.f32();
-  for (int64_t i = 0; i < dst.numel(); ++i) d[i] += alpha * s[i];
-}
-
-void scale_inplace(Context& ctx, Tensor& t, float alpha) {
-  check_on_ctx(ctx, t, "scale");
-  if (ctx.is_cuda()) return cuda::scale(ctx, t.f32(), alpha, t.numel());
-  float* p = t.f32();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
-}
 
 Var add(Context& ctx, const Var& a, const Var& b) {
-  check_on_ctx(ctx, a.value(), "add");
-  check_on_ctx(ctx, b.value(), "add");
-  check_same(a.value(), b.value(), "add");
+  check_f32_on(ctx, a.value(), "add", "a");
+  check_f32_on(ctx, b.value(), "add", "b");
+  if (a.shape() != b.shape())
+    throw ShapeError(fmt::format("add: shapes {} and {} differ", shape_str(a.shape()), shape_str(b.shape())));
   Tensor y = ctx.empty(a.shape());
   int64_t n = y.numel();
   if (ctx.is_cuda()) {
@@ -75,7 +38,7 @@ Var add(Context& ctx, const Var& a, const Var& b) {
 }
 
 Var flatten(Context& ctx, const Var& x) {
-  check_on_ctx(ctx, x.value(), "flatten");
+  check_f32_on(ctx, x.value(), "flatten", "x");
   if (x.value().ndim() < 1) throw ShapeError("flatten: x is a scalar (0 dims); need the batch dimension first");
   const Shape& s = x.shape();
   Var out(x.value().reshape({s[0], shape_numel(Shape(s.begin() + 1, s.end()))}), needs_grad(ctx, {&x}));

@@ -1,16 +1,13 @@
-// Elementwise ops: fill, in-place add and scale (used by the tape and optimizers), the
-// differentiable add of two variables (residual connections) and flatten. All deterministic: one
-// thread per element, no reductions (flatten runs no kernel at all).
+// Differentiable elementwise ops on variables: add of two variables (residual connections) and
+// flatten. Deterministic: one thread per element, no reductions (flatten runs no kernel at all).
+// The tensor ops fill, add_inplace, axpy_inplace and scale_inplace are the engine's
+// (engine/elementwise.h, included here).
 #pragma once
 #include "engine/context.h"
+#include "engine/elementwise.h"
 #include "engine/tape.h"
 
 namespace ditto {
-
-void fill(Context& ctx, Tensor& t, float value);
-void add_inplace(Context& ctx, Tensor& dst, const Tensor& src);             // dst += src
-void axpy_inplace(Context& ctx, Tensor& dst, float alpha, const Tensor& x); // dst += alpha * x
-void scale_inplace(Context& ctx, Tensor& t, float alpha);                   // t *= alpha
 
 // y = a + b (same shape); backward passes the gradient to both.
 Var add(Context& ctx, const Var& a, const Var& b);

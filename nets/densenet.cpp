@@ -1,4 +1,4 @@
-// torchvision.models.densenet121 / densenet201 (nets.h documents them).
+// torchvision.models.densenet121 / densenet169 / densenet201 (nets.h documents them).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -6,6 +6,7 @@
 #include "kernels/activation.h"
 #include "kernels/concat.h"
 #include "kernels/elementwise.h"
+#include "nets/detail/families.h"
 #include "nets/zoo.h"
 
 namespace ditto::zoo {
@@ -14,15 +15,25 @@ namespace {
 // torchvision's DenseNet(growth_rate=32, block_config, num_init_features=64, bn_size=4,
 // drop_rate=0), module for module. Layer names are torchvision's module paths
 // ("features.denseblock2.denselayer7.conv1", "features.transition1.norm", "classifier"), created in
-// the order of its state_dict. drop_rate is 0 for both models, so there is no dropout and the
+// the order of its state_dict. drop_rate is 0 for all three, so there is no dropout and the
 // net is not stochastic. torchvision's memory_efficient checkpointing changes memory, not values,
 // and is not reproduced.
 class DenseNet : public ZooNet {
  public:
   static constexpr int kGrowth = 32, kBnSize = 4, kInitFeatures = 64;
 
-  DenseNet(Context& ctx, const NetConfig& cfg, int depth) : depth_(depth) {
-    const std::vector<int> blocks = depth == 121 ? std::vector<int>{6, 12, 24, 16} : std::vector<int>{6, 12, 48, 32};
+  // conv0 and pool0 halve the side (rounding up), each transition's pool halves it (rounding
+  // down): 29 is the smallest side that leaves the last block a 1x1 map.
+  static constexpr int kMinSide = 29;
+
+  DenseNet(Context& ctx, const NetConfig& cfg, int depth)
+      : ZooNet({cfg.in_channels, kMinSide, 0,
+                "conv0, pool0 and the three transitions' 2x2 average pools must leave the last block 1x1"}),
+        depth_(depth) {
+    // torchvision's block_config per depth.
+    const std::vector<int> blocks = depth == 121   ? std::vector<int>{6, 12, 24, 16}
+                                    : depth == 169 ? std::vector<int>{6, 12, 32, 32}
+                                                   : std::vector<int>{6, 12, 48, 32};  // 201
     conv0_ = &add_conv(ctx, "features.conv0", cfg.in_channels, kInitFeatures, 7, 2, 3, false, Init::HeNormal);
     norm0_ = &add_bn(ctx, "features.norm0", kInitFeatures);
     pool0_ = &add_max_pool("features.pool0", 3, 2, 1);
@@ -56,7 +67,17 @@ class DenseNet : public ZooNet {
   }
   std::string name() const override { return fmt::format("densenet{}", depth_); }
 
-  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
+  // torchvision DenseNet.__init__: convs kaiming_normal_ (fan_in, relu gain), BN 1 / 0, linear
+  // bias 0 with the weight left at PyTorch's default nn.Linear init, uniform +-1/sqrt(in).
+  void init(Context& ctx, uint64_t seed) override {
+    each_layer([&](Conv2d& c) { init_conv_he_fan_in(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
+               [&](Linear& fc) {
+                 init_linear_uniform(ctx, fc, 1.0 / std::sqrt(double(fc.weight.value().shape()[1])), false, seed);
+               });
+  }
+
+ protected:
+  Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
     Var h = (*norm0_)(ctx, (*conv0_)(ctx, x, trace), training, trace);
     h = traced(trace, "features.relu0", "relu", relu(ctx, h));
     h = (*pool0_)(ctx, h, trace);
@@ -81,17 +102,6 @@ class DenseNet : public ZooNet {
     h = traced(trace, "relu", "relu", relu(ctx, (*norm5_)(ctx, h, training, trace)));
     h = traced(trace, "avgpool", "global_avg_pool", global_avg_pool(ctx, h));
     return (*classifier_)(ctx, h, trace);
-  }
-
-  // torchvision DenseNet.__init__: convs kaiming_normal_ (fan_in, relu gain), BN 1 / 0, linear
-  // bias 0 with the weight left at PyTorch's default nn.Linear init, uniform +-1/sqrt(in).
-  void init(Context& ctx, uint64_t seed) override {
-    each_layer([&](Conv2d& c) { init_conv_he_fan_in(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
-               [&](Linear& fc) {
-                 const double in = double(fc.weight.value().shape()[1]);
-                 init_uniform(ctx, fc.name() + ".weight", fc.weight, 1.0 / std::sqrt(in), seed);
-                 init_tensor(ctx, fc.bias.value(), Init::Zeros, 0, 0, seed, fc.name() + ".bias");
-               });
   }
 
  private:

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "engine/error.h"
 #include "kernels/activation.h"
 #include "kernels/concat.h"
 #include "kernels/elementwise.h"
+#include "nets/detail/families.h"
 #include "nets/zoo.h"
 
 namespace ditto::zoo {
@@ -38,7 +38,8 @@ class InceptionV3 : public ZooNet {
  public:
   static constexpr int kMinSide = 75;  // torchvision's minimum: Mixed_7a's stride-2 3x3 needs a 3x3 map
 
-  InceptionV3(Context& ctx, const NetConfig& cfg) : in_channels_(cfg.in_channels), dropout_("dropout", 0.5f) {
+  InceptionV3(Context& ctx, const NetConfig& cfg)
+      : ZooNet({cfg.in_channels, kMinSide, 0, "torchvision's minimum; 299x299 is its design size"}) {
     conv1a_ = basic(ctx, "Conv2d_1a_3x3", cfg.in_channels, 32, 3, 3, 2, 0, 0);
     conv2a_ = basic(ctx, "Conv2d_2a_3x3", 32, 32, 3, 3, 1, 0, 0);
     conv2b_ = basic(ctx, "Conv2d_2b_3x3", 32, 64, 3, 3, 1, 1, 1);
@@ -58,29 +59,10 @@ class InceptionV3 : public ZooNet {
     mixed_d(ctx, "Mixed_7a", 768);
     mixed_e(ctx, "Mixed_7b", 1280);
     mixed_e(ctx, "Mixed_7c", 2048);
+    dropout_ = &add_dropout("dropout", 0.5f);
     fc_ = &add_linear(ctx, "fc", 2048, cfg.num_classes, Init::GlorotUniform);
   }
   std::string name() const override { return "inception-v3"; }
-  bool stochastic() const override { return true; }  // the dropout before fc
-
-  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
-    const Shape& s = x.shape();
-    if (s.size() != 4 || s[1] != in_channels_ || s[2] < kMinSide || s[3] < kMinSide)
-      throw ShapeError(fmt::format("inception-v3: input has shape {}; the network takes Nx{}xHxW with H, W >= {} "
-                                   "(299x299 is its design size)",
-                                   shape_str(s), in_channels_, kMinSide));
-    Var h = conv1a_(ctx, x, training, trace);
-    h = conv2a_(ctx, h, training, trace);
-    h = conv2b_(ctx, h, training, trace);
-    h = (*maxpool1_)(ctx, h, trace);
-    h = conv3b_(ctx, h, training, trace);
-    h = conv4a_(ctx, h, training, trace);
-    h = (*maxpool2_)(ctx, h, trace);
-    for (Mixed& m : mixed_) h = traced(trace, m.name, "concat", m.forward(ctx, h, training, trace));
-    h = traced(trace, "avgpool", "global_avg_pool", global_avg_pool(ctx, h));
-    h = dropout_(ctx, h, training, seed_, step_, trace);
-    return (*fc_)(ctx, h, trace);
-  }
 
   // torchvision Inception3.__init__ with init_weights (the default without pretrained weights):
   // every conv and linear weight trunc_normal_(std=0.1, a=-2, b=2), BN 1 / 0. fc's bias is left
@@ -95,6 +77,21 @@ class InceptionV3 : public ZooNet {
                  const double in = double(fc.weight.value().shape()[1]);
                  init_uniform(ctx, fc.name() + ".bias", fc.bias, 1.0 / std::sqrt(in), seed);
                });
+  }
+
+ protected:
+  Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
+    Var h = conv1a_(ctx, x, training, trace);
+    h = conv2a_(ctx, h, training, trace);
+    h = conv2b_(ctx, h, training, trace);
+    h = (*maxpool1_)(ctx, h, trace);
+    h = conv3b_(ctx, h, training, trace);
+    h = conv4a_(ctx, h, training, trace);
+    h = (*maxpool2_)(ctx, h, trace);
+    for (Mixed& m : mixed_) h = traced(trace, m.name, "concat", m.forward(ctx, h, training, trace));
+    h = traced(trace, "avgpool", "global_avg_pool", global_avg_pool(ctx, h));
+    h = (*dropout_)(ctx, h, training, seed_, step_, trace);
+    return (*fc_)(ctx, h, trace);
   }
 
  private:
@@ -206,12 +203,11 @@ class InceptionV3 : public ZooNet {
     mixed_.push_back(std::move(m));
   }
 
-  int in_channels_;
   BasicConv conv1a_, conv2a_, conv2b_, conv3b_, conv4a_;
   MaxPool2d* maxpool1_ = nullptr;
   MaxPool2d* maxpool2_ = nullptr;
   std::vector<Mixed> mixed_;
-  Dropout dropout_;
+  Dropout* dropout_ = nullptr;
   Linear* fc_ = nullptr;
 };
 
@@ -232,12 +228,10 @@ struct SepConv {
 
 class Xception : public ZooNet {
  public:
-  // Keras's BatchNormalization defaults: momentum 0.99 (the weight of the OLD moving average;
-  // ditto's momentum, PyTorch's convention, weighs the new batch: 1 - 0.99) and epsilon 1e-3.
-  static constexpr float kBnMomentum = 0.01f, kBnEps = 1e-3f;
   static constexpr int kMinSide = 71;  // keras.applications.Xception's min_size
 
-  Xception(Context& ctx, const NetConfig& cfg) : in_channels_(cfg.in_channels) {
+  Xception(Context& ctx, const NetConfig& cfg)
+      : ZooNet({cfg.in_channels, kMinSide, 0, "Keras's minimum; 299x299 is its design size"}) {
     conv1_ = &add_conv(ctx, "block1_conv1", cfg.in_channels, 32, 3, 2, 0, false, Init::GlorotUniform);
     bn1_ = &bn(ctx, "block1_conv1_bn", 32);
     conv2_ = &add_conv(ctx, "block1_conv2", 32, 64, 3, 1, 0, false, Init::GlorotUniform);
@@ -281,12 +275,12 @@ class Xception : public ZooNet {
   }
   std::string name() const override { return "xception"; }
 
-  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
-    const Shape& s = x.shape();
-    if (s.size() != 4 || s[1] != in_channels_ || s[2] < kMinSide || s[3] < kMinSide)
-      throw ShapeError(fmt::format("xception: input has shape {}; the network takes Nx{}xHxW with H, W >= {} "
-                                   "(Keras's minimum; 299x299 is its design size)",
-                                   shape_str(s), in_channels_, kMinSide));
+  // Keras's defaults: glorot_uniform kernels (Conv2D, both SeparableConv2D kernels, Dense), zero
+  // Dense bias, BN gamma 1, beta 0, moving mean 0, moving variance 1.
+  void init(Context& ctx, uint64_t seed) override { init_keras(ctx, seed); }
+
+ protected:
+  Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
     Var h = (*bn1_)(ctx, (*conv1_)(ctx, x, trace), training, trace);
     h = traced(trace, "block1_conv1_act", "relu", relu(ctx, h));
     h = traced(trace, "block1_conv2_act", "relu", relu(ctx, (*bn2_)(ctx, (*conv2_)(ctx, h, trace), training, trace)));
@@ -307,17 +301,6 @@ class Xception : public ZooNet {
     return (*predictions_)(ctx, h, trace);  // Keras applies softmax here; ditto's loss takes logits
   }
 
-  // Keras's defaults: glorot_uniform kernels (Conv2D, both SeparableConv2D kernels, Dense), zero
-  // Dense bias, BN gamma 1, beta 0, moving mean 0, moving variance 1.
-  void init(Context& ctx, uint64_t seed) override {
-    each_layer([&](Conv2d& c) { init_conv_glorot(ctx, c, seed); }, [&](BatchNorm2d& b) { reset_bn(ctx, b); },
-               [&](Linear& fc) {
-                 const Shape& s = fc.weight.value().shape();
-                 init_tensor(ctx, fc.weight.value(), Init::GlorotUniform, s[1], s[0], seed, fc.name() + ".weight");
-                 init_tensor(ctx, fc.bias.value(), Init::Zeros, 0, 0, seed, fc.name() + ".bias");
-               });
-  }
-
  private:
   struct Block {
     std::string name;
@@ -328,7 +311,7 @@ class Xception : public ZooNet {
     bool relu_first = true;
   };
   BatchNorm2d& bn(Context& ctx, const std::string& name, int channels) {
-    return add_bn(ctx, name, channels, kBnMomentum, kBnEps);
+    return add_bn(ctx, name, channels, kKerasBnMomentum, kKerasBnEps);
   }
   SepConv sep(Context& ctx, const std::string& name, int in, int out) {
     SepConv s;
@@ -345,7 +328,6 @@ class Xception : public ZooNet {
     blk.shortcut_bn = &bn(ctx, "batch_normalization" + suffix, out);
   }
 
-  int in_channels_;
   Conv2d* conv1_ = nullptr;
   BatchNorm2d* bn1_ = nullptr;
   Conv2d* conv2_ = nullptr;

@@ -1,4 +1,5 @@
-// torchvision.models.mobilenet_v2 and efficientnet_b0 (nets.h documents them).
+// keras.applications.MobileNet (v1), torchvision.models.mobilenet_v2 and efficientnet_b0 (nets.h
+// documents them).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "kernels/dropout.h"
 #include "kernels/dropout_ref.h"
 #include "kernels/elementwise.h"
+#include "nets/detail/families.h"
 #include "nets/zoo.h"
 
 namespace ditto::zoo {
@@ -48,6 +50,9 @@ int make_divisible(double v, int divisor = 8) {
 // A net built of Conv2dNormActivation blocks; torchvision's default batch norm (eps 1e-5,
 // momentum 0.1) for both MobileNet-v2 and EfficientNet-B0.
 class MobileBase : public ZooNet {
+ public:
+  using ZooNet::ZooNet;
+
  protected:
   ConvBnAct conv_bn_act(Context& ctx, const std::string& name, int in, int out, int kernel, int stride, int groups,
                         Act act) {
@@ -57,6 +62,74 @@ class MobileBase : public ZooNet {
     c.act = act;
     return c;
   }
+};
+
+// ---- MobileNet (v1) ----
+
+// keras.applications.MobileNet(alpha=1.0, depth_multiplier=1, dropout=1e-3, include_top=True),
+// layer for layer with Keras's layer names: conv1 (3x3/2, 32) + conv1_bn + ReLU6, then 13
+// depthwise-separable blocks (conv_dw_i 3x3 depthwise + conv_dw_i_bn + ReLU6, conv_pw_i 1x1 +
+// conv_pw_i_bn + ReLU6; blocks 2, 4, 6 and 12 stride 2), global average pool, dropout, conv_preds
+// (a 1x1 conv with bias on the pooled 1x1 map) and Keras's reshape to [N, classes] (the softmax is
+// in the loss). No conv has a bias but conv_preds. Batch norm as Keras's (kKerasBnMomentum,
+// kKerasBnEps). nets.h states the padding deviation.
+class MobileNetV1 : public ZooNet {
+ public:
+  static constexpr int kMinSide = 32;  // keras.applications.MobileNet's min_size
+
+  MobileNetV1(Context& ctx, const NetConfig& cfg)
+      : ZooNet({cfg.in_channels, kMinSide, 0, "Keras's minimum; 224x224 is its design size"}) {
+    // (pointwise filters, stride) of _depthwise_conv_block 1..13.
+    static const int blocks[13][2] = {{64, 1},  {128, 2}, {128, 1}, {256, 2}, {256, 1}, {512, 2},  {512, 1},
+                                      {512, 1}, {512, 1}, {512, 1}, {512, 1}, {1024, 2}, {1024, 1}};
+    stem_ = conv_bn(ctx, "conv1", cfg.in_channels, 32, 3, 2, 1);
+    int in = 32;
+    for (int i = 0; i < 13; ++i) {
+      const int out = blocks[i][0], stride = blocks[i][1];
+      Block b;
+      b.dw = conv_bn(ctx, fmt::format("conv_dw_{}", i + 1), in, in, 3, stride, in);
+      b.pw = conv_bn(ctx, fmt::format("conv_pw_{}", i + 1), in, out, 1, 1, 1);
+      blocks_.push_back(std::move(b));
+      in = out;
+    }
+    dropout_ = &add_dropout("dropout", 1e-3f);
+    preds_ = &add_conv(ctx, "conv_preds", in, cfg.num_classes, 1, 1, 0, true, Init::GlorotUniform);
+  }
+  std::string name() const override { return "mobilenet"; }
+
+  // Keras's defaults: glorot_uniform kernels (Conv2D, DepthwiseConv2D's depthwise_kernel), zero
+  // biases, BN gamma 1, beta 0, moving mean 0, moving variance 1.
+  void init(Context& ctx, uint64_t seed) override { init_keras(ctx, seed); }
+
+ protected:
+  Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
+    Var h = traced(trace, "conv1_relu", "relu6", stem_(ctx, x, training, trace));
+    for (const Block& b : blocks_) {
+      h = traced(trace, b.dw.conv->name() + "_relu", "relu6", b.dw(ctx, h, training, trace));
+      h = traced(trace, b.pw.conv->name() + "_relu", "relu6", b.pw(ctx, h, training, trace));
+    }
+    h = traced(trace, "global_average_pooling2d", "adaptive_avg_pool2d", adaptive_avg_pool2d(ctx, h, 1, 1));
+    h = (*dropout_)(ctx, h, training, seed_, step_, trace);
+    h = (*preds_)(ctx, h, trace);
+    return traced(trace, "reshape_2", "flatten", flatten(ctx, h));
+  }
+
+ private:
+  struct Block {
+    ConvBnAct dw, pw;
+  };
+  // Keras's Conv2D / DepthwiseConv2D (no bias) "<name>" + BatchNormalization "<name>_bn" + ReLU6.
+  ConvBnAct conv_bn(Context& ctx, const std::string& name, int in, int out, int kernel, int stride, int groups) {
+    ConvBnAct c;
+    c.conv = &add_conv(ctx, name, in, out, kernel, stride, (kernel - 1) / 2, false, Init::GlorotUniform, groups);
+    c.bn = &add_bn(ctx, name + "_bn", out, kKerasBnMomentum, kKerasBnEps);
+    c.act = Act::Relu6;
+    return c;
+  }
+  ConvBnAct stem_;
+  std::vector<Block> blocks_;
+  Dropout* dropout_ = nullptr;
+  Conv2d* preds_ = nullptr;
 };
 
 // ---- MobileNet-v2 ----
@@ -74,7 +147,7 @@ struct InvertedResidual {
 
 class MobileNetV2 : public MobileBase {
  public:
-  MobileNetV2(Context& ctx, const NetConfig& cfg) : dropout_("classifier.0", 0.2f) {
+  MobileNetV2(Context& ctx, const NetConfig& cfg) : MobileBase({cfg.in_channels, 1, 0, ""}) {
     // torchvision's inverted_residual_setting: expansion t, channels c, repeats n, stride s.
     static const int setting[7][4] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                       {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
@@ -103,12 +176,20 @@ class MobileNetV2 : public MobileBase {
       }
     }
     head_ = conv_bn_act(ctx, fmt::format("features.{}", index), in, last, 1, 1, 1, Act::Relu6);
+    dropout_ = &add_dropout("classifier.0", 0.2f);
     classifier_ = &add_linear(ctx, "classifier.1", last, cfg.num_classes, Init::GlorotUniform);
   }
   std::string name() const override { return "mobilenet-v2"; }
-  bool stochastic() const override { return true; }  // classifier.0 dropout
 
-  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
+  // torchvision MobileNetV2.__init__: convs kaiming_normal_(mode="fan_out"), BN 1 / 0, linear
+  // normal(0, 0.01) with bias 0.
+  void init(Context& ctx, uint64_t seed) override {
+    each_layer([&](Conv2d& c) { init_conv_he_fan_out(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
+               [&](Linear& fc) { init_linear_normal(ctx, fc, 0.01, seed); });
+  }
+
+ protected:
+  Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
     Var h = stem_(ctx, x, training, trace);
     for (InvertedResidual& b : blocks_) {
       Var y = h;
@@ -118,24 +199,14 @@ class MobileNetV2 : public MobileBase {
     }
     h = head_(ctx, h, training, trace);
     h = traced(trace, "avgpool", "global_avg_pool", global_avg_pool(ctx, h));
-    h = dropout_(ctx, h, training, seed_, step_, trace);
+    h = (*dropout_)(ctx, h, training, seed_, step_, trace);
     return (*classifier_)(ctx, h, trace);
-  }
-
-  // torchvision MobileNetV2.__init__: convs kaiming_normal_(mode="fan_out"), BN 1 / 0, linear
-  // normal(0, 0.01) with bias 0.
-  void init(Context& ctx, uint64_t seed) override {
-    each_layer([&](Conv2d& c) { init_conv_he_fan_out(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
-               [&](Linear& fc) {
-                 init_weight_normal(ctx, fc.name() + ".weight", fc.weight, 0.01, seed);
-                 init_tensor(ctx, fc.bias.value(), Init::Zeros, 0, 0, seed, fc.name() + ".bias");
-               });
   }
 
  private:
   ConvBnAct stem_, head_;
   std::vector<InvertedResidual> blocks_;
-  Dropout dropout_;
+  Dropout* dropout_ = nullptr;
   Linear* classifier_ = nullptr;
 };
 
@@ -159,7 +230,7 @@ struct MBConv {
 
 class EfficientNetB0 : public MobileBase {
  public:
-  EfficientNetB0(Context& ctx, const NetConfig& cfg) : dropout_("classifier.0", 0.2f) {
+  EfficientNetB0(Context& ctx, const NetConfig& cfg) : MobileBase({cfg.in_channels, 1, 0, ""}) {
     // torchvision's efficientnet_b0 MBConvConfig rows (width and depth multipliers 1.0):
     // expand ratio, kernel, stride, input channels, output channels, layers.
     static const int setting[7][6] = {{1, 3, 1, 32, 16, 1},   {6, 3, 2, 16, 24, 2},  {6, 5, 2, 24, 40, 2},
@@ -196,12 +267,24 @@ class EfficientNetB0 : public MobileBase {
     }
     const int last_in = setting[6][4], last = 4 * last_in;  // lastconv_output_channels = 4 * 320
     head_ = conv_bn_act(ctx, "features.8", last_in, last, 1, 1, 1, Act::Silu);
+    dropout_ = &add_dropout("classifier.0", 0.2f);
     classifier_ = &add_linear(ctx, "classifier.1", last, cfg.num_classes, Init::GlorotUniform);
+    mark_stochastic();  // stochastic depth, besides classifier.0's dropout
   }
   std::string name() const override { return "efficientnet-b0"; }
-  bool stochastic() const override { return true; }  // stochastic depth and classifier.0 dropout
 
-  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
+  // torchvision EfficientNet.__init__: convs (the squeeze-excitation fc1 / fc2 included)
+  // kaiming_normal_(mode="fan_out"), biases 0; BN 1 / 0; linear uniform +-1/sqrt(out_features),
+  // bias 0.
+  void init(Context& ctx, uint64_t seed) override {
+    each_layer([&](Conv2d& c) { init_conv_he_fan_out(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
+               [&](Linear& fc) {
+                 init_linear_uniform(ctx, fc, 1.0 / std::sqrt(double(fc.weight.value().shape()[0])), false, seed);
+               });
+  }
+
+ protected:
+  Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) override {
     Var h = stem_(ctx, x, training, trace);
     for (MBConv& b : blocks_) {
       Var y = h;
@@ -220,26 +303,14 @@ class EfficientNetB0 : public MobileBase {
     }
     h = head_(ctx, h, training, trace);
     h = traced(trace, "avgpool", "global_avg_pool", global_avg_pool(ctx, h));
-    h = dropout_(ctx, h, training, seed_, step_, trace);
+    h = (*dropout_)(ctx, h, training, seed_, step_, trace);
     return (*classifier_)(ctx, h, trace);
-  }
-
-  // torchvision EfficientNet.__init__: convs (the squeeze-excitation fc1 / fc2 included)
-  // kaiming_normal_(mode="fan_out"), biases 0; BN 1 / 0; linear uniform +-1/sqrt(out_features),
-  // bias 0.
-  void init(Context& ctx, uint64_t seed) override {
-    each_layer([&](Conv2d& c) { init_conv_he_fan_out(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
-               [&](Linear& fc) {
-                 const double out = double(fc.weight.value().shape()[0]);
-                 init_uniform(ctx, fc.name() + ".weight", fc.weight, 1.0 / std::sqrt(out), seed);
-                 init_tensor(ctx, fc.bias.value(), Init::Zeros, 0, 0, seed, fc.name() + ".bias");
-               });
   }
 
  private:
   ConvBnAct stem_, head_;
   std::vector<MBConv> blocks_;
-  Dropout dropout_;
+  Dropout* dropout_ = nullptr;
   Linear* classifier_ = nullptr;
 };
 
@@ -262,6 +333,10 @@ Var stochastic_depth(Context& ctx, const std::string& layer, const Var& x, float
     std::fill_n(keep.begin() + i * c, c, ref::dropout_dropped(key, i, p) ? 0.0f : scale);
   Var mask(ctx.from_host(keep, {n, c, 1, 1}), false);
   return traced(trace, layer, "stochastic_depth", channel_mul(ctx, x, mask));
+}
+
+std::unique_ptr<Net> make_mobilenet_v1(Context& ctx, const NetConfig& cfg) {
+  return std::make_unique<MobileNetV1>(ctx, cfg);
 }
 
 std::unique_ptr<Net> make_mobilenet_v2(Context& ctx, const NetConfig& cfg) {

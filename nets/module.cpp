@@ -57,6 +57,27 @@ void init_tensor(Context& ctx, Tensor& t, Init rule, int64_t fan_in, int64_t fan
   ctx.copy(t, src);
 }
 
+void Net::check_input(const Shape& x) const {
+  const InputSpec& in = input_;
+  const bool sides_ok = x.size() == 4 && x[2] >= in.min_side && x[3] >= in.min_side &&
+                        (in.max_side <= 0 || (x[2] <= in.max_side && x[3] <= in.max_side));
+  if (x.size() == 4 && x[0] >= 1 && x[1] == in.channels && sides_ok) return;
+  std::string takes;
+  if (in.max_side > 0 && in.max_side == in.min_side)
+    takes = fmt::format("Nx{}x{}x{}", in.channels, in.min_side, in.min_side);
+  else if (in.max_side > 0)
+    takes = fmt::format("Nx{}xHxW with {} <= H, W <= {}", in.channels, in.min_side, in.max_side);
+  else
+    takes = fmt::format("Nx{}xHxW with H, W >= {}", in.channels, in.min_side);
+  throw ShapeError(fmt::format("{}: input has shape {}; the network takes {}, N >= 1{}", name(), shape_str(x), takes,
+                               in.why.empty() ? "" : " (" + in.why + ")"));
+}
+
+Var Net::forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace) {
+  check_input(x.shape());
+  return forward_impl(ctx, x, training, trace);
+}
+
 int64_t Net::param_count() {
   int64_t n = 0;
   for (const auto& p : params()) n += p.var.value().numel();

@@ -111,13 +111,28 @@ class Dropout {
   float p_;
 };
 
+// What a network accepts: a batch N x channels x H x W with N >= 1 and min_side <= H, W (and
+// H, W <= max_side when max_side > 0). min_side is the smallest side at which every layer still
+// has an output (or the reference's own minimum); `why` says where the bounds come from.
+struct InputSpec {
+  int channels = 3;
+  int min_side = 1;
+  int max_side = 0;  // 0: no upper bound
+  std::string why;
+};
+
 // A network: layers with stable names, a forward pass, and what trainers need around it.
 class Net {
  public:
+  explicit Net(InputSpec input) : input_(std::move(input)) {}
   virtual ~Net() = default;
   virtual std::string name() const = 0;
-  // logits [N, classes]
-  virtual Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr) = 0;
+  const InputSpec& input_spec() const { return input_; }
+  // Throws ShapeError naming the net, the shape and what the net takes when an input of shape x
+  // does not fit input_spec(): so a trainer or benchmark can check its data before any step.
+  void check_input(const Shape& x) const;
+  // logits [N, classes]. Checks x (check_input) before any op runs, then calls forward_impl.
+  Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr);
   virtual std::vector<Param> params() = 0;
   virtual std::vector<Buffer> buffers() { return {}; }
   // Layers that have policy knobs, with their op kinds (for Policy::check_layers). The loss is
@@ -133,6 +148,13 @@ class Net {
   // replayed from one CUDA graph.
   virtual bool stochastic() const { return false; }
   int64_t param_count();
+
+ protected:
+  // The forward pass proper, on an input check_input accepted.
+  virtual Var forward_impl(Context& ctx, const Var& x, bool training, SummaryTrace* trace) = 0;
+
+ private:
+  InputSpec input_;
 };
 
 // Fills t (any device) from the Philox stream keyed by (seed, name) with the given rule for a

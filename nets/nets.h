@@ -1,13 +1,20 @@
-// The paper's networks, with stable layer names.
+// The networks make_net builds, with stable layer names. Every one is built with the ZooNet
+// builder (nets/zoo.h), one file per family: nets/small.cpp (SmallCNN, two-conv, mnist-cnn,
+// MediumCNN), resnet.cpp, vgg.cpp, densenet.cpp, mobilenet.cpp (MobileNet v1 and v2,
+// EfficientNet-B0) and inception.cpp (Inception-v3, Xception). Net::forward checks every input
+// against the net's InputSpec first: N >= 1 images of in_channels channels, at least the minimum
+// side given below (1 where none is given); anything else is a ShapeError naming the net and the
+// shape, before any op runs.
 //   SmallCNN  (as in the paper's repository): conv3x3 16 → relu → maxpool 2; conv3x3 32 → relu →
 //             maxpool 2; conv3x3 32 → relu → maxpool 2; global average pool; dense 32 → relu;
 //             dense classes. Glorot-uniform weights, zero biases; optional batch norm after each
-//             conv (conv → bn → relu). Convs use padding 1 ("same").
+//             conv (conv → bn → relu). Convs use padding 1 ("same"). Inputs of at least 8x8.
 //   two-conv  conv3x3 16 → relu → maxpool 3 stride 2 → conv3x3 32 → relu → global average pool →
 //             dense classes: the noise lab's smallest example.
 //   ResNet-18 for CIFAR (3x3 stem, stride 1, no stem pool) and for ImageNet-size inputs (7x7
 //             stride-2 stem + 3x3 stride-2 max pool "pool1"). Convs without bias, He-normal
-//             (fan_in); BN gamma 1, beta 0; fc Glorot-uniform.
+//             (fan_in); BN gamma 1, beta 0; fc Glorot-uniform. Any input size (batch norm in
+//             training needs more than one value per channel at the last stage).
 //   mnist-cnn Keras's examples/mnist_cnn.py for 1x28x28 inputs: conv3x3 32 → relu → conv3x3 64 →
 //             relu (both 'valid', no padding) → maxpool 2 → dropout 0.25 → flatten → dense 128 →
 //             relu → dropout 0.5 → dense classes; Glorot-uniform kernels, zero biases; 1,199,882
@@ -37,21 +44,41 @@
 //             [3,8,36,3] bottlenecks (1x1 → 3x3 → 1x1 x4, each conv → bn; downsample.0 1x1 conv
 //             + downsample.1 bn) → global average pool → fc 2048 → classes. Parameters
 //             25,557,032 / 44,549,160 / 60,192,808. Convs He-normal fan_out, bn 1 / 0, fc
-//             PyTorch's default Linear init (uniform +-1/sqrt(2048), bias too). Any input of at
-//             least 32x32; batch norm in training needs batch x (side/32)^2 > 1.
+//             PyTorch's default Linear init (uniform +-1/sqrt(2048), bias too). Any input size
+//             (the last stage's map is about side/32); batch norm in training needs batch x
+//             (last stage's side)^2 > 1.
 //   mediumcnn-k1, -k3, -k5, -k7  the paper's MediumCNN(k): six blocks conv kxk (padding k/2,
 //             bias) → bn → relu → maxpool 2, widths 16, 32, 64, 128, 256, 512 (conv1..6,
 //             bn1..6, pool1..6) → global average pool → fc 512 → classes. Glorot-uniform
 //             kernels, zero biases. Six halvings: inputs of at least 64x64.
-//   densenet121, densenet201  torchvision.models.densenet121/201 (growth 32, bn_size 4, 64 initial
-//             features, drop_rate 0; blocks (6, 12, 24, 16) / (6, 12, 48, 32)): features.conv0 7x7/2
+//   densenet121, densenet169, densenet201  torchvision.models.densenet121/169/201 (growth 32,
+//             bn_size 4, 64 initial features, drop_rate 0; blocks (6, 12, 24, 16) / (6, 12, 32,
+//             32) / (6, 12, 48, 32)): features.conv0 7x7/2
 //             → norm0 → relu → pool0 (max 3x3/2, pad 1) → denseblock1..4 of denselayerN (norm1 →
 //             relu → conv1 1x1 to 128 → norm2 → relu → conv2 3x3 to 32, each reading the channel
 //             concatenation of the block input and all earlier layers) with transition1..3
 //             (norm → relu → conv 1x1 halving → 2x2 average pool) between → norm5 → relu →
-//             global average pool → classifier. Parameters 7,978,856 / 20,013,928. Convs
+//             global average pool → classifier. Parameters 7,978,856 / 14,149,480 /
+//             20,013,928. Convs
 //             He-normal fan_in, bn 1 / 0, classifier PyTorch's default (uniform +-1/sqrt(in)) with
 //             bias 0. Inputs of at least 29x29 (32x32: a 1x1 last stage); no dropout.
+//   mobilenet keras.applications.MobileNet (v1; alpha 1.0, depth multiplier 1, dropout 1e-3,
+//             include_top), Keras's layer names: conv1 (3x3/2, 32, no bias) + conv1_bn + ReLU6;
+//             13 depthwise-separable blocks conv_dw_i (3x3 depthwise, groups = channels, no
+//             bias) + conv_dw_i_bn + ReLU6 → conv_pw_i (1x1, no bias) + conv_pw_i_bn + ReLU6, to
+//             64, 128, 128, 256, 256, 512 (x6), 1024, 1024 channels, blocks 2, 4, 6 and 12 with
+//             stride 2; global average pool → dropout 1e-3 "dropout" → conv_preds (1x1 conv with
+//             bias) → reshape to [N, classes] (logits: the softmax is in the loss). Batch norm eps
+//             1e-3, momentum 0.01 (Keras's 0.99 weighs the old average). 4,231,976 parameters:
+//             Keras's summary's 4,253,864 counts the 21,888 BN moving statistics (2 x 10,944
+//             channels) too, which are ditto buffers. Glorot-uniform kernels, zero biases.
+//             DEVIATION: Keras pads its stride-2 3x3 convs asymmetrically (conv1 "same", the
+//             blocks ZeroPadding2D((0, 1), (0, 1)) + "valid": nothing before, one row / column
+//             after); ditto's convolution pads symmetrically, so they use padding 1: the same
+//             output sizes when the side is a multiple of 32 (224x224 by design) but every window
+//             one row / column earlier than Keras's, and on other sides a stride-2 conv that
+//             meets an odd side gives one row / column more. Inputs of at least 32x32 (Keras's
+//             minimum). Stochastic (dropout).
 //   mobilenet-v2  torchvision.models.mobilenet_v2 (width 1.0): features.0 conv 3x3/2 + bn + ReLU6,
 //             features.1..17 inverted residuals (conv.N: 1x1 expand x t + bn + ReLU6 when t != 1,
 //             3x3 depthwise (groups = channels) + bn + ReLU6, 1x1 projection + bn, no activation;
@@ -112,13 +139,14 @@ struct NetConfig {
   std::string model;        // "smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet",
                             // "mnist-cnn", "vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet50",
                             // "resnet101", "resnet152", "mediumcnn-k1", "-k3", "-k5", "-k7",
-                            // "densenet121", "densenet201", "mobilenet-v2", "efficientnet-b0",
-                            // "inception-v3", "xception"
+                            // "densenet121", "densenet169", "densenet201", "mobilenet",
+                            // "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception"
   int num_classes = 10;
   int in_channels = 3;
 };
 
-// Throws ditto::Error listing the known models for an unknown name.
+// Throws ditto::Error listing the known models for an unknown name (and for fewer than 2
+// classes or 1 input channel).
 std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg);
 const std::vector<std::string>& known_models();
 

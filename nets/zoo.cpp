@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/elementwise.h"
+#include "engine/elementwise.h"
 
 namespace ditto::zoo {
 
@@ -69,9 +69,21 @@ MaxPool2d& ZooNet::add_max_pool(std::string name, int kernel, int stride, int pa
   return *pools_.back();
 }
 
+Dropout& ZooNet::add_dropout(std::string name, float p) {
+  dropouts_.push_back(std::make_unique<Dropout>(std::move(name), p));
+  stochastic_ = true;
+  return *dropouts_.back();
+}
+
+void ZooNet::init_keras(Context& ctx, uint64_t seed) {
+  each_layer([&](Conv2d& c) { init_conv_glorot(ctx, c, seed); }, [&](BatchNorm2d& bn) { reset_bn(ctx, bn); },
+             [&](Linear& fc) { init_linear_glorot(ctx, fc, seed); });
+}
+
 namespace {
-void zero_bias(Context& ctx, Conv2d& c, uint64_t seed) {
-  if (c.bias.defined()) init_tensor(ctx, c.bias.value(), Init::Zeros, 0, 0, seed, c.name() + ".bias");
+template <class Layer>
+void zero_bias(Context& ctx, Layer& l, uint64_t seed) {
+  if (l.bias.defined()) init_tensor(ctx, l.bias.value(), Init::Zeros, 0, 0, seed, l.name() + ".bias");
 }
 }  // namespace
 
@@ -93,6 +105,23 @@ void init_conv_glorot(Context& ctx, Conv2d& c, uint64_t seed) {
   init_tensor(ctx, c.weight.value(), Init::GlorotUniform, s[1] * s[2] * s[3], s[0] * s[2] * s[3], seed,
               c.name() + ".weight");
   zero_bias(ctx, c, seed);
+}
+
+void init_linear_glorot(Context& ctx, Linear& fc, uint64_t seed) {
+  const Shape& s = fc.weight.value().shape();
+  init_tensor(ctx, fc.weight.value(), Init::GlorotUniform, s[1], s[0], seed, fc.name() + ".weight");
+  zero_bias(ctx, fc, seed);
+}
+
+void init_linear_normal(Context& ctx, Linear& fc, double stddev, uint64_t seed) {
+  init_weight_normal(ctx, fc.name() + ".weight", fc.weight, stddev, seed);
+  zero_bias(ctx, fc, seed);
+}
+
+void init_linear_uniform(Context& ctx, Linear& fc, double bound, bool bias_too, uint64_t seed) {
+  init_uniform(ctx, fc.name() + ".weight", fc.weight, bound, seed);
+  if (bias_too && fc.bias.defined()) init_uniform(ctx, fc.name() + ".bias", fc.bias, bound, seed);
+  else zero_bias(ctx, fc, seed);
 }
 
 void init_weight_normal(Context& ctx, const std::string& name, Var& weight, double stddev, uint64_t seed) {

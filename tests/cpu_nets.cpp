@@ -1,6 +1,7 @@
-// Networks on the CPU: mnist-cnn (Keras's mnist_cnn) — its parameter count, layers and knobs,
-// forward and backward shapes, flatten's gradient, dropout keyed by (seed, step, layer), and two
-// short training runs that end bit-identical.
+// Networks on the CPU: the input check every net's forward makes (Net::forward before
+// forward_impl); mnist-cnn (Keras's mnist_cnn) — its parameter count, layers and knobs, forward
+// and backward shapes, flatten's gradient, dropout keyed by (seed, step, layer), and two short
+// training runs that end bit-identical.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -38,6 +39,48 @@ Tensor logits_of(Context& ctx, Net& net, const Tensor& x, bool training) {
 }
 
 }  // namespace
+
+TEST_CASE("Net::forward: every net refuses a wrong input shape, naming itself, before any op runs") {
+  for (const auto& model : known_models()) {
+    INFO(model);
+    Context ctx;
+    const int channels = model == "mnist-cnn" ? 1 : 3;
+    auto net = make_net(ctx, {model, 10, channels});
+    const InputSpec& in = net->input_spec();
+    CHECK(in.channels == channels);
+    CHECK(in.min_side >= 1);
+    const int64_t side = in.min_side;
+    auto refused = [&](const Shape& s) {
+      INFO(shape_str(s));
+      CHECK_THROWS_AS(net->check_input(s), ShapeError);
+      CHECK_THROWS_WITH(net->forward(ctx, Var(ctx.zeros(s)), false), Contains(model + ": input has shape") &&
+                                                                          Contains(shape_str(s)));
+    };
+    refused({1, channels + 1, side, side});    // channels
+    refused({0, channels, side, side});        // no batch
+    refused({channels, side, side});           // not 4-D
+    refused({1, channels, side, side, 1});
+    if (in.min_side > 1) {
+      refused({1, channels, side - 1, side});  // below the documented minimum, either side
+      refused({1, channels, side, side - 1});
+    }
+    if (in.max_side > 0) refused({1, channels, in.max_side + 1, side});
+    CHECK_NOTHROW(net->check_input({1, channels, side, side}));
+    CHECK(ctx.manifest().entries().empty());  // no op ran
+  }
+  // The minimum sides nets.h documents.
+  Context ctx;
+  const std::pair<const char*, int> minimum[] = {{"smallcnn", 8},    {"mediumcnn-k3", 64}, {"mnist-cnn", 28},
+                                                 {"vgg16", 224},     {"densenet121", 29},  {"mobilenet", 32},
+                                                 {"inception-v3", 75}, {"xception", 71},   {"resnet50", 1}};
+  for (const auto& [model, side] : minimum) {
+    INFO(model);
+    CHECK(make_net(ctx, {model, 10, std::string(model) == "mnist-cnn" ? 1 : 3})->input_spec().min_side == side);
+  }
+  CHECK(make_net(ctx, {"vgg19", 10, 3})->input_spec().max_side == 255);
+  CHECK(make_net(ctx, {"mnist-cnn", 10, 1})->input_spec().max_side == 28);
+  CHECK_THROWS_WITH(make_net(ctx, {"smallcnn", 10, 0}), Contains("input channel"));
+}
 
 TEST_CASE("mnist-cnn: Keras's parameter count, layer names, knob layers") {
   Context ctx;

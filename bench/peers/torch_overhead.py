@@ -7,13 +7,14 @@ stays on the GPU (fp32, --batch images of 3x224x224, 3x299x299 for inception-v3,
 eager; torch.cuda.max_memory_allocated over the timed steps (the peak is reset after warm-up), and
 over warm-up too. Every (model, mode) starts from a fresh model built from the same seed.
 
-Models: torchvision's vgg16, vgg19, resnet50, resnet101, resnet152, densenet121, densenet201,
-mobilenet_v2, efficientnet_b0 and inception_v3 (aux_logits=False, init_weights=True; no weights
-are downloaded), and two torchvision lacks, defined here as ditto builds them: MediumCNN(k) (the
-paper's: six blocks conv kxk padding k//2 with bias -> batch norm -> ReLU -> max pool 2, widths 16
-to 512 doubling, global average pool, linear 512 -> classes) and Keras's Xception (separable
-convolutions = depthwise 3x3 + pointwise 1x1, no bias). Names as ditto writes them
-("mobilenet-v2", "mediumcnn-k3").
+Models: torchvision's vgg16, vgg19, resnet50, resnet101, resnet152, densenet121, densenet169,
+densenet201, mobilenet_v2, efficientnet_b0 and inception_v3 (aux_logits=False, init_weights=True;
+no weights are downloaded), and three torchvision lacks, defined here as ditto builds them:
+MediumCNN(k) (the paper's: six blocks conv kxk padding k//2 with bias -> batch norm -> ReLU -> max
+pool 2, widths 16 to 512 doubling, global average pool, linear 512 -> classes), Keras's Xception
+(separable convolutions = depthwise 3x3 + pointwise 1x1, no bias) and Keras's MobileNet v1
+("mobilenet": depthwise-separable blocks, ReLU6, a 1x1-conv classifier). Names as ditto writes
+them ("mobilenet-v2", "mediumcnn-k3").
 
 Modes (each sets every switch explicitly; TF32 is off in both, as ditto's fp32 runs use FMA math):
   default        cudnn.benchmark off, not deterministic
@@ -58,20 +59,20 @@ from peer_common import percentile, short_error  # noqa: E402
 
 try:
     import torchvision  # noqa: E402
-except ImportError:  # the two models defined here still run
+except ImportError:  # the models defined here still run
     torchvision = None
 
 warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*")
 
-ZOO = ["vgg16", "vgg19", "resnet50", "resnet101", "resnet152", "densenet121", "densenet201", "mobilenet-v2",
-       "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1", "mediumcnn-k3", "mediumcnn-k5",
-       "mediumcnn-k7"]
+ZOO = ["vgg16", "vgg19", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201",
+       "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1", "mediumcnn-k3",
+       "mediumcnn-k5", "mediumcnn-k7"]
 MODES = ["default", "deterministic"]
 LR, MOMENTUM = 0.01, 0.9
 
 
 class MediumCNN(nn.Module):
-    """The paper's MediumCNN(k), as nets/nets.cpp builds it: conv kxk (padding k//2, bias) -> BN ->
+    """The paper's MediumCNN(k), as nets/small.cpp builds it: conv kxk (padding k//2, bias) -> BN ->
     ReLU -> max pool 2 for widths 16, 32, 64, 128, 256, 512; global average pool; linear 512 ->
     classes."""
 
@@ -145,11 +146,45 @@ class Xception(nn.Module):
         return self.fc(x.mean(dim=(2, 3)))
 
 
+class MobileNetV1(nn.Module):
+    """keras.applications.MobileNet (v1, alpha 1.0, include_top), as nets/mobilenet.cpp builds it:
+    conv 3x3/2 32 -> BN -> ReLU6; 13 blocks of depthwise 3x3 (stride 2 in blocks 2, 4, 6, 12) -> BN
+    -> ReLU6 -> pointwise 1x1 -> BN -> ReLU6 to 64, 128, 128, 256, 256, 512 x6, 1024, 1024; global
+    average pool -> dropout 1e-3 -> 1x1 conv with bias -> [N, classes]. No other bias. Batch norm
+    eps 1e-3, momentum 0.01 (Keras's 0.99). 4,231,976 parameters for 1000 classes (Keras's summary
+    says 4,253,864: it counts BN's moving statistics, PyTorch's buffers). Padding 1 on every 3x3
+    conv, as ditto's symmetric padding (Keras pads its stride-2 convs 0 before, 1 after: the same
+    sizes at 224x224, windows one pixel apart)."""
+
+    BLOCKS = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
+
+    def __init__(self, classes):
+        super().__init__()
+
+        def conv_bn(cin, cout, kernel, stride, groups):
+            return [nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, groups=groups, bias=False),
+                    nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01), nn.ReLU6(inplace=True)]
+
+        layers, c = conv_bn(3, 32, 3, 2, 1), 32
+        for cout, stride in self.BLOCKS:
+            layers += conv_bn(c, c, 3, stride, c) + conv_bn(c, cout, 1, 1, 1)
+            c = cout
+        self.features = nn.Sequential(*layers)
+        self.dropout = nn.Dropout(1e-3)
+        self.conv_preds = nn.Conv2d(c, classes, 1, bias=True)
+
+    def forward(self, x):
+        x = self.dropout(F.adaptive_avg_pool2d(self.features(x), 1))
+        return torch.flatten(self.conv_preds(x), 1)
+
+
 def build_model(name, classes):
     if name.startswith("mediumcnn-k"):
         return MediumCNN(int(name[len("mediumcnn-k"):]), classes)
     if name == "xception":
         return Xception(classes)
+    if name == "mobilenet":
+        return MobileNetV1(classes)
     if torchvision is None:
         raise RuntimeError("torchvision is not installed")
     tv = torchvision.models

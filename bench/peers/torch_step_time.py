@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""PyTorch peer of ditto's bench/step_time: milliseconds per training step on one fixed batch.
 
-Runs the same networks as nets/nets.cpp (SmallCNN, SmallCNN-BN, ResNet-18 for CIFAR; 10 classes,
+Runs the same networks as nets/small.cpp and resnet.cpp (SmallCNN, SmallCNN-BN, ResNet-18 for CIFAR; 10 classes,
 3x32x32 inputs, fp32) through one training step (forward, cross-entropy, backward, optimizer step,
 zero_grad(set_to_none=True)) on a synthetic batch that stays on the GPU, under several settings of
 PyTorch's global switches ("modes"), each eagerly and, unless --no-graph, as one captured CUDA graph
@@ -53,7 +53,7 @@ warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*"
 
 class SmallCNNBN(SmallCNN):
     """ditto's "smallcnn-bn": SmallCNN with conv -> batchnorm -> relu -> maxpool. The convs keep
-    their bias (nets.cpp builds them with Conv2d's default bias=true), zero-initialised; BN gamma 1,
+    their bias (nets/small.cpp builds them with bias), zero-initialised; BN gamma 1,
     beta 0, momentum 0.1, eps 1e-5 (nets/module.h defaults, the same as PyTorch's)."""
 
     def __init__(self, classes=10):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peer of ditto-train, for timing on the same GPU in the same device call.
 
-Builds the same networks as nets/nets.cpp (SmallCNN: 3x(conv3x3 pad1 -> relu -> maxpool2),
+Builds the same networks as nets/small.cpp and nets/resnet.cpp (SmallCNN: 3x(conv3x3 pad1 -> relu -> maxpool2),
 global average pool, dense 32 relu, dense classes; ResNet-18 for CIFAR: 3x3 stem, no stem
 pool), trains on the CIFAR-10 JPEG folders with the same optimizer settings, the data held on
 the GPU (as ditto's loader stages them), per-channel mean/std normalization, and the same

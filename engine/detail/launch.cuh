@@ -16,3 +16,7 @@ inline unsigned blocks_for(int64_t n) {
 }
 
 }  // namespace ditto::cuda
+
+// for (i over [0, n)) as a grid-stride loop: thread t of the grid takes t, t + grid size, ...
+#define DITTO_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)

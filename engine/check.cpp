@@ -1,4 +1,4 @@
-#include "kernels/check.h"
+#include "engine/check.h"
 
 #include <fmt/format.h>
 
