@@ -6,9 +6,11 @@
 #include "ditto.h"
 
 #include "experiments/attribute.h"
+#include "experiments/decomposition.h"
 #include "experiments/diverge.h"
 #include "experiments/ensemble.h"
 #include "experiments/report.h"
+#include "experiments/run_dir.h"
 #include "experiments/scheduler.h"
 #include "experiments/stats.h"
 #include "experiments/step.h"
