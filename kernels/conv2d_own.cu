@@ -16,6 +16,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/conv2d_own.h"
+#include "kernels/detail/cublas_modes.h"
 #include "kernels/detail/reduce.cuh"
 
 namespace ditto::cuda {
@@ -261,28 +262,6 @@ void fold(Context& ctx, float* acc, const float* parts, int64_t count, int64_t e
   DITTO_CHECK_LAUNCH(ctx);
 }
 
-// cuBLAS with atomics off and the asked compute, restored on exit.
-class GemmGuard {
- public:
-  explicit GemmGuard(cublasHandle_t h) : h_(h) {
-    DITTO_CUBLAS_CHECK(cublasGetMathMode(h_, &math_));
-    DITTO_CUBLAS_CHECK(cublasGetAtomicsMode(h_, &atomics_));
-    DITTO_CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
-    DITTO_CUBLAS_CHECK(cublasSetAtomicsMode(h_, CUBLAS_ATOMICS_NOT_ALLOWED));
-  }
-  ~GemmGuard() {
-    cublasSetMathMode(h_, math_);
-    cublasSetAtomicsMode(h_, atomics_);
-  }
-  GemmGuard(const GemmGuard&) = delete;
-  GemmGuard& operator=(const GemmGuard&) = delete;
-
- private:
-  cublasHandle_t h_;
-  cublasMath_t math_ = CUBLAS_DEFAULT_MATH;
-  cublasAtomicsMode_t atomics_ = CUBLAS_ATOMICS_NOT_ALLOWED;
-};
-
 // One strided-batched GEMM in cuBLAS's column-major terms.
 struct Gemm {
   cublasOperation_t ta, tb;
@@ -324,7 +303,7 @@ void conv_bwd_filter_gemm(Context& ctx, const ConvGeom& g, const float* x, const
   const bool narrow = fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo()) && fits32(int64_t(p.cols_floats)) &&
                       fits32(int64_t(p.dy_floats));
   const int64_t kg = g.Kg(), crs = g.CRSg(), howo = g.HoWo();
-  GemmGuard guard(ctx.cuda().cublas);
+  detail::CublasModes modes(ctx.cuda().cublas, /*allow_atomics=*/false);
   for (int64_t grp = 0; grp < g.G; ++grp) {
     bool first = true;
     each_chunk(g, p, [&](int64_t n0, int64_t items, int64_t images) {
@@ -363,7 +342,7 @@ void conv_bwd_data_gemm(Context& ctx, const ConvGeom& g, const float* w, const f
   const bool narrow = fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo()) && fits32(int64_t(p.cols_floats)) &&
                       fits32(int64_t(p.dy_floats));
   const int64_t kg = g.Kg(), crs = g.CRSg(), howo = g.HoWo();
-  GemmGuard guard(ctx.cuda().cublas);
+  detail::CublasModes modes(ctx.cuda().cublas, /*allow_atomics=*/false);
   for (int64_t grp = 0; grp < g.G; ++grp) {
     each_chunk(g, p, [&](int64_t n0, int64_t items, int64_t images) {
       const int64_t positions = images * howo;

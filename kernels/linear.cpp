@@ -8,35 +8,11 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/profiler.h"
 #include "kernels/check.h"
+#include "kernels/detail/cublas_modes.h"
 #include "kernels/linear_ref.h"
 
 namespace ditto {
 namespace {
-
-// Sets this layer's math and atomics modes on the shared cuBLAS handle and restores the previous
-// ones when the layer's calls have been queued (the modes are read at call time, not at run time).
-class CublasModes {
- public:
-  CublasModes(cublasHandle_t h, CublasAtomics atomics) : h_(h) {
-    DITTO_CUBLAS_CHECK(cublasGetMathMode(h_, &prev_math_));
-    DITTO_CUBLAS_CHECK(cublasGetAtomicsMode(h_, &prev_atomics_));
-    // TF32 is chosen by the compute type alone: the handle's mode must not allow it behind our back.
-    DITTO_CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
-    DITTO_CUBLAS_CHECK(cublasSetAtomicsMode(
-        h_, atomics == CublasAtomics::On ? CUBLAS_ATOMICS_ALLOWED : CUBLAS_ATOMICS_NOT_ALLOWED));
-  }
-  ~CublasModes() {
-    cublasSetMathMode(h_, prev_math_);  // destructors do not throw; these cannot fail on a live handle
-    cublasSetAtomicsMode(h_, prev_atomics_);
-  }
-  CublasModes(const CublasModes&) = delete;
-  CublasModes& operator=(const CublasModes&) = delete;
-
- private:
-  cublasHandle_t h_;
-  cublasMath_t prev_math_ = CUBLAS_DEFAULT_MATH;
-  cublasAtomicsMode_t prev_atomics_ = CUBLAS_ATOMICS_NOT_ALLOWED;
-};
 
 struct GemmModes {
   MathMode math;
@@ -58,7 +34,7 @@ void gemm(Context& ctx, const std::string& layer, GemmModes modes, bool ta, bool
     DITTO_CUDA_CHECK(cudaMemsetAsync(C, 0, sizeof(float) * static_cast<size_t>(m * n), cs.stream));
     return;
   }
-  CublasModes guard(cs.cublas, modes.atomics);
+  detail::CublasModes guard(cs.cublas, modes.atomics == CublasAtomics::On);
   const float alpha = 1.0f, beta = 0.0f;
   cublasComputeType_t compute = modes.math == MathMode::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   DITTO_CUBLAS_CHECK(cublasGemmEx(cs.cublas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
