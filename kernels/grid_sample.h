@@ -13,7 +13,8 @@
 //   cudnn          cudnnSpatialTfGridGeneratorForward/Backward. cuDNN's base grid is the
 //                  align_corners=True one, so the variant requires align_corners (PolicyError
 //                  otherwise, naming the layer and listing atomic, deterministic). Not among the
-//                  routines cuDNN documents as non-reproducible: run_to_run.
+//                  routines cuDNN documents as non-reproducible, yet its backward gave 10
+//                  different dtheta in 10 calls on an H100 (cuDNN 9.14): not_guaranteed.
 //
 // grid_sample: x {N, C, H, W}, grid {N, OH, OW, 2} -> y {N, C, OH, OW}. Forward: one thread per
 // output element, deterministic. Backward to x and to the grid by the layer's GridSampleBwd (knob

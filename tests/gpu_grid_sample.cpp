@@ -2,8 +2,10 @@
 // CPU reference in double (grids on a 1/64 lattice, so the unnormalized positions and bilinear
 // weights are exact in float and the tolerances only cover the sums); determinism over 10 runs on a
 // grid that squeezes every output onto a few input pixels (bit-equal where promised, more than one
-// result for the atomic variants, cuDNN's observed and printed); the PolicyError for cuDNN without
-// align_corners; one DETERMINISM line per variant with the time of forward + backward.
+// result for the atomic variants and for cuDNN's grid generator backward, which cuDNN does not list
+// as non-reproducible but an H100 showed so; cuDNN's sampler observed and printed); the
+// PolicyError for cuDNN without align_corners; one DETERMINISM line per variant with the time of
+// forward + backward.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -155,9 +157,7 @@ TEST_CASE("gpu affine grid: every backward variant against the CPU reference") {
       const ManifestEntry* e = gpu.manifest().find("loc", "bwd");
       REQUIRE(e != nullptr);
       CHECK(e->variant == name_of(v));
-      CHECK(e->guarantee == (v == AffineGridBwd::Atomic         ? Guarantee::NotGuaranteed
-                             : v == AffineGridBwd::Deterministic ? Guarantee::GpuToGpu
-                                                                 : Guarantee::RunToRun));
+      CHECK(e->guarantee == (v == AffineGridBwd::Deterministic ? Guarantee::GpuToGpu : Guarantee::NotGuaranteed));
     }
   }
 }
@@ -212,8 +212,10 @@ TEST_CASE("gpu grid sample and affine grid: determinism of each variant over 10 
     const std::size_t distinct = test::distinct_results(10, step);
     const double us = test::us_per_call(gpu, [&] { step(); });
     std::printf("DETERMINISM | affine_grid | bwd=%s | %zu/10 | %.1f us\n", name_of(v), distinct, us);
-    if (v != AffineGridBwd::Atomic) CHECK(distinct == 1);  // cuDNN: not on its non-reproducible list
-    if (v == AffineGridBwd::Atomic) CHECK(distinct > 1);
+    if (v == AffineGridBwd::Deterministic) CHECK(distinct == 1);
+    // atomic by construction; cuDNN's is not on its non-reproducible list, yet gave 10 results in 10
+    // calls on an H100 with cuDNN 9.14 (issue 18): a finding this test keeps watching.
+    if (v != AffineGridBwd::Deterministic) CHECK(distinct > 1);
   }
 }
 
