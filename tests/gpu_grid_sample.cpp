@@ -190,6 +190,28 @@ TEST_CASE("gpu grid sample and affine grid: determinism of each variant over 10 
     if (v == GridSampleBwd::Deterministic) {
       CHECK(distinct["dx"] == 1);
       CHECK(distinct["dgrid"] == 1);
+      // A stronger zoom, shifted (theta 0.01, x moved by -0.015: every output on the central 2x3
+      // pixels) gives pixels (31, 31) and (32, 31) 4096 records each, starting 1856 records into a
+      // tile of the segmented sum (2048 records): their sums cross a whole tile. dx against the
+      // reference, with the first test case's bound. Positions stay >= 0.0025 pixel from a corner
+      // boundary (float rounding moves them by < 1e-5), so float and double pick the same corners.
+      std::vector<float> tight_v;
+      for (int64_t i = 0; i < n; ++i) tight_v.insert(tight_v.end(), {0.01f, 0.f, -0.015f, 0.f, 0.01f, 0.f});
+      Tensor tight = affine_grid(gpu, "loc", Var(gpu.from_host(tight_v, {n, 2, 3})), hw, hw, true).value();
+      ref::GridSampleDims d;
+      d.n = n, d.c = c, d.h = hw, d.w = hw, d.oh = hw, d.ow = hw, d.align_corners = true;
+      const auto gv = tight.to_host_f32();
+      const auto xv = x.to_host_f32(), dyv = dy.to_host_f32();
+      std::vector<double> gd(gv.begin(), gv.end()), xd(xv.begin(), xv.end()), dyd(dyv.begin(), dyv.end());
+      std::vector<double> dx_ref(xd.size());
+      ref::grid_sample_bwd(xd.data(), gd.data(), dyd.data(), dx_ref.data(), static_cast<double*>(nullptr), d);
+      const double k = double(max_contributions(gv, d));
+      INFO("max contributions " << k);
+      CHECK(k == 4096);
+      auto b = test::all_close(sample_step(gpu, "stn", x, tight, dy, true).dx.to_host_f32(), dx_ref,
+                               (k + 2) * k * kU, 0.0);
+      INFO("dx: " << b.str());
+      CHECK(b.ok);
     }
     if (v == GridSampleBwd::Atomic) {
       CHECK(distinct["dx"] > 1);
