@@ -247,11 +247,21 @@ __global__ void __launch_bounds__(kTileThreads, 3)
   const uint32_t key_after = first + kTileItems < tile_end ? keys[first + kTileItems] : kNone;
   const uint32_t next_tile_key = tile_end < records ? keys[tile_end] : kNone;
 
+  // dy of the next channel is loaded before this channel's scan, so the loads are in flight while
+  // the block scans (nothing waits on them until the next iteration).
+  float dy_next[kTileItems];
+  auto load_dy = [&](int64_t ch) {
+    if (ch >= d.c) return;
+    const float* dyc = dy + ch * plane;
+#pragma unroll
+    for (int i = 0; i < kTileItems; ++i) dy_next[i] = adds[i] ? dyc[dy_at[i]] : 0.f;
+  };
+  load_dy(blockIdx.y);
   for (int64_t c = blockIdx.y; c < d.c; c += gridDim.y) {
-    const float* dyc = dy + c * plane;
     float v[kTileItems];
 #pragma unroll
-    for (int i = 0; i < kTileItems; ++i) v[i] = adds[i] ? __fmul_rn(w[i], dyc[dy_at[i]]) : 0.f;
+    for (int i = 0; i < kTileItems; ++i) v[i] = adds[i] ? __fmul_rn(w[i], dy_next[i]) : 0.f;
+    load_dy(c + gridDim.y);
     SegSum own{0.f, 0};
 #pragma unroll
     for (int i = 0; i < kTileItems; ++i) own = JoinSegSum()(own, SegSum{v[i], start[i]});
