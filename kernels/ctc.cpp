@@ -15,7 +15,9 @@ namespace ditto {
 namespace {
 
 constexpr const char* kOp = "ctc_loss";
-constexpr int64_t kCudnnMaxLabels = 256;  // cuDNN: labels of at most 256 symbols
+// cuDNN documents labels of at most 256 symbols, but 256 itself fails (PyTorch found it with
+// cuDNN 8.1 and hands cuDNN labels of at most 255, as its v8 path's maxLabelLength of 255 says).
+constexpr int64_t kCudnnMaxLabels = 255;
 
 Determinism determinism_of(CtcAlgo v) { return v == CtcAlgo::CudnnNondeterministic ? Determinism::No : Determinism::Yes; }
 Impl impl_of(CtcAlgo v) { return v == CtcAlgo::Ditto ? Impl::Ditto : Impl::Library; }
@@ -81,11 +83,12 @@ std::size_t run_cudnn(Context& ctx, const std::string& op, CtcAlgo v, const ref:
   detail::require_workspace(stage_ws, op, what + " (label staging)", "algo=ditto needs its own");
   detail::require_workspace(cudnn_ws, op, what, "algo=ditto needs its own");
   const cuda::CtcCudnnStage st = cuda::ctc_cudnn_stage(ctx, labels, label_len, input_len, stage_ws.get(), d);
-  // cuDNN may leave gradient rows past an input length untouched; ctc_cudnn_finish zeroes them.
+  // cuDNN may leave gradient rows past an input length untouched; ctc_cudnn_finish zeroes them and
+  // writes the stand-in samples' costs and gradients (empty labels by their closed form).
   DITTO_CUDNN_VARIANT(cudnnCTCLoss_v8(cs.cudnn, algo, desc.d, probs.d, logits, st.flat_labels, st.label_len,
                                       st.input_len, cost, grad ? grads.d : nullptr, grad, cudnn_bytes, cudnn_ws.get()),
                       op, what, "ditto");
-  cuda::ctc_cudnn_finish(ctx, st.status, input_len, cost, grad, d);
+  cuda::ctc_cudnn_finish(ctx, st, logits, input_len, cost, grad, d);
   return stage_bytes + cudnn_bytes;
 }
 
@@ -116,8 +119,8 @@ Var ctc_loss(Context& ctx, const std::string& layer, const Var& logits, const Te
   const std::string requested = ctx.policy().requested(layer, "algo", OpKind::CtcLoss);
   if (ctx.is_cuda() && variant != CtcAlgo::Ditto && d.s > kCudnnMaxLabels) {
     if (requested == "pinned")
-      throw PolicyError(fmt::format("{}: algo={} takes labels of at most {} symbols (cuDNN's limit), labels {} have "
-                                    "{}; supported variants: ditto",
+      throw PolicyError(fmt::format("{}: algo={} takes labels of at most {} symbols (cuDNN documents 256 but fails "
+                                    "there), labels {} have {}; supported variants: ditto",
                                     op, name_of(variant), kCudnnMaxLabels, shape_str(labels.shape()), d.s));
     variant = CtcAlgo::Ditto;  // a mode word: cuDNN cannot take the shape; recorded below
   }
@@ -138,7 +141,7 @@ Var ctc_loss(Context& ctx, const std::string& layer, const Var& logits, const Te
   } else if (variant == CtcAlgo::Ditto) {
     ws_bytes = cuda::ctc_workspace(d);
     detail::Workspace ws(ctx.cuda(), ws_bytes);
-    detail::require_workspace(ws, op, "algo=ditto", "the cuDNN variants (labels <= 256) need less");
+    detail::require_workspace(ws, op, "algo=ditto", "the cuDNN variants (labels <= 255) need less");
     cuda::ctc_ditto(ctx, logits.value().f32(), labels.i32(), label_lengths.i32(), input_lengths.i32(), cost.f32(),
                     grad ? dcost.f32() : nullptr, ws.get(), d);
   } else if (d.n > 0) {

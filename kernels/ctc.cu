@@ -164,15 +164,18 @@ __global__ void __launch_bounds__(kCtcThreads)
   }
 }
 
-// ---- staging around cuDNN: one thread per sample or per element, no reductions ---------------
+// ---- staging around cuDNN: one thread per sample, per (time, sample) or per element; every sum
+// is one thread's loop in a fixed order ------------------------------------------------------
 
+// Status per sample (kernels/detail/ctc_cuda.h): 0 cuDNN's, 1 invalid, 2 more labels than frames,
+// 3 an empty label. Samples 1..3 hand cuDNN a stand-in (one label 1 over all T frames).
 __global__ void ctc_stage_lengths_kernel(const int32_t* __restrict__ labels, const int32_t* __restrict__ label_len,
                                          const int32_t* __restrict__ input_len, int32_t* __restrict__ len_clean,
                                          int32_t* __restrict__ in_clean, int32_t* __restrict__ status,
                                          ref::CtcDims d) {
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < d.n; n += int64_t(gridDim.x) * blockDim.x) {
     const bool valid = sample_valid(labels, label_len, input_len, d, n);
-    const int32_t st = !valid ? 1 : (label_len[n] > input_len[n] ? 2 : 0);
+    const int32_t st = !valid ? 1 : (label_len[n] > input_len[n] ? 2 : (label_len[n] == 0 ? 3 : 0));
     status[n] = st;
     len_clean[n] = st == 0 ? label_len[n] : 1;
     in_clean[n] = st == 0 ? input_len[n] : static_cast<int32_t>(d.t);
@@ -193,19 +196,55 @@ __global__ void ctc_stage_labels_kernel(const int32_t* __restrict__ labels, cons
       if (len_clean[n] == 1) flat[offsets[n]] = 1;
 }
 
-__global__ void ctc_cudnn_finish_kernel(const int32_t* __restrict__ status, const int32_t* __restrict__ input_len,
-                                        float* __restrict__ cost, float* __restrict__ grad, ref::CtcDims d) {
-  const int64_t total = grad ? d.t * d.n * d.a : d.n;
+// Empty labels, part 1: the log-softmax normalizer of every frame t < T_n of such a sample, one
+// thread per (t, n) looping over the classes in order (ctc_kernel's arithmetic).
+__global__ void ctc_empty_lse_kernel(const float* __restrict__ logits, const int32_t* __restrict__ status,
+                                     const int32_t* __restrict__ input_len, float* __restrict__ lse, ref::CtcDims d) {
+  const int64_t total = d.t * d.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t a = grad ? i % d.a : 0, n = grad ? (i / d.a) % d.n : i, t = grad ? i / (d.a * d.n) : 0;
+    const int64_t n = i % d.n, t = i / d.n;
+    if (status[n] != 3 || t >= input_len[n]) continue;
+    const float* row = logits + i * d.a;
+    float m = row[0];
+    for (int64_t a = 1; a < d.a; ++a) m = fmaxf(m, row[a]);
+    float s = 0.f;
+    for (int64_t a = 0; a < d.a; ++a) s += expf(row[a] - m);
+    lse[i] = m + logf(s);
+  }
+}
+
+// Gradient rows, one thread per element: status 1 NaN; status 2 and frames t >= T_n zero (cuDNN may
+// leave those rows untouched); status 3 softmax - onehot(blank) for t < T_n (the only alignment of
+// an empty label is all blanks, so its occupancy is 1 at the blank).
+__global__ void ctc_cudnn_finish_grad_kernel(const float* __restrict__ logits, const int32_t* __restrict__ status,
+                                             const int32_t* __restrict__ input_len, const float* __restrict__ lse,
+                                             float* __restrict__ grad, ref::CtcDims d) {
+  const int64_t total = d.t * d.n * d.a;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = i % d.a, tn = i / d.a, n = tn % d.n, t = tn / d.n;
     const int32_t st = status[n];
-    if (grad) {
-      if (st == 1)
-        grad[i] = NAN;
-      else if (st == 2 || t >= input_len[n])
-        grad[i] = 0.f;
-    }
-    if (t == 0 && a == 0 && st != 0) cost[n] = st == 1 ? NAN : INFINITY;
+    if (st == 1)
+      grad[i] = NAN;
+    else if (st == 2 || t >= input_len[n])
+      grad[i] = 0.f;
+    else if (st == 3)
+      grad[i] = expf(logits[i] - lse[tn]) - (a == 0 ? 1.f : 0.f);
+  }
+}
+
+// Costs, one thread per sample: status 1 NaN, 2 +inf, 3 -sum_t log softmax[t, blank] added in
+// ascending t; status 0 keeps cuDNN's.
+__global__ void ctc_cudnn_finish_cost_kernel(const float* __restrict__ logits, const int32_t* __restrict__ status,
+                                             const int32_t* __restrict__ input_len, const float* __restrict__ lse,
+                                             float* __restrict__ cost, ref::CtcDims d) {
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < d.n; n += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t st = status[n];
+    if (st == 1) cost[n] = NAN;
+    if (st == 2) cost[n] = INFINITY;
+    if (st != 3) continue;
+    float c = 0.f;
+    for (int64_t t = 0; t < input_len[n]; ++t) c += lse[t * d.n + n] - logits[(t * d.n + n) * d.a];
+    cost[n] = c;
   }
 }
 
@@ -234,6 +273,7 @@ StageLayout stage_layout(void* base, const ref::CtcDims& d) {
   l.stage.input_len = carve.take<int32_t>(d.n);
   l.stage.status = carve.take<int32_t>(d.n);
   l.offsets = carve.take<int32_t>(d.n);
+  l.stage.lse = carve.take<float>(d.t * d.n);
   l.scan_temp = carve.take<char>(static_cast<int64_t>(l.scan_bytes));
   l.bytes = carve.bytes;
   return l;
@@ -269,11 +309,21 @@ CtcCudnnStage ctc_cudnn_stage(Context& ctx, const int32_t* labels, const int32_t
   return l.stage;
 }
 
-void ctc_cudnn_finish(Context& ctx, const int32_t* status, const int32_t* input_len, float* cost, float* grad,
-                      const ref::CtcDims& d) {
-  const int64_t total = grad ? d.t * d.n * d.a : d.n;
-  if (total == 0) return;
-  ctc_cudnn_finish_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(status, input_len, cost, grad, d);
+void ctc_cudnn_finish(Context& ctx, const CtcCudnnStage& stage, const float* logits, const int32_t* input_len,
+                      float* cost, float* grad, const ref::CtcDims& d) {
+  if (d.n == 0) return;
+  cudaStream_t st = detail::stream_of(ctx);
+  if (d.t > 0) {
+    ctc_empty_lse_kernel<<<blocks_for(d.t * d.n), kThreads, 0, st>>>(logits, stage.status, input_len, stage.lse, d);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+  if (grad && d.t * d.a > 0) {
+    ctc_cudnn_finish_grad_kernel<<<blocks_for(d.t * d.n * d.a), kThreads, 0, st>>>(logits, stage.status, input_len,
+                                                                                     stage.lse, grad, d);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+  ctc_cudnn_finish_cost_kernel<<<blocks_for(d.n), kThreads, 0, st>>>(logits, stage.status, input_len, stage.lse, cost,
+                                                                     d);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

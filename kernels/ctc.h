@@ -20,9 +20,17 @@
 //   cudnn-nondeterministic  the same with CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC, which cuDNN's
 //                           Reproducibility notes list as not reproducible: not_guaranteed. What
 //                           frameworks do (PyTorch's cuDNN path, cudnn.deterministic off).
-// cuDNN's CTC takes labels of at most 256 symbols: a pinned cuDNN variant with S > 256 is a
-// PolicyError naming the layer; under a mode word (heuristic, nondeterministic, fastest) the op runs
-// ditto's instead and the manifest says so.
+// Both cuDNN variants: logits as cuDNN's "probs" with CUDNN_LOSS_NORMALIZATION_SOFTMAX (cuDNN
+// applies the softmax, the gradient is with respect to the logits), labels concatenated on the
+// device (staged from the padded {N, S}), lengths on the device, any input lengths <= T.
+// cuDNN gets an empty label wrong (cost 0 and a gradient lacking the blank's occupancy, seen on an
+// H100 with cuDNN 9.14; PyTorch issue 21680 showed cuDNN 7 wrong there too), so such a sample is handed to cuDNN as
+// a stand-in and its cost -sum_t log softmax[t, blank] and gradient softmax - onehot(blank) (the
+// all-blank path is its only alignment) are written after the call by one thread per element
+// (the cost one thread's sum in ascending t): deterministic, so the variant's label holds.
+// cuDNN documents labels of at most 256 symbols but fails at 256 (PyTorch hands it at most 255):
+// a pinned cuDNN variant with S > 255 is a PolicyError naming the layer; under a mode word
+// (heuristic, nondeterministic, fastest) the op runs ditto's instead and the manifest says so.
 // Invalid samples (label length outside [0, S], input length outside [1, T], a label outside
 // [1, A)): a DataError naming the sample on the CPU; on the GPU (no host copy) that sample's cost
 // and gradient are NaN, whatever the variant (cuDNN is handed a harmless stand-in). A sample that

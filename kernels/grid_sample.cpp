@@ -47,7 +47,10 @@ bool fits_int(std::initializer_list<int64_t> dims) {
 
 // ---- affine_grid ----------------------------------------------------------------------------
 
-Determinism determinism_of(AffineGridBwd v) { return v == AffineGridBwd::Atomic ? Determinism::No : Determinism::Yes; }
+// cuDNN: cudnnSpatialTfGridGeneratorBackward is not on its non-reproducible list, but measured so.
+Determinism determinism_of(AffineGridBwd v) {
+  return v == AffineGridBwd::Deterministic ? Determinism::Yes : Determinism::No;
+}
 Impl impl_of(AffineGridBwd v) { return v == AffineGridBwd::Cudnn ? Impl::Library : Impl::Ditto; }
 
 void record_affine(Context& ctx, const std::string& layer, AffineGridBwd v, const std::string& requested,

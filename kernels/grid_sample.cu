@@ -1,5 +1,7 @@
 // ditto's own spatial-transformer kernels. Which are deterministic, and why, is said per kernel.
 // Positions in a plane are int (the op checks H*W and OH*OW < 2^31); totals are int64.
+#include <cub/block/block_scan.cuh>
+
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/grid_sample_cuda.h"
@@ -115,16 +117,28 @@ __global__ void grid_sample_fwd_kernel(const float* __restrict__ x, const float*
   }
 }
 
+// Records of the deterministic dx (kernels/grid_sample.h): one per (position, corner), record
+// e = (n*plane + p)*4 + k. keys[e]: the corner's pixel n*H*W + iy*W + ix, clamped into the image
+// for a corner outside it (the record still sorts next to real ones, but adds nothing); ents[e]:
+// e, or -1 where the corner adds nothing (outside the image, or a non-finite position); wts[e]:
+// the corner's weight.
+struct GatherRecords {
+  uint32_t* keys;
+  int32_t* ents;
+  float* wts;
+};
+
 // Backward per output position (PyTorch's grid_sampler_2d_backward scheme): one thread per (n, p)
 // loops over the channels in order. The grid gradient is that thread's own sum: deterministic.
 //   kScatter = true:  also atomicAdds dy * weight into the four corners of dx (dx zeroed first):
 //                     several positions share corners, so the adds land in scheduling order: NOT
 //                     deterministic.
-//   kScatter = false: the grid gradient only.
+//   kScatter = false: the grid gradient, and the position's four dx records where rec.keys is
+//                     set (no reduction: each record is this thread's own).
 template <bool kScatter>
 __global__ void grid_sample_bwd_position_kernel(const float* __restrict__ x, const float* __restrict__ grid,
                                                 const float* __restrict__ dy, float* __restrict__ dx,
-                                                float* __restrict__ dgrid, ref::GridSampleDims d) {
+                                                float* __restrict__ dgrid, GatherRecords rec, ref::GridSampleDims d) {
   const int64_t plane = d.oh * d.ow, total = d.n * plane, in_plane = d.h * d.w;
   const float sx = d.align_corners ? float(d.w - 1) / 2.f : float(d.w) / 2.f;
   const float sy = d.align_corners ? float(d.h - 1) / 2.f : float(d.h) / 2.f;
@@ -132,6 +146,16 @@ __global__ void grid_sample_bwd_position_kernel(const float* __restrict__ x, con
     const int64_t p = i % plane, n = i / plane;
     const Corners c = corners_at(grid + i * 2, d.h, d.w, d.align_corners);
     const float fx = c.b.fx, fy = c.b.fy;
+    if (!kScatter && rec.keys)
+      for (int k = 0; k < 4; ++k) {
+        const int64_t e = i * 4 + k;
+        const int64_t cx = c.b.ix[k] < 0 ? 0 : (c.b.ix[k] >= d.w ? d.w - 1 : c.b.ix[k]);
+        const int64_t cy = c.b.iy[k] < 0 ? 0 : (c.b.iy[k] >= d.h ? d.h - 1 : c.b.iy[k]);
+        rec.keys[e] = static_cast<uint32_t>(n * in_plane + cy * d.w + cx);
+        rec.ents[e] = c.b.valid[k] ? static_cast<int32_t>(e) : -1;
+        rec.wts[e] = c.b.weight[k];
+      }
+    if (!dgrid && !(kScatter && dx)) continue;
     float gx = 0.f, gy = 0.f;
     for (int64_t ch = 0; ch < d.c; ++ch) {
       const int64_t nc = n * d.c + ch;
@@ -154,71 +178,174 @@ __global__ void grid_sample_bwd_position_kernel(const float* __restrict__ x, con
   }
 }
 
-// Gather records: entry e = (n*plane + p)*4 + k for corner k of position p of image n. Its key is
-// the global target pixel n*H*W + idx (or the sentinel n_images*H*W for a corner outside the image
-// or a non-finite position, sorted past every real target), its weight the corner's weight.
-__global__ void grid_sample_entries_kernel(const float* __restrict__ grid, uint32_t* __restrict__ keys,
-                                           int32_t* __restrict__ vals, float* __restrict__ wts,
-                                           ref::GridSampleDims d) {
-  const int64_t plane = d.oh * d.ow, total = d.n * plane, in_plane = d.h * d.w;
-  const uint32_t sentinel = static_cast<uint32_t>(d.n * in_plane);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / plane;
-    const Corners c = corners_at(grid + i * 2, d.h, d.w, d.align_corners);
-    for (int k = 0; k < 4; ++k) {
-      const int64_t e = i * 4 + k;
-      keys[e] = c.b.valid[k] ? static_cast<uint32_t>(n * in_plane + c.idx[k]) : sentinel;
-      vals[e] = static_cast<int32_t>(e);
-      wts[e] = c.b.weight[k];
+// ---- deterministic dx: a segmented sum over the records sorted by pixel ----------------------
+// The sorted records are cut into tiles of kTile (bounds depend on the record count alone). Block
+// (tile, channel) gives each thread kTileItems consecutive records; each thread folds its items in
+// order, a block-wide exclusive scan (cub::BlockScan, BLOCK_SCAN_WARP_SCANS: warp-synchronous
+// Kogge-Stone scans, then the warp totals in warp order; a fixed shape for a fixed block size)
+// hands each thread the sum of its segment's records before it, and the thread that holds a
+// segment's last record writes it. A segment wholly inside the tile goes to dx; the piece of one
+// that began in an earlier tile goes to the tile's head slot, the piece of one that starts here and
+// goes on to its tail slot. grid_sample_dx_fixup_kernel then adds, for each segment that crosses
+// tiles, its tail piece and the following head pieces in tile order. Every sum's shape is a
+// function of the sorted records and the constants below: the same bits on any GPU, and no thread
+// walks more than kTileItems records or (per crossing segment) one piece per tile, however many
+// outputs squeeze onto one pixel.
+constexpr int kTileThreads = 256;
+constexpr int kTileItems = 8;
+constexpr int64_t kTile = int64_t(kTileThreads) * kTileItems;
+constexpr int64_t kTileBlocksWanted = 2048;  // channels are spread over blocks until about this many
+
+// A run of records: the sum since the last segment start in it (or since its first record), and
+// whether a segment starts in it.
+struct SegSum {
+  float sum;
+  int starts;
+};
+// Joins run a with the run b right after it. Associative, not commutative, as a scan needs.
+struct JoinSegSum {
+  __device__ __forceinline__ SegSum operator()(const SegSum& a, const SegSum& b) const {
+    return b.starts ? b : SegSum{a.sum + b.sum, a.starts};
+  }
+};
+using TileScan = cub::BlockScan<SegSum, kTileThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+
+// Offset: the type of dy's element offsets (uint32_t where dy has fewer than 2^32 elements: fewer
+// registers per record, so more blocks per SM).
+template <class Offset>
+__global__ void __launch_bounds__(kTileThreads, 3)
+    grid_sample_dx_tiles_kernel(const uint32_t* __restrict__ keys, const int32_t* __restrict__ ents,
+                                const float* __restrict__ wts, const float* __restrict__ dy, float* __restrict__ dx,
+                                float* __restrict__ head_part, float* __restrict__ tail_part, int64_t records,
+                                ref::GridSampleDims d) {
+  __shared__ typename TileScan::TempStorage scan_tmp;
+  const int64_t tile = blockIdx.x, tile_beg = tile * kTile;
+  const int64_t tile_end = tile_beg + kTile < records ? tile_beg + kTile : records;
+  const int64_t first = tile_beg + int64_t(threadIdx.x) * kTileItems;
+  const uint32_t plane = static_cast<uint32_t>(d.oh * d.ow), in_plane = static_cast<uint32_t>(d.h * d.w);
+  constexpr uint32_t kNone = 0xffffffffu;  // above every key (the op keeps N*H*W < 2^32 - 1)
+
+  // This thread's records: key, whether a segment starts there, whether it adds anything, its
+  // weight and dy's offset in channel 0.
+  uint32_t key[kTileItems];
+  bool start[kTileItems], adds[kTileItems];
+  float w[kTileItems];
+  Offset dy_at[kTileItems];
+  uint32_t prev = first > 0 && first < tile_end ? keys[first - 1] : kNone;
+#pragma unroll
+  for (int i = 0; i < kTileItems; ++i) {
+    const int64_t j = first + i;
+    key[i] = j < tile_end ? keys[j] : kNone;
+    const int32_t e = j < tile_end ? ents[j] : -1;
+    start[i] = j >= tile_end || key[i] != prev;
+    prev = key[i];
+    adds[i] = e >= 0;
+    w[i] = adds[i] ? wts[e] : 0.f;
+    const uint32_t pos = adds[i] ? static_cast<uint32_t>(e) >> 2 : 0u, n = pos / plane;
+    dy_at[i] = static_cast<Offset>((int64_t(n) * d.c) * plane + (pos - n * plane));
+  }
+  const uint32_t key_after = first + kTileItems < tile_end ? keys[first + kTileItems] : kNone;
+  const uint32_t next_tile_key = tile_end < records ? keys[tile_end] : kNone;
+
+  // dy of the next channel is loaded before this channel's scan, so the loads are in flight while
+  // the block scans (nothing waits on them until the next iteration).
+  float dy_next[kTileItems];
+  auto load_dy = [&](int64_t ch) {
+    if (ch >= d.c) return;
+    const float* dyc = dy + ch * plane;
+#pragma unroll
+    for (int i = 0; i < kTileItems; ++i) dy_next[i] = adds[i] ? dyc[dy_at[i]] : 0.f;
+  };
+  load_dy(blockIdx.y);
+  for (int64_t c = blockIdx.y; c < d.c; c += gridDim.y) {
+    float v[kTileItems];
+#pragma unroll
+    for (int i = 0; i < kTileItems; ++i) v[i] = adds[i] ? __fmul_rn(w[i], dy_next[i]) : 0.f;
+    load_dy(c + gridDim.y);
+    SegSum own{0.f, 0};
+#pragma unroll
+    for (int i = 0; i < kTileItems; ++i) own = JoinSegSum()(own, SegSum{v[i], start[i]});
+    SegSum run;
+    TileScan(scan_tmp).ExclusiveScan(own, run, SegSum{0.f, 0}, JoinSegSum());
+#pragma unroll
+    for (int i = 0; i < kTileItems; ++i) {
+      const int64_t j = first + i;
+      if (j >= tile_end) break;
+      run = JoinSegSum()(run, SegSum{v[i], start[i]});
+      const bool last = j + 1 == tile_end;
+      const uint32_t next = i + 1 < kTileItems ? key[i + 1] : key_after;
+      if (!last && next == key[i]) continue;  // the segment goes on inside the tile
+      const bool goes_on = last && next_tile_key == key[i];
+      if (!run.starts) {
+        head_part[tile * d.c + c] = run.sum;
+      } else if (goes_on) {
+        tail_part[tile * d.c + c] = run.sum;
+      } else {
+        const uint32_t n = key[i] / in_plane;
+        dx[(int64_t(n) * d.c + c) * in_plane + (key[i] - n * in_plane)] = run.sum;
+      }
     }
+    __syncthreads();  // scan_tmp is reused for the next channel
   }
 }
 
-// dx by gather: one thread per dx element (n, c, t) adds, over its target's run of sorted entries
-// (ascending e: positions row-major, corners nw, ne, sw, se), weight * dy[n, c, p]. Each dx is
-// written by one thread in an order fixed by the sort: deterministic, no atomics.
-__global__ void grid_sample_dx_gather_kernel(const float* __restrict__ dy, const int32_t* __restrict__ starts,
-                                             const int32_t* __restrict__ sorted_vals, const float* __restrict__ wts,
-                                             float* __restrict__ dx, ref::GridSampleDims d) {
-  const int64_t plane = d.oh * d.ow, in_plane = d.h * d.w, total = d.n * d.c * in_plane;
+// One thread per (tile, channel): where a segment starts in the tile and goes on past it, adds its
+// tail piece and the head pieces of the tiles it reaches, in tile order, into dx.
+__global__ void grid_sample_dx_fixup_kernel(const uint32_t* __restrict__ keys, const float* __restrict__ head_part,
+                                            const float* __restrict__ tail_part, float* __restrict__ dx,
+                                            int64_t records, int64_t tiles, ref::GridSampleDims d) {
+  const int64_t total = tiles * d.c, in_plane = d.h * d.w;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i % in_plane, nc = i / in_plane, n = nc / d.c;
-    const int64_t target = n * in_plane + t;
-    const int32_t beg = starts[target], end = starts[target + 1];
-    const float* dyp = dy + nc * plane;
-    const int64_t first = n * plane;
-    float s = 0.f;
-    for (int32_t j = beg; j < end; ++j) {
-      const int32_t e = sorted_vals[j];
-      s += wts[e] * dyp[int64_t(e / 4) - first];
+    const int64_t tile = i / d.c, c = i - tile * d.c;
+    const int64_t beg = tile * kTile, end = beg + kTile;
+    if (end >= records) continue;  // the last tile: nothing goes on past it
+    const uint32_t key = keys[end - 1];
+    if (keys[end] != key) continue;
+    // Keys are sorted: if the record before the tile has this key, so does the whole tile, and the
+    // segment began in an earlier tile, which owns it.
+    if (beg > 0 && keys[beg - 1] == key) continue;
+    int64_t lo = end, hi = records;  // the segment's end: the first record with a larger key
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] <= key)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
-    dx[i] = s;
+    const int64_t last_tile = (lo - 1) / kTile;
+    float s = tail_part[tile * d.c + c];
+    for (int64_t k = tile + 1; k <= last_tile; ++k) s += head_part[k * d.c + c];
+    const int64_t n = key / in_plane;
+    dx[(n * d.c + c) * in_plane + (key - n * in_plane)] = s;
   }
 }
 
 struct GatherLayout {
-  uint32_t *keys_in, *keys_out;
-  int32_t *vals_in, *vals_out, *starts;
-  float* wts;
+  GatherRecords in;  // as the position kernel writes them
+  uint32_t* keys_out;
+  int32_t* ents_out;
+  float *head_part, *tail_part;
   void* sort_temp;
   std::size_t sort_temp_bytes, bytes;
   int end_bit;
-  int64_t entries;
+  int64_t records, tiles;
 };
 
 GatherLayout gather_layout(void* base, const ref::GridSampleDims& d) {
   GatherLayout l;
-  l.entries = d.n * d.oh * d.ow * 4;
+  l.records = d.n * d.oh * d.ow * 4;
+  l.tiles = (l.records + kTile - 1) / kTile;
   const int64_t targets = d.n * d.h * d.w;
-  l.end_bit = key_bits(static_cast<uint64_t>(targets));
-  l.sort_temp_bytes = sort_pairs_temp_bytes(l.entries, l.end_bit);
+  l.end_bit = key_bits(static_cast<uint64_t>(targets > 0 ? targets - 1 : 0));
+  l.sort_temp_bytes = sort_pairs_temp_bytes(l.records, l.end_bit);
   WorkspaceCarve carve{static_cast<char*>(base)};
-  l.keys_in = carve.take<uint32_t>(l.entries);
-  l.keys_out = carve.take<uint32_t>(l.entries);
-  l.vals_in = carve.take<int32_t>(l.entries);
-  l.vals_out = carve.take<int32_t>(l.entries);
-  l.wts = carve.take<float>(l.entries);
-  l.starts = carve.take<int32_t>(targets + 1);
+  l.in.keys = carve.take<uint32_t>(l.records);
+  l.keys_out = carve.take<uint32_t>(l.records);
+  l.in.ents = carve.take<int32_t>(l.records);
+  l.ents_out = carve.take<int32_t>(l.records);
+  l.in.wts = carve.take<float>(l.records);
+  l.head_part = carve.take<float>(l.tiles * d.c);
+  l.tail_part = carve.take<float>(l.tiles * d.c);
   l.sort_temp = carve.take<char>(static_cast<int64_t>(l.sort_temp_bytes));
   l.bytes = carve.bytes;
   return l;
@@ -274,8 +401,8 @@ void grid_sample_bwd_atomic(Context& ctx, const float* x, const float* grid, con
                             float* dgrid, const ref::GridSampleDims& d) {
   const int64_t total = d.n * d.oh * d.ow;
   if (total == 0) return;
-  grid_sample_bwd_position_kernel<true><<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(x, grid, dy, dx,
-                                                                                                     dgrid, d);
+  grid_sample_bwd_position_kernel<true><<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(
+      x, grid, dy, dx, dgrid, GatherRecords{nullptr, nullptr, nullptr}, d);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -286,28 +413,33 @@ std::size_t grid_sample_bwd_deterministic_workspace(const ref::GridSampleDims& d
 void grid_sample_bwd_deterministic(Context& ctx, const float* x, const float* grid, const float* dy, float* dx,
                                    float* dgrid, void* workspace, const ref::GridSampleDims& d) {
   cudaStream_t st = detail::stream_of(ctx);
-  const int64_t positions = d.n * d.oh * d.ow;
-  if (dgrid && positions > 0) {
-    grid_sample_bwd_position_kernel<false><<<blocks_for(positions), kThreads, 0, st>>>(x, grid, dy, nullptr, dgrid,
-                                                                                        d);
+  const int64_t positions = d.n * d.oh * d.ow, dx_total = d.n * d.c * d.h * d.w;
+  // Pixels no record reaches keep this zero.
+  if (dx && dx_total > 0)
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * static_cast<std::size_t>(dx_total), st));
+  const bool records = dx && dx_total > 0 && positions > 0;
+  if (positions == 0 || (!dgrid && !records)) return;
+  const GatherLayout l = gather_layout(records ? workspace : nullptr, d);
+  grid_sample_bwd_position_kernel<false><<<blocks_for(positions), kThreads, 0, st>>>(
+      x, grid, dy, nullptr, dgrid, records ? l.in : GatherRecords{nullptr, nullptr, nullptr}, d);
+  DITTO_CHECK_LAUNCH(ctx);
+  if (!records) return;
+  sort_pairs(l.sort_temp, l.sort_temp_bytes, l.in.keys, l.keys_out, l.in.ents, l.ents_out, l.records, l.end_bit, st);
+  const int64_t spread = (kTileBlocksWanted + l.tiles - 1) / l.tiles;
+  const int64_t gy = spread < 1 ? 1 : (spread > d.c ? d.c : (spread > 65535 ? 65535 : spread));
+  const dim3 tiles_grid(static_cast<unsigned>(l.tiles), static_cast<unsigned>(gy));
+  if (d.n * d.c * d.oh * d.ow <= int64_t(UINT32_MAX))
+    grid_sample_dx_tiles_kernel<uint32_t><<<tiles_grid, kTileThreads, 0, st>>>(
+        l.keys_out, l.ents_out, l.in.wts, dy, dx, l.head_part, l.tail_part, l.records, d);
+  else
+    grid_sample_dx_tiles_kernel<int64_t><<<tiles_grid, kTileThreads, 0, st>>>(
+        l.keys_out, l.ents_out, l.in.wts, dy, dx, l.head_part, l.tail_part, l.records, d);
+  DITTO_CHECK_LAUNCH(ctx);
+  if (l.tiles > 1) {
+    grid_sample_dx_fixup_kernel<<<blocks_for(l.tiles * d.c), kThreads, 0, st>>>(l.keys_out, l.head_part, l.tail_part,
+                                                                                 dx, l.records, l.tiles, d);
     DITTO_CHECK_LAUNCH(ctx);
   }
-  if (!dx) return;
-  const int64_t dx_total = d.n * d.c * d.h * d.w;
-  if (dx_total == 0) return;
-  if (positions == 0) {
-    DITTO_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * static_cast<std::size_t>(dx_total), st));
-    return;
-  }
-  const GatherLayout l = gather_layout(workspace, d);
-  grid_sample_entries_kernel<<<blocks_for(positions), kThreads, 0, st>>>(grid, l.keys_in, l.vals_in, l.wts, d);
-  DITTO_CHECK_LAUNCH(ctx);
-  sort_pairs(l.sort_temp, l.sort_temp_bytes, l.keys_in, l.keys_out, l.vals_in, l.vals_out, l.entries, l.end_bit, st);
-  const int64_t targets = d.n * d.h * d.w;
-  segment_starts_kernel<<<blocks_for(targets + 1), kThreads, 0, st>>>(l.keys_out, l.entries, l.starts, targets);
-  DITTO_CHECK_LAUNCH(ctx);
-  grid_sample_dx_gather_kernel<<<blocks_for(dx_total), kThreads, 0, st>>>(dy, l.starts, l.vals_out, l.wts, dx, d);
-  DITTO_CHECK_LAUNCH(ctx);
 }
 
 }  // namespace ditto::cuda

@@ -13,7 +13,8 @@
 //   cudnn          cudnnSpatialTfGridGeneratorForward/Backward. cuDNN's base grid is the
 //                  align_corners=True one, so the variant requires align_corners (PolicyError
 //                  otherwise, naming the layer and listing atomic, deterministic). Not among the
-//                  routines cuDNN documents as non-reproducible: run_to_run.
+//                  routines cuDNN documents as non-reproducible, yet its backward gave 10
+//                  different dtheta in 10 calls on an H100 (cuDNN 9.14): not_guaranteed.
 //
 // grid_sample: x {N, C, H, W}, grid {N, OH, OW, 2} -> y {N, C, OH, OW}. Forward: one thread per
 // output element, deterministic. Backward to x and to the grid by the layer's GridSampleBwd (knob
@@ -25,13 +26,18 @@
 //                  adds into one dx element land in scheduling order: NOT deterministic. The
 //                  default (PyTorch's native kernel, which it runs for align_corners=False).
 //   deterministic  the grid gradient by the same per-position channel loop, without the scatter;
-//                  dx as a GATHER: every (output position, corner) pair becomes a (target pixel,
-//                  entry) record, records are sorted by target pixel with CUB's stable radix
-//                  sort (one sort serves all channels: the grid is shared by them), and one
-//                  thread per dx element adds its records' dy * weight in entry order (output
-//                  position row-major, corners nw, ne, sw, se: the CPU reference's order). A
-//                  stable sort has one result whatever the GPU, so this is gpu_to_gpu. Workspace:
-//                  about 20 bytes per (output position, corner), 4 per input pixel, plus CUB's.
+//                  dx as a GATHER: the same kernel turns every (output position, corner) pair
+//                  into a (target pixel, record) pair, CUB's stable radix sort orders them by
+//                  pixel (one sort serves all channels: the grid is shared by them; records in
+//                  output-position row-major, corner nw, ne, sw, se order within a pixel), and a
+//                  segmented sum adds each pixel's dy * weight: tiles of 2048 sorted records,
+//                  each thread folds 8 in order, a fixed-shape block scan (cub::BlockScan,
+//                  warp scans) joins the threads, and a pixel whose records cross tiles gets its
+//                  pieces added in tile order by one thread. No thread walks more than 8 records
+//                  plus one piece per tile, so outputs squeezed onto a few pixels cost no long
+//                  serial chain. A stable sort has one result whatever the GPU and every sum's
+//                  shape depends on the sorted records alone: gpu_to_gpu. Workspace: 20 bytes
+//                  per (output position, corner), 8 per (2048 records, channel), plus CUB's.
 //   cudnn          cudnnSpatialTfSamplerForward/Backward (NCHW, grid in [-1, 1] as here). cuDNN
 //                  samples with align_corners=True semantics (the case PyTorch hands to cuDNN), so
 //                  the variant requires align_corners (PolicyError otherwise). cuDNN's

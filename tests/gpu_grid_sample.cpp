@@ -2,8 +2,10 @@
 // CPU reference in double (grids on a 1/64 lattice, so the unnormalized positions and bilinear
 // weights are exact in float and the tolerances only cover the sums); determinism over 10 runs on a
 // grid that squeezes every output onto a few input pixels (bit-equal where promised, more than one
-// result for the atomic variants, cuDNN's observed and printed); the PolicyError for cuDNN without
-// align_corners; one DETERMINISM line per variant with the time of forward + backward.
+// result for the atomic variants and for cuDNN's grid generator backward, which cuDNN does not list
+// as non-reproducible but an H100 showed so; cuDNN's sampler observed and printed); the
+// PolicyError for cuDNN without align_corners; one DETERMINISM line per variant with the time of
+// forward + backward.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -155,9 +157,7 @@ TEST_CASE("gpu affine grid: every backward variant against the CPU reference") {
       const ManifestEntry* e = gpu.manifest().find("loc", "bwd");
       REQUIRE(e != nullptr);
       CHECK(e->variant == name_of(v));
-      CHECK(e->guarantee == (v == AffineGridBwd::Atomic         ? Guarantee::NotGuaranteed
-                             : v == AffineGridBwd::Deterministic ? Guarantee::GpuToGpu
-                                                                 : Guarantee::RunToRun));
+      CHECK(e->guarantee == (v == AffineGridBwd::Deterministic ? Guarantee::GpuToGpu : Guarantee::NotGuaranteed));
     }
   }
 }
@@ -190,6 +190,28 @@ TEST_CASE("gpu grid sample and affine grid: determinism of each variant over 10 
     if (v == GridSampleBwd::Deterministic) {
       CHECK(distinct["dx"] == 1);
       CHECK(distinct["dgrid"] == 1);
+      // A stronger zoom, shifted (theta 0.01, x moved by -0.015: every output on the central 2x3
+      // pixels) gives pixels (31, 31) and (32, 31) 4096 records each, starting 1856 records into a
+      // tile of the segmented sum (2048 records): their sums cross a whole tile. dx against the
+      // reference, with the first test case's bound. Positions stay >= 0.0025 pixel from a corner
+      // boundary (float rounding moves them by < 1e-5), so float and double pick the same corners.
+      std::vector<float> tight_v;
+      for (int64_t i = 0; i < n; ++i) tight_v.insert(tight_v.end(), {0.01f, 0.f, -0.015f, 0.f, 0.01f, 0.f});
+      Tensor tight = affine_grid(gpu, "loc", Var(gpu.from_host(tight_v, {n, 2, 3})), hw, hw, true).value();
+      ref::GridSampleDims d;
+      d.n = n, d.c = c, d.h = hw, d.w = hw, d.oh = hw, d.ow = hw, d.align_corners = true;
+      const auto gv = tight.to_host_f32();
+      const auto xv = x.to_host_f32(), dyv = dy.to_host_f32();
+      std::vector<double> gd(gv.begin(), gv.end()), xd(xv.begin(), xv.end()), dyd(dyv.begin(), dyv.end());
+      std::vector<double> dx_ref(xd.size());
+      ref::grid_sample_bwd(xd.data(), gd.data(), dyd.data(), dx_ref.data(), static_cast<double*>(nullptr), d);
+      const double k = double(max_contributions(gv, d));
+      INFO("max contributions " << k);
+      CHECK(k == 4096);
+      auto b = test::all_close(sample_step(gpu, "stn", x, tight, dy, true).dx.to_host_f32(), dx_ref,
+                               (k + 2) * k * kU, 0.0);
+      INFO("dx: " << b.str());
+      CHECK(b.ok);
     }
     if (v == GridSampleBwd::Atomic) {
       CHECK(distinct["dx"] > 1);
@@ -212,8 +234,10 @@ TEST_CASE("gpu grid sample and affine grid: determinism of each variant over 10 
     const std::size_t distinct = test::distinct_results(10, step);
     const double us = test::us_per_call(gpu, [&] { step(); });
     std::printf("DETERMINISM | affine_grid | bwd=%s | %zu/10 | %.1f us\n", name_of(v), distinct, us);
-    if (v != AffineGridBwd::Atomic) CHECK(distinct == 1);  // cuDNN: not on its non-reproducible list
-    if (v == AffineGridBwd::Atomic) CHECK(distinct > 1);
+    if (v == AffineGridBwd::Deterministic) CHECK(distinct == 1);
+    // atomic by construction; cuDNN's is not on its non-reproducible list, yet gave 10 results in 10
+    // calls on an H100 with cuDNN 9.14 (issue 18): a finding this test keeps watching.
+    if (v != AffineGridBwd::Deterministic) CHECK(distinct > 1);
   }
 }
 
