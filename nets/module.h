@@ -12,6 +12,7 @@
 #include "engine/context.h"
 #include "engine/param.h"
 #include "engine/policy.h"
+#include "engine/task.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv2d.h"
 #include "kernels/pool.h"
@@ -116,8 +117,12 @@ class Net {
  public:
   virtual ~Net() = default;
   virtual std::string name() const = 0;
-  // logits [N, classes]
+  // logits [N, classes]; for the other task kinds what task() says (engine/task.h)
   virtual Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr) = 0;
+  // What the output means, so which loss and scores a trainer applies (experiments/task.h).
+  virtual Task task() const { return Task::Classification; }
+  // True for a net that takes category ids (i32 {N, fields}, a categorical Dataset) instead of images.
+  virtual bool categorical_input() const { return false; }
   virtual std::vector<Param> params() = 0;
   virtual std::vector<Buffer> buffers() { return {}; }
   // Layers that have policy knobs, with their op kinds (for Policy::check_layers). The loss is

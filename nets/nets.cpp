@@ -6,6 +6,7 @@
 #include "engine/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
+#include "nets/tasks.h"
 #include "nets/zoo.h"
 
 namespace ditto {
@@ -695,7 +696,9 @@ const std::vector<std::string>& known_models() {
                                              "resnet50", "resnet101", "resnet152", "mediumcnn-k1",
                                              "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7", "densenet121",
                                              "densenet201", "mobilenet-v2", "efficientnet-b0", "inception-v3",
-                                             "xception"};
+                                             "xception",
+                                             // the other task kinds (nets/tasks.h)
+                                             "unet-small", "stn", "ctc-cnn", "embedding-bag"};
   return m;
 }
 
@@ -722,6 +725,7 @@ std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg) {
   if (cfg.model == "efficientnet-b0") return zoo::make_efficientnet_b0(ctx, cfg);
   if (cfg.model == "inception-v3") return zoo::make_inception_v3(ctx, cfg);
   if (cfg.model == "xception") return zoo::make_xception(ctx, cfg);
+  if (auto net = tasks::make_task_net(ctx, cfg)) return net;
   throw Error(fmt::format("unknown model '{}'; known models: {}", cfg.model, fmt::join(known_models(), ", ")));
 }
 
