@@ -76,8 +76,14 @@ uint64_t Dataset::fingerprint() const {
 std::string Dataset::summary() const {
   std::string s = fmt::format("{}: {} examples, {}x{}x{}, {} classes (", name, n, channels, height, width, num_classes);
   auto counts = class_counts();
-  for (std::size_t k = 0; k < counts.size(); ++k)
-    s += fmt::format("{}{}:{}", k ? " " : "", k < class_names.size() ? class_names[k] : std::to_string(k), counts[k]);
+  // A sequence's label is its length: count lengths, not classes.
+  const bool lengths = task == Task::Sequence;
+  if (lengths) s += "examples per length: ";
+  for (std::size_t k = 0, shown = 0; k < counts.size(); ++k) {
+    if (lengths && counts[k] == 0) continue;
+    s += fmt::format("{}{}:{}", shown++ ? " " : "",
+                     lengths || k >= class_names.size() ? std::to_string(k) : class_names[k], counts[k]);
+  }
   s += ")";
   if (task != Task::Classification)
     s += fmt::format(", {} targets ({} per example{})", task_name(task), target_length,

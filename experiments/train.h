@@ -27,6 +27,8 @@ struct TrainConfig {
                                       // the other tasks' (datasets/dataset.h): mnist-seg, mnist-rt,
                                       // mnist-strings, celeba-attrs and their built-in stand-ins
                                       // synthetic-seg, synthetic-rt, synthetic-strings, synthetic-attrs
+                                      // (a derived set has one example per example of its source
+                                      // split, drawn with seed 1 for training and 2 for the test)
   std::string data;                   // dataset folder (not for synthetic)
   int epochs = 10;
   int64_t max_steps = 0;              // > 0: stop after this many optimizer steps (a screening

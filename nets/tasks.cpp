@@ -40,7 +40,9 @@ std::vector<int32_t> time_major_index(int64_t n, int64_t a, int64_t t) {
 
 std::vector<std::pair<std::string, OpKind>> TaskNet::knob_layers() const {
   std::vector<std::pair<std::string, OpKind>> l = ZooNet::knob_layers();
-  l.pop_back();  // ZooNet's softmax-xent "loss"
+  if (l.empty() || l.back() != std::make_pair(std::string("loss"), OpKind::SoftmaxXent))
+    throw Error(fmt::format("{}: ZooNet's knob layers no longer end with its softmax-xent \"loss\"", name()));
+  l.pop_back();  // replaced by the task's loss layers
   l.insert(l.end(), extra_.begin(), extra_.end());
   for (const auto& loss : task_loss_layers(task())) l.push_back(loss);
   return l;

@@ -2,6 +2,7 @@
 // the segmentation masks, the rotated / translated digits, the digit strings, the categorical
 // attributes (synthetic and CelebA's), their checks, and what the loader hands a step.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -145,6 +146,10 @@ TEST_CASE("task data: digit strings paste their digits in order, lengths 1..3, t
   }
   CHECK(whole > 190);
   CHECK(lengths == std::set<int>{1, 2, 3});
+  const auto per_length = s.class_counts();
+  CHECK(s.summary().find(fmt::format("(examples per length: 1:{} 2:{} 3:{})", per_length[1], per_length[2],
+                                     per_length[3])) != std::string::npos);
+  CHECK(s.summary().find("sequence targets (3 per example") != std::string::npos);
   const Dataset again = make_digit_strings(src, 200, 3, 11), other = make_digit_strings(src, 200, 3, 12);
   CHECK(again.fingerprint() == s.fingerprint());
   CHECK(other.fingerprint() != s.fingerprint());
