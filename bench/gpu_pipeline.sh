@@ -13,6 +13,9 @@
 # Issue 10: zoo-overhead[:MODELS] (the cost of determinism per zoo model, ditto and PyTorch).
 # Issue 17: fig-s4[:MOMENTUM] fig-s4-resnet18[:MOMENTUM] recipe-resnet18 exp-resnet18 (each says
 # its wall time and the env vars that scale it); zoo-overhead times OVERHEAD_STEPS (100) steps.
+# Issue 18, the networks of the other task kinds: tasks[:MODELS] (MODELS a comma list of
+# unet-small, stn, ctc-cnn, embedding-bag; default all four), each the four settings and an add-one
+# attribution (needs .data/mnist/*.gz and .data-celeba/celeba64.tar.gz).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +37,7 @@ pipeline() {
         (cd $B && ctest -L gpu --timeout 600 > $R/gpu-tests.log 2>&1); grep -E "tests passed|tests failed|Failed|\*\*\*" $R/gpu-tests.log
         # The tests' own report lines (printed, not asserted). Not with -s: a test with many
         # assertions (gpu_mnist) then prints each of them for minutes.
-        for t in $B/tests/gpu_*; do timeout 300 $t 2>/dev/null | grep -E '^(DETERMINISM|LOADER|GPU|NOISELAB|GRAPH|TUNING) '; done \
+        for t in $B/tests/gpu_*; do timeout 300 $t 2>/dev/null | grep -E '^(DETERMINISM|LOADER|GPU|NOISELAB|GRAPH|TUNING|TASKS) '; done \
           > $R/determinism.txt ;;
       quicktest)
         $B/tests/gpu_noise_lab > $R/gpu_noise_lab.log 2>&1; tail -3 $R/gpu_noise_lab.log ;;
@@ -199,6 +202,43 @@ pipeline() {
         $E --model resnet18 --dataset celeba --data /tmp/celeba/celeba64 --loader-threads 2 --epochs 3 --lr 4e-4 \
           --optimizer adam --replicas 5 --settings ALGO+IMPL,IMPL,CONTROL --concurrent 5 --quiet \
           --out $R/celeba > $R/celeba.txt 2> $R/celeba.err; echo "rc=$?"; tail -8 $R/celeba.txt ;;
+      tasks)
+        # Issue 18: the networks of the other task kinds on their real data — unet-small on mnist-seg
+        # (pixel-wise loss, bilinear and nearest upsampling), stn on mnist-rt (affine grid, grid
+        # sampling), ctc-cnn on mnist-strings (CTC loss, the time-major gather), embedding-bag on
+        # celeba-attrs (Blond_Hair from the other 39 attributes; embedding-bag scatter). Per model:
+        # (1) the paper's four settings, TASK_REPLICAS (3) replicas x TASK_EPOCHS (2) epochs on the
+        # first TASK_TRAIN (20000) training and TASK_TEST (2000) test examples, report in
+        # $R/tasks/<model>/exp; (2) the add-one attribution over the issue-18 knobs and the grouped
+        # classic ones (all conv2d.bwd_filter=algo0, ...), 2 replicas x TASK_STEPS (200) steps,
+        # in $R/tasks/<model>/attr/add-one. CTC_PIN (e.g. "--pin loss.algo=ditto") keeps cuDNN's CTC
+        # out of the heuristic settings if it fails on this host. Wall (estimate; small nets are
+        # launch-bound, 4 replicas at a time): about 1-2 min per model, 5-8 min for all four.
+        [ -d /tmp/mnist ] || { mkdir -p /tmp/mnist && cp .data/mnist/*.gz /tmp/mnist/; }
+        [ -f /tmp/celeba/celeba64/list_attr_celeba.txt ] || { mkdir -p /tmp/celeba && tar xzf .data-celeba/celeba64.tar.gz \
+          -C /tmp/celeba celeba64/list_attr_celeba.txt celeba64/list_eval_partition.txt; }
+        local spec m ds dir lr only extra t0
+        for spec in "unet-small mnist-seg /tmp/mnist 3e-3 up1.,up2.,loss.,all" \
+                    "stn mnist-rt /tmp/mnist 1e-3 affine_grid.,grid_sample.,loss.,all" \
+                    "ctc-cnn mnist-strings /tmp/mnist 1e-3 time_major.,loss.,loss_mean.,all" \
+                    "embedding-bag celeba-attrs /tmp/celeba/celeba64 1e-2 -"; do
+          set -- $spec; m=$1 ds=$2 dir=$3 lr=$4 only=$5
+          [ -n "$arg" ] && [[ ",$arg," != *",$m,"* ]] && continue
+          # "all" stands for the grouped candidates ("all conv2d.bwd_filter=algo0", ...)
+          local pick=(); [ "$only" != - ] && pick=(--only "${only//all/all }")
+          extra=""; [ $m = ctc-cnn ] && extra=${CTC_PIN:-}
+          local base="--model $m --dataset $ds --data $dir --loader-threads 2 --batch-size 128 --lr $lr --optimizer adam \
+            --train-size ${TASK_TRAIN:-20000} --test-size ${TASK_TEST:-2000} --quiet $extra"
+          t0=$(date +%s)
+          $E $base --epochs ${TASK_EPOCHS:-2} --replicas ${TASK_REPLICAS:-3} --settings ALGO+IMPL,ALGO,IMPL,CONTROL \
+            --concurrent 4 --resume --out $R/tasks/$m/exp > $R/tasks-$m-exp.txt 2> $R/tasks-$m-exp.err
+          echo "$m experiment rc=$? wall $(( $(date +%s) - t0 ))s"; sed -n '/^setting/,/^$/p' $R/tasks-$m-exp.txt
+          t0=$(date +%s)
+          $A $base --steps ${TASK_STEPS:-200} --replicas 2 --form add-one ${pick[@]+"${pick[@]}"} --l2-steps 1,10,${TASK_STEPS:-200} \
+            --fingerprint-steps ${TASK_STEPS:-200} --concurrent 2 --no-checkpoint --overwrite --out $R/tasks/$m/attr \
+            > $R/tasks-$m-attr.txt 2> $R/tasks-$m-attr.err
+          echo "$m attribution rc=$? wall $(( $(date +%s) - t0 ))s"; sed -n '/^rank/,/^$/p' $R/tasks-$m-attr.txt | head -16
+        done ;;
       opnoise)
         # Issue 9's before/after table: op_noise at three shapes (ResNet-18's stem, middle and last
         # stage). OPNOISE_BIN picks another build's binary (the "before" commit, same call).
@@ -297,7 +337,7 @@ case $cmd in
   start)
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
-      EXP_R18_CONCURRENT OVERHEAD_STEPS
+      EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

@@ -113,18 +113,31 @@ int attribute_index(const AttrTable& t, const std::string& name, const fs::path&
 
 }  // namespace
 
-Dataset load_celeba(const std::string& root, Split split, const CelebAOptions& options) {
+namespace {
+
+// What load_celeba and load_celeba_attributes share: the two text files read and checked, the
+// split's rows in the attribute file's order with their labels and subgroups. The dataset's images
+// are left to the caller.
+struct CelebASplit {
+  AttrTable attrs;
+  int label_attr = 0;
+  std::vector<std::size_t> rows;  // indices into attrs.files
+  Dataset ds;
+};
+
+CelebASplit read_celeba_split(const std::string& root, Split split, const CelebAOptions& options) {
   const fs::path base(root);
   const fs::path attr_path = base / "list_attr_celeba.txt", part_path = base / "list_eval_partition.txt";
-  const AttrTable attrs = read_attributes(attr_path);
+  CelebASplit out;
+  out.attrs = read_attributes(attr_path);
+  const AttrTable& attrs = out.attrs;
   const auto partition = read_partition(part_path);
-  const int label_attr = attribute_index(attrs, options.label_attribute, attr_path);
+  out.label_attr = attribute_index(attrs, options.label_attribute, attr_path);
   std::vector<int> group_attrs;
   for (const auto& g : options.subgroup_attributes) group_attrs.push_back(attribute_index(attrs, g, attr_path));
   if (group_attrs.size() > 16) throw Error("CelebA: at most 16 subgroup attributes");
 
-  Dataset ds;
-  ds.name = fmt::format("celeba-{}/{}", options.label_attribute, split_name(split));
+  Dataset& ds = out.ds;
   ds.num_classes = 2;
   ds.class_names = {options.label_attribute + "=0", options.label_attribute + "=1"};
   if (!group_attrs.empty()) {
@@ -136,7 +149,6 @@ Dataset load_celeba(const std::string& root, Split split, const CelebAOptions& o
     }
   }
   const int want = split == Split::Train ? 0 : split == Split::Val ? 1 : 2;
-  std::vector<std::string> paths;
   for (std::size_t i = 0; i < attrs.files.size(); ++i) {
     auto it = partition.find(attrs.files[i]);
     if (it == partition.end())
@@ -144,19 +156,56 @@ Dataset load_celeba(const std::string& root, Split split, const CelebAOptions& o
                                   attr_path.string()));
     if (it->second != want) continue;
     const auto& v = attrs.values[i];
-    ds.labels.push_back(v[label_attr] > 0 ? 1 : 0);
+    ds.labels.push_back(v[out.label_attr] > 0 ? 1 : 0);
     if (!group_attrs.empty()) {
       int32_t id = 0;
       for (std::size_t k = 0; k < group_attrs.size(); ++k) id |= (v[group_attrs[k]] > 0 ? 1 : 0) << k;
       ds.subgroups.push_back(id);
     }
-    paths.push_back((base / "img_align_celeba" / attrs.files[i]).string());
+    out.rows.push_back(i);
   }
-  if (paths.empty())
+  if (out.rows.empty())
     throw DataError(fmt::format("'{}' assigns no image to the {} split", part_path.string(), split_name(split)));
+  return out;
+}
+
+}  // namespace
+
+Dataset load_celeba(const std::string& root, Split split, const CelebAOptions& options) {
+  CelebASplit s = read_celeba_split(root, split, options);
+  Dataset& ds = s.ds;
+  ds.name = fmt::format("celeba-{}/{}", options.label_attribute, split_name(split));
+  std::vector<std::string> paths;
+  for (std::size_t i : s.rows) paths.push_back((fs::path(root) / "img_align_celeba" / s.attrs.files[i]).string());
   detail::decode_into(ds, paths, options.geometry);
   ds.validate();
-  return ds;
+  return std::move(ds);
+}
+
+Dataset load_celeba_attributes(const std::string& root, Split split, const CelebAOptions& options) {
+  CelebASplit s = read_celeba_split(root, split, options);
+  Dataset& ds = s.ds;
+  const std::size_t fields = s.attrs.names.size() - 1;
+  if (fields < 1 || fields > 128)
+    throw DataError(fmt::format("'{}': {} attributes; the categorical view needs 2..129",
+                                (fs::path(root) / "list_attr_celeba.txt").string(), s.attrs.names.size()));
+  ds.name = fmt::format("celeba-attrs-{}/{}", options.label_attribute, split_name(split));
+  ds.n = static_cast<int64_t>(s.rows.size());
+  ds.channels = ds.height = 1;
+  ds.width = static_cast<int>(fields);
+  ds.categories = static_cast<int>(2 * fields);
+  ds.images.reserve(s.rows.size() * fields);
+  for (std::size_t i : s.rows) {
+    const auto& v = s.attrs.values[i];
+    int j = 0;
+    for (std::size_t a = 0; a < v.size(); ++a) {
+      if (static_cast<int>(a) == s.label_attr) continue;
+      ds.images.push_back(static_cast<uint8_t>(2 * j + (v[a] > 0 ? 1 : 0)));
+      ++j;
+    }
+  }
+  ds.validate();
+  return std::move(ds);
 }
 
 }  // namespace ditto

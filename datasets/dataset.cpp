@@ -55,18 +55,40 @@ std::vector<int64_t> Dataset::subgroup_counts() const {
   return counts;
 }
 
+int Dataset::sequence_length(int64_t i) const {
+  const int32_t* t = target(i);
+  int len = 0;
+  while (len < target_length && t[len] != 0) ++len;
+  return len;
+}
+
 uint64_t Dataset::fingerprint() const {
   uint64_t h = fingerprint_bytes(images.data(), images.size());
   h = fingerprint_bytes(labels.data(), labels.size() * sizeof(int32_t), h);
-  return fingerprint_bytes(subgroups.data(), subgroups.size() * sizeof(int32_t), h);
+  h = fingerprint_bytes(subgroups.data(), subgroups.size() * sizeof(int32_t), h);
+  // Classification datasets hash as they always did; the others hash what makes them differ too.
+  if (task == Task::Classification && categories == 0) return h;
+  const int32_t meta[3] = {static_cast<int32_t>(task), target_length, categories};
+  h = fingerprint_bytes(meta, sizeof meta, h);
+  return fingerprint_bytes(targets.data(), targets.size() * sizeof(int32_t), h);
 }
 
 std::string Dataset::summary() const {
   std::string s = fmt::format("{}: {} examples, {}x{}x{}, {} classes (", name, n, channels, height, width, num_classes);
   auto counts = class_counts();
-  for (std::size_t k = 0; k < counts.size(); ++k)
-    s += fmt::format("{}{}:{}", k ? " " : "", k < class_names.size() ? class_names[k] : std::to_string(k), counts[k]);
+  // A sequence's label is its length: count lengths, not classes.
+  const bool lengths = task == Task::Sequence;
+  if (lengths) s += "examples per length: ";
+  for (std::size_t k = 0, shown = 0; k < counts.size(); ++k) {
+    if (lengths && counts[k] == 0) continue;
+    s += fmt::format("{}{}:{}", shown++ ? " " : "",
+                     lengths || k >= class_names.size() ? std::to_string(k) : class_names[k], counts[k]);
+  }
   s += ")";
+  if (task != Task::Classification)
+    s += fmt::format(", {} targets ({} per example{})", task_name(task), target_length,
+                     task == Task::Sequence ? ", labels count symbols" : "");
+  if (categories > 0) s += fmt::format(", categorical ({} fields, {} category ids)", width, categories);
   if (has_subgroups()) {
     auto g = subgroup_counts();
     s += ", subgroups (";
@@ -98,6 +120,44 @@ void Dataset::validate() const {
         throw DataError(fmt::format("dataset '{}': subgroup {} of example {} is outside [0, {})", name, subgroups[i],
                                     i, subgroup_names.size()));
   }
+  if (categories < 0 || (categories > 0 && (channels != 1 || height != 1 || categories > 256)))
+    throw DataError(fmt::format("dataset '{}': {} categories over {}x{}x{}; a categorical dataset is 1x1xfields with at "
+                                "most 256 category ids",
+                                name, categories, channels, height, width));
+  if (categories > 0)
+    for (std::size_t k = 0; k < images.size(); ++k)
+      if (images[k] >= categories)
+        throw DataError(fmt::format("dataset '{}': field {} of example {} holds category {}, outside [0, {})", name,
+                                    k % static_cast<std::size_t>(width), k / static_cast<std::size_t>(width), images[k],
+                                    categories));
+  if (task == Task::Classification) {
+    if (target_length != 0 || !targets.empty())
+      throw DataError(fmt::format("dataset '{}': a classification dataset has no targets besides its labels", name));
+    return;
+  }
+  const int64_t want = task == Task::Segmentation ? int64_t(height) * width : target_length;
+  if (target_length < 1 || target_length != want || static_cast<int64_t>(targets.size()) != n * target_length)
+    throw DataError(fmt::format("dataset '{}': {} {} targets of {} per example for {} examples of {}x{}", name,
+                                targets.size(), task_name(task), target_length, n, height, width));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t* t = target(i);
+    bool ended = false;
+    for (int k = 0; k < target_length; ++k) {
+      const int32_t v = t[k];
+      const bool bad = task == Task::Segmentation ? (v < 0 || v >= num_classes)
+                                                  : (v < 0 || v >= num_classes || (ended && v != 0));
+      if (bad)
+        throw DataError(fmt::format("dataset '{}': target {} of example {} is {}; {}", name, k, i, v,
+                                    task == Task::Segmentation
+                                        ? fmt::format("pixel classes are in [0, {})", num_classes)
+                                        : fmt::format("symbols are in [1, {}), then only 0 (padding)", num_classes)));
+      ended = ended || v == 0;
+    }
+    if (task == Task::Sequence && labels[i] != sequence_length(i))
+      throw DataError(fmt::format("dataset '{}': example {} has {} symbols but label {} (a sequence's label is its "
+                                  "length)",
+                                  name, i, sequence_length(i), labels[i]));
+  }
 }
 
 Dataset take_first(const Dataset& ds, int64_t n) {
@@ -115,6 +175,10 @@ Dataset take_first(const Dataset& ds, int64_t n) {
   out.class_names = ds.class_names;
   if (ds.has_subgroups()) out.subgroups.assign(ds.subgroups.begin(), ds.subgroups.begin() + n);
   out.subgroup_names = ds.subgroup_names;
+  out.task = ds.task;
+  out.target_length = ds.target_length;
+  out.targets.assign(ds.targets.begin(), ds.targets.begin() + n * ds.target_length);
+  out.categories = ds.categories;
   return out;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/task.h"
+
 namespace ditto {
 
 struct ChannelStats {
@@ -29,10 +31,25 @@ struct Dataset {
   std::vector<std::string> class_names;     // num_classes entries
   std::vector<int32_t> subgroups;           // empty, or n ids in [0, subgroup_names.size())
   std::vector<std::string> subgroup_names;  // e.g. "Male=0", "Male=1"
+  // What the targets are for (engine/task.h). Classification: the labels are the targets.
+  // Segmentation: targets hold one class per pixel (target_length = height * width per example,
+  // each in [0, num_classes)); labels hold each image's main class. Sequence: targets hold each
+  // example's symbols, each in [1, num_classes) (0 is the CTC blank), padded after its last symbol
+  // with 0 to target_length; labels hold each sequence's length (so class_counts counts lengths).
+  Task task = Task::Classification;
+  int target_length = 0;                    // targets per example; 0 for classification
+  std::vector<int32_t> targets;             // n * target_length
+  // > 0: a categorical dataset. Each "image" (1 channel, height 1, width = the number of fields)
+  // holds one category id per field, each in [0, categories); the loader hands a net these ids as
+  // i32 {N, fields} rather than normalized pixels.
+  int categories = 0;
 
   int64_t size() const { return n; }
   int64_t image_numel() const { return int64_t(channels) * height * width; }
   const uint8_t* image(int64_t i) const { return images.data() + i * image_numel(); }
+  const int32_t* target(int64_t i) const { return targets.data() + i * target_length; }
+  // A sequence example's length: its symbols before the first 0 of its targets.
+  int sequence_length(int64_t i) const;
   bool has_subgroups() const { return !subgroups.empty(); }
 
   // Per-channel mean / std on the [0, 1] scale, accumulated in double in index order.
@@ -42,9 +59,11 @@ struct Dataset {
   std::vector<int64_t> subgroup_counts() const;
   // One line: name, count, shape, classes with counts, subgroups with counts, fingerprint.
   std::string summary() const;
-  // 64-bit hash of images, labels and subgroups (same scheme as Tensor::fingerprint).
+  // 64-bit hash of images, labels and subgroups (same scheme as Tensor::fingerprint); for other
+  // tasks than classification, and categorical data, the task, targets and categories too.
   uint64_t fingerprint() const;
-  // Throws DataError when the sizes disagree or a label / subgroup id is out of range.
+  // Throws DataError when the sizes disagree or a label / subgroup id / target / category id is out
+  // of range.
   void validate() const;
 };
 
@@ -104,6 +123,62 @@ Dataset load_mnist(const std::string& dir, Split split);
 // seeds share one distribution. Labels are index % num_classes. Deterministic for a seed
 // (the pattern is computed in double and rounded to uint8).
 Dataset make_synthetic(int64_t n, int num_classes, int channels, int height, int width, uint64_t seed);
+
+// ---- Datasets derived from digit images (datasets/digits.cpp), for the networks of the other
+// task kinds (nets/detail/tasks.h). Every random choice is drawn from Philox keyed by (seed, example
+// index), in a stream of each generator's own, and images are computed in double and rounded, so
+// a generator's output is a pure function of its inputs and seed.
+
+// Procedural MNIST stand-ins (the built-in synthetic variants): 1x28x28 uint8, ink 0..255 on a
+// background of 0 like MNIST's, label index % 10. Digit k is drawn as the segments a seven-segment
+// display lights for k, as anti-aliased strokes of random thickness (2 to 3.5 px) in a box of random
+// size (10-14 x 16-20 px) with random slant (+-0.25) and offset (+-2 px) and random ink
+// (200-255). Deterministic for a seed.
+Dataset make_synthetic_digits(int64_t n, uint64_t seed);
+
+// The ink threshold of digit segmentation: a pixel of at least this value (of 255) is ink.
+// MNIST's strokes are 255 at the centre and fade out over one or two pixels; 128 keeps each stroke's
+// core (13% of MNIST's pixels; 18% of the procedural digits').
+constexpr int kInkThreshold = 128;
+
+// Segmentation of digits (task segmentation): the same images, each pixel labelled 0 (background)
+// or 1 + the image's digit where the pixel is ink (value >= ink_threshold). 11 classes:
+// "background", "0" .. "9"; labels hold 1 + the digit. digits: 1-channel, 10 classes.
+Dataset make_digit_segmentation(const Dataset& digits, int ink_threshold = kInkThreshold);
+
+// The spatial transformer's data (classification): each digit rotated by an angle uniform in
+// [-max_degrees, max_degrees] about its centre and translated to a uniform position (continuous,
+// the whole 28x28 box inside) on a canvas x canvas black image; bilinear sampling of the source
+// (zero outside it), in double. Labels and classes are the digits'. canvas >= the digits' sides.
+Dataset make_rotated_translated(const Dataset& digits, int canvas, double max_degrees, uint64_t seed);
+constexpr int kStnCanvas = 40;         // the side the stn network takes (nets/nets.h)
+constexpr double kStnMaxDegrees = 45;
+
+// Digit strings (task sequence): n images of height 28 and width 24 * max_length. Example i has a
+// length L uniform in 1..max_length and L digits, each a uniformly drawn image of `digits`; digit k
+// is pasted (its columns 2..25, which hold every MNIST digit's ink) at x = start + 24 k + jitter,
+// start uniform in [0, width - 24 L] and jitter uniform in [-2, 2]; overlapping pixels keep the
+// larger value. Targets: 1 + each digit, then 0 up to max_length. 11 classes: "blank", "0" .. "9";
+// labels hold L. digits: 1x28x28, 10 classes.
+Dataset make_digit_strings(const Dataset& digits, int64_t n, int max_length, uint64_t seed);
+constexpr int kStringMaxLength = 3;    // 28 x 72 images: ctc-cnn decodes 9 columns
+
+// Categorical data for the embedding-bag model (classification, categorical): n examples of
+// `fields` binary features and a binary label. Field j is 1 with probability 0.2 + 0.6 * frac(0.37 j)
+// (fixed per field); the label is 1 where sum_j w_j (2 x_j - 1) + noise > 0, with weights w_j =
+// (1.5, -1.2, 1.0, -0.8, 0.6, -0.4, 0.3, ...) (a fixed, decaying sequence, zero after the eighth
+// field) and noise uniform in [-1.5, 1.5], so no classifier reaches 100%. Ids: field j with value b
+// is category 2 j + b (categories = 2 * fields). Class names "label=0", "label=1". The field
+// parameters do not depend on the seed: train and test sets made with different seeds share one
+// distribution.
+Dataset make_synthetic_attributes(int64_t n, int fields, uint64_t seed);
+constexpr int kCelebAFields = 39;      // CelebA's 40 attributes less the one predicted
+
+// CelebA's attributes alone (no images are read), for the embedding-bag model: every attribute
+// but options.label_attribute is a field (in the file's order), attribute value +1 / -1 as 1 / 0,
+// category 2 j + value; labels and subgroups as load_celeba. The same files and checks as
+// load_celeba but img_align_celeba/ is not needed.
+Dataset load_celeba_attributes(const std::string& root, Split split, const CelebAOptions& options = {});
 
 // A CHW uint8 image (1 channel: grayscale, 3: RGB) as a baseline JPEG in memory, libjpeg-turbo's
 // compressor at `quality` (1..100) without chroma subsampling: for looking at examples (the

@@ -110,8 +110,10 @@ void prepare_example(const Dataset& ds, int64_t index, int epoch, const LoaderOp
 
 namespace {
 struct Slot {
-  float* images = nullptr;   // batch_size * image_numel, pinned on CUDA
+  float* images = nullptr;   // batch_size * image_numel, pinned on CUDA (int32 ids when categorical)
   int32_t* labels = nullptr; // batch_size
+  int32_t* targets = nullptr;  // batch_size * target_length (tasks other than classification)
+  int32_t* lengths = nullptr;  // batch_size (sequence targets)
   std::vector<int64_t> indices;
   int64_t rows = 0;
   int64_t free_for = 0;      // the batch allowed to fill this slot next
@@ -161,7 +163,17 @@ struct Loader::Impl {
       const int64_t idx = order[first + r];
       s.indices[r] = idx;
       s.labels[r] = ds.labels[idx];
-      prepare_example(ds, idx, epoch, opts, s.images + r * per);
+      if (ds.categories > 0) {
+        int32_t* ids = reinterpret_cast<int32_t*>(s.images) + r * per;
+        const uint8_t* src = ds.image(idx);
+        for (int64_t k = 0; k < per; ++k) ids[k] = src[k];
+      } else {
+        prepare_example(ds, idx, epoch, opts, s.images + r * per);
+      }
+      if (ds.target_length > 0) {
+        std::memcpy(s.targets + r * ds.target_length, ds.target(idx), sizeof(int32_t) * ds.target_length);
+        if (ds.task == Task::Sequence) s.lengths[r] = ds.sequence_length(idx);
+      }
     }
   }
 
@@ -220,6 +232,13 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
                             ds.channels));
   if (o.standardize && !o.mean.empty())
     throw Error("Loader: per-image standardization and per-channel mean/std are exclusive; give one");
+  if (o.augment && ds.task != Task::Classification)
+    throw Error(fmt::format("Loader: '{}' has {} targets; augmentation would move its pixels but not their labels",
+                            ds.name, task_name(ds.task)));
+  if (ds.categories > 0 && (o.augment || o.standardize || !o.mean.empty()))
+    throw Error(fmt::format("Loader: '{}' holds category ids, not pixels: no augmentation, standardization or "
+                            "mean / std applies",
+                            ds.name));
   for (float s : o.std)
     if (!(s > 0)) throw Error(fmt::format("Loader: std {} must be > 0", s));
   ds.validate();
@@ -228,6 +247,8 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
   I.slots.resize(static_cast<std::size_t>(std::max(2, o.threads + 1)));
   const std::size_t img_bytes = static_cast<std::size_t>(o.batch_size * I.per) * sizeof(float);
   const std::size_t lab_bytes = static_cast<std::size_t>(o.batch_size) * sizeof(int32_t);
+  const std::size_t tgt_bytes = lab_bytes * static_cast<std::size_t>(ds.target_length);
+  static_assert(sizeof(float) == sizeof(int32_t), "categorical ids share the image buffers");
   if (I.cuda) DITTO_CUDA_CHECK(cudaSetDevice(ctx.device().index));
   for (auto& s : I.slots) {
     if (I.cuda) {
@@ -236,11 +257,22 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
       s.images = static_cast<float*>(p);
       DITTO_CUDA_CHECK(cudaHostAlloc(&p, lab_bytes, cudaHostAllocPortable));
       s.labels = static_cast<int32_t*>(p);
+      if (tgt_bytes) {
+        DITTO_CUDA_CHECK(cudaHostAlloc(&p, tgt_bytes, cudaHostAllocPortable));
+        s.targets = static_cast<int32_t*>(p);
+        DITTO_CUDA_CHECK(cudaHostAlloc(&p, lab_bytes, cudaHostAllocPortable));
+        s.lengths = static_cast<int32_t*>(p);
+      }
       DITTO_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
     } else {
       s.images = static_cast<float*>(std::malloc(std::max<std::size_t>(img_bytes, 1)));
       s.labels = static_cast<int32_t*>(std::malloc(std::max<std::size_t>(lab_bytes, 1)));
-      if (!s.images || !s.labels) throw Error(fmt::format("Loader: out of host memory for {} bytes", img_bytes));
+      if (tgt_bytes) {
+        s.targets = static_cast<int32_t*>(std::malloc(tgt_bytes));
+        s.lengths = static_cast<int32_t*>(std::malloc(lab_bytes));
+      }
+      if (!s.images || !s.labels || (tgt_bytes && (!s.targets || !s.lengths)))
+        throw Error(fmt::format("Loader: out of host memory for {} bytes", img_bytes + tgt_bytes));
     }
   }
 }
@@ -254,11 +286,14 @@ Loader::~Loader() {
         DITTO_CUDA_CHECK_PRINT(cudaEventSynchronize(s.copied));
         DITTO_CUDA_CHECK_PRINT(cudaEventDestroy(s.copied));
       }
-      if (s.images) DITTO_CUDA_CHECK_PRINT(cudaFreeHost(s.images));
-      if (s.labels) DITTO_CUDA_CHECK_PRINT(cudaFreeHost(s.labels));
+      for (void* p : {static_cast<void*>(s.images), static_cast<void*>(s.labels), static_cast<void*>(s.targets),
+                      static_cast<void*>(s.lengths)})
+        if (p) DITTO_CUDA_CHECK_PRINT(cudaFreeHost(p));
     } else {
       std::free(s.images);
       std::free(s.labels);
+      std::free(s.targets);
+      std::free(s.lengths);
     }
   }
 }
@@ -304,18 +339,28 @@ bool Loader::next(Batch& out) {
   }
   const int64_t rows = s.rows;
   Batch batch;
-  batch.images = I.ctx.empty({rows, I.ds.channels, I.ds.height, I.ds.width}, DType::F32);
+  const Dataset& ds = I.ds;
+  batch.images = ds.categories > 0 ? I.ctx.empty({rows, ds.width}, DType::I32)
+                                   : I.ctx.empty({rows, ds.channels, ds.height, ds.width}, DType::F32);
   batch.labels = I.ctx.empty({rows}, DType::I32);
+  if (ds.task == Task::Segmentation) batch.targets = I.ctx.empty({rows, ds.height, ds.width}, DType::I32);
+  if (ds.task == Task::Sequence) {
+    batch.targets = I.ctx.empty({rows, ds.target_length}, DType::I32);
+    batch.target_lengths = I.ctx.empty({rows}, DType::I32);
+  }
   batch.indices = s.indices;
+  // (destination, source) of every copy out of the slot.
+  std::vector<std::pair<Tensor*, const void*>> copies = {{&batch.images, s.images}, {&batch.labels, s.labels}};
+  if (batch.targets.defined()) copies.push_back({&batch.targets, s.targets});
+  if (batch.target_lengths.defined()) copies.push_back({&batch.target_lengths, s.lengths});
   if (I.cuda) {
     cudaStream_t stream = detail::stream_of(I.ctx);
     DITTO_CUDA_CHECK(cudaSetDevice(I.ctx.device().index));
-    DITTO_CUDA_CHECK(cudaMemcpyAsync(batch.images.raw(), s.images, batch.images.nbytes(), cudaMemcpyHostToDevice, stream));
-    DITTO_CUDA_CHECK(cudaMemcpyAsync(batch.labels.raw(), s.labels, batch.labels.nbytes(), cudaMemcpyHostToDevice, stream));
+    for (const auto& [dst, src] : copies)
+      DITTO_CUDA_CHECK(cudaMemcpyAsync(dst->raw(), src, dst->nbytes(), cudaMemcpyHostToDevice, stream));
     DITTO_CUDA_CHECK(cudaEventRecord(s.copied, stream));
   } else if (rows > 0) {
-    std::memcpy(batch.images.raw(), s.images, batch.images.nbytes());
-    std::memcpy(batch.labels.raw(), s.labels, batch.labels.nbytes());
+    for (const auto& [dst, src] : copies) std::memcpy(dst->raw(), src, dst->nbytes());
   }
   {
     std::lock_guard<std::mutex> lk(I.m);

@@ -36,14 +36,20 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  Tensor images;                 // (N, C, H, W) f32 on the context's device
+  Tensor images;                 // (N, C, H, W) f32 on the context's device; for a categorical
+                                 // dataset the category ids (N, fields) i32
   Tensor labels;                 // (N) i32 on the context's device
+  // The dataset's targets (Dataset::task), undefined for classification: segmentation masks
+  // (N, H, W) i32; label sequences (N, target_length) i32 with their lengths (N) i32.
+  Tensor targets, target_lengths;
   std::vector<int64_t> indices;  // dataset index of each row
 };
 
 class Loader {
  public:
-  // ds must outlive the Loader. Throws Error for inconsistent options.
+  // ds must outlive the Loader. Throws Error for inconsistent options: augmentation of a dataset
+  // whose targets are pixels or symbols (it would move the pixels but not their labels), and
+  // augmentation, standardization or a mean / std for categorical ids.
   Loader(Context& ctx, const Dataset& ds, LoaderOptions opts);
   ~Loader();
   Loader(const Loader&) = delete;

@@ -63,7 +63,10 @@ int main(int argc, char** argv) {
     const int classes = synthetic ? base.synthetic_classes
                         : base.dataset == "celeba" ? 2 : base.dataset == "cifar100" ? 100 : 10;
     const int size = synthetic ? base.synthetic_size : mnist ? 28 : base.dataset == "celeba" ? 64 : 32;
-    std::vector<ditto::Candidate> all = ditto::model_candidates(base.model, classes, mnist ? 1 : 3, size, !no_groups);
+    // The other tasks' datasets (and the categorical ones) are probed with two examples shaped alike.
+    const auto probe = ditto::probe_examples(base);
+    std::vector<ditto::Candidate> all = probe ? ditto::model_candidates(base.model, *probe, !no_groups)
+                                              : ditto::model_candidates(base.model, classes, mnist ? 1 : 3, size, !no_groups);
     std::vector<ditto::Candidate> cands;
     for (const auto& c : all) {
       bool keep = only.empty() && exact.empty();

@@ -4,6 +4,7 @@
 
 #include "ditto/experiments.h"
 #include "experiments/cli.h"
+#include "experiments/task.h"
 
 int main(int argc, char** argv) {
   ditto::TrainConfig c;
@@ -15,7 +16,8 @@ int main(int argc, char** argv) {
   try {
     ditto::apply_train_flags(c, flags, argc, argv);
     auto r = ditto::train(c);
-    std::printf("final test top-1 %.4f, weights fingerprint %s, seeds init=%llu order=%llu augment=%llu\n",
+    const std::string score = r.task == ditto::Task::Classification ? "top-1" : ditto::primary_score(r.task);
+    std::printf("final test %s %.4f, weights fingerprint %s, seeds init=%llu order=%llu augment=%llu\n", score.c_str(),
                 r.test_top1, ditto::hex64(r.weights_fingerprint).c_str(), (unsigned long long)r.seed_init,
                 (unsigned long long)r.seed_order, (unsigned long long)r.seed_augment);
     return 0;

@@ -15,12 +15,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "datasets/loader.h"
 #include "engine/context.h"
 #include "engine/error.h"
 #include "engine/param.h"
-#include "kernels/loss.h"
 #include "experiments/scheduler.h"
 #include "experiments/svg.h"
+#include "experiments/task.h"
+#include "kernels/loss.h"
 #include "nets/nets.h"
 
 namespace ditto {
@@ -72,6 +74,16 @@ std::string check_ran(const Candidate& c, AttributionForm form, const std::vecto
   return "";
 }
 
+// The (layer, knob) pairs a context's manifest recorded, in first-run order.
+std::vector<std::pair<std::string, std::string>> knobs_recorded(Context& ctx) {
+  std::vector<std::pair<std::string, std::string>> runs;
+  for (const auto& e : ctx.manifest().entries()) {
+    auto key = std::make_pair(e.layer, e.knob);
+    if (std::find(runs.begin(), runs.end(), key) == runs.end()) runs.push_back(key);
+  }
+  return runs;
+}
+
 }  // namespace
 
 std::vector<Candidate> list_candidates(const std::vector<std::pair<std::string, OpKind>>& knob_layers, bool groups,
@@ -111,12 +123,35 @@ std::vector<std::pair<std::string, std::string>> knobs_that_run(const std::strin
   Var logits = net->forward(cpu, Var(cpu.from_host(pixels, {2, in_channels, image_size, image_size})), true);
   Var loss = softmax_cross_entropy(cpu, "loss", logits, cpu.from_host(std::vector<int32_t>{0, 1}, {2}));
   cpu.tape().backward(cpu, loss);
-  std::vector<std::pair<std::string, std::string>> runs;
-  for (const auto& e : cpu.manifest().entries()) {
-    auto key = std::make_pair(e.layer, e.knob);
-    if (std::find(runs.begin(), runs.end(), key) == runs.end()) runs.push_back(key);
-  }
-  return runs;
+  return knobs_recorded(cpu);
+}
+
+std::vector<std::pair<std::string, std::string>> knobs_that_run(const std::string& model, const Dataset& probe) {
+  Context cpu;
+  auto net = make_net(cpu, NetConfig{model, probe.num_classes, probe.channels, probe.categories});
+  check_net_fits_data(*net, probe, model, probe.name);
+  net->init(cpu, 0);
+  // One batch of the probe as the loader hands it to a training step (inputs and targets alike).
+  LoaderOptions lo;
+  lo.batch_size = std::max<int64_t>(1, probe.n);
+  lo.shuffle = false;
+  lo.threads = 0;
+  Loader loader(cpu, probe, lo);
+  loader.start_epoch(0);
+  Batch b;
+  if (!loader.next(b)) throw Error(fmt::format("knobs_that_run: the probe '{}' has no examples", probe.name));
+  Var out = net->forward(cpu, Var(b.images), true);
+  const Tensor input_lengths =
+      net->task() == Task::Sequence ? ctc_input_lengths(cpu, b.labels.numel(), out.shape().at(0)) : Tensor();
+  Var loss = task_loss(cpu, net->task(), out, b.labels, {b.targets, b.target_lengths}, input_lengths);
+  cpu.tape().backward(cpu, loss);
+  return knobs_recorded(cpu);
+}
+
+std::vector<Candidate> model_candidates(const std::string& model, const Dataset& probe, bool groups) {
+  Context cpu;
+  auto net = make_net(cpu, NetConfig{model, probe.num_classes, probe.channels, probe.categories});
+  return list_candidates(net->knob_layers(), groups, knobs_that_run(model, probe));
 }
 
 std::vector<Candidate> model_candidates(const std::string& model, int num_classes, int in_channels, int image_size,
@@ -283,7 +318,9 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
     }
     row.ms_per_step = ms / results.size();
     row.seconds_per_epoch = epochs_logged ? epoch_s / epochs_logged : 0;
-    row.churn = churn_interval(preds, opts.bootstrap, opts.bootstrap_seed);
+    // Units (experiments/task.h): a segmentation's pixels are resampled image by image.
+    row.churn = churn_interval(preds, opts.bootstrap, opts.bootstrap_seed, 0.95,
+                               static_cast<std::size_t>(results.front().units_per_example));
     row.weight_l2 = mean_pairwise_l2(finals);
     row.accuracy_std = stddev(row.accuracy);
     row.distinct_fingerprints = static_cast<int>(prints.size());

@@ -107,19 +107,24 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
     app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
         ->check(CLI::IsMember(known_models()))
         ->capture_default_str();
-    app.add_option("--dataset", c.dataset, "synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist")
-        ->check(CLI::IsMember({"synthetic", "cifar10", "cifar100", "imagefolder", "celeba", "mnist"}))
+    app.add_option("--dataset", c.dataset,
+                   "synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist; for the other tasks (datasets/"
+                   "dataset.h): mnist-seg (unet-small), mnist-rt (stn), mnist-strings (ctc-cnn), celeba-attrs "
+                   "(embedding-bag), and their built-in stand-ins synthetic-seg, synthetic-rt, synthetic-strings, "
+                   "synthetic-attrs")
+        ->check(CLI::IsMember(known_datasets()))
         ->capture_default_str();
     app.add_option("--data", c.data, "dataset folder (not for synthetic)");
     app.add_option("--train-size", c.train_size, "use only the first N training examples (0: all)")->check(whole(0, kInt64));
     app.add_option("--test-size", c.test_size, "use only the first N test examples (0: all)")->check(whole(0, kInt64));
-    app.add_option("--label-attr", c.celeba_label, "celeba: the attribute to predict")->capture_default_str();
-    app.add_option("--subgroup-attrs", c.celeba_subgroups, "celeba: attributes forming subgroups");
-    app.add_option("--synthetic-train", c.synthetic_train, "synthetic: training images")->check(whole(1, kInt))
+    app.add_option("--label-attr", c.celeba_label, "celeba, celeba-attrs: the attribute to predict")->capture_default_str();
+    app.add_option("--subgroup-attrs", c.celeba_subgroups, "celeba, celeba-attrs: attributes forming subgroups");
+    app.add_option("--synthetic-train", c.synthetic_train, "synthetic, synthetic-*: training examples")->check(whole(1, kInt))
         ->capture_default_str();
-    app.add_option("--synthetic-test", c.synthetic_test, "synthetic: test images")->check(whole(1, kInt))
+    app.add_option("--synthetic-test", c.synthetic_test, "synthetic, synthetic-*: test examples")->check(whole(1, kInt))
         ->capture_default_str();
-    app.add_option("--synthetic-size", c.synthetic_size, "synthetic: image height and width")->check(whole(8, 4096))
+    app.add_option("--synthetic-size", c.synthetic_size,
+                   "synthetic: image height and width (the synthetic-* variants have their real data's size)")->check(whole(8, 4096))
         ->capture_default_str();
   }
   if (groups & kFlagsOptim) {

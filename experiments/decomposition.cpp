@@ -68,7 +68,7 @@ NoiseDecomposition decompose_churn(const std::vector<std::vector<int32_t>>& algo
                                    const std::vector<std::vector<int32_t>>& algo,
                                    const std::vector<std::vector<int32_t>>& impl,
                                    const std::vector<std::vector<int32_t>>& control, int resamples, uint64_t seed,
-                                   double level) {
+                                   double level, std::size_t units_per_item) {
   check_resampling(resamples, level, "decompose_churn");
   const char* names[4] = {"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"};
   const std::vector<std::vector<int32_t>>* settings[4] = {&algo_impl, &algo, &impl, &control};
@@ -77,7 +77,7 @@ NoiseDecomposition decompose_churn(const std::vector<std::vector<int32_t>>& algo
     if (settings[s]->size() < 2)
       throw Error(fmt::format("decompose_churn: {} has {} replica(s); churn needs at least 2", names[s],
                               settings[s]->size()));
-    per_example[s] = per_example_disagreement(*settings[s]);
+    per_example[s] = group_means(per_example_disagreement(*settings[s]), units_per_item);
     if (per_example[s].size() != per_example[0].size())
       throw Error(fmt::format("decompose_churn: {} predicts {} examples, ALGO+IMPL {}", names[s],
                               per_example[s].size(), per_example[0].size()));

@@ -39,13 +39,14 @@ struct NoiseDecomposition {
 std::string interaction_verdict(const Interval& interaction);
 
 // Churn (mean pairwise churn per setting, experiments/stats.h) decomposed; each argument holds a
-// setting's replicas' top-1 predictions. Throws Error when a setting has fewer than 2 replicas or
-// the settings predict different numbers of examples.
+// setting's replicas' top-1 predictions (or any units, experiments/task.h: with units_per_item > 1
+// the paired bootstrap resamples groups of that many, a segmentation's images). Throws Error when
+// a setting has fewer than 2 replicas or the settings predict different numbers of examples.
 NoiseDecomposition decompose_churn(const std::vector<std::vector<int32_t>>& algo_impl,
                                    const std::vector<std::vector<int32_t>>& algo,
                                    const std::vector<std::vector<int32_t>>& impl,
                                    const std::vector<std::vector<int32_t>>& control, int resamples, uint64_t seed,
-                                   double level = 0.95);
+                                   double level = 0.95, std::size_t units_per_item = 1);
 
 // The sample variance (divisor n-1) of the replicas' test accuracy decomposed; each argument holds
 // a setting's replica accuracies. Throws Error when a setting has fewer than 2 replicas.

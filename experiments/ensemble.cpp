@@ -20,6 +20,7 @@
 #include "experiments/run_dir.h"
 #include "experiments/scheduler.h"
 #include "experiments/stats.h"
+#include "experiments/task.h"
 
 namespace ditto {
 namespace {
@@ -307,7 +308,12 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
   const TrainConfig& b = o.base;
   rep.title = fmt::format("{} on {}: {} replicas x {} epochs per setting", b.model, b.dataset, o.replicas, b.epochs);
   const auto& test = data.test;
-  const std::size_t n = static_cast<std::size_t>(test.n);
+  // Predictions are units (experiments/task.h): examples, or a segmentation's pixels, which the
+  // intervals resample image by image.
+  const Task task = test.task;
+  const std::size_t per = static_cast<std::size_t>(units_per_example(test));
+  const std::vector<int32_t> labels = unit_labels(test);
+  const std::size_t n = labels.size();
   uint64_t seed = 7;
   for (const auto& sr : settings) {
     const std::string& name = sr.setting.name;
@@ -317,8 +323,8 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
     auto interval = [&](const std::string& m, const Interval& i) {
       rep.metrics.push_back({name, m, i.value, i.low, i.high, true});
     };
-    interval("churn", churn_interval(preds, o.bootstrap, seed++));
-    interval("disagreement", bootstrap_mean(not_all_agree(preds), o.bootstrap, seed++));
+    interval("churn", churn_interval(preds, o.bootstrap, seed++, 0.95, per));
+    interval("disagreement", bootstrap_mean(group_means(not_all_agree(preds), per), o.bootstrap, seed++));
     std::vector<double> acc, top5;
     std::set<uint64_t> prints;
     double secs = 0;
@@ -331,7 +337,7 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
     }
     metric("accuracy_mean", mean(acc));
     interval("accuracy_std", bootstrap_stddev(acc, o.bootstrap, seed++));
-    metric("top5_mean", mean(top5));
+    metric(fmt::format("{}_mean", secondary_score(task)), mean(top5));
     std::vector<double> l2;
     for (std::size_t a = 0; a < sr.runs.size(); ++a)
       for (std::size_t c = a + 1; c < sr.runs.size(); ++c)
@@ -342,13 +348,14 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
     metric("seconds_per_epoch", epochs ? secs / epochs : 0.0);
 
     // Curves: per epoch, the mean and the lowest / highest replica.
-    for (const char* m : {"top1", "top5"}) {
+    for (const char* m : {primary_score(task), secondary_score(task)}) {
       ReportCurve cv{name, m, {}, {}, {}, {}};
+      const bool first = std::string(m) == primary_score(task);
       const std::size_t ne = sr.runs.empty() ? 0 : sr.runs[0].log.size();
       for (std::size_t e = 0; e < ne; ++e) {
         std::vector<double> v;
         for (const auto& r : sr.runs)
-          if (e < r.log.size()) v.push_back(std::string(m) == "top1" ? r.log[e].test_top1 : r.log[e].test_top5);
+          if (e < r.log.size()) v.push_back(first ? r.log[e].test_top1 : r.log[e].test_top5);
         cv.epochs.push_back(sr.runs[0].log[e].epoch);
         cv.mean.push_back(mean(v));
         cv.low.push_back(*std::min_element(v.begin(), v.end()));
@@ -357,19 +364,34 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
       rep.curves.push_back(cv);
     }
 
-    // Per class accuracy, per subgroup accuracy (and FPR / FNR on two-class data), and per
-    // class x subgroup cell: their spread across replicas.
+    // Per class accuracy (a segmentation's per pixel class; a sequence's per label length), per
+    // subgroup accuracy (and FPR / FNR on two-class data), and per class x subgroup cell: their
+    // spread across replicas.
     auto spread = [&](const std::string& kind, const std::string& group, const std::string& m,
                       const std::vector<double>& v) { rep.groups.push_back({name, kind, group, m, mean(v), stddev(v)}); };
-    for (std::size_t c = 0; c < test.class_names.size(); ++c) {
-      std::vector<double> v;
-      for (const auto& r : sr.runs) {
-        double hit = 0, cnt = 0;
-        for (std::size_t i = 0; i < n; ++i)
-          if (test.labels[i] == int32_t(c)) cnt += 1, hit += r.predictions[i] == test.labels[i];
-        v.push_back(cnt ? hit / cnt : 0.0);
+    if (task != Task::Sequence) {
+      for (std::size_t c = 0; c < test.class_names.size(); ++c) {
+        std::vector<double> v;
+        for (const auto& r : sr.runs) {
+          double hit = 0, cnt = 0;
+          for (std::size_t i = 0; i < n; ++i)
+            if (labels[i] == int32_t(c)) cnt += 1, hit += r.predictions[i] == labels[i];
+          v.push_back(cnt ? hit / cnt : 0.0);
+        }
+        spread("class", test.class_names[c], "accuracy", v);
       }
-      spread("class", test.class_names[c], "accuracy", v);
+    } else {
+      std::set<int32_t> lengths(test.labels.begin(), test.labels.end());
+      for (int32_t len : lengths) {
+        std::vector<double> v;
+        for (const auto& r : sr.runs) {
+          double hit = 0, cnt = 0;
+          for (std::size_t i = 0; i < n; ++i)
+            if (test.labels[i] == len) cnt += 1, hit += r.predictions[i] == labels[i];
+          v.push_back(cnt ? hit / cnt : 0.0);
+        }
+        spread("length", fmt::format("{} symbols", len), "accuracy", v);
+      }
     }
     if (test.has_subgroups()) {
       for (std::size_t g = 0; g < test.subgroup_names.size(); ++g) {
@@ -415,38 +437,49 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
     for (std::size_t i = 0; i < n; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return pairs[a] > pairs[c]; });
     const auto class_name = [&](int32_t label) {
+      if (task == Task::Sequence) return "\"" + symbols_text(sequence_symbols(label, test.num_classes)) + "\"";
       return label >= 0 && std::size_t(label) < test.class_names.size() ? test.class_names[std::size_t(label)]
                                                                          : std::to_string(label);
     };
-    for (std::size_t j = 0; j < std::min<std::size_t>(std::size_t(std::max(0, o.unstable_shown)), n); ++j) {
+    // Examples are shown where a unit is one (not a segmentation's pixels), with their image
+    // where they have one (not category ids).
+    const std::size_t shown = per == 1 ? std::size_t(std::max(0, o.unstable_shown)) : 0;
+    for (std::size_t j = 0; j < std::min<std::size_t>(shown, n); ++j) {
       const std::size_t i = order[j];
       if (pairs[i] == 0) break;  // the rest all agree
-      ReportExample e{name, static_cast<int64_t>(i), class_name(test.labels[i]), agree[i],
-                      static_cast<int>(preds.size()), {}, {}};
+      ReportExample e{name, static_cast<int64_t>(i), class_name(labels[i]), agree[i], static_cast<int>(preds.size()),
+                      {}, {}};
       for (const auto& r : preds) e.predicted.push_back(class_name(r[i]));
-      e.jpeg = encode_jpeg(test.image(static_cast<int64_t>(i)), test.channels, test.height, test.width);
+      if (test.categories == 0)
+        e.jpeg = encode_jpeg(test.image(static_cast<int64_t>(i)), test.channels, test.height, test.width);
       rep.unstable.push_back(std::move(e));
     }
     const std::vector<int32_t> vote = plurality_vote(preds);
     std::vector<double> hit_all, hit_unstable, hit_stable;
     double replica_hits_unstable = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const double hit = vote[i] == test.labels[i] ? 1.0 : 0.0;
+      const double hit = vote[i] == labels[i] ? 1.0 : 0.0;
       hit_all.push_back(hit);
       if (agree[i] == static_cast<int>(preds.size())) {
         hit_stable.push_back(hit);
       } else {
         hit_unstable.push_back(hit);
-        for (const auto& r : preds) replica_hits_unstable += r[i] == test.labels[i];
+        for (const auto& r : preds) replica_hits_unstable += r[i] == labels[i];
       }
     }
-    metric("unstable_examples", double(hit_unstable.size()));
+    // Pixels are not independent draws: for a segmentation these are plain means, without a
+    // bootstrap interval over pixels.
+    auto estimate = [&](const std::string& m, const std::vector<double>& v) {
+      if (per == 1) interval(m, bootstrap_mean(v, o.bootstrap, seed++));
+      else metric(m, mean(v));
+    };
+    metric(per == 1 ? "unstable_examples" : fmt::format("unstable_{}s", unit_name(task)), double(hit_unstable.size()));
     metric("ensemble_accuracy", mean(hit_all));
     if (!hit_unstable.empty()) {
-      interval("ensemble_acc_unstable", bootstrap_mean(hit_unstable, o.bootstrap, seed++));
+      estimate("ensemble_acc_unstable", hit_unstable);
       metric("replica_acc_unstable", replica_hits_unstable / double(hit_unstable.size() * preds.size()));
     }
-    if (!hit_stable.empty()) interval("ensemble_acc_stable", bootstrap_mean(hit_stable, o.bootstrap, seed++));
+    if (!hit_stable.empty()) estimate("ensemble_acc_stable", hit_stable);
   }
 
   // Additive or interacting: the decomposition over the paper's four settings, when they ran.
@@ -464,9 +497,12 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
     };
     rep.decomposition.push_back(report_decomposition(
         decompose_churn(predictions_of(*ai), predictions_of(*a), predictions_of(*im), predictions_of(*c), o.bootstrap,
-                        seed++),
-        fmt::format("a paired bootstrap over the {} test examples ({} resamples); the replicas are held fixed", n,
-                    o.bootstrap)));
+                        seed++, 0.95, per),
+        per == 1 ? fmt::format("a paired bootstrap over the {} test {}s ({} resamples); the replicas are held fixed", n,
+                               unit_name(task), o.bootstrap)
+                 : fmt::format("a paired bootstrap over the {} test images, each with its {} pixels ({} resamples); "
+                               "the replicas are held fixed",
+                               n / per, per, o.bootstrap)));
     rep.decomposition.push_back(report_decomposition(
         decompose_accuracy_variance(accuracies(ai), accuracies(a), accuracies(im), accuracies(c), o.bootstrap, seed++),
         fmt::format("a bootstrap over each setting's replicas ({}, {}, {}, {} of them; {} resamples)", ai->runs.size(),

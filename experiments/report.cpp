@@ -87,6 +87,10 @@ std::string metric_title(const std::string& metric) {
   static const std::map<std::string, std::string> names = {{"top1", "top-1 accuracy"},
                                                            {"top5", "top-5 accuracy"},
                                                            {"accuracy", "accuracy"},
+                                                           {"pixel_accuracy", "pixel accuracy"},
+                                                           {"mean_iou", "mean IoU"},
+                                                           {"sequence_accuracy", "sequence accuracy"},
+                                                           {"cer", "character error rate"},
                                                            {"fpr", "false positive rate (FPR)"},
                                                            {"fnr", "false negative rate (FNR)"}};
   auto it = names.find(metric);
@@ -310,7 +314,8 @@ std::string curves_section(const ReportData& d, const std::vector<std::string>& 
   std::vector<std::string> met;
   for (const auto& c : d.curves) met.push_back(c.metric);
   std::string html;
-  for (const auto& metric : ordered_keys(met, {"top1", "top5"})) {
+  for (const auto& metric :
+       ordered_keys(met, {"top1", "top5", "pixel_accuracy", "mean_iou", "sequence_accuracy", "cer"})) {
     std::vector<LineSeries> series;
     for (std::size_t k = 0; k < settings.size(); ++k)
       for (const auto& c : d.curves)

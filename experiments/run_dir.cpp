@@ -1,4 +1,5 @@
 #include "experiments/run_dir.h"
+#include "experiments/task.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -229,8 +230,12 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
     add("--synthetic-train", fmt::format("{}", c.synthetic_train));
     add("--synthetic-test", fmt::format("{}", c.synthetic_test));
     add("--synthetic-size", fmt::format("{}", c.synthetic_size));
+  } else if (c.dataset.rfind("synthetic-", 0) == 0) {
+    // The task variants take the counts; their size is fixed.
+    add("--synthetic-train", fmt::format("{}", c.synthetic_train));
+    add("--synthetic-test", fmt::format("{}", c.synthetic_test));
   }
-  if (c.dataset == "celeba") {
+  if (c.dataset == "celeba" || c.dataset == "celeba-attrs") {
     add("--label-attr", c.celeba_label);
     add("--subgroup-attrs", joined(c.celeba_subgroups), Kind::Training, Form::List);
   }
@@ -418,8 +423,9 @@ void RunDir::publish(const std::string& generation) {
 
 // ---- files --------------------------------------------------------------------------------------
 
-std::string log_csv_text(const std::vector<EpochLog>& log) {
-  std::string csv = "epoch,lr,loss,train_acc,test_top1,test_top5,seconds\n";
+std::string log_csv_text(const std::vector<EpochLog>& log, Task task) {
+  std::string csv = fmt::format("epoch,lr,loss,train_acc,test_{},test_{},seconds\n", primary_score(task),
+                                secondary_score(task));
   for (const auto& r : log)
     csv += fmt::format("{},{:.8g},{:.8g},{:.6f},{:.6f},{:.6f},{:.3f}\n", r.epoch, r.lr, r.loss, r.train_acc, r.test_top1,
                        r.test_top5, r.seconds);
@@ -691,6 +697,15 @@ TrainResult read_run_result(const std::string& run_dir, const TrainData& data, i
   r.log = read_log_csv((dir / "log.csv").string());
   if (!r.log.empty()) r.test_top1 = r.log.back().test_top1;
   const std::string ppath = (dir / "predictions.csv").string();
+  r.task = data.test.task;
+  r.class_names = data.test.class_names;
+  if (r.task != Task::Classification) {
+    r.units_per_example = units_per_example(data.test);
+    r.predictions = read_task_predictions_csv(ppath, data.test);
+    r.test_labels = unit_labels(data.test);
+    if (fs::exists(dir / "checkpoint.safetensors")) r.weights = load_checkpoint_weights(run_dir);
+    return r;
+  }
   std::ifstream pin(ppath);
   if (!pin) throw DataError(fmt::format("{}: cannot open the run's predictions", ppath));
   std::string line;

@@ -139,9 +139,22 @@ Interval bootstrap_stddev(const std::vector<double>& values, int resamples, uint
   return bootstrap_statistic("bootstrap_stddev", values, resamples, seed, level, stddev);
 }
 
+std::vector<double> group_means(const std::vector<double>& v, std::size_t group) {
+  if (group == 1) return v;
+  if (group == 0 || v.size() % group != 0)
+    throw Error(fmt::format("group_means: {} values do not split into groups of {}", v.size(), group));
+  std::vector<double> out(v.size() / group, 0.0);
+  for (std::size_t g = 0; g < out.size(); ++g) {
+    double sum = 0;
+    for (std::size_t k = 0; k < group; ++k) sum += v[g * group + k];
+    out[g] = sum / double(group);
+  }
+  return out;
+}
+
 Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, int resamples, uint64_t seed,
-                        double level) {
-  return bootstrap_mean(per_example_disagreement(predictions), resamples, seed, level);
+                        double level, std::size_t units_per_item) {
+  return bootstrap_mean(group_means(per_example_disagreement(predictions), units_per_item), resamples, seed, level);
 }
 
 double l2_distance(const std::vector<float>& a, const std::vector<float>& b) {

@@ -46,9 +46,16 @@ Interval bootstrap_mean(const std::vector<double>& per_item, int resamples, uint
 // about sqrt((n-1)/n)): it says how little 3 replicas pin a spread down. Throws as bootstrap_mean.
 Interval bootstrap_stddev(const std::vector<double>& values, int resamples, uint64_t seed, double level = 0.95);
 
+// The means of consecutive groups of `group` values (an image's pixels): what a bootstrap resamples
+// when units come in clusters, so that an interval does not pretend a picture's pixels vary
+// independently. group 1 returns v itself. Throws Error unless group divides v's size.
+std::vector<double> group_means(const std::vector<double>& v, std::size_t group);
+
 // bootstrap_mean over per_example_disagreement(predictions): mean pairwise churn with its interval.
+// units_per_item > 1: predictions are units in consecutive groups of that many (a segmentation's
+// pixels, image by image); the groups' means are resampled (the value is the same mean).
 Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, int resamples, uint64_t seed,
-                        double level = 0.95);
+                        double level = 0.95, std::size_t units_per_item = 1);
 
 // sqrt(sum (a-b)^2), accumulated in double. Throws Error on size mismatch.
 double l2_distance(const std::vector<float>& a, const std::vector<float>& b);

@@ -31,12 +31,27 @@ void TrainStep::plan(const std::vector<float>& lrs) {
   if (graphs_) opt_.plan(ctx_, lrs);
 }
 
-void TrainStep::body(const Tensor& images, const Tensor& labels, float lr, bool planned, Tensor& loss_sum,
-                     Tensor& correct) {
-  if (tracer_) tracer_->event("data", "data", "loader", {}, {{"images", &images}, {"labels", &labels}});
+void TrainStep::body(const Tensor& images, const Tensor& labels, const TaskTargets& targets, float lr, bool planned,
+                     Tensor& loss_sum, Tensor& correct) {
+  if (tracer_) {
+    std::vector<TracedTensor> data = {{"images", &images}, {"labels", &labels}};
+    if (targets.targets.defined()) data.push_back({"targets", &targets.targets});
+    if (targets.lengths.defined()) data.push_back({"target_lengths", &targets.lengths});
+    tracer_->event("data", "data", "loader", {}, data);
+  }
   net_.begin_step(stochastic_seed_, opt_.steps() + 1);
   Var logits = net_.forward(ctx_, Var(images), true);
-  Var loss = softmax_cross_entropy(ctx_, "loss", logits, labels);
+  const Task task = net_.task();
+  Tensor input_lengths;
+  if (task == Task::Sequence) {
+    // Made on the first (eager) step of each shape, so a captured step only reads it.
+    const int64_t n = labels.numel(), steps = logits.shape().empty() ? 0 : logits.shape()[0];
+    Tensor& held = input_lengths_[{n, steps}];
+    if (!held.defined()) held = ctc_input_lengths(ctx_, n, steps);
+    input_lengths = held;
+  }
+  Var loss = task == Task::Classification ? softmax_cross_entropy(ctx_, "loss", logits, labels)
+                                          : task_loss(ctx_, task, logits, labels, targets, input_lengths);
   ctx_.tape().backward(ctx_, loss);
   if (tracer_) {
     // Each update's inputs are the weight before it and its gradient; copies, since the
@@ -56,12 +71,13 @@ void TrainStep::body(const Tensor& images, const Tensor& labels, float lr, bool 
   opt_.zero_grad();
   // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
   axpy_inplace(ctx_, loss_sum, static_cast<float>(labels.numel()), loss.value());
-  accumulate_correct(ctx_, logits.value(), labels, correct);
+  if (task == Task::Classification) accumulate_correct(ctx_, logits.value(), labels, correct);
 }
 
-void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct) {
+void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct,
+                    const TaskTargets& targets) {
   if (!graphs_) {
-    body(images, labels, lr, false, loss_sum, correct);
+    body(images, labels, targets, lr, false, loss_sum, correct);
     return;
   }
   if (next_lr_ >= planned_lrs_.size())
@@ -73,14 +89,24 @@ void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor
   auto& slot = slots_[labels.numel()];
   if (!slot) {
     slot = std::make_unique<Slot>();
-    slot->images = ctx_.empty(images.shape());
+    slot->images = ctx_.empty(images.shape(), images.dtype());
     slot->labels = ctx_.empty(labels.shape(), DType::I32);
+    for (auto [from, to] : {std::pair{&targets.targets, &slot->targets.targets},
+                            std::pair{&targets.lengths, &slot->targets.lengths}})
+      if (from->defined()) *to = ctx_.empty(from->shape(), from->dtype());
   }
   Slot& s = *slot;
   ctx_.copy(s.images, images);
   ctx_.copy(s.labels, labels);
+  for (auto [from, to] : {std::pair{&targets.targets, &s.targets.targets}, std::pair{&targets.lengths, &s.targets.lengths}})
+    if (from->defined() != to->defined() || (from->defined() && from->shape() != to->shape()))
+      throw Error(fmt::format("TrainStep: batch {} came with other targets than its first step ({} vs {})",
+                              labels.numel(), from->defined() ? shape_str(from->shape()) : "none",
+                              to->defined() ? shape_str(to->shape()) : "none"));
+    else if (from->defined())
+      ctx_.copy(*to, *from);
   if (!s.warmed) {
-    body(s.images, s.labels, lr, true, loss_sum, correct);
+    body(s.images, s.labels, s.targets, lr, true, loss_sum, correct);
     s.warmed = true;
     return;
   }
@@ -88,7 +114,7 @@ void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor
   const bool stale = s.graph.captured() &&
                      (s.table != opt_.table_address() || s.loss_sum != loss_sum.raw() || s.correct != correct.raw());
   if (!s.graph.captured() || stale) {
-    s.graph.capture(ctx_, [&] { body(s.images, s.labels, lr, true, loss_sum, correct); });
+    s.graph.capture(ctx_, [&] { body(s.images, s.labels, s.targets, lr, true, loss_sum, correct); });
     s.table = opt_.table_address();
     s.loss_sum = loss_sum.raw();
     s.correct = correct.raw();

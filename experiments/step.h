@@ -1,6 +1,7 @@
 // TrainStep: one optimizer step of a network, as the trainer and the step-time benchmark run it:
-// forward, softmax cross-entropy, backward, the update, zero_grad, and the epoch's loss and
-// accuracy sums accumulated on the device (no host copy per step).
+// forward, the task's loss (softmax cross-entropy for classification; experiments/task.h for the
+// others), backward, the update, zero_grad, and the epoch's loss and accuracy sums accumulated on
+// the device (no host copy per step).
 //
 // With graphs on (CUDA only), each batch size gets a CUDA graph (engine/graph.h): its first
 // step runs eagerly (algorithm choice, cuDNN Find or tuning, lazily sized workspaces need the
@@ -18,6 +19,7 @@
 #include "engine/graph.h"
 #include "engine/param.h"
 #include "engine/tensor.h"
+#include "experiments/task.h"
 
 namespace ditto {
 
@@ -41,8 +43,11 @@ class TrainStep {
 
   // One step on (images, labels) at learning rate lr (in graph mode the planned rate is used;
   // lr must equal it). loss_sum (1 f32) gets batch size * mean loss added, correct (2 i32) the
-  // top-1 hits; in graph mode both must keep their storage from call to call.
-  void run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct);
+  // top-1 hits (classification only: the other tasks leave it alone); in graph mode both must keep
+  // their storage from call to call. targets: the batch's targets for the net's task, if not
+  // classification.
+  void run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct,
+           const TaskTargets& targets = {});
 
   bool graphs() const { return graphs_; }
   std::size_t graphs_captured() const;
@@ -51,13 +56,15 @@ class TrainStep {
  private:
   struct Slot {
     Tensor images, labels;          // fixed input buffers of one batch size
+    TaskTargets targets;
     bool warmed = false;            // its eager step has run
     StepGraph graph;
     const void* table = nullptr;    // the optimizer table and sums the graph was captured with
     const void* loss_sum = nullptr;
     const void* correct = nullptr;
   };
-  void body(const Tensor& images, const Tensor& labels, float lr, bool planned, Tensor& loss_sum, Tensor& correct);
+  void body(const Tensor& images, const Tensor& labels, const TaskTargets& targets, float lr, bool planned,
+            Tensor& loss_sum, Tensor& correct);
 
   Context& ctx_;
   Net& net_;
@@ -69,6 +76,8 @@ class TrainStep {
   std::vector<float> planned_lrs_;
   std::size_t next_lr_ = 0;
   std::map<int64_t, std::unique_ptr<Slot>> slots_;  // by batch size
+  std::map<std::pair<int64_t, int64_t>, Tensor> input_lengths_;  // CTC's, by (batch size, steps): made
+                                                                 // once, before any capture
 };
 
 }  // namespace ditto

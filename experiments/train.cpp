@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -26,6 +27,7 @@
 #include "engine/tuning.h"
 #include "experiments/run_dir.h"
 #include "experiments/step.h"
+#include "experiments/task.h"
 #include "kernels/elementwise.h"
 #include "kernels/metrics.h"
 #include "nets/nets.h"
@@ -64,6 +66,19 @@ void require_same_classes(const TrainData& d, const std::string& root) {
                               only_test.empty() ? "none" : fmt::format("{}", fmt::join(only_test, ", "))));
 }
 
+// The digit datasets of the other tasks: -seg (segmentation), -strings (sequence) and -rt (the
+// spatial transformer's rotated and translated digits, classification) of mnist and synthetic.
+std::optional<Task> derived_digit_task(const std::string& dataset) {
+  for (const char* base : {"mnist-", "synthetic-"}) {
+    if (dataset.rfind(base, 0) != 0) continue;
+    const std::string kind = dataset.substr(std::string(base).size());
+    if (kind == "seg") return Task::Segmentation;
+    if (kind == "strings") return Task::Sequence;
+    if (kind == "rt") return Task::Classification;
+  }
+  return std::nullopt;
+}
+
 TrainData load_data(const TrainConfig& c) {
   TrainData d;
   auto need_dir = [&] {
@@ -99,20 +114,43 @@ TrainData load_data(const TrainConfig& c) {
   } else if (c.dataset == "imagefolder") {
     need_dir();
     image_folders();
-  } else if (c.dataset == "celeba") {
+  } else if (c.dataset == "celeba" || c.dataset == "celeba-attrs") {
     need_dir();
     CelebAOptions o;
     o.label_attribute = c.celeba_label;
     o.subgroup_attributes = c.celeba_subgroups;
-    d.train = load_celeba(c.data, Split::Train, o);
-    d.test = load_celeba(c.data, Split::Test, o);
+    // celeba-attrs: the attributes alone, as categorical fields (no images are read)
+    auto load = c.dataset == "celeba" ? load_celeba : load_celeba_attributes;
+    d.train = load(c.data, Split::Train, o);
+    d.test = load(c.data, Split::Test, o);
   } else if (c.dataset == "mnist") {
     need_dir();
     d.train = load_mnist(c.data, Split::Train);
     d.test = load_mnist(c.data, Split::Test);
+  } else if (c.dataset == "synthetic-attrs") {
+    d.train = make_synthetic_attributes(c.synthetic_train, kCelebAFields, 1);
+    d.test = make_synthetic_attributes(c.synthetic_test, kCelebAFields, 2);
+  } else if (auto derived = derived_digit_task(c.dataset)) {
+    // The digits (MNIST's, or the procedural stand-ins with the data fixed by seeds 1 and 2), then
+    // the task's data derived from them, deterministically (seeds 1 and 2 again).
+    Dataset digits[2];
+    if (c.dataset.rfind("mnist-", 0) == 0) {
+      need_dir();
+      digits[0] = load_mnist(c.data, Split::Train);
+      digits[1] = load_mnist(c.data, Split::Test);
+    } else {
+      digits[0] = make_synthetic_digits(c.synthetic_train, 1);
+      digits[1] = make_synthetic_digits(c.synthetic_test, 2);
+    }
+    Dataset* out[2] = {&d.train, &d.test};
+    for (int k = 0; k < 2; ++k) {
+      const uint64_t seed = 1 + k;
+      if (*derived == Task::Segmentation) *out[k] = make_digit_segmentation(digits[k]);
+      else if (*derived == Task::Sequence) *out[k] = make_digit_strings(digits[k], digits[k].n, kStringMaxLength, seed);
+      else *out[k] = make_rotated_translated(digits[k], kStnCanvas, kStnMaxDegrees, seed);
+    }
   } else {
-    throw Error(fmt::format("--dataset: unknown dataset '{}'; known: synthetic, cifar10, cifar100, imagefolder, celeba, mnist",
-                            c.dataset));
+    throw Error(fmt::format("--dataset: unknown dataset '{}'; known: {}", c.dataset, fmt::join(known_datasets(), ", ")));
   }
   if (c.train_size < 0 || c.train_size > d.train.n)
     throw Error(fmt::format("--train-size: {} is outside 0..{}", c.train_size, d.train.n));
@@ -157,6 +195,11 @@ void validate_numbers(const TrainConfig& c) {
     whole("synthetic-size", c.synthetic_size, 8, 4096);
     const int64_t image_bytes = int64_t(3) * c.synthetic_size * c.synthetic_size * 4;
     const int64_t most = (int64_t(1) << 40) / image_bytes;
+    whole("synthetic-train", c.synthetic_train, 1, most);
+    whole("synthetic-test", c.synthetic_test, 1, most);
+  } else if (c.dataset.rfind("synthetic-", 0) == 0) {
+    // The task variants' examples are at most 40x40 bytes (and their int32 targets at most 28x28).
+    const int64_t most = (int64_t(1) << 40) / (40 * 40 + 28 * 28 * 4);
     whole("synthetic-train", c.synthetic_train, 1, most);
     whole("synthetic-test", c.synthetic_test, 1, most);
   }
@@ -274,7 +317,15 @@ class Run {
     }
     ctx_ = std::make_unique<Context>(device_, policy_);
     Context& ctx = *ctx_;
-    net_ = make_net(ctx, NetConfig{cfg_.model, data.train.num_classes, data.train.channels});
+    net_ = make_net(ctx, NetConfig{cfg_.model, data.train.num_classes, data.train.channels, data.train.categories});
+    check_net_fits_data(*net_, data.train, cfg_.model, cfg_.dataset);
+    task_ = net_->task();
+    if (cfg_.augment && (task_ != Task::Classification || data.train.categories > 0))
+      throw Error(fmt::format("--augment: --dataset {} has {}; a random crop and flip would move the pixels but not "
+                              "their labels",
+                              cfg_.dataset, data.train.categories > 0 ? "category ids, not pixels" : "per-pixel or per-column targets"));
+    if (cfg_.standardize && data.train.categories > 0)
+      throw Error(fmt::format("--standardize: --dataset {} holds category ids, not pixels", cfg_.dataset));
     ctx.policy().check_layers(net_->knob_layers());
     // The CPU runs one reference implementation per op, so a pin cannot choose anything there.
     // A warning, not an error: replaying a GPU run's pins (--pins-from) on the CPU reference is
@@ -304,7 +355,7 @@ class Run {
     train_opts.seed_augment = seed_augment_.value;
     train_opts.augment = cfg_.augment;
     train_opts.standardize = cfg_.standardize;
-    if (!cfg_.standardize) {
+    if (!cfg_.standardize && data.train.categories == 0) {
       train_opts.mean = stats_.mean;
       train_opts.std = stats_.std;
     }
@@ -318,13 +369,16 @@ class Run {
     if (cfg_.summary) {
       SummaryTrace trace;
       NoGradGuard ng(ctx);
-      Tensor probe = ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
+      Tensor probe = data.train.categories > 0 ? ctx.zeros({1, data.train.width}, DType::I32)
+                                               : ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
       net_->forward(ctx, Var(probe), false, &trace);
       ctx.manifest().clear();
       std::printf("%s", format_summary(trace, net_->param_count()).c_str());
     }
     classes_ = data.train.num_classes;
     k5_ = static_cast<int>(std::min<int64_t>(5, classes_));
+    if (task_ != Task::Classification) unit_labels_ = unit_labels(data.test);
+    if (task_ == Task::Sequence) check_decodable(data.train);
     // A tuning file is read when it exists (every deterministic conv takes its entry), else
     // filled while the run meets each problem and written at each epoch's end.
     if (!cfg_.tuning.empty()) {
@@ -421,12 +475,12 @@ class Run {
     stepper_->plan(lrs);
     int64_t step = opt_->steps();
     bool steps_done = false;
-    auto predict = [&] { return evaluate_topk(1); };
+    auto predict = [&] { return task_ == Task::Classification ? evaluate_topk(1) : evaluate_units(); };
     while (train_loader_->next(batch)) {
       const float step_lr = lrs[static_cast<std::size_t>(b)];
       ++step;
       if (hooks_.tracer) hooks_.tracer->begin_step(step);
-      stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_);
+      stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_, {batch.targets, batch.target_lengths});
       seen += batch.labels.numel();
       ++result_.steps;
       if (hooks_.after_step) {
@@ -443,8 +497,44 @@ class Run {
     ctx.synchronize();
     result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
     const double loss_mean = loss_sum_.to_host_f32()[0] / std::max<int64_t>(1, seen);
-    const double train_acc = correct_.to_host_i32()[0] / double(std::max<int64_t>(1, seen));
+    // Training accuracy is counted on the device for classification only (experiments/task.h).
+    const double train_acc = task_ == Task::Classification
+                                 ? correct_.to_host_i32()[0] / double(std::max<int64_t>(1, seen))
+                                 : std::numeric_limits<double>::quiet_NaN();
+    double top1 = 0, top5 = 0;
+    if (task_ == Task::Classification) {
+      score_classification(epoch, top1, top5);
+    } else {
+      unit_preds_ = evaluate_units();
+      TaskScores scores = score_units(data.test, unit_preds_);
+      top1 = scores.primary;
+      top5 = scores.secondary;
+      metrics_ = std::move(scores.metrics);
+      metrics_["epoch"] = epoch;
+      result_.predictions = unit_preds_;
+    }
+    ctx.synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
+    epoch_seconds_total_ += seconds;
+    ++epochs_timed_;
+    EpochLog row{epoch, lr, loss_mean, train_acc, top1, top5, seconds};
+    log_.push_back(row);
+    result_.test_top1 = row.test_top1;
+    result_.weights_fingerprint = state_fingerprint(false);
+    const std::string scores =
+        task_ == Task::Classification
+            ? fmt::format("train {:.4f}  test top1 {:.4f} top5 {:.4f}", row.train_acc, row.test_top1, row.test_top5)
+            : fmt::format("test {} {:.4f} {} {:.4f}", primary_score(task_), row.test_top1, secondary_score(task_),
+                          row.test_top5);
+    progress_->line(fmt::format("epoch {}/{}  loss {:.4f}  {}  {:.1f}s  {:.0f} img/s", epoch, cfg_.epochs, row.loss,
+                                scores, seconds, seen / std::max(1e-9, seconds)));
+    return steps_done;
+  }
 
+  // Classification's test scores: top-1 / top-5 accuracy, per class and per subgroup, into
+  // metrics_; the top-1 predictions into the result.
+  void score_classification(int epoch, double& top1, double& top5) {
+    const TrainData& data = *held_;
     top5_host_ = evaluate_topk(k5_);
     int64_t hit1 = 0, hit5 = 0;
     std::vector<int64_t> class_hit(classes_, 0), class_n(classes_, 0);
@@ -466,15 +556,9 @@ class Run {
       }
       result_.predictions[i] = top[0];
     }
-    ctx.synchronize();
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
-    epoch_seconds_total_ += seconds;
-    ++epochs_timed_;
-    EpochLog row{epoch, lr, loss_mean, train_acc, hit1 / double(data.test.n), hit5 / double(data.test.n), seconds};
-    log_.push_back(row);
-    result_.test_top1 = row.test_top1;
-
-    metrics_ = json{{"epoch", epoch}, {"test_top1", row.test_top1}, {"test_top5", row.test_top5}};
+    top1 = hit1 / double(data.test.n);
+    top5 = hit5 / double(data.test.n);
+    metrics_ = json{{"epoch", epoch}, {"test_top1", top1}, {"test_top5", top5}};
     json per_class = json::object(), per_group = json::object();
     for (int64_t c = 0; c < classes_; ++c)
       per_class[data.test.class_names.at(c)] = class_n[c] ? class_hit[c] / double(class_n[c]) : 0.0;
@@ -483,11 +567,36 @@ class Run {
                                                 {"count", group_n[g]}};
     metrics_["per_class_accuracy"] = per_class;
     if (groups) metrics_["per_subgroup_accuracy"] = per_group;
-    result_.weights_fingerprint = state_fingerprint(false);
-    progress_->line(fmt::format("epoch {}/{}  loss {:.4f}  train {:.4f}  test top1 {:.4f} top5 {:.4f}  {:.1f}s  {:.0f} img/s",
-                                epoch, cfg_.epochs, row.loss, row.train_acc, row.test_top1, row.test_top5, seconds,
-                                seen / std::max(1e-9, seconds)));
-    return steps_done;
+  }
+
+  // The other tasks' evaluation: unit predictions (experiments/task.h) of the test set in dataset
+  // order, as evaluate_topk runs it.
+  std::vector<int32_t> evaluate_units() {
+    const int64_t per = units_per_example(held_->test);
+    std::vector<int32_t> out(static_cast<std::size_t>(held_->test.n * per), 0);
+    NoGradGuard ng(*ctx_);
+    Batch eb;
+    test_loader_->start_epoch(0);
+    while (test_loader_->next(eb)) {
+      Var y = net_->forward(*ctx_, Var(eb.images), false);
+      const std::vector<int32_t> u = predict_units(task_, y.value());
+      for (std::size_t r = 0; r < eb.indices.size(); ++r)
+        std::copy(u.begin() + r * per, u.begin() + (r + 1) * per, out.begin() + eb.indices[r] * per);
+    }
+    return out;
+  }
+
+  // A sequence net's decodings must have exact codes (experiments/task.h): its output steps on an
+  // input of the data's size may not exceed what a code can hold. One forward pass of zeros.
+  void check_decodable(const Dataset& train) {
+    NoGradGuard ng(*ctx_);
+    Var y = net_->forward(*ctx_, Var(ctx_->zeros({1, train.channels, train.height, train.width})), false);
+    ctx_->manifest().clear();
+    const int64_t steps = y.shape().at(0), most = max_code_length(train.num_classes);
+    if (steps > most)
+      throw Error(fmt::format("--model {} reads {}x{} images of --dataset {} in {} steps, but a decoded string of more "
+                              "than {} symbols over {} classes has no exact code; use narrower images",
+                              cfg_.model, train.height, train.width, cfg_.dataset, steps, most, train.num_classes));
   }
 
   // Evaluation: no tape, running batch-norm statistics, dataset order. Returns k labels per
@@ -511,8 +620,10 @@ class Run {
     if (!run_dir_) return;
     const TrainData& data = *held_;
     const fs::path gen = run_dir_->begin_generation(epoch);
-    write_file_atomic((gen / "log.csv").string(), log_csv_text(log_));
-    write_file_atomic((gen / "predictions.csv").string(), predictions_csv_text(data.test, top5_host_, k5_));
+    write_file_atomic((gen / "log.csv").string(), log_csv_text(log_, task_));
+    write_file_atomic((gen / "predictions.csv").string(), task_ == Task::Classification
+                                                              ? predictions_csv_text(data.test, top5_host_, k5_)
+                                                              : task_predictions_csv(data.test, unit_preds_));
     if (cfg_.checkpoint) {
       std::vector<NamedTensor> tensors;
       for (const auto& [name, t] : state_) tensors.push_back({name, *t});
@@ -567,9 +678,10 @@ class Run {
                     {"cublas", info.cublas}};
     m["data"] = {{"train", data.train.summary()}, {"test", data.test.summary()},
                  {"train_fingerprint", hex64(data.train.fingerprint())}, {"test_fingerprint", hex64(data.test.fingerprint())},
-                 {"normalization", c.standardize ? json("per-image standardization")
-                                                 : json{{"mean", stats_.mean}, {"std", stats_.std}}}};
-    m["model"] = {{"name", net_->name()}, {"parameters", net_->param_count()}};
+                 {"normalization", data.train.categories > 0 ? json("none: category ids")
+                                   : c.standardize     ? json("per-image standardization")
+                                                       : json{{"mean", stats_.mean}, {"std", stats_.std}}}};
+    m["model"] = {{"name", net_->name()}, {"parameters", net_->param_count()}, {"task", task_name(task_)}};
     m["ops"] = json::parse(ctx_->manifest().to_json())["ops"];
     m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", hex64(result_.weights_fingerprint)},
                     {"test_top1", log_.empty() ? 0.0 : log_.back().test_top1}};
@@ -582,7 +694,9 @@ class Run {
     result_.weights = flatten_weights_by_name(named);
     result_.ops = ctx_->manifest().entries();
     result_.log = log_;
-    result_.test_labels = held_->test.labels;
+    result_.task = task_;
+    result_.units_per_example = units_per_example(held_->test);
+    result_.test_labels = task_ == Task::Classification ? held_->test.labels : unit_labels_;
     result_.test_subgroups = held_->test.subgroups;
     result_.class_names = held_->test.class_names;
     result_.subgroup_names = held_->test.subgroup_names;
@@ -636,6 +750,8 @@ class Run {
   std::unique_ptr<Loader> train_loader_, test_loader_;
   int64_t classes_ = 0;
   int k5_ = 1;
+  Task task_ = Task::Classification;
+  std::vector<int32_t> unit_labels_, unit_preds_;  // the other tasks' test units (experiments/task.h)
   std::shared_ptr<TuningTable> tuning_;
   uint64_t tuning_hash_ = 0;
   std::unique_ptr<TrainStep> stepper_;
@@ -693,6 +809,26 @@ std::string resolve_device(const std::string& device) {
   } catch (const CudaError&) {
     return "cpu";
   }
+}
+
+const std::vector<std::string>& known_datasets() {
+  static const std::vector<std::string> d = {"synthetic",     "cifar10",       "cifar100",          "imagefolder",
+                                             "celeba",        "mnist",         "mnist-seg",         "mnist-rt",
+                                             "mnist-strings", "celeba-attrs",  "synthetic-seg",     "synthetic-rt",
+                                             "synthetic-strings", "synthetic-attrs"};
+  return d;
+}
+
+std::optional<Dataset> probe_examples(const TrainConfig& cfg) {
+  const bool task_data = derived_digit_task(cfg.dataset) || cfg.dataset == "celeba-attrs" || cfg.dataset == "synthetic-attrs";
+  if (!task_data) return std::nullopt;
+  TrainConfig c = cfg;
+  const std::string::size_type dash = c.dataset.find('-');
+  c.dataset = "synthetic" + c.dataset.substr(dash);
+  c.data.clear();
+  c.synthetic_train = c.synthetic_test = 2;
+  c.train_size = c.test_size = 0;
+  return load_data(c).train;
 }
 
 std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg) {

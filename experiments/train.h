@@ -23,7 +23,12 @@ struct Param;
 
 struct TrainConfig {
   std::string model = "smallcnn";
-  std::string dataset = "synthetic";  // synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist
+  std::string dataset = "synthetic";  // synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist, and
+                                      // the other tasks' (datasets/dataset.h): mnist-seg, mnist-rt,
+                                      // mnist-strings, celeba-attrs and their built-in stand-ins
+                                      // synthetic-seg, synthetic-rt, synthetic-strings, synthetic-attrs
+                                      // (a derived set has one example per example of its source
+                                      // split, drawn with seed 1 for training and 2 for the test)
   std::string data;                   // dataset folder (not for synthetic)
   int epochs = 10;
   int64_t max_steps = 0;              // > 0: stop after this many optimizer steps (a screening
@@ -58,12 +63,17 @@ struct TrainConfig {
   bool progress = true;               // progress line on stderr
   int loader_threads = 4;
   // dataset-specific
+  // synthetic: counts, side, classes; the synthetic-* task variants take the counts (their
+  // geometry is fixed: that of the MNIST / CelebA data they stand in for)
   int synthetic_train = 5000, synthetic_test = 1000, synthetic_size = 32, synthetic_classes = 10;
   std::string celeba_label = "Blond_Hair";
   std::vector<std::string> celeba_subgroups = {"Male"};
   std::string command_line;           // recorded in the manifest
 };
 
+// test_top1 / test_top5 are the task's two scores (experiments/task.h): top-1 / top-5 accuracy,
+// pixel accuracy / mean IoU (segmentation), sequence accuracy / character error rate (sequence).
+// train_acc is NaN (not measured) for the tasks other than classification.
 struct EpochLog {
   int epoch = 0;  // 1-based
   double lr = 0, loss = 0, train_acc = 0, test_top1 = 0, test_top5 = 0, seconds = 0;
@@ -73,8 +83,12 @@ struct TrainResult {
   std::vector<EpochLog> log;
   uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
   uint64_t weights_fingerprint = 0;   // over all parameters and buffers, in name order
-  std::vector<int32_t> predictions;   // final top-1 per test example
-  std::vector<int32_t> test_labels;   // the test labels, same order
+  Task task = Task::Classification;   // what the predictions are (experiments/task.h)
+  std::vector<int32_t> predictions;   // final prediction per test unit: top-1 class per example;
+                                      // class per pixel (segmentation); code of the decoded string
+                                      // per example (sequence)
+  std::vector<int32_t> test_labels;   // the test units' labels, same order
+  int64_t units_per_example = 1;      // predictions per test example (height * width for segmentation)
   std::vector<int32_t> test_subgroups;             // per test example; empty without subgroups
   std::vector<std::string> class_names, subgroup_names;
   double test_top1 = 0;
@@ -91,8 +105,9 @@ struct StepView {
   int epoch;                          // 1-based
   Context& ctx;
   const std::vector<Param>& params;
-  // Top-1 predictions of the current weights on the test set (evaluation mode, no tape): the
-  // run's own training state is not touched, so calling it does not change the run's bits.
+  // Predictions of the current weights on the test set, per unit as TrainResult::predictions
+  // (evaluation mode, no tape): the run's own training state is not touched, so calling it does
+  // not change the run's bits.
   std::function<std::vector<int32_t>()> predict;
 };
 
@@ -121,6 +136,16 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks = {}, std::sha
 // The training and test sets a config names, trimmed to --train-size / --test-size. Throws
 // ditto::Error naming the flag or file for a missing folder or a bad size.
 std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg);
+
+// Every --dataset name, in the order --help lists them.
+const std::vector<std::string>& known_datasets();
+
+// For the other tasks' datasets (and the categorical ones), a tiny training set shaped like the one
+// cfg names: two examples of its built-in stand-in (mnist-seg's is synthetic-seg, celeba-attrs's
+// synthetic-attrs, ...), which has the same geometry, classes and fields by construction: what
+// probing a training step needs, without reading files. nullopt for the classic image datasets,
+// whose probe is an image size (attribute.h model_candidates).
+std::optional<Dataset> probe_examples(const TrainConfig& cfg);
 
 // "auto" becomes "cuda" when a CUDA device can be used, else "cpu"; other values pass through.
 std::string resolve_device(const std::string& device);

@@ -59,6 +59,12 @@ void init_tensor(Context& ctx, Tensor& t, Init rule, int64_t fan_in, int64_t fan
 
 void Net::check_input(const Shape& x) const {
   const InputSpec& in = input_;
+  if (in.categorical) {
+    if (x.size() == 2 && x[0] >= 1 && x[1] >= 1 && (in.channels <= 0 || x[1] == in.channels)) return;
+    throw ShapeError(fmt::format("{}: input has shape {}; the network takes category ids, {} (N >= 1){}", name(),
+                                 shape_str(x), in.channels > 0 ? fmt::format("Nx{}", in.channels) : "NxF, F fields >= 1",
+                                 in.why.empty() ? "" : " (" + in.why + ")"));
+  }
   const bool sides_ok = x.size() == 4 && x[2] >= in.min_side && x[3] >= in.min_side &&
                         (in.max_side <= 0 || (x[2] <= in.max_side && x[3] <= in.max_side));
   if (x.size() == 4 && x[0] >= 1 && x[1] == in.channels && sides_ok) return;

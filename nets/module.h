@@ -12,6 +12,7 @@
 #include "engine/context.h"
 #include "engine/param.h"
 #include "engine/policy.h"
+#include "engine/task.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv2d.h"
 #include "kernels/pool.h"
@@ -111,7 +112,7 @@ class Dropout {
   float p_;
 };
 
-// What a network accepts: a batch N x channels x H x W with N >= 1 and min_side <= H, W (and
+// What a network accepts: a batch N x channels x H x W (or N x fields of category ids, below) with N >= 1 and min_side <= H, W (and
 // H, W <= max_side when max_side > 0). min_side is the smallest side at which every layer still
 // has an output (or the reference's own minimum); `why` says where the bounds come from.
 struct InputSpec {
@@ -119,6 +120,9 @@ struct InputSpec {
   int min_side = 1;
   int max_side = 0;  // 0: no upper bound
   std::string why;
+  // A net of category ids takes N x channels instead (channels: the number of fields, 0 for any;
+  // the sides do not apply).
+  bool categorical = false;
 };
 
 // A network: layers with stable names, a forward pass, and what trainers need around it.
@@ -131,8 +135,13 @@ class Net {
   // Throws ShapeError naming the net, the shape and what the net takes when an input of shape x
   // does not fit input_spec(): so a trainer or benchmark can check its data before any step.
   void check_input(const Shape& x) const;
-  // logits [N, classes]. Checks x (check_input) before any op runs, then calls forward_impl.
+  // logits [N, classes]; for the other task kinds what task() says (engine/task.h). Checks x
+  // (check_input) before any op runs, then calls forward_impl.
   Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr);
+  // What the output means, so which loss and scores a trainer applies (experiments/task.h).
+  virtual Task task() const { return Task::Classification; }
+  // True for a net that takes category ids (i32 {N, fields}, a categorical Dataset) instead of images.
+  bool categorical_input() const { return input_.categorical; }
   virtual std::vector<Param> params() = 0;
   virtual std::vector<Buffer> buffers() { return {}; }
   // Layers that have policy knobs, with their op kinds (for Policy::check_layers). The loss is

@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "engine/error.h"
 #include "nets/detail/families.h"
+#include "nets/detail/tasks.h"
 
 namespace ditto {
 namespace {
@@ -43,6 +45,11 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
       {"efficientnet-b0", make_efficientnet_b0},
       {"inception-v3", make_inception_v3},
       {"xception", make_xception},
+      // the other task kinds (nets/detail/tasks.h)
+      {"unet-small", tasks::make_unet_small},
+      {"stn", tasks::make_stn},
+      {"ctc-cnn", tasks::make_ctc_cnn},
+      {"embedding-bag", tasks::make_embedding_bag_net},
   };
   return r;
 }
@@ -56,6 +63,16 @@ const std::vector<std::string>& known_models() {
     return names;
   }();
   return m;
+}
+
+const std::vector<std::string>& task_models() {
+  static const std::vector<std::string> m = {"unet-small", "stn", "ctc-cnn", "embedding-bag"};
+  return m;
+}
+
+bool is_task_model(const std::string& model) {
+  const auto& t = task_models();
+  return std::find(t.begin(), t.end(), model) != t.end();
 }
 
 std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg) {

@@ -127,6 +127,41 @@
 //             size always, the same windows on odd sides, but on even sides every window starts
 //             one row / column earlier than Keras's (at 299x299 only block3_pool, on 74x74).
 //             Inputs of at least 71x71 (Keras's minimum; ShapeError below).
+//
+// The other task kinds (issue 18; nets/detail/tasks.h, the trainer's side in experiments/task.h), each
+// built on the zoo's builder with its issue-18 ops as extra knob layers:
+//   unet-small     segmentation (engine/task.h): enc1 conv3x3 16 → relu → pool1 2 → enc2 conv 32 →
+//             relu → pool2 2 → mid conv 64 → relu → up2 bilinear (align_corners false) to enc2's
+//             size → concat with enc2 → dec2 conv 32 → relu → up1 nearest to enc1's size → concat
+//             with enc1 → dec1 conv 16 → relu → head conv1x1 → classes: pixel logits {N, classes,
+//             H, W}, the loss pixel_xent ("loss"). Convs padding "same", bias, He-normal fan_in,
+//             zero bias. 58,091 parameters for 1 channel and 11 classes. Any input of at least
+//             4x4 (mnist-seg, synthetic-seg: 28x28).
+//   stn       the spatial transformer classifier of PyTorch's STN tutorial (Jaderberg et al.) for
+//             Nx{in}x40x40 inputs (mnist-rt): localization loc.conv1 7x7 8 → loc.pool1 2 → relu →
+//             loc.conv2 5x5 10 → loc.pool2 2 → relu → flatten 360 → loc.fc1 32 → relu → loc.fc2 6 =
+//             theta {N, 2, 3}, started at the identity (weight 0, bias 1 0 0 0 1 0) → affine_grid
+//             28x28 → grid_sample of the input (bilinear, zero padding, align_corners true, so
+//             cuDNN's spatial transformer can run it) → classifier cls.conv1 5x5 10 → cls.pool1 2 →
+//             relu → cls.conv2 5x5 20 → cls.pool2 2 → relu → flatten 320 → cls.fc1 50 → relu →
+//             cls.fc2 classes (the tutorial's dropout left out: deterministic and graphable).
+//             PyTorch's default init (uniform +-1/sqrt(fan_in), biases alike). 36,000 parameters
+//             for 1 channel and 10 classes. Other input sizes are a ShapeError.
+//   ctc-cnn   a CTC recognizer of digit strings, sequence task: conv1 3x3 32 → relu → pool1 2 →
+//             conv2 64 → relu → pool2 2 → conv3 96 → relu → pool3 2 → conv4 3x1 (valid) 128 → relu
+//             (one row left: a feature column per time step) → head conv1x1 → classes {N, A, 1, T}
+//             → "time_major", a gather (kernels/scatter.h embedding) of the N*A*T values into
+//             {T, N, A}, the layout CTC takes: each value is read once, so the gather's backward
+//             scatter-add (knob `scatter`) adds one term per element and its variants agree → the
+//             loss ctc_loss ("loss", blank = class 0) and the batch mean of the per-sequence costs
+//             ("loss_mean", reduce). He-normal fan_in convs, zero bias. 112,619 parameters for 1
+//             channel and 11 classes. Inputs of height 24..31 and width at least 8: T = floor(W / 8),
+//             9 for mnist-strings' 28x72.
+//   embedding-bag  categorical features (a categorical Dataset: celeba-attrs, synthetic-attrs):
+//             "features" EmbeddingBag (nets/embedding.h) of NetConfig::categories ids x 32, mean
+//             mode, over each example's fields (i32 ids {N, fields}) → relu → fc1 64 → relu → fc2
+//             classes. Table normal(0, 1) as nn.EmbeddingBag, linears PyTorch's default. 4,738
+//             parameters for CelebA's 39 fields (78 ids) and 2 classes.
 #pragma once
 #include <memory>
 #include <string>
@@ -140,14 +175,21 @@ struct NetConfig {
                             // "mnist-cnn", "vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet50",
                             // "resnet101", "resnet152", "mediumcnn-k1", "-k3", "-k5", "-k7",
                             // "densenet121", "densenet169", "densenet201", "mobilenet",
-                            // "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception"
-  int num_classes = 10;
+                            // "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", and
+                            // the other task kinds' "unet-small",
+                            // "stn", "ctc-cnn", "embedding-bag" (nets/detail/tasks.h)
+  int num_classes = 10;     // classes, pixel classes (segmentation) or symbols with the blank (ctc-cnn)
   int in_channels = 3;
+  int categories = 0;       // embedding-bag: category ids in [0, categories) (Dataset::categories)
 };
 
 // Throws ditto::Error listing the known models for an unknown name (and for fewer than 2
 // classes or 1 input channel).
 std::unique_ptr<Net> make_net(Context& ctx, const NetConfig& cfg);
 const std::vector<std::string>& known_models();
+// The models of the other task kinds (segmentation, sequences, categorical input), among
+// known_models(). The rest are image classifiers: logits [N, classes] from N x C x H x W.
+const std::vector<std::string>& task_models();
+bool is_task_model(const std::string& model);
 
 }  // namespace ditto

@@ -20,9 +20,9 @@ cmake --build $F -j "$(nproc 2>/dev/null || echo 2)"
 # second than those that write a file per input.
 declare -A runs=([fuzz_cifar]=8000 [fuzz_mnist]=8000 [fuzz_jpeg]=150000 [fuzz_celeba]=8000 [fuzz_safetensors]=8000
                  [fuzz_manifest]=8000 [fuzz_tuning]=8000 [fuzz_policy]=300000 [fuzz_checkpoint]=5000
-                 [fuzz_trace]=8000)
+                 [fuzz_trace]=8000 [fuzz_predictions]=20000)
 targets=(fuzz_cifar fuzz_mnist fuzz_jpeg fuzz_celeba fuzz_safetensors fuzz_manifest fuzz_tuning fuzz_policy
-         fuzz_checkpoint fuzz_trace)
+         fuzz_checkpoint fuzz_trace fuzz_predictions)
 bound=(-seed=1 -max_total_time=60)
 if [ $# -ge 1 ]; then targets=("$1"); bound=(-max_total_time="${2:-60}"); fi
 mkdir -p $F/findings

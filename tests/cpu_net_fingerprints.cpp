@@ -267,9 +267,12 @@ TEST_CASE("net fingerprints: one CPU step of the large models (slow)", "[.finger
     for (const Probe& p : *list) check_probe(p, true);
 }
 
-TEST_CASE("net fingerprints: every known model is pinned") {
+TEST_CASE("net fingerprints: every known image classifier is pinned") {
+  // The other task kinds' nets (nets/detail/tasks.h) have other losses and inputs; cpu_task_nets checks
+  // their structure and that their steps repeat bit for bit.
   for (const auto& m : known_models()) {
     INFO(m);
+    if (is_task_model(m)) continue;
     bool probed = false;
     for (const auto* list : {&kFast, &kLarge, &kSlowOnly})
       for (const Probe& p : *list) probed = probed || m == p.model;

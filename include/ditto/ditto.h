@@ -26,6 +26,7 @@
 #include "engine/policy.h"
 #include "engine/profiler.h"
 #include "engine/tape.h"
+#include "engine/task.h"
 #include "engine/tensor.h"
 #include "engine/timer.h"
 #include "engine/tracer.h"

@@ -15,5 +15,6 @@
 #include "experiments/stats.h"
 #include "experiments/step.h"
 #include "experiments/svg.h"
+#include "experiments/task.h"
 #include "experiments/trace.h"
 #include "experiments/train.h"
