@@ -114,6 +114,7 @@ struct Slot {
   int32_t* labels = nullptr; // batch_size
   std::vector<int64_t> indices;
   int64_t rows = 0;
+  int64_t global_rows = 0;   // the unsharded batch's rows
   int64_t free_for = 0;      // the batch allowed to fill this slot next
   int64_t ready = -1;        // the batch this slot holds, ready to copy
   cudaEvent_t copied = nullptr;  // recorded after the copies out of this slot
@@ -154,8 +155,11 @@ struct Loader::Impl {
 
   // Writes batch b into slot s. Row r depends only on (order, epoch, opts, b, r).
   void fill(Slot& s, int64_t b) {
-    const int64_t bs = opts.batch_size, first = b * bs;
-    s.rows = std::min(bs, ds.n - first);
+    const int64_t bs = opts.batch_size;
+    s.global_rows = std::min(bs, ds.n - b * bs);
+    const int64_t lo = opts.shard * s.global_rows / opts.shards, hi = (opts.shard + 1) * s.global_rows / opts.shards;
+    const int64_t first = b * bs + lo;
+    s.rows = hi - lo;
     s.indices.resize(static_cast<std::size_t>(s.rows));
     for (int64_t r = 0; r < s.rows; ++r) {
       const int64_t idx = order[first + r];
@@ -211,6 +215,8 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
   const LoaderOptions& o = I.opts;
   if (o.batch_size < 1) throw Error(fmt::format("Loader: batch_size {} must be >= 1", o.batch_size));
   if (o.threads < 0 || o.threads > 64) throw Error(fmt::format("Loader: threads {} must be in [0, 64]", o.threads));
+  if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards)
+    throw Error(fmt::format("Loader: shard {} of {} is not a shard (0 <= shard < shards)", o.shard, o.shards));
   if (o.augment && (o.pad < 0 || o.pad > std::min(ds.height, ds.width)))
     throw Error(fmt::format("Loader: pad {} must be in [0, {}]", o.pad, std::min(ds.height, ds.width)));
   if (o.mean.size() != o.std.size())
@@ -307,6 +313,7 @@ bool Loader::next(Batch& out) {
   batch.images = I.ctx.empty({rows, I.ds.channels, I.ds.height, I.ds.width}, DType::F32);
   batch.labels = I.ctx.empty({rows}, DType::I32);
   batch.indices = s.indices;
+  batch.global_rows = s.global_rows;
   if (I.cuda) {
     cudaStream_t stream = detail::stream_of(I.ctx);
     DITTO_CUDA_CHECK(cudaSetDevice(I.ctx.device().index));
