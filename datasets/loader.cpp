@@ -12,6 +12,7 @@
 #include <numeric>
 #include <thread>
 
+#include "datasets/stream.h"
 #include "engine/context.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
@@ -83,7 +84,24 @@ void standardize_image(const uint8_t* src, int64_t numel, float* dst) {
     dst[k] = static_cast<float>(double(int64_t(src[k]) * numel - sum) / scale / adjusted);
 }
 
+void normalize_example(const uint8_t* src, int c, int64_t plane, const LoaderOptions& opts, float* dst) {
+  if (opts.standardize) {
+    standardize_image(src, int64_t(c) * plane, dst);
+    return;
+  }
+  for (int ch = 0; ch < c; ++ch) {
+    const double m = opts.mean.empty() ? 0.0 : opts.mean[ch];
+    const double s = opts.std.empty() ? 1.0 : opts.std[ch];
+    for (int64_t k = 0; k < plane; ++k)
+      dst[ch * plane + k] = static_cast<float>((src[ch * plane + k] / 255.0 - m) / s);
+  }
+}
+
 void prepare_example(const Dataset& ds, int64_t index, int epoch, const LoaderOptions& opts, float* dst) {
+  if (ds.source) {
+    ds.source->prepare(index, epoch, opts, dst);
+    return;
+  }
   const int64_t numel = ds.image_numel();
   const uint8_t* src = ds.image(index);
   std::vector<uint8_t> scratch;
@@ -93,17 +111,7 @@ void prepare_example(const Dataset& ds, int64_t index, int epoch, const LoaderOp
                   augment_draw(opts.seed_augment, epoch, index, opts.pad, opts.flip), scratch.data());
     src = scratch.data();
   }
-  if (opts.standardize) {
-    standardize_image(src, numel, dst);
-    return;
-  }
-  const int64_t plane = int64_t(ds.height) * ds.width;
-  for (int c = 0; c < ds.channels; ++c) {
-    const double m = opts.mean.empty() ? 0.0 : opts.mean[c];
-    const double s = opts.std.empty() ? 1.0 : opts.std[c];
-    for (int64_t k = 0; k < plane; ++k)
-      dst[c * plane + k] = static_cast<float>((src[c * plane + k] / 255.0 - m) / s);
-  }
+  normalize_example(src, ds.channels, int64_t(ds.height) * ds.width, opts, dst);
 }
 
 // ---- Loader ------------------------------------------------------------------------------
