@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   bool no_groups = false, list = false, no_checkpoint = false;
   CLI::App app{"ditto-attribute: attribute run-to-run churn to single kernels (add-one / leave-one-out)"};
   app.set_help_all_flag("--help-all");
-  ditto::add_train_flags(app, base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins);
+  ditto::add_train_flags(app, base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins |
+                                            ditto::kFlagsDataParallel);
   app.add_option("--form", form, "add-one | leave-one-out | both")
       ->check(CLI::IsMember({"add-one", "leave-one-out", "both"}))->capture_default_str();
   app.add_option("--replicas", opts.replicas, "replicas per configuration")->check(CLI::Range(2, 100))->capture_default_str();
@@ -65,6 +66,8 @@ int main(int argc, char** argv) {
                         : base.dataset == "celeba" ? 2 : base.dataset == "cifar100" ? 100 : 10;
     const int size = synthetic ? base.synthetic_size : mnist ? 28 : base.dataset == "celeba" ? 64 : 32;
     std::vector<ditto::Candidate> all = ditto::model_candidates(base.model, classes, mnist ? 1 : 3, size, !no_groups);
+    // With data parallelism the gradient all-reduces are candidates too.
+    for (auto& c : ditto::data_parallel_candidates(base, classes, mnist ? 1 : 3, !no_groups)) all.push_back(c);
     std::vector<ditto::Candidate> cands;
     for (const auto& c : all) {
       bool keep = only.empty() && exact.empty();

@@ -24,7 +24,11 @@ enum TrainFlagGroups : unsigned {
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
   kFlagsPins = 32,     // --pin --pins-from
   kFlagsOutput = 64,   // --out --resume
-  kFlagsAll = 127,
+  kFlagsDataParallel = 128,  // --dp-gpus --dp-groups --batchnorm --bucket-mb
+  // --gpus as the name of --dp-gpus: for the front ends whose own --gpus does not already mean
+  // something else (ditto-experiment and ditto-attribute spread replicas over GPUs with it).
+  kFlagsGpusFlag = 256,
+  kFlagsAll = 511,
 };
 
 // Values that live outside TrainConfig until apply_train_flags.
@@ -107,8 +111,10 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
     app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
         ->check(CLI::IsMember(known_models()))
         ->capture_default_str();
-    app.add_option("--dataset", c.dataset, "synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist")
-        ->check(CLI::IsMember({"synthetic", "cifar10", "cifar100", "imagefolder", "celeba", "mnist"}))
+    app.add_option("--dataset", c.dataset,
+                   "synthetic | cifar10 | cifar100 | imagefolder | stream-folder (JPEGs of any size decoded on the fly: "
+                   "random-resized-crop with --augment, resize + centre crop otherwise) | celeba | mnist")
+        ->check(CLI::IsMember({"synthetic", "cifar10", "cifar100", "imagefolder", "stream-folder", "celeba", "mnist"}))
         ->capture_default_str();
     app.add_option("--data", c.data, "dataset folder (not for synthetic)");
     app.add_option("--train-size", c.train_size, "use only the first N training examples (0: all)")->check(whole(0, kInt64));
