@@ -127,6 +127,26 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
         ->capture_default_str();
     app.add_option("--synthetic-size", c.synthetic_size, "synthetic: image height and width")->check(whole(8, 4096))
         ->capture_default_str();
+    app.add_option("--image-size", c.image_size, "stream-folder: the side of the crops")->check(whole(1, 8192))
+        ->capture_default_str();
+    app.add_option("--resize", c.resize, "stream-folder: evaluation's shorter side before the centre crop")
+        ->check(whole(1, 65535))->capture_default_str();
+  }
+  if (groups & kFlagsDataParallel) {
+    app.add_option((groups & kFlagsGpusFlag) ? "--gpus,--dp-gpus" : "--dp-gpus", c.gpus,
+                   "data-parallel ranks: GPUs N..N+K-1 after --device cuda:N (simulated ranks on the CPU)")
+        ->check(whole(1, 64))->capture_default_str();
+    app.add_option("--dp-groups", c.dp_groups,
+                   "example groups per global batch, shared by the ranks (a multiple of the ranks; default one per "
+                   "rank); with the fixed-order all-reduce the same groups give the same bits for any rank count")
+        ->check(whole(1, 4096));
+    app.add_option("--batchnorm", c.batchnorm,
+                   "data parallel: local (each group's own statistics, as DDP) | sync (the global batch's)")
+        ->check(CLI::IsMember({"local", "sync"}))->capture_default_str();
+    app.add_option("--bucket-mb", c.bucket_mb,
+                   "data parallel: gradient bucket size (each bucket's all-reduce is a knob: --pin "
+                   "bucketN.algo=fixed-order|ring|nccl-default|nccl-ring-simple|...)")
+        ->check(whole(1, 65536))->capture_default_str();
   }
   if (groups & kFlagsOptim) {
     app.add_option("--epochs", c.epochs)->check(whole(1, 1000000))->capture_default_str();

@@ -13,6 +13,7 @@
 #include "datasets/dataset.h"
 #include "engine/error.h"
 #include "experiments/attribute.h"
+#include "experiments/cli.h"
 #include "experiments/diverge.h"
 #include "experiments/train.h"
 #include "train_support.h"
@@ -196,4 +197,30 @@ TEST_CASE("train --dataset stream-folder: JPEGs of varied sizes, cropped on the 
   CHECK(m["data"]["streamed"].get<std::string>().find("RandomResizedCrop(16") != std::string::npos);
   CHECK(m["flags"]["--image-size"] == "16");
   CHECK(m["data"]["normalization"]["mean"][0] == Approx(0.485));
+}
+
+TEST_CASE("flags: --gpus is the data-parallel rank count in ditto-train, --dp-gpus where --gpus means replicas") {
+  auto parse = [](unsigned groups, std::vector<std::string> args) {
+    CLI::App app;
+    TrainConfig c;
+    TrainFlags f;
+    add_train_flags(app, c, f, groups);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    return c;
+  };
+  const TrainConfig a = parse(kFlagsAll, {"--gpus", "4", "--dp-groups", "8", "--batchnorm", "sync", "--bucket-mb", "5"});
+  CHECK(a.gpus == 4);
+  CHECK(a.dp_groups == 8);
+  CHECK(a.batchnorm == "sync");
+  CHECK(a.bucket_mb == 5);
+  CHECK(a.data_parallel());
+  CHECK(parse(kFlagsAll, {"--dp-gpus", "2"}).gpus == 2);
+  CHECK(parse(kFlagsDataParallel, {"--dp-gpus", "3"}).gpus == 3);
+  CHECK_THROWS(parse(kFlagsDataParallel, {"--gpus", "3"}));  // left to the front end's own --gpus
+  CHECK_THROWS(parse(kFlagsAll, {"--gpus", "0"}));
+  CHECK_FALSE(parse(kFlagsAll, {}).data_parallel());
+  const TrainConfig s = parse(kFlagsAll, {"--dataset", "stream-folder", "--image-size", "160", "--resize", "182"});
+  CHECK(s.image_size == 160);
+  CHECK(s.resize == 182);
 }
