@@ -15,7 +15,10 @@
 # its wall time and the env vars that scale it); zoo-overhead times OVERHEAD_STEPS (100) steps.
 # Issue 18, the networks of the other task kinds: tasks[:MODELS] (MODELS a comma list of
 # unet-small, stn, ctc-cnn, embedding-bag; default all four), each the four settings and an add-one
-# attribution (needs .data/mnist/*.gz and .data-celeba/celeba64.tar.gz).
+# attribution (needs .data/mnist/*.gz and .data-celeba/celeba64.tar.gz); ops18 (op_noise's rows for
+# issue 18's ops beside the PyTorch peers, bench/ops18_table.py).
+# Issue 19 on one GPU: dp1 (ResNet-18 CIFAR-10: the plain trainer and the data-parallel path with
+# one rank under each all-reduce, weights fingerprints and images/s).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -239,6 +242,29 @@ pipeline() {
             > $R/tasks-$m-attr.txt 2> $R/tasks-$m-attr.err
           echo "$m attribution rc=$? wall $(( $(date +%s) - t0 ))s"; sed -n '/^rank/,/^$/p' $R/tasks-$m-attr.txt | head -16
         done ;;
+      ops18)
+        # Issue 18's ops: ditto's variants (distinct results out of 20 calls, us per call) and
+        # PyTorch's paths in its default and deterministic modes, at the same sizes; one table.
+        $B/bench/op_noise --families scatter,upsample,pixel_xent,reduce --group all --runs 20 --out $R/ops18 \
+          > /dev/null 2> $R/ops18.err; echo "op_noise rc=$?"
+        rm -f $R/torch_ops18.jsonl $R/torch_ops18b.jsonl
+        timeout 240 python3 bench/peers/torch_ops18.py --out $R/torch_ops18.jsonl > /dev/null 2> $R/torch_ops18.err
+        echo "torch_ops18 rc=$?"
+        timeout 240 python3 bench/peers/torch_ops18b.py --out $R/torch_ops18b.jsonl > /dev/null 2> $R/torch_ops18b.err
+        echo "torch_ops18b rc=$?"
+        python3 bench/ops18_table.py $R/ops18/op_noise.csv $R/torch_ops18*.jsonl --out $R/ops18.md; grep -c "differs" $R/ops18.md ;;
+      dp1)
+        # Issue 19 with the one GPU lent: ResNet-18 on CIFAR-10, DP_STEPS (300) deterministic steps,
+        # the plain trainer, then --gpus 1 (one rank, one example group, one bucket) under each
+        # all-reduce. The design says every one of them ends with the plain trainer's weights.
+        local T=$B/examples/ditto-train a t0
+        local base="--model resnet18 $cifar --steps ${DP_STEPS:-300} --batch-size 128 --lr 0.1 --kernels deterministic --quiet"
+        for a in plain fixed-order ring nccl-default nccl-ring-simple nccl-tree-ll; do
+          local extra=""; [ $a != plain ] && extra="--gpus 1 --bucket-mb 1024 --pin bucket0.algo=$a"
+          t0=$(date +%s%N)
+          $T $base $extra --out $R/dp1/$a > $R/dp1-$a.txt 2> $R/dp1-$a.err
+          echo "dp1 $a rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(grep -o 'weights fingerprint [0-9a-f]*' $R/dp1-$a.txt)"
+        done ;;
       opnoise)
         # Issue 9's before/after table: op_noise at three shapes (ResNet-18's stem, middle and last
         # stage). OPNOISE_BIN picks another build's binary (the "before" commit, same call).
@@ -337,7 +363,7 @@ case $cmd in
   start)
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
-      EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN
+      EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

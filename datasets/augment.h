@@ -33,7 +33,12 @@ void augment_image(const uint8_t* src, int c, int h, int w, int pad, const Augme
 // mean and (population) std over the whole image in double, result rounded to float.
 void standardize_image(const uint8_t* src, int64_t numel, float* dst);
 
-// The full per-example pipeline the Loader runs: augmentation (when opts.augment), then either
+// The normalization step of prepare_example on an 8-bit CHW image of c planes of `plane` pixels:
+// per-image standardization, or ((pixel / 255) - mean[c]) / std[c] in double, rounded to float.
+void normalize_example(const uint8_t* src, int c, int64_t plane, const LoaderOptions& opts, float* dst);
+
+// The full per-example pipeline the Loader runs (a streamed data set's source runs its own
+// transform, then normalize_example): augmentation (when opts.augment), then either
 // per-image standardization or ((pixel / 255) - mean[c]) / std[c] per channel (mean 0, std 1
 // when not given), evaluated in double and rounded to float. Writes image_numel floats.
 void prepare_example(const Dataset& ds, int64_t index, int epoch, const LoaderOptions& opts, float* dst);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "datasets/stream.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 
@@ -20,6 +21,7 @@ const char* split_name(Split s) {
 }
 
 ChannelStats Dataset::channel_stats() const {
+  if (source) return source->stats();
   ChannelStats st;
   const int64_t plane = int64_t(height) * width;
   for (int c = 0; c < channels; ++c) {
@@ -62,8 +64,15 @@ int Dataset::sequence_length(int64_t i) const {
   return len;
 }
 
+const uint8_t* Dataset::image(int64_t i) const {
+  if (source)
+    throw Error(fmt::format("dataset '{}' is streamed: its images are decoded on the fly (ImageSource::eval_image)",
+                            name));
+  return images.data() + i * image_numel();
+}
+
 uint64_t Dataset::fingerprint() const {
-  uint64_t h = fingerprint_bytes(images.data(), images.size());
+  uint64_t h = source ? source->fingerprint() : fingerprint_bytes(images.data(), images.size());
   h = fingerprint_bytes(labels.data(), labels.size() * sizeof(int32_t), h);
   h = fingerprint_bytes(subgroups.data(), subgroups.size() * sizeof(int32_t), h);
   // Classification datasets hash as they always did; the others hash what makes them differ too.
@@ -101,7 +110,9 @@ std::string Dataset::summary() const {
 void Dataset::validate() const {
   if (n < 0 || channels <= 0 || height <= 0 || width <= 0)
     throw DataError(fmt::format("dataset '{}': bad shape n={} c={} h={} w={}", name, n, channels, height, width));
-  if (static_cast<int64_t>(images.size()) != n * image_numel())
+  if (source && source->size() != n)
+    throw DataError(fmt::format("dataset '{}': a source of {} images for {} examples", name, source->size(), n));
+  if (!source && static_cast<int64_t>(images.size()) != n * image_numel())
     throw DataError(fmt::format("dataset '{}': {} image bytes for {} examples of {}x{}x{}", name, images.size(), n,
                                 channels, height, width));
   if (static_cast<int64_t>(labels.size()) != n)
@@ -169,7 +180,10 @@ Dataset take_first(const Dataset& ds, int64_t n) {
   out.channels = ds.channels;
   out.height = ds.height;
   out.width = ds.width;
-  out.images.assign(ds.images.begin(), ds.images.begin() + n * ds.image_numel());
+  if (ds.source)
+    out.source = ds.source->first(n);
+  else
+    out.images.assign(ds.images.begin(), ds.images.begin() + n * ds.image_numel());
   out.labels.assign(ds.labels.begin(), ds.labels.begin() + n);
   out.num_classes = ds.num_classes;
   out.class_names = ds.class_names;

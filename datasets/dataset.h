@@ -8,12 +8,15 @@
 // This header is installed: it pulls in no libjpeg, zlib, fmt or json headers.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/task.h"
 
 namespace ditto {
+
+class ImageSource;  // datasets/stream.h
 
 struct ChannelStats {
   // Per channel, over every pixel of every image, on the [0, 1] scale (pixel / 255): the
@@ -44,15 +47,23 @@ struct Dataset {
   // i32 {N, fields} rather than normalized pixels.
   int categories = 0;
 
+  // A streamed data set (datasets/stream.h) has no `images`: each example is decoded when a
+  // Loader asks for it, at channels x height x width. The statistics, fingerprint and take_first
+  // below ask the source.
+  std::shared_ptr<const ImageSource> source;
+
   int64_t size() const { return n; }
   int64_t image_numel() const { return int64_t(channels) * height * width; }
-  const uint8_t* image(int64_t i) const { return images.data() + i * image_numel(); }
+  // Example i's pixels; Error for a streamed data set (use source->eval_image).
+  const uint8_t* image(int64_t i) const;
   const int32_t* target(int64_t i) const { return targets.data() + i * target_length; }
   // A sequence example's length: its symbols before the first 0 of its targets.
   int sequence_length(int64_t i) const;
   bool has_subgroups() const { return !subgroups.empty(); }
+  bool streamed() const { return source != nullptr; }
 
-  // Per-channel mean / std on the [0, 1] scale, accumulated in double in index order.
+  // Per-channel mean / std on the [0, 1] scale, accumulated in double in index order (a streamed
+  // data set's source says them: datasets/stream.h).
   ChannelStats channel_stats() const;
   // Examples per class (num_classes entries) and per subgroup (empty without subgroups).
   std::vector<int64_t> class_counts() const;

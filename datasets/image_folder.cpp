@@ -20,11 +20,12 @@ std::string lower_ext(const fs::path& p) {
 }
 }  // namespace
 
-Dataset load_image_folder(const std::string& root, const std::string& split, ImageGeometry geometry) {
+namespace detail {
+
+std::vector<std::string> list_image_folder(const std::string& root, const std::string& split, Dataset& ds) {
   const fs::path base = split.empty() ? fs::path(root) : fs::path(root) / split;
   std::error_code ec;
   if (!fs::is_directory(base, ec)) throw IoError(fmt::format("image folder '{}' is not a readable directory", base.string()));
-  Dataset ds;
   ds.name = fmt::format("{}{}{}", fs::path(root).filename().string(), split.empty() ? "" : "/", split);
   std::vector<fs::path> class_dirs;
   for (const auto& entry : fs::directory_iterator(base))
@@ -55,6 +56,15 @@ Dataset load_image_folder(const std::string& root, const std::string& split, Ima
     }
   }
   ds.num_classes = static_cast<int>(class_dirs.size());
+  ds.n = static_cast<int64_t>(paths.size());
+  return paths;
+}
+
+}  // namespace detail
+
+Dataset load_image_folder(const std::string& root, const std::string& split, ImageGeometry geometry) {
+  Dataset ds;
+  const std::vector<std::string> paths = detail::list_image_folder(root, split, ds);
   detail::decode_into(ds, paths, geometry);
   ds.validate();
   return ds;

@@ -58,6 +58,11 @@ void jpeg_emit_message(j_common_ptr cinfo, int msg_level) {
 }  // namespace
 
 DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& bytes) {
+  return decode_jpeg(path, bytes, nullptr);
+}
+
+DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& bytes,
+                         const std::function<int(int height, int width)>& scale_denom) {
   // Everything the longjmp may skip over lives outside the setjmp scope and has a trivial
   // destructor or is destroyed explicitly.
   jpeg_decompress_struct cinfo;
@@ -96,6 +101,15 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
   }
   bool gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
   cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  if (scale_denom) {
+    const int denom = scale_denom(static_cast<int>(cinfo.image_height), static_cast<int>(cinfo.image_width));
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
+      jpeg_destroy_decompress(&cinfo);
+      throw Error(fmt::format("decode_jpeg '{}': scale 1/{} is not one of 1, 1/2, 1/4, 1/8", path, denom));
+    }
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = static_cast<unsigned int>(denom);
+  }
   jpeg_start_decompress(&cinfo);
   const int w = static_cast<int>(cinfo.output_width), h = static_cast<int>(cinfo.output_height);
   const int comps = cinfo.output_components;
@@ -120,33 +134,43 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
 
 DecodedImage decode_jpeg_file(const std::string& path) { return decode_jpeg(path, read_file_bytes(path)); }
 
-std::vector<uint8_t> resize_bilinear(const uint8_t* src, int c, int h, int w, int out_h, int out_w) {
-  std::vector<uint8_t> out(static_cast<std::size_t>(c) * out_h * out_w);
-  const double sy = double(h) / out_h, sx = double(w) / out_w;
-  auto coord = [](double pos, int size, int& i0, int& i1, double& t) {
-    pos = std::clamp(pos, 0.0, double(size - 1));
-    i0 = static_cast<int>(std::floor(pos));
-    i1 = std::min(i0 + 1, size - 1);
-    t = pos - i0;
-  };
-  for (int y = 0; y < out_h; ++y) {
-    int y0, y1;
-    double ty;
-    coord((y + 0.5) * sy - 0.5, h, y0, y1, ty);
-    for (int x = 0; x < out_w; ++x) {
-      int x0, x1;
-      double tx;
-      coord((x + 0.5) * sx - 0.5, w, x0, x1, tx);
-      for (int ch = 0; ch < c; ++ch) {
-        const uint8_t* p = src + static_cast<std::size_t>(ch) * h * w;
-        double top = p[y0 * w + x0] * (1 - tx) + p[y0 * w + x1] * tx;
-        double bot = p[y1 * w + x0] * (1 - tx) + p[y1 * w + x1] * tx;
-        double v = top * (1 - ty) + bot * ty;
-        out[(static_cast<std::size_t>(ch) * out_h + y) * out_w + x] =
-            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+Tap bilinear_tap(double pos, int size) {
+  pos = std::clamp(pos, 0.0, double(size - 1));
+  Tap t;
+  t.i0 = static_cast<int>(std::floor(pos));
+  t.i1 = std::min(t.i0 + 1, size - 1);
+  t.t = pos - t.i0;
+  return t;
+}
+
+void sample_bilinear(const uint8_t* src, int c, int h, int w, const std::vector<Tap>& ys, const std::vector<Tap>& xs,
+                     uint8_t* out) {
+  const int out_h = static_cast<int>(ys.size()), out_w = static_cast<int>(xs.size());
+  for (int ch = 0; ch < c; ++ch) {
+    const uint8_t* p = src + static_cast<std::size_t>(ch) * h * w;
+    uint8_t* o = out + static_cast<std::size_t>(ch) * out_h * out_w;
+    for (int y = 0; y < out_h; ++y) {
+      const Tap& ty = ys[y];
+      const uint8_t* r0 = p + static_cast<std::size_t>(ty.i0) * w;
+      const uint8_t* r1 = p + static_cast<std::size_t>(ty.i1) * w;
+      for (int x = 0; x < out_w; ++x) {
+        const Tap& tx = xs[x];
+        double top = r0[tx.i0] * (1 - tx.t) + r0[tx.i1] * tx.t;
+        double bot = r1[tx.i0] * (1 - tx.t) + r1[tx.i1] * tx.t;
+        double v = top * (1 - ty.t) + bot * ty.t;
+        o[static_cast<std::size_t>(y) * out_w + x] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
       }
     }
   }
+}
+
+std::vector<uint8_t> resize_bilinear(const uint8_t* src, int c, int h, int w, int out_h, int out_w) {
+  std::vector<uint8_t> out(static_cast<std::size_t>(c) * out_h * out_w);
+  const double sy = double(h) / out_h, sx = double(w) / out_w;
+  std::vector<Tap> ys(static_cast<std::size_t>(out_h)), xs(static_cast<std::size_t>(out_w));
+  for (int y = 0; y < out_h; ++y) ys[y] = bilinear_tap((y + 0.5) * sy - 0.5, h);
+  for (int x = 0; x < out_w; ++x) xs[x] = bilinear_tap((x + 0.5) * sx - 0.5, w);
+  sample_bilinear(src, c, h, w, ys, xs, out.data());
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <thread>
 
+#include "datasets/stream.h"
 #include "engine/context.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
@@ -83,7 +84,24 @@ void standardize_image(const uint8_t* src, int64_t numel, float* dst) {
     dst[k] = static_cast<float>(double(int64_t(src[k]) * numel - sum) / scale / adjusted);
 }
 
+void normalize_example(const uint8_t* src, int c, int64_t plane, const LoaderOptions& opts, float* dst) {
+  if (opts.standardize) {
+    standardize_image(src, int64_t(c) * plane, dst);
+    return;
+  }
+  for (int ch = 0; ch < c; ++ch) {
+    const double m = opts.mean.empty() ? 0.0 : opts.mean[ch];
+    const double s = opts.std.empty() ? 1.0 : opts.std[ch];
+    for (int64_t k = 0; k < plane; ++k)
+      dst[ch * plane + k] = static_cast<float>((src[ch * plane + k] / 255.0 - m) / s);
+  }
+}
+
 void prepare_example(const Dataset& ds, int64_t index, int epoch, const LoaderOptions& opts, float* dst) {
+  if (ds.source) {
+    ds.source->prepare(index, epoch, opts, dst);
+    return;
+  }
   const int64_t numel = ds.image_numel();
   const uint8_t* src = ds.image(index);
   std::vector<uint8_t> scratch;
@@ -93,17 +111,7 @@ void prepare_example(const Dataset& ds, int64_t index, int epoch, const LoaderOp
                   augment_draw(opts.seed_augment, epoch, index, opts.pad, opts.flip), scratch.data());
     src = scratch.data();
   }
-  if (opts.standardize) {
-    standardize_image(src, numel, dst);
-    return;
-  }
-  const int64_t plane = int64_t(ds.height) * ds.width;
-  for (int c = 0; c < ds.channels; ++c) {
-    const double m = opts.mean.empty() ? 0.0 : opts.mean[c];
-    const double s = opts.std.empty() ? 1.0 : opts.std[c];
-    for (int64_t k = 0; k < plane; ++k)
-      dst[c * plane + k] = static_cast<float>((src[c * plane + k] / 255.0 - m) / s);
-  }
+  normalize_example(src, ds.channels, int64_t(ds.height) * ds.width, opts, dst);
 }
 
 // ---- Loader ------------------------------------------------------------------------------
@@ -116,6 +124,7 @@ struct Slot {
   int32_t* lengths = nullptr;  // batch_size (sequence targets)
   std::vector<int64_t> indices;
   int64_t rows = 0;
+  int64_t global_rows = 0;   // the unsharded batch's rows
   int64_t free_for = 0;      // the batch allowed to fill this slot next
   int64_t ready = -1;        // the batch this slot holds, ready to copy
   cudaEvent_t copied = nullptr;  // recorded after the copies out of this slot
@@ -156,8 +165,11 @@ struct Loader::Impl {
 
   // Writes batch b into slot s. Row r depends only on (order, epoch, opts, b, r).
   void fill(Slot& s, int64_t b) {
-    const int64_t bs = opts.batch_size, first = b * bs;
-    s.rows = std::min(bs, ds.n - first);
+    const int64_t bs = opts.batch_size;
+    s.global_rows = std::min(bs, ds.n - b * bs);
+    const int64_t lo = opts.shard * s.global_rows / opts.shards, hi = (opts.shard + 1) * s.global_rows / opts.shards;
+    const int64_t first = b * bs + lo;
+    s.rows = hi - lo;
     s.indices.resize(static_cast<std::size_t>(s.rows));
     for (int64_t r = 0; r < s.rows; ++r) {
       const int64_t idx = order[first + r];
@@ -223,6 +235,8 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
   const LoaderOptions& o = I.opts;
   if (o.batch_size < 1) throw Error(fmt::format("Loader: batch_size {} must be >= 1", o.batch_size));
   if (o.threads < 0 || o.threads > 64) throw Error(fmt::format("Loader: threads {} must be in [0, 64]", o.threads));
+  if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards)
+    throw Error(fmt::format("Loader: shard {} of {} is not a shard (0 <= shard < shards)", o.shard, o.shards));
   if (o.augment && (o.pad < 0 || o.pad > std::min(ds.height, ds.width)))
     throw Error(fmt::format("Loader: pad {} must be in [0, {}]", o.pad, std::min(ds.height, ds.width)));
   if (o.mean.size() != o.std.size())
@@ -353,6 +367,7 @@ bool Loader::next(Batch& out) {
   std::vector<std::pair<Tensor*, const void*>> copies = {{&batch.images, s.images}, {&batch.labels, s.labels}};
   if (batch.targets.defined()) copies.push_back({&batch.targets, s.targets});
   if (batch.target_lengths.defined()) copies.push_back({&batch.target_lengths, s.lengths});
+  batch.global_rows = s.global_rows;
   if (I.cuda) {
     cudaStream_t stream = detail::stream_of(I.ctx);
     DITTO_CUDA_CHECK(cudaSetDevice(I.ctx.device().index));

@@ -33,6 +33,10 @@ struct LoaderOptions {
   bool standardize = false;     // per-image standardization (then mean / std must be empty)
   std::vector<float> mean, std; // per channel on the [0, 1] scale; empty: 0 and 1
   int threads = 2;              // background workers; 0 prepares batches inside next()
+  // Data parallelism: each batch keeps rows [shard*R/shards, (shard+1)*R/shards) of the global
+  // batch of R rows (the order and augmentation stay those of the whole run), so `shards` loaders
+  // with shard = 0..shards-1 together yield exactly the unsharded batches.
+  int shard = 0, shards = 1;
 };
 
 struct Batch {
@@ -43,6 +47,7 @@ struct Batch {
   // (N, H, W) i32; label sequences (N, target_length) i32 with their lengths (N) i32.
   Tensor targets, target_lengths;
   std::vector<int64_t> indices;  // dataset index of each row
+  int64_t global_rows = 0;       // rows of the whole batch this shard belongs to (= rows unsharded)
 };
 
 class Loader {

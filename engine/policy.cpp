@@ -46,6 +46,11 @@ const char* const kRoiAlignBwdNames[] = {"atomic", "deterministic"};
 const char* const kCtcAlgoNames[] = {"ditto", "cudnn-deterministic", "cudnn-nondeterministic"};
 const char* const kSpmmFwdNames[] = {"ditto", "cusparse-default", "cusparse-alg1", "cusparse-alg2", "cusparse-alg3"};
 const char* const kSpmmBwdNames[] = {"atomic", "deterministic", "cusparse"};
+// -- issue 19 --
+const char* const kAllReduceNames[] = {"fixed-order",     "ring",             "nccl-default", "nccl-ring-simple",
+                                       "nccl-ring-ll",    "nccl-ring-ll128",  "nccl-tree-simple", "nccl-tree-ll",
+                                       "nccl-tree-ll128"};
+const char* const kChannelNames[] = {"auto", "1", "2", "4", "8", "16", "32"};
 
 template <std::size_t N>
 std::vector<std::string> names_vec(const char* const (&names)[N]) {
@@ -105,6 +110,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::RoiAlign: return "roi_align";
     case OpKind::CtcLoss: return "ctc_loss";
     case OpKind::Spmm: return "spmm";
+    case OpKind::AllReduce: return "allreduce";
   }
   return "?";
 }
@@ -140,6 +146,7 @@ const char* name_of(RoiAlignBwd v) { return enum_name(v, kRoiAlignBwdNames); }
 const char* name_of(CtcAlgo v) { return enum_name(v, kCtcAlgoNames); }
 const char* name_of(SpmmFwd v) { return enum_name(v, kSpmmFwdNames); }
 const char* name_of(SpmmBwd v) { return enum_name(v, kSpmmBwdNames); }
+const char* name_of(AllReduceAlgo v) { return enum_name(v, kAllReduceNames); }
 
 const std::vector<KnobSpec>& knobs() {
   static const std::vector<KnobSpec> table = {
@@ -175,6 +182,10 @@ const std::vector<KnobSpec>& knobs() {
       // transposed sparse operand may give different results between runs.
       {"fwd", OpKind::Spmm, names_vec(kSpmmFwdNames), {"cusparse-default", "cusparse-alg1", "cusparse-alg2"}},
       {"bwd", OpKind::Spmm, names_vec(kSpmmBwdNames), {"atomic", "cusparse"}},
+      // -- issue 19. NCCL documents no reproducibility; with its choice left to it the sum's order
+      // follows the rank count, the message size and the topology (docs/determinism.md).
+      {"algo", OpKind::AllReduce, names_vec(kAllReduceNames), {"nccl-default"}},
+      {"channels", OpKind::AllReduce, names_vec(kChannelNames)},
   };
   return table;
 }
@@ -256,6 +267,7 @@ Policy& Policy::pin(const std::string& l, RoiAlignBwd v) { return set(l + ".bwd=
 Policy& Policy::pin(const std::string& l, CtcAlgo v) { return set(l + ".algo=" + name_of(v)); }
 Policy& Policy::pin(const std::string& l, SpmmFwd v) { return set(l + ".fwd=" + name_of(v)); }
 Policy& Policy::pin(const std::string& l, SpmmBwd v) { return set(l + ".bwd=" + name_of(v)); }
+Policy& Policy::pin(const std::string& l, AllReduceAlgo v) { return set(l + ".algo=" + name_of(v)); }
 
 std::string shape_key(const std::vector<int64_t>& shape) {
   std::string out;
@@ -429,6 +441,18 @@ SpmmBwd Policy::spmm_bwd(const std::string& layer) const {
   if (v == "nondeterministic") return SpmmBwd::Atomic;
   if (is_mode_word(v)) return SpmmBwd::Cusparse;
   return parse_enum<SpmmBwd>(v, kSpmmBwdNames);
+}
+
+AllReduceAlgo Policy::allreduce_algo(const std::string& layer) const {
+  auto v = lookup(layer, "algo", OpKind::AllReduce);
+  if (v == "deterministic") return AllReduceAlgo::FixedOrder;
+  if (is_mode_word(v)) return AllReduceAlgo::NcclDefault;
+  return parse_enum<AllReduceAlgo>(v, kAllReduceNames);
+}
+
+int Policy::allreduce_channels(const std::string& layer) const {
+  auto v = lookup(layer, "channels", OpKind::AllReduce);
+  return is_mode_word(v) || v == "auto" ? 0 : std::stoi(v);
 }
 
 std::string Policy::requested(const std::string& layer, const std::string& knob, OpKind kind) const {

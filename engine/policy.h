@@ -34,6 +34,11 @@
 //   ctc_loss:    algo (ditto|cudnn-deterministic|cudnn-nondeterministic)
 //   spmm:        fwd (ditto|cusparse-default|cusparse-alg1|cusparse-alg2|cusparse-alg3),
 //                bwd (atomic|deterministic|cusparse)        dense operand's gradient
+//   -- issue 19: data parallelism (engine/collective.h). The "layers" are the gradient buckets of a
+//   data-parallel run, bucket0, bucket1, ... --
+//   allreduce:   algo (fixed-order|ring|nccl-default|nccl-ring-simple|nccl-ring-ll|nccl-ring-ll128|
+//                      nccl-tree-simple|nccl-tree-ll|nccl-tree-ll128),
+//                channels (auto|1|2|4|8|16|32)           NCCL's channels (CTAs) for a pinned nccl-*
 #pragma once
 #include <cstdint>
 #include <map>
@@ -50,6 +55,8 @@ enum class OpKind {
   // ---- end of issue 18 part A
   // -- issue 18, part B: spatial transformer, ROI align, CTC loss, sparse x dense matmul --
   GridSample, AffineGrid, RoiAlign, CtcLoss, Spmm,
+  // -- issue 19: one gradient bucket's all-reduce in a data-parallel run --
+  AllReduce,
 };
 const char* op_kind_name(OpKind k);
 
@@ -83,6 +90,15 @@ enum class RoiAlignBwd { Atomic, Deterministic };
 enum class CtcAlgo { Ditto, CudnnDeterministic, CudnnNondeterministic };
 enum class SpmmFwd { Ditto, CusparseDefault, CusparseAlg1, CusparseAlg2, CusparseAlg3 };
 enum class SpmmBwd { Atomic, Deterministic, Cusparse };
+// -- issue 19 (engine/collective.h says what each does) --
+// fixed-order: ditto's reduce over fixed example groups, the same bits for any rank count; ring:
+// ditto's own ring order (chunk c summed from rank c+1 round to rank c), reproducible but
+// following the rank count, as NCCL's ring does;
+// nccl-default: ncclAllReduce with NCCL's own algorithm, protocol and channel choice (what
+// frameworks do); nccl-ALGO-PROTO: ncclAllReduce on a communicator made with that algorithm and
+// protocol pinned (NCCL_ALGO / NCCL_PROTO at its creation).
+enum class AllReduceAlgo { FixedOrder, Ring, NcclDefault, NcclRingSimple, NcclRingLl, NcclRingLl128, NcclTreeSimple,
+                           NcclTreeLl, NcclTreeLl128 };
 
 // Names as used in policy strings and manifests ("algo0", "implicit_precomp_gemm", ...).
 // The numeric value of each cuDNN conv algorithm equals the cuDNN enum value it stands for.
@@ -106,6 +122,7 @@ const char* name_of(RoiAlignBwd v);
 const char* name_of(CtcAlgo v);
 const char* name_of(SpmmFwd v);
 const char* name_of(SpmmBwd v);
+const char* name_of(AllReduceAlgo v);
 
 // A convolution algorithm choice: a selection mode, and the algorithm when pinned.
 template <class Algo>
@@ -156,6 +173,7 @@ class Policy {
   Policy& pin(const std::string& layer, CtcAlgo v);
   Policy& pin(const std::string& layer, SpmmFwd v);
   Policy& pin(const std::string& layer, SpmmBwd v);
+  Policy& pin(const std::string& layer, AllReduceAlgo v);  // BUCKET.algo=...
 
   // Resolution for one layer. Throws PolicyError if a rule naming this layer uses a knob that
   // its op kind lacks.
@@ -191,6 +209,12 @@ class Policy {
   CtcAlgo ctc_algo(const std::string& layer) const;
   SpmmFwd spmm_fwd(const std::string& layer) const;
   SpmmBwd spmm_bwd(const std::string& layer) const;
+  // -- issue 19. layer: a gradient bucket ("bucket0"). deterministic -> fixed-order; heuristic,
+  // nondeterministic, fastest -> nccl-default (what frameworks do).
+  AllReduceAlgo allreduce_algo(const std::string& layer) const;
+  // NCCL channels for a pinned nccl-* algorithm: 1..32, or 0 ("auto", and every mode word):
+  // NCCL picks per call from its tuning model.
+  int allreduce_channels(const std::string& layer) const;
 
   // What the policy asked for one knob of one layer, as manifests record it: the mode word that
   // resolved it ("heuristic", "deterministic", "nondeterministic", "fastest") or "pinned" where

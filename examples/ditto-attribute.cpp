@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   bool no_groups = false, list = false, no_checkpoint = false;
   CLI::App app{"ditto-attribute: attribute run-to-run churn to single kernels (add-one / leave-one-out)"};
   app.set_help_all_flag("--help-all");
-  ditto::add_train_flags(app, base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins);
+  ditto::add_train_flags(app, base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins |
+                                            ditto::kFlagsDataParallel);
   app.add_option("--form", form, "add-one | leave-one-out | both")
       ->check(CLI::IsMember({"add-one", "leave-one-out", "both"}))->capture_default_str();
   app.add_option("--replicas", opts.replicas, "replicas per configuration")->check(CLI::Range(2, 100))->capture_default_str();
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
     const auto probe = ditto::probe_examples(base);
     std::vector<ditto::Candidate> all = probe ? ditto::model_candidates(base.model, *probe, !no_groups)
                                               : ditto::model_candidates(base.model, classes, mnist ? 1 : 3, size, !no_groups);
+    // With data parallelism the gradient all-reduces are candidates too.
+    for (auto& c : ditto::data_parallel_candidates(base, classes, mnist ? 1 : 3, !no_groups)) all.push_back(c);
     std::vector<ditto::Candidate> cands;
     for (const auto& c : all) {
       bool keep = only.empty() && exact.empty();

@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   std::string out = "runs/diverge", trace;
   bool measure_overhead = false;
   const unsigned groups = ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsKernels |
-                          ditto::kFlagsPins | ditto::kFlagsSeeds;
+                          ditto::kFlagsPins | ditto::kFlagsSeeds | ditto::kFlagsDataParallel |
+                          ditto::kFlagsGpusFlag;
 
   auto* run = app.add_subcommand("run", "train twice in lockstep (two contexts on one device) and compare every op");
   ditto::add_train_flags(*run, cfg, flags, groups);

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   o.base.device = "auto";
   o.out = "runs/experiment";
   ditto::TrainFlags flags;
-  ditto::add_train_flags(app, o.base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins);
+  ditto::add_train_flags(app, o.base, flags, ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsPins |
+                                            ditto::kFlagsDataParallel);
   std::string protocol = "settings";
   app.add_option("--protocol", protocol, "settings | fig-s4 | overhead")
       ->check(CLI::IsMember({"settings", "fig-s4", "overhead"}))

@@ -18,6 +18,7 @@
 #include "datasets/loader.h"
 #include "engine/context.h"
 #include "engine/error.h"
+#include "experiments/data_parallel.h"
 #include "engine/param.h"
 #include "experiments/scheduler.h"
 #include "experiments/svg.h"
@@ -159,6 +160,14 @@ std::vector<Candidate> model_candidates(const std::string& model, int num_classe
   Context cpu;
   auto net = make_net(cpu, NetConfig{model, num_classes, in_channels});
   return list_candidates(net->knob_layers(), groups, knobs_that_run(model, num_classes, in_channels, image_size));
+}
+
+std::vector<Candidate> data_parallel_candidates(const TrainConfig& base, int num_classes, int in_channels,
+                                                bool groups) {
+  if (!base.data_parallel()) return {};
+  Context cpu;
+  auto net = make_net(cpu, NetConfig{base.model, num_classes, in_channels});
+  return list_candidates(bucket_layers(make_buckets(net->params(), int64_t(base.bucket_mb) << 20)), groups);
 }
 
 const char* form_name(AttributionForm f) { return f == AttributionForm::AddOne ? "add-one" : "leave-one-out"; }

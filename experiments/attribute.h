@@ -61,6 +61,11 @@ std::vector<Candidate> model_candidates(const std::string& model, int num_classe
 // loss (experiments/task.h) and backward, on the CPU. Error when the model cannot train on it.
 std::vector<std::pair<std::string, std::string>> knobs_that_run(const std::string& model, const Dataset& probe);
 std::vector<Candidate> model_candidates(const std::string& model, const Dataset& probe, bool groups = true);
+// A data-parallel run's gradient buckets as candidates (experiments/data_parallel.h): each
+// bucket's all-reduce (bucketN.algo=nccl-default) and, with groups, all of them together; empty
+// when base trains without data parallelism.
+std::vector<Candidate> data_parallel_candidates(const TrainConfig& base, int num_classes = 10, int in_channels = 3,
+                                                bool groups = true);
 
 enum class AttributionForm { AddOne, LeaveOneOut };
 const char* form_name(AttributionForm f);  // "add-one", "leave-one-out"

@@ -24,7 +24,11 @@ enum TrainFlagGroups : unsigned {
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
   kFlagsPins = 32,     // --pin --pins-from
   kFlagsOutput = 64,   // --out --resume
-  kFlagsAll = 127,
+  kFlagsDataParallel = 128,  // --dp-gpus --dp-groups --batchnorm --bucket-mb
+  // --gpus as the name of --dp-gpus: for the front ends whose own --gpus does not already mean
+  // something else (ditto-experiment and ditto-attribute spread replicas over GPUs with it).
+  kFlagsGpusFlag = 256,
+  kFlagsAll = 511,
 };
 
 // Values that live outside TrainConfig until apply_train_flags.
@@ -108,7 +112,8 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
         ->check(CLI::IsMember(known_models()))
         ->capture_default_str();
     app.add_option("--dataset", c.dataset,
-                   "synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist; for the other tasks (datasets/"
+                   "synthetic | cifar10 | cifar100 | imagefolder | stream-folder (JPEGs of any size decoded on the fly: "
+                   "random-resized-crop with --augment, resize + centre crop otherwise) | celeba | mnist; for the other tasks (datasets/"
                    "dataset.h): mnist-seg (unet-small), mnist-rt (stn), mnist-strings (ctc-cnn), celeba-attrs "
                    "(embedding-bag), and their built-in stand-ins synthetic-seg, synthetic-rt, synthetic-strings, "
                    "synthetic-attrs")
@@ -126,6 +131,26 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
     app.add_option("--synthetic-size", c.synthetic_size,
                    "synthetic: image height and width (the synthetic-* variants have their real data's size)")->check(whole(8, 4096))
         ->capture_default_str();
+    app.add_option("--image-size", c.image_size, "stream-folder: the side of the crops")->check(whole(1, 8192))
+        ->capture_default_str();
+    app.add_option("--resize", c.resize, "stream-folder: evaluation's shorter side before the centre crop")
+        ->check(whole(1, 65535))->capture_default_str();
+  }
+  if (groups & kFlagsDataParallel) {
+    app.add_option((groups & kFlagsGpusFlag) ? "--gpus,--dp-gpus" : "--dp-gpus", c.gpus,
+                   "data-parallel ranks: GPUs N..N+K-1 after --device cuda:N (simulated ranks on the CPU)")
+        ->check(whole(1, 64))->capture_default_str();
+    app.add_option("--dp-groups", c.dp_groups,
+                   "example groups per global batch, shared by the ranks (a multiple of the ranks; default one per "
+                   "rank); with the fixed-order all-reduce the same groups give the same bits for any rank count")
+        ->check(whole(1, 4096));
+    app.add_option("--batchnorm", c.batchnorm,
+                   "data parallel: local (each group's own statistics, as DDP) | sync (the global batch's)")
+        ->check(CLI::IsMember({"local", "sync"}))->capture_default_str();
+    app.add_option("--bucket-mb", c.bucket_mb,
+                   "data parallel: gradient bucket size (each bucket's all-reduce is a knob: --pin "
+                   "bucketN.algo=fixed-order|ring|nccl-default|nccl-ring-simple|...)")
+        ->check(whole(1, 65536))->capture_default_str();
   }
   if (groups & kFlagsOptim) {
     app.add_option("--epochs", c.epochs)->check(whole(1, 1000000))->capture_default_str();

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "datasets/dataset.h"
+#include "datasets/stream.h"
 #include "engine/context.h"
 #include "engine/error.h"
 #include "experiments/decomposition.h"
@@ -450,8 +451,13 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
       ReportExample e{name, static_cast<int64_t>(i), class_name(labels[i]), agree[i], static_cast<int>(preds.size()),
                       {}, {}};
       for (const auto& r : preds) e.predicted.push_back(class_name(r[i]));
-      if (test.categories == 0)
-        e.jpeg = encode_jpeg(test.image(static_cast<int64_t>(i)), test.channels, test.height, test.width);
+      if (test.categories == 0) {
+        // A streamed test set decodes its evaluation view (datasets/stream.h).
+        const std::vector<uint8_t> shown =
+            test.streamed() ? test.source->eval_image(static_cast<int64_t>(i)) : std::vector<uint8_t>();
+        e.jpeg = encode_jpeg(test.streamed() ? shown.data() : test.image(static_cast<int64_t>(i)), test.channels,
+                             test.height, test.width);
+      }
       rep.unstable.push_back(std::move(e));
     }
     const std::vector<int32_t> vote = plurality_vote(preds);

@@ -235,6 +235,10 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
     add("--synthetic-train", fmt::format("{}", c.synthetic_train));
     add("--synthetic-test", fmt::format("{}", c.synthetic_test));
   }
+  if (c.dataset == "stream-folder") {
+    add("--image-size", fmt::format("{}", c.image_size));
+    add("--resize", fmt::format("{}", c.resize));
+  }
   if (c.dataset == "celeba" || c.dataset == "celeba-attrs") {
     add("--label-attr", c.celeba_label);
     add("--subgroup-attrs", joined(c.celeba_subgroups), Kind::Training, Form::List);
@@ -259,6 +263,15 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
   add("--pin", joined(c.pins), Kind::Kernels, Form::Repeated);
   if (!c.tuning.empty()) add("--tuning", c.tuning, Kind::Location);
   add("--graph", on_off(c.graph), Kind::Location, Form::Switch);
+  if (c.data_parallel()) {
+    // The rank count and the buckets decide how the gradient sum is computed, as the device and
+    // the kernels do (a trace comparison across rank counts is what finds an all-reduce that
+    // changes bits); the groups and batch norm's mode define the training itself.
+    add("--gpus", fmt::format("{}", c.gpus), Kind::Kernels);
+    add("--dp-groups", fmt::format("{}", c.dp_groups ? c.dp_groups : c.gpus));
+    add("--batchnorm", c.batchnorm);
+    add("--bucket-mb", fmt::format("{}", c.bucket_mb), Kind::Kernels);
+  }
   return f;
 }
 
@@ -613,6 +626,16 @@ void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
                               "defines it, or its manifest's replay line would not reproduce it: resume {}, or start a "
                               "new run",
                               f.flag, r.dir, as_given(f, recorded), as_given(f, f.value), as_given(f, recorded)));
+  }
+  // Flags a run records only when it uses them: one recorded that this run lacks is a change too.
+  const auto current = defining_flags(cfg);
+  for (const char* flag : {"--gpus", "--dp-groups", "--batchnorm", "--bucket-mb", "--image-size", "--resize"}) {
+    auto it = r.manifest.flags.find(flag);
+    const bool here = std::any_of(current.begin(), current.end(), [&](const DefiningFlag& f) { return f.flag == flag; });
+    if (it != r.manifest.flags.end() && !here)
+      throw Error(fmt::format("{}: '{}' was trained with {} {}, this run asks to go on without it; resume with {} {}, or "
+                              "start a new run",
+                              flag, r.dir, flag, it->second, flag, it->second));
   }
   struct SeedCheck {
     const char* flag;

@@ -13,6 +13,18 @@
 
 namespace ditto {
 
+void traced_update(Context& ctx, Optimizer& opt, const std::vector<Param>& params, float lr, Tracer& tracer) {
+  // Each update's inputs are the weight before it and its gradient; copies, since the optimizer
+  // updates in place.
+  std::vector<Tensor> before;
+  for (const auto& p : params) before.push_back(p.var.grad().defined() ? ctx.to_device(p.var.value()) : Tensor());
+  opt.step(ctx, lr);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (before[i].defined())
+      tracer.event("update", params[i].name, opt.name(), {{"w_before", &before[i]}, {"dw", &params[i].var.grad()}},
+                   {{"w", &params[i].var.value()}});
+}
+
 TrainStep::TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer, uint64_t stochastic_seed)
     : ctx_(ctx), net_(net), opt_(opt), graphs_(graphs), tracer_(tracer), stochastic_seed_(stochastic_seed),
       params_(net.params()) {
@@ -54,15 +66,7 @@ void TrainStep::body(const Tensor& images, const Tensor& labels, const TaskTarge
                                           : task_loss(ctx_, task, logits, labels, targets, input_lengths);
   ctx_.tape().backward(ctx_, loss);
   if (tracer_) {
-    // Each update's inputs are the weight before it and its gradient; copies, since the
-    // optimizer updates in place.
-    std::vector<Tensor> before;
-    for (auto& p : params_) before.push_back(p.var.grad().defined() ? ctx_.to_device(p.var.value()) : Tensor());
-    opt_.step(ctx_, lr);
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (before[i].defined())
-        tracer_->event("update", params_[i].name, opt_.name(),
-                       {{"w_before", &before[i]}, {"dw", &params_[i].var.grad()}}, {{"w", &params_[i].var.value()}});
+    traced_update(ctx_, opt_, params_, lr, *tracer_);
   } else if (planned) {
     opt_.step_planned(ctx_);
   } else {

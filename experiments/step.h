@@ -28,6 +28,10 @@ class Net;
 class Optimizer;
 class Tracer;
 
+// opt.step(ctx, lr) with an "update" event per updated parameter (inputs the weight before and
+// its gradient, output the weight after) for tracer: how a traced step updates.
+void traced_update(Context& ctx, Optimizer& opt, const std::vector<Param>& params, float lr, Tracer& tracer);
+
 class TrainStep {
  public:
   // A tracer sees every op and update (it needs the host at every op, so it cannot be combined

@@ -19,12 +19,14 @@
 
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
+#include "datasets/stream.h"
 #include "engine/checkpoint.h"
 #include "engine/context.h"
 #include "engine/error.h"
 #include "engine/optim.h"
 #include "engine/tracer.h"
 #include "engine/tuning.h"
+#include "experiments/data_parallel.h"
 #include "experiments/run_dir.h"
 #include "experiments/step.h"
 #include "experiments/task.h"
@@ -114,6 +116,16 @@ TrainData load_data(const TrainConfig& c) {
   } else if (c.dataset == "imagefolder") {
     need_dir();
     image_folders();
+  } else if (c.dataset == "stream-folder") {
+    need_dir();
+    StreamTransform t;
+    t.size = c.image_size;
+    t.resize = c.resize;
+    // ImageNet's layout names the evaluation split val/.
+    const std::string eval = fs::is_directory(fs::path(c.data) / "test") ? "test" : "val";
+    d.train = stream_image_folder(c.data, "train", t);
+    d.test = stream_image_folder(c.data, eval, t);
+    require_same_classes(d, c.data);
   } else if (c.dataset == "celeba" || c.dataset == "celeba-attrs") {
     need_dir();
     CelebAOptions o;
@@ -190,6 +202,18 @@ void validate_numbers(const TrainConfig& c) {
   whole("train-size", c.train_size, 0, INT64_MAX);
   whole("test-size", c.test_size, 0, INT64_MAX);
   whole("loader-threads", c.loader_threads, 0, 64);
+  whole("gpus", c.gpus, 1, 64);
+  whole("dp-groups", c.dp_groups, 0, 4096);
+  whole("bucket-mb", c.bucket_mb, 1, 65536);
+  if (c.batchnorm != "local" && c.batchnorm != "sync")
+    throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: local, sync", c.batchnorm));
+  if (c.data_parallel() && c.graph)
+    throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) meets the other ranks on the "
+                "host between its passes, which a CUDA graph cannot replay; train it without --graph");
+  if (c.dataset == "stream-folder") {
+    whole("image-size", c.image_size, 1, 8192);
+    whole("resize", c.resize, c.image_size, 65535);
+  }
   if (c.dataset == "synthetic") {
     // Synthetic images are made in memory: 3 x size x size floats each.
     whole("synthetic-size", c.synthetic_size, 8, 4096);
@@ -326,22 +350,36 @@ class Run {
                               cfg_.dataset, data.train.categories > 0 ? "category ids, not pixels" : "per-pixel or per-column targets"));
     if (cfg_.standardize && data.train.categories > 0)
       throw Error(fmt::format("--standardize: --dataset {} holds category ids, not pixels", cfg_.dataset));
-    ctx.policy().check_layers(net_->knob_layers());
+    params_ = net_->params();
+    auto knob_layers = net_->knob_layers();
+    if (cfg_.data_parallel()) {
+      // The data-parallel step (experiments/data_parallel.h) takes images and class labels.
+      if (task_ != Task::Classification || data.train.categories > 0)
+        throw Error(fmt::format("--gpus {}: data parallelism trains image classifiers; --model {} on --dataset {} {}",
+                                cfg_.gpus, cfg_.model, cfg_.dataset,
+                                data.train.categories > 0 ? "reads category ids"
+                                                          : fmt::format("is a {} task", task_name(task_))));
+      dp_opts_ = DataParallelOptions{cfg_.gpus, cfg_.dp_groups, cfg_.batchnorm, int64_t(cfg_.bucket_mb) << 20};
+      check_data_parallel(dp_opts_, data.train.n, cfg_.batch_size, false);
+      // The buckets are layers of the policy (BUCKET.algo, BUCKET.channels), checked with the net's.
+      for (const auto& l : bucket_layers(make_buckets(params_, dp_opts_.bucket_bytes))) knob_layers.push_back(l);
+    }
+    ctx.policy().check_layers(knob_layers);
     // The CPU runs one reference implementation per op, so a pin cannot choose anything there.
     // A warning, not an error: replaying a GPU run's pins (--pins-from) on the CPU reference is
     // how one compares the two, and what ran is in the manifest either way.
-    if (!device_.is_cuda() && !cfg_.pins.empty()) {
-      pins_not_applied_ = cfg_.pins;
+    // The all-reduce's own variants (fixed-order, ring) do run on simulated CPU ranks.
+    for (const auto& p : cfg_.pins) {
+      const std::string value = p.substr(p.find('=') + 1);
+      if (!device_.is_cuda() && value != name_of(AllReduceAlgo::FixedOrder) && value != name_of(AllReduceAlgo::Ring))
+        pins_not_applied_.push_back(p);
+    }
+    if (!pins_not_applied_.empty())
       warn(fmt::format("--pin: {} {} no effect on the CPU, which runs one reference implementation per op "
                        "(recorded in the manifest as policy.pins_not_applied)",
-                       fmt::join(cfg_.pins, ", "), cfg_.pins.size() == 1 ? "has" : "have"));
-    }
-    params_ = net_->params();
+                       fmt::join(pins_not_applied_, ", "), pins_not_applied_.size() == 1 ? "has" : "have"));
     buffers_ = net_->buffers();
-    if (cfg_.optimizer == "adam")
-      opt_ = std::make_unique<Adam>(ctx, params_, AdamOptions{0.9f, 0.999f, 1e-8f, cfg_.weight_decay});
-    else
-      opt_ = std::make_unique<Sgd>(ctx, params_, SgdOptions{cfg_.momentum, cfg_.nesterov, cfg_.weight_decay});
+    opt_ = make_optimizer(ctx, params_);
     ostate_ = opt_->state();
     // Everything a checkpoint holds: parameters, buffers, optimizer state ("optim.<param>.<slot>").
     for (auto& p : params_) state_.push_back({p.name, &p.var.value()});
@@ -363,6 +401,9 @@ class Run {
     LoaderOptions test_opts = train_opts;
     test_opts.shuffle = false;
     test_opts.augment = false;
+    // Data parallel: every rank's loader keeps its rows of each global batch (rank 0's here).
+    train_opts.shards = cfg_.data_parallel() ? cfg_.gpus : 1;
+    train_opts_ = train_opts;
     train_loader_ = std::make_unique<Loader>(ctx, data.train, train_opts);
     test_loader_ = std::make_unique<Loader>(ctx, data.test, test_opts);
 
@@ -398,6 +439,53 @@ class Run {
       ctx.set_tuning(tuning_);
     }
     stepper_ = std::make_unique<TrainStep>(ctx, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value);
+    if (cfg_.data_parallel()) set_up_ranks();
+  }
+
+  std::unique_ptr<Optimizer> make_optimizer(Context& ctx, const std::vector<Param>& params) const {
+    if (cfg_.optimizer == "adam")
+      return std::make_unique<Adam>(ctx, params, AdamOptions{0.9f, 0.999f, 1e-8f, cfg_.weight_decay});
+    return std::make_unique<Sgd>(ctx, params, SgdOptions{cfg_.momentum, cfg_.nesterov, cfg_.weight_decay});
+  }
+
+  // The other ranks of a data-parallel run: a context, network, optimizer and sharded loader each,
+  // on the devices after rank 0's (or simulated CPU ranks), with rank 0's policy and tuning.
+  void set_up_ranks() {
+    const TrainData& data = *held_;
+    if (device_.is_cuda() && device_.index + cfg_.gpus > cuda_device_count())
+      throw Error(fmt::format("--gpus: {} ranks from {} need GPUs up to cuda:{}, but {} are visible", cfg_.gpus,
+                              device_.str(), device_.index + cfg_.gpus - 1, cuda_device_count()));
+    if (tuning_ && !tuning_->reading())
+      throw Error(fmt::format("--tuning: '{}' does not exist yet, and tuning chooses by timing, which the ranks could "
+                              "do differently; tune with one GPU first (the file is then read by every rank)",
+                              cfg_.tuning));
+    std::vector<RankParts> parts;
+    auto own_state = [](std::vector<Param>& ps, std::vector<Buffer>& bs, std::vector<Buffer>& os) {
+      std::vector<Tensor*> st;
+      for (auto& p : ps) st.push_back(&p.var.value());
+      for (auto& b : bs) st.push_back(b.tensor);
+      for (auto& o : os) st.push_back(o.tensor);
+      return st;
+    };
+    parts.push_back({ctx_.get(), net_.get(), opt_.get(), train_loader_.get(), own_state(params_, buffers_, ostate_)});
+    for (int r = 1; r < cfg_.gpus; ++r) {
+      auto rank = std::make_unique<Rank>();
+      const Device dev = device_.is_cuda() ? Device::cuda(device_.index + r) : Device::cpu();
+      rank->ctx = std::make_unique<Context>(dev, ctx_->policy());
+      if (tuning_) rank->ctx->set_tuning(tuning_);
+      rank->net = make_net(*rank->ctx, NetConfig{cfg_.model, data.train.num_classes, data.train.channels});
+      rank->params = rank->net->params();
+      rank->buffers = rank->net->buffers();
+      rank->opt = make_optimizer(*rank->ctx, rank->params);
+      rank->ostate = rank->opt->state();
+      LoaderOptions o = train_opts_;
+      o.shard = r;
+      rank->loader = std::make_unique<Loader>(*rank->ctx, data.train, o);
+      parts.push_back({rank->ctx.get(), rank->net.get(), rank->opt.get(), rank->loader.get(),
+                       own_state(rank->params, rank->buffers, rank->ostate)});
+      ranks_.push_back(std::move(rank));
+    }
+    dp_ = std::make_unique<DataParallel>(parts, dp_opts_, seed_init_.value, hooks_.tracer);
   }
 
   // ---- Stage 3: the output folder, locked; made only now that every check has passed ----
@@ -407,6 +495,11 @@ class Run {
 
   // ---- Stage 4: the resumed run's state, verified, or a fresh initialization ----
   void resume() {
+    restore_or_init();
+    if (dp_) dp_->broadcast_state();  // every rank starts from rank 0's state
+  }
+
+  void restore_or_init() {
     if (!resumed_) {
       net_->init(*ctx_, seed_init_.value);
       return;
@@ -463,6 +556,7 @@ class Run {
     ctx.copy(correct_, Context().zeros({2}, DType::I32));
     // Loader epochs are 0-based: epoch e of the run draws order and augmentation for e-1.
     train_loader_->start_epoch(epoch - 1);
+    if (dp_) dp_->start_epoch(epoch - 1);
     Batch batch;
     int64_t b = 0, seen = 0;
     const int64_t nb = train_loader_->batches_per_epoch();
@@ -472,7 +566,7 @@ class Run {
     for (int64_t i = 0; i < nb; ++i)
       lrs.push_back(lr_at(schedule_, cfg_.lr, epoch - 1 + double(i) / double(nb), cfg_.epochs, cfg_.milestones,
                           cfg_.warmup_epochs));
-    stepper_->plan(lrs);
+    if (!dp_) stepper_->plan(lrs);
     int64_t step = opt_->steps();
     bool steps_done = false;
     auto predict = [&] { return task_ == Task::Classification ? evaluate_topk(1) : evaluate_units(); };
@@ -480,8 +574,11 @@ class Run {
       const float step_lr = lrs[static_cast<std::size_t>(b)];
       ++step;
       if (hooks_.tracer) hooks_.tracer->begin_step(step);
-      stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_, {batch.targets, batch.target_lengths});
-      seen += batch.labels.numel();
+      if (dp_)
+        dp_->step(batch.images, batch.labels, batch.global_rows, step_lr, loss_sum_, correct_);
+      else
+        stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_, {batch.targets, batch.target_lengths});
+      seen += batch.global_rows;
       ++result_.steps;
       if (hooks_.after_step) {
         auto h0 = Clock::now();
@@ -496,10 +593,13 @@ class Run {
     }
     ctx.synchronize();
     result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
-    const double loss_mean = loss_sum_.to_host_f32()[0] / std::max<int64_t>(1, seen);
+    // Data parallel: the other ranks' sums join rank 0's (for the log; they train nothing).
+    const auto [other_loss, other_correct] = dp_ ? dp_->take_other_sums() : std::pair<double, int64_t>{0, 0};
+    if (dp_) dp_->check_replicas();
+    const double loss_mean = (loss_sum_.to_host_f32()[0] + other_loss) / std::max<int64_t>(1, seen);
     // Training accuracy is counted on the device for classification only (experiments/task.h).
     const double train_acc = task_ == Task::Classification
-                                 ? correct_.to_host_i32()[0] / double(std::max<int64_t>(1, seen))
+                                 ? (correct_.to_host_i32()[0] + other_correct) / double(std::max<int64_t>(1, seen))
                                  : std::numeric_limits<double>::quiet_NaN();
     double top1 = 0, top5 = 0;
     if (task_ == Task::Classification) {
@@ -670,6 +770,7 @@ class Run {
     if (!pins_not_applied_.empty()) m["policy"]["pins_not_applied"] = pins_not_applied_;
     if (!warnings_.empty()) m["warnings"] = warnings_;
     m["graphs"] = {{"enabled", c.graph}, {"captured", stepper_->graphs_captured()}, {"nodes", stepper_->graph_nodes()}};
+    if (dp_) m["data_parallel"] = dp_->describe();
     if (tuning_)
       m["tuning"] = {{"file", c.tuning}, {"mode", tuning_->reading() ? "read" : "tuned by this run"},
                      {"hash", hex64(tuning_hash_)}, {"entries", tuning_->entries().size()}};
@@ -677,6 +778,7 @@ class Run {
                     {"cuda_runtime", info.cuda_runtime}, {"cudnn", info.cudnn}, {"cudnn_build", info.cudnn_build},
                     {"cublas", info.cublas}};
     m["data"] = {{"train", data.train.summary()}, {"test", data.test.summary()},
+                 {"streamed", data.train.streamed() ? json(data.train.source->describe()) : json(false)},
                  {"train_fingerprint", hex64(data.train.fingerprint())}, {"test_fingerprint", hex64(data.test.fingerprint())},
                  {"normalization", data.train.categories > 0 ? json("none: category ids")
                                    : c.standardize     ? json("per-image standardization")
@@ -755,6 +857,19 @@ class Run {
   std::shared_ptr<TuningTable> tuning_;
   uint64_t tuning_hash_ = 0;
   std::unique_ptr<TrainStep> stepper_;
+  LoaderOptions train_opts_;
+  // data parallelism: ranks 1..K-1 (rank 0 is the members above), and the step over all of them
+  struct Rank {
+    std::unique_ptr<Context> ctx;
+    std::unique_ptr<Net> net;
+    std::vector<Param> params;
+    std::vector<Buffer> buffers, ostate;
+    std::unique_ptr<Optimizer> opt;
+    std::unique_ptr<Loader> loader;
+  };
+  DataParallelOptions dp_opts_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::unique_ptr<DataParallel> dp_;  // after ranks_: destroyed (its threads joined) first
   // open_run_dir
   std::unique_ptr<RunDir> run_dir_;
   // resume, epochs
@@ -812,10 +927,10 @@ std::string resolve_device(const std::string& device) {
 }
 
 const std::vector<std::string>& known_datasets() {
-  static const std::vector<std::string> d = {"synthetic",     "cifar10",       "cifar100",          "imagefolder",
-                                             "celeba",        "mnist",         "mnist-seg",         "mnist-rt",
-                                             "mnist-strings", "celeba-attrs",  "synthetic-seg",     "synthetic-rt",
-                                             "synthetic-strings", "synthetic-attrs"};
+  static const std::vector<std::string> d = {
+      "synthetic",     "cifar10",      "cifar100",      "imagefolder",   "stream-folder",     "celeba",
+      "mnist",         "mnist-seg",    "mnist-rt",      "mnist-strings", "celeba-attrs",      "synthetic-seg",
+      "synthetic-rt",  "synthetic-strings", "synthetic-attrs"};
   return d;
 }
 

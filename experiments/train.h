@@ -23,7 +23,8 @@ struct Param;
 
 struct TrainConfig {
   std::string model = "smallcnn";
-  std::string dataset = "synthetic";  // synthetic | cifar10 | cifar100 | imagefolder | celeba | mnist, and
+  std::string dataset = "synthetic";  // synthetic | cifar10 | cifar100 | imagefolder | stream-folder |
+                                      // celeba | mnist, and
                                       // the other tasks' (datasets/dataset.h): mnist-seg, mnist-rt,
                                       // mnist-strings, celeba-attrs and their built-in stand-ins
                                       // synthetic-seg, synthetic-rt, synthetic-strings, synthetic-attrs
@@ -62,9 +63,18 @@ struct TrainConfig {
   bool summary = false;               // print the network summary before training
   bool progress = true;               // progress line on stderr
   int loader_threads = 4;
+  // Data parallelism (experiments/data_parallel.h). At the defaults a run takes the plain step;
+  // --gpus above 1, --dp-groups given or --batchnorm sync take the data-parallel one.
+  int gpus = 1;                       // ranks: CUDA devices N..N+K-1 (N from --device), or K
+                                      // simulated ranks on the CPU
+  int dp_groups = 0;                  // example groups per global batch; 0: one per rank
+  std::string batchnorm = "local";    // local | sync
+  int bucket_mb = 25;                 // gradient bucket size in MiB
+  bool data_parallel() const { return gpus > 1 || dp_groups > 0 || batchnorm != "local"; }
   // dataset-specific
   // synthetic: counts, side, classes; the synthetic-* task variants take the counts (their
   // geometry is fixed: that of the MNIST / CelebA data they stand in for)
+  int image_size = 224, resize = 256;  // stream-folder: output side; evaluation's shorter side
   int synthetic_train = 5000, synthetic_test = 1000, synthetic_size = 32, synthetic_classes = 10;
   std::string celeba_label = "Blond_Hair";
   std::vector<std::string> celeba_subgroups = {"Male"};

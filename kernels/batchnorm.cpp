@@ -11,6 +11,7 @@
 #include "kernels/batchnorm_ref.h"
 #include "kernels/check.h"
 #include "kernels/detail/batchnorm_cuda.h"
+#include "kernels/sync_batchnorm.h"
 
 namespace ditto {
 namespace {
@@ -75,6 +76,7 @@ BatchNormState batch_norm_state(Context& ctx, int64_t channels) {
 
 Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
                BatchNormState& state, bool training, float momentum, float eps) {
+  if (training && batch_norm_synced(ctx)) return sync_batch_norm(ctx, layer, x, gamma, beta, state, momentum, eps);
   const std::string op = fmt::format("{} (layer '{}')", kOp, layer);
   check_f32_on(ctx, x.value(), op, "x");
   check_ndim(x.value(), 4, op, "x");

@@ -15,6 +15,7 @@
 
 // engine: tensors, contexts and their kernel policy, autodiff, optimizers, checkpoints
 #include "engine/checkpoint.h"
+#include "engine/collective.h"
 #include "engine/context.h"
 #include "engine/elementwise.h"
 #include "engine/error.h"
@@ -51,6 +52,7 @@
 #include "kernels/roi_align.h"
 #include "kernels/scatter.h"
 #include "kernels/spmm.h"
+#include "kernels/sync_batchnorm.h"
 #include "kernels/upsample.h"
 
 // nets: layers, the Net interface, make_net and the ZooNet builder
@@ -63,3 +65,4 @@
 #include "datasets/augment.h"
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
+#include "datasets/stream.h"

@@ -6,6 +6,7 @@
 #include "ditto.h"
 
 #include "experiments/attribute.h"
+#include "experiments/data_parallel.h"
 #include "experiments/decomposition.h"
 #include "experiments/diverge.h"
 #include "experiments/ensemble.h"

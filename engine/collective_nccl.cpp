@@ -1,0 +1,144 @@
+// NCCL behind engine/detail/nccl.h. NCCL reads NCCL_ALGO and NCCL_PROTO when a communicator
+// builds its tuning model (ncclTopoTuneModel, during initialization); the channel bounds have a
+// per-communicator form, ncclConfig_t's minCTAs / maxCTAs. So a pinned configuration is made by
+// setting the two variables, creating the communicators, and unsetting them, under one
+// process-wide lock: nothing else in ditto reads them, and the data-parallel trainer creates
+// its communicators before its rank threads start.
+#include "engine/detail/nccl.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "engine/detail/cuda_check.h"
+#include "engine/error.h"
+
+#ifdef DITTO_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace ditto::detail {
+
+#ifdef DITTO_HAVE_NCCL
+namespace {
+
+std::mutex& env_mutex() {
+  static std::mutex m;  // guards the process environment while communicators are made
+  return m;
+}
+
+#define DITTO_NCCL_CHECK(expr)                                                                              \
+  do {                                                                                                      \
+    ncclResult_t ditto_r_ = (expr);                                                                         \
+    if (ditto_r_ != ncclSuccess)                                                                            \
+      throw Error(fmt::format("{}:{} {} failed: {} ({})", __FILE__, __LINE__, #expr, ncclGetErrorString(ditto_r_), \
+                              ncclGetLastError(nullptr)));                                                  \
+  } while (0)
+
+// Sets a variable for the lifetime of the object, then restores the previous state.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (value.empty()) return;
+    active_ = true;
+    if (setenv(name, value.c_str(), 1) != 0) throw Error(fmt::format("cannot set {}={}", name, value));
+  }
+  ~ScopedEnv() {
+    if (active_) unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool active_ = false;
+};
+
+}  // namespace
+
+bool nccl_built() { return true; }
+
+std::string nccl_runtime_version() {
+  int v = 0;
+  DITTO_NCCL_CHECK(ncclGetVersion(&v));
+  // Since 2.9 the code is major * 10000 + minor * 100 + patch.
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
+
+void nccl_check_environment() {
+  std::lock_guard<std::mutex> lk(env_mutex());
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (!nvls) {
+    if (setenv("NCCL_NVLS_ENABLE", "0", 1) != 0) throw Error("cannot set NCCL_NVLS_ENABLE=0");
+  } else if (std::string(nvls) != "0") {
+    throw Error(fmt::format("NCCL_NVLS_ENABLE={}: NVLink multicast reductions (NVLS) are not reproducible; ditto's "
+                            "data-parallel runs need NCCL_NVLS_ENABLE=0 (or unset, and ditto sets 0)",
+                            nvls));
+  }
+  for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
+                           "NCCL_MAX_CTAS"})
+    if (const char* v = std::getenv(name))
+      throw Error(fmt::format("{}={} is set in the environment: ditto pins NCCL's algorithm, protocol and channels per "
+                              "gradient bucket from the policy (e.g. --pin bucket0.algo=nccl-ring-simple --pin "
+                              "bucket0.channels=4); unset {}",
+                              name, v, name));
+}
+
+std::vector<void*> nccl_make_comms(const std::vector<int>& devices, const std::string& algo, const std::string& proto,
+                                   int channels) {
+  std::lock_guard<std::mutex> lk(env_mutex());
+  int previous = 0;
+  DITTO_CUDA_CHECK(cudaGetDevice(&previous));
+  ncclUniqueId id;
+  DITTO_NCCL_CHECK(ncclGetUniqueId(&id));
+  // These communicators run all-reduces only, so the plain form (every collective) is enough.
+  ScopedEnv env_algo("NCCL_ALGO", algo);
+  ScopedEnv env_proto("NCCL_PROTO", proto);
+  const int k = static_cast<int>(devices.size());
+  std::vector<ncclComm_t> comms(static_cast<std::size_t>(k), nullptr);
+  DITTO_NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < k; ++r) {
+    DITTO_CUDA_CHECK(cudaSetDevice(devices[r]));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (channels > 0) config.minCTAs = config.maxCTAs = channels;
+    DITTO_NCCL_CHECK(ncclCommInitRankConfig(&comms[r], k, id, r, &config));
+  }
+  DITTO_NCCL_CHECK(ncclGroupEnd());
+  DITTO_CUDA_CHECK(cudaSetDevice(previous));
+  return std::vector<void*>(comms.begin(), comms.end());
+}
+
+void nccl_all_reduce_sum(void* comm, float* buf, int64_t n, cudaStream_t stream) {
+  DITTO_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, static_cast<ncclComm_t>(comm),
+                                 stream));
+}
+
+void nccl_destroy(void* comm) noexcept {
+  if (comm) ncclCommDestroy(static_cast<ncclComm_t>(comm));
+}
+
+void nccl_abort(void* comm) noexcept {
+  if (comm) ncclCommAbort(static_cast<ncclComm_t>(comm));
+}
+
+#else  // no NCCL in this build
+
+namespace {
+[[noreturn]] void no_nccl() {
+  throw Error("this build of ditto has no NCCL (nccl.h / libnccl were not found at configure time; give "
+              "-DNCCL_ROOT=DIR): only the fixed-order all-reduce can run");
+}
+}  // namespace
+
+bool nccl_built() { return false; }
+std::string nccl_runtime_version() { no_nccl(); }
+void nccl_check_environment() { no_nccl(); }
+std::vector<void*> nccl_make_comms(const std::vector<int>&, const std::string&, const std::string&, int) { no_nccl(); }
+void nccl_all_reduce_sum(void*, float*, int64_t, cudaStream_t) { no_nccl(); }
+void nccl_destroy(void*) noexcept {}
+void nccl_abort(void*) noexcept {}
+
+#endif
+
+}  // namespace ditto::detail

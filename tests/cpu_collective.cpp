@@ -1,0 +1,451 @@
+// The collectives of engine/collective.h on simulated CPU ranks (one thread each): the tree's
+// order and its subtree property, the exchanges, the all-reduce variants (fixed-order the same
+// bits for every rank count, ring following it), the all-reduce knob in the policy and the
+// manifest, failure propagation, and synchronized batch norm against batch norm over the whole
+// batch, with a central-difference check of its gradient in double.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "engine/collective.h"
+#include "engine/collective_ref.h"
+#include "engine/context.h"
+#include "engine/error.h"
+#include "kernels/batchnorm.h"
+#include "kernels/batchnorm_ref.h"
+#include "kernels/sync_batchnorm.h"
+#include "kernels/sync_batchnorm_ref.h"
+#include "support.h"
+#include "train_support.h"
+
+using namespace ditto;
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Runs fn(rank) on `ranks` threads; rethrows the first error (by rank).
+void on_ranks(int ranks, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Leaves whose sum depends on the order of the additions: magnitudes from 1e-3 to 1e7.
+std::vector<std::vector<float>> order_sensitive_leaves(int count, int64_t n, uint64_t seed) {
+  std::vector<std::vector<float>> leaves;
+  for (int k = 0; k < count; ++k) {
+    auto v = test::random_vec(static_cast<std::size_t>(n), seed + k, -1.0, 1.0);
+    for (int64_t i = 0; i < n; ++i) v[i] *= std::pow(10.0f, float((k * 7 + i) % 11) - 3.0f);
+    leaves.push_back(v);
+  }
+  return leaves;
+}
+
+std::vector<float> tree_of(const std::vector<std::vector<float>>& leaves) {
+  std::vector<const float*> ptrs;
+  for (const auto& l : leaves) ptrs.push_back(l.data());
+  std::vector<float> out(leaves[0].size());
+  ref::tree_sum(ptrs.data(), static_cast<int64_t>(ptrs.size()), static_cast<int64_t>(out.size()), out.data());
+  return out;
+}
+
+// Each of `ranks` ranks sums its share of the leaves in a TreeAccumulator, then all-reduces.
+std::vector<std::vector<float>> reduce_on_ranks(const std::vector<std::vector<float>>& leaves, int ranks,
+                                                AllReduceAlgo algo) {
+  RankGroup group(std::vector<Device>(static_cast<std::size_t>(ranks), Device::cpu()));
+  const int per = static_cast<int>(leaves.size()) / ranks;
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
+  AllReduceConfig config;
+  config.algo = algo;
+  on_ranks(ranks, [&](int r) {
+    Context ctx;
+    TreeAccumulator acc;
+    for (int j = 0; j < per; ++j) {
+      const auto& l = leaves[r * per + j];
+      acc.push(ctx, ctx.from_host(l, {static_cast<int64_t>(l.size())}));
+    }
+    Tensor sum = acc.result(ctx);
+    group.all_reduce(r, ctx, sum, config);
+    out[r] = sum.to_host_f32();
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tree sum: the binary-counter order, by hand") {
+  // Floats where a + b + c differs by association: 1e8, 1, -1e8, 1.
+  const std::vector<float> v = {1e8f, 1.f, -1e8f, 1.f, 3.f};
+  auto tree = [&](int count) {
+    std::vector<const float*> ptrs;
+    for (int k = 0; k < count; ++k) ptrs.push_back(&v[k]);
+    float out = 0;
+    ref::tree_sum(ptrs.data(), count, 1, &out);
+    return out;
+  };
+  CHECK(tree(1) == 1e8f);
+  CHECK(tree(2) == 1e8f + 1.f);
+  CHECK(tree(3) == (1e8f + 1.f) + -1e8f);                     // the odd leaf joins at the end
+  CHECK(tree(4) == (1e8f + 1.f) + (-1e8f + 1.f));             // pairs, then the pair of pairs
+  CHECK(tree(5) == ((1e8f + 1.f) + (-1e8f + 1.f)) + 3.f);
+  // Not a left fold: ((1e8 + 1) - 1e8) + 1 = 1 in float, the tree gives 0.
+  CHECK(tree(4) == 0.f);
+  CHECK(((1e8f + 1.f) + -1e8f) + 1.f == 1.f);
+}
+
+TEST_CASE("tree sum: K subtrees of a power-of-two size are the tree over all leaves") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (int groups : {1, 2, 4, 8, 12, 16}) {
+    const auto leaves = order_sensitive_leaves(groups, 257, seed + groups);
+    const auto whole = tree_of(leaves);
+    for (int ranks = 1; ranks <= groups; ++ranks) {
+      if (groups % ranks) continue;
+      const int per = groups / ranks;
+      if (ranks > 1 && (per & (per - 1))) continue;  // the property needs a power of two per rank
+      std::vector<std::vector<float>> partials;
+      for (int r = 0; r < ranks; ++r)
+        partials.push_back(tree_of({leaves.begin() + r * per, leaves.begin() + (r + 1) * per}));
+      INFO(groups << " groups over " << ranks << " ranks");
+      CHECK(same_bits(tree_of(partials), whole));
+    }
+  }
+  // A left fold is another order: for order-sensitive data it differs somewhere.
+  const auto leaves = order_sensitive_leaves(8, 257, seed);
+  std::vector<float> fold = leaves[0];
+  for (int k = 1; k < 8; ++k)
+    for (std::size_t i = 0; i < fold.size(); ++i) fold[i] += leaves[k][i];
+  CHECK_FALSE(same_bits(fold, tree_of(leaves)));
+}
+
+TEST_CASE("TreeAccumulator and fixed_tree_sum give ref::tree_sum's bits") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx;
+  for (int count : {1, 2, 3, 5, 8, 13}) {
+    const auto leaves = order_sensitive_leaves(count, 100, seed);
+    std::vector<Tensor> ts;
+    std::vector<const Tensor*> ptrs;
+    for (const auto& l : leaves) ts.push_back(ctx.from_host(l, {100}));
+    for (const auto& t : ts) ptrs.push_back(&t);
+    Tensor out = ctx.empty({100});
+    fixed_tree_sum(ctx, ptrs, out);
+    CHECK(same_bits(out.to_host_f32(), tree_of(leaves)));
+    TreeAccumulator acc;
+    for (const auto& l : leaves) acc.push(ctx, ctx.from_host(l, {100}));
+    CHECK(acc.leaves() == count);
+    CHECK(same_bits(acc.result(ctx).to_host_f32(), tree_of(leaves)));
+    CHECK(acc.leaves() == 0);
+  }
+  TreeAccumulator empty;
+  CHECK_FALSE(empty.result(ctx).defined());
+  Tensor out = ctx.empty({4});
+  CHECK_THROWS_AS(fixed_tree_sum(ctx, {}, out), Error);
+  Tensor wrong = ctx.empty({3});
+  CHECK_THROWS_AS(fixed_tree_sum(ctx, {&wrong}, out), ShapeError);
+  CHECK_THROWS_AS(fixed_tree_sum(ctx, {&out}, out), Error);  // aliasing
+}
+
+TEST_CASE("rank group: all_gather and all_to_all move the right chunks") {
+  for (int ranks : {1, 2, 3, 4}) {
+    RankGroup group(std::vector<Device>(ranks, Device::cpu()));
+    CHECK(group.size() == ranks);
+    on_ranks(ranks, [&](int r) {
+      Context ctx;
+      std::vector<float> mine(static_cast<std::size_t>(ranks) * 2);
+      for (int q = 0; q < ranks * 2; ++q) mine[q] = float(100 * r + q);
+      Tensor send = ctx.from_host(mine, {ranks * 2});
+      Tensor gathered = ctx.empty({ranks * ranks * 2}), swapped = ctx.empty({ranks * 2});
+      group.all_gather(r, ctx, send, gathered);
+      group.all_to_all(r, ctx, send, swapped);
+      const auto g = gathered.to_host_f32(), s = swapped.to_host_f32();
+      for (int q = 0; q < ranks; ++q)
+        for (int i = 0; i < ranks * 2; ++i) CHECK(g[q * ranks * 2 + i] == float(100 * q + i));
+      // Chunk q of swapped is chunk r of rank q's send.
+      for (int q = 0; q < ranks; ++q)
+        for (int i = 0; i < 2; ++i) CHECK(s[q * 2 + i] == float(100 * q + r * 2 + i));
+    });
+  }
+}
+
+TEST_CASE("all-reduce fixed-order: the same bits for 1, 2, 4 and 8 ranks, and on every rank") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (int64_t n : {1, 7, 1000, 4099}) {
+    const auto leaves = order_sensitive_leaves(8, n, seed + n);
+    const auto want = tree_of(leaves);
+    for (int ranks : {1, 2, 4, 8}) {
+      INFO(n << " elements, " << ranks << " ranks");
+      const auto got = reduce_on_ranks(leaves, ranks, AllReduceAlgo::FixedOrder);
+      for (const auto& g : got) CHECK(same_bits(g, want));
+    }
+  }
+}
+
+TEST_CASE("all-reduce ring: the ring's order, the same on every rank, and rank-count dependent") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const int64_t n = 999;
+  const auto leaves = order_sensitive_leaves(4, n, seed);
+  // Four ranks with one leaf each: ring reference.
+  const auto ring4 = reduce_on_ranks(leaves, 4, AllReduceAlgo::Ring);
+  for (const auto& g : ring4) CHECK(same_bits(g, ref::ring_all_reduce(leaves)));
+  // Two ranks: one addition per element, which commutes: ring equals the tree.
+  const auto ring2 = reduce_on_ranks(leaves, 2, AllReduceAlgo::Ring);
+  for (const auto& g : ring2) CHECK(same_bits(g, tree_of(leaves)));
+  // From three ranks on the order differs from the tree's somewhere.
+  CHECK_FALSE(same_bits(ring4[0], tree_of(leaves)));
+}
+
+TEST_CASE("all-reduce: NCCL variants need CUDA ranks; a failing rank stops the others") {
+  RankGroup cpu(std::vector<Device>(2, Device::cpu()));
+  AllReduceConfig nccl;
+  nccl.algo = AllReduceAlgo::NcclDefault;
+  const std::string msg = test::error_of([&] { cpu.prepare_nccl({nccl}); });
+  CHECK(msg.find("NCCL needs CUDA devices") != std::string::npos);
+  CHECK_NOTHROW(cpu.prepare_nccl({AllReduceConfig{}}));  // fixed-order needs no NCCL
+  Context ctx;
+  Tensor buf = ctx.zeros({4});
+  CHECK(test::error_of([&] { cpu.all_reduce(0, ctx, buf, nccl); }).find("no NCCL communicator") != std::string::npos);
+  CHECK_THROWS_AS(RankGroup({Device::cpu(), Device::cuda(0)}), Error);
+  CHECK_THROWS_AS(RankGroup({}), Error);
+
+  // Rank 1 fails before the collective: rank 0, waiting in it, is released with an error.
+  RankGroup group(std::vector<Device>(2, Device::cpu()));
+  std::string rank0;
+  on_ranks(2, [&](int r) {
+    Context c;
+    Tensor t = c.zeros({8});
+    if (r == 1) {
+      group.fail();
+      return;
+    }
+    rank0 = test::error_of([&] { group.all_reduce(0, c, t, AllReduceConfig{}); });
+  });
+  CHECK(rank0.find("stopped: another rank failed") == 0);
+  CHECK(group.failed());
+}
+
+TEST_CASE("all-reduce knob: policy, mode words, channels, manifest and guarantees") {
+  Policy p = Policy::parse({"*=deterministic"});
+  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::FixedOrder);
+  p = Policy::parse({"*=heuristic"});
+  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::NcclDefault);
+  p = Policy::parse({"*=nondeterministic"});
+  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::NcclDefault);
+  p = Policy::parse({"*=deterministic", "bucket1.algo=nccl-tree-ll128", "bucket1.channels=4", "bucket2.algo=ring"});
+  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::FixedOrder);
+  CHECK(p.allreduce_algo("bucket2") == AllReduceAlgo::Ring);
+  const AllReduceConfig c1 = allreduce_config(p, "bucket1");
+  CHECK(c1.algo == AllReduceAlgo::NcclTreeLl128);
+  CHECK(c1.channels == 4);
+  CHECK(c1.nccl_algo() == "Tree");
+  CHECK(c1.nccl_proto() == "LL128");
+  CHECK(c1.str() == "nccl-tree-ll128/4ch");
+  CHECK(allreduce_config(p, "bucket0").str() == "fixed-order");
+  CHECK_THROWS_AS(Policy::parse({"bucket0.algo=nccl-nvls"}), PolicyError);
+  CHECK_THROWS_AS(Policy::parse({"bucket0.channels=3"}), PolicyError);
+  // Channels belong to a pinned nccl-* only.
+  Policy bad = Policy::parse({"*=deterministic", "bucket0.channels=8"});
+  CHECK(test::error_of([&] { allreduce_config(bad, "bucket0"); }).find("channels=8 is pinned") != std::string::npos);
+  // The bucket is a layer the policy checks like any other.
+  CHECK_NOTHROW(p.check_layers({{"bucket0", OpKind::AllReduce}, {"bucket1", OpKind::AllReduce}, {"bucket2", OpKind::AllReduce}}));
+  CHECK_THROWS_AS(Policy::parse({"bucket0.algo=ring"}).check_layers({{"bucket0", OpKind::Conv2d}}), PolicyError);
+
+  CHECK(allreduce_guarantee({AllReduceAlgo::FixedOrder, 0}) == Guarantee::GpuToGpu);
+  CHECK(allreduce_guarantee({AllReduceAlgo::Ring, 0}) == Guarantee::GpuToGpu);
+  CHECK(allreduce_guarantee({AllReduceAlgo::NcclRingSimple, 2}) == Guarantee::RunToRun);
+  CHECK(allreduce_guarantee({AllReduceAlgo::NcclDefault, 0}) == Guarantee::Unknown);
+  Context ctx;
+  record_allreduce(ctx, "bucket1", c1, p);
+  record_allreduce(ctx, "bucket0", allreduce_config(p, "bucket0"), p);
+  const ManifestEntry* e = ctx.manifest().find("bucket1", "algo");
+  REQUIRE(e);
+  CHECK(e->op == "allreduce");
+  CHECK(e->variant == "nccl-tree-ll128");
+  CHECK(e->requested == "pinned");
+  CHECK(e->guarantee == Guarantee::RunToRun);
+  const ManifestEntry* ch = ctx.manifest().find("bucket1", "channels");
+  REQUIRE(ch);
+  CHECK(ch->variant == "4");
+  CHECK(ctx.manifest().find("bucket0", "algo")->requested == "deterministic");
+  CHECK_FALSE(ctx.manifest().find("bucket0", "channels"));
+  // The knob's nondeterministic variant is the noise lab's candidate.
+  for (const auto& k : knobs())
+    if (k.op == OpKind::AllReduce && k.name == "algo") CHECK(k.nondeterministic == std::vector<std::string>{"nccl-default"});
+}
+
+TEST_CASE("copy_elements: ranges, bounds") {
+  Context ctx;
+  Tensor a = ctx.from_host(std::vector<float>{1, 2, 3, 4, 5}, {5}), b = ctx.zeros({4});
+  copy_elements(ctx, b, 1, a, 2, 3);
+  CHECK(b.to_host_f32() == std::vector<float>{0, 3, 4, 5});
+  CHECK_THROWS_AS(copy_elements(ctx, b, 2, a, 0, 3), ShapeError);
+  CHECK_THROWS_AS(copy_elements(ctx, b, 0, a, 3, 3), ShapeError);
+  Tensor i = ctx.zeros({4}, DType::I32);
+  CHECK_THROWS_AS(copy_elements(ctx, i, 0, a, 0, 1), ShapeError);
+}
+
+namespace {
+// Synchronized batch norm over `ranks` CPU ranks, each with its rows of x (N x C x H x W): y and dx
+// for the upstream gradient w, stitched back in row order, and the ranks' dgamma / dbeta summed.
+struct SyncResult {
+  std::vector<float> y, dx, dgamma, dbeta, running_mean, running_var;
+};
+SyncResult sync_bn(int ranks, const std::vector<float>& x, const std::vector<float>& w, int64_t n, int64_t c,
+                   int64_t h, const std::vector<float>& gamma, const std::vector<float>& beta) {
+  auto group = std::make_shared<RankGroup>(std::vector<Device>(ranks, Device::cpu()));
+  const int64_t per_row = c * h * h;
+  SyncResult out;
+  out.y.resize(x.size());
+  out.dx.resize(x.size());
+  std::vector<std::vector<float>> dg(ranks), db(ranks), rm(ranks), rv(ranks);
+  on_ranks(ranks, [&](int r) {
+    Context ctx;
+    set_batch_norm_sync(ctx, group, r);
+    const int64_t lo = r * n / ranks, hi = (r + 1) * n / ranks;
+    std::vector<float> xs(x.begin() + lo * per_row, x.begin() + hi * per_row);
+    std::vector<float> ws(w.begin() + lo * per_row, w.begin() + hi * per_row);
+    Var xv(ctx.from_host(xs, {hi - lo, c, h, h}), true);
+    Var gv(ctx.from_host(gamma, {c}), true), bv(ctx.from_host(beta, {c}), true);
+    BatchNormState st = batch_norm_state(ctx, c);
+    Var y = batch_norm(ctx, "bn", xv, gv, bv, st, true);
+    ctx.tape().backward(ctx, y, ctx.from_host(ws, {hi - lo, c, h, h}));
+    auto yh = y.value().to_host_f32(), dxh = xv.grad().to_host_f32();
+    std::copy(yh.begin(), yh.end(), out.y.begin() + lo * per_row);
+    std::copy(dxh.begin(), dxh.end(), out.dx.begin() + lo * per_row);
+    dg[r] = gv.grad().to_host_f32();
+    db[r] = bv.grad().to_host_f32();
+    rm[r] = st.running_mean.to_host_f32();
+    rv[r] = st.running_var.to_host_f32();
+    const ManifestEntry* e = ctx.manifest().find("bn", "bwd");
+    REQUIRE(e);
+    CHECK(e->variant == "cpu-reference");
+  });
+  out.dgamma.assign(c, 0.f);
+  out.dbeta.assign(c, 0.f);
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t k = 0; k < c; ++k) {
+      out.dgamma[k] += dg[r][k];
+      out.dbeta[k] += db[r][k];
+      CHECK(rm[r] == rm[0]);  // every rank keeps the same running statistics
+      CHECK(rv[r] == rv[0]);
+    }
+  out.running_mean = rm[0];
+  out.running_var = rv[0];
+  return out;
+}
+}  // namespace
+
+TEST_CASE("synchronized batch norm: K ranks normalize as batch norm over the whole batch") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const int64_t n = 6, c = 3, h = 3, numel = n * c * h * h;
+  const auto x = test::random_vec(numel, seed, -2, 3), w = test::random_vec(numel, seed + 1);
+  const auto gamma = test::random_vec(c, seed + 2, 0.5, 1.5), beta = test::random_vec(c, seed + 3);
+  // The reference: batch_norm on one context over all rows.
+  Context ctx;
+  Var xv(ctx.from_host(x, {n, c, h, h}), true), gv(ctx.from_host(gamma, {c}), true), bv(ctx.from_host(beta, {c}), true);
+  BatchNormState st = batch_norm_state(ctx, c);
+  Var y = batch_norm(ctx, "bn", xv, gv, bv, st, true);
+  ctx.tape().backward(ctx, y, ctx.from_host(w, {n, c, h, h}));
+  const auto want_y = y.value().to_host_f32(), want_dx = xv.grad().to_host_f32();
+  const auto want_dg = gv.grad().to_host_f32(), want_db = bv.grad().to_host_f32();
+  const auto want_rm = st.running_mean.to_host_f32(), want_rv = st.running_var.to_host_f32();
+  // float results of two double computations (E[x^2] - mean^2 vs the centred sum): a few ULP.
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, double tol) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= tol * (1 + std::fabs(b[i])));
+  };
+  for (int ranks : {1, 2, 3}) {
+    INFO(ranks << " ranks");
+    const SyncResult s = sync_bn(ranks, x, w, n, c, h, gamma, beta);
+    close(s.y, want_y, 1e-5);
+    close(s.dx, want_dx, 1e-5);
+    close(s.dgamma, want_dg, 1e-5);
+    close(s.dbeta, want_db, 1e-5);
+    close(s.running_mean, want_rm, 1e-6);
+    close(s.running_var, want_rv, 1e-5);
+    // Reproducible for a rank count.
+    const SyncResult again = sync_bn(ranks, x, w, n, c, h, gamma, beta);
+    CHECK(same_bits(again.y, s.y));
+    CHECK(same_bits(again.dx, s.dx));
+  }
+  // Inference mode is batch norm's own (the running statistics), synchronized or not.
+  auto group = std::make_shared<RankGroup>(std::vector<Device>(1, Device::cpu()));
+  Context one;
+  set_batch_norm_sync(one, group, 0);
+  CHECK(batch_norm_synced(one));
+  BatchNormState s2 = batch_norm_state(one, c);
+  Var yi = batch_norm(one, "bn", Var(one.from_host(x, {n, c, h, h})), Var(one.from_host(gamma, {c})),
+                      Var(one.from_host(beta, {c})), s2, false);
+  Context plain;
+  BatchNormState s3 = batch_norm_state(plain, c);
+  Var yp = batch_norm(plain, "bn", Var(plain.from_host(x, {n, c, h, h})), Var(plain.from_host(gamma, {c})),
+                      Var(plain.from_host(beta, {c})), s3, false);
+  CHECK(same_bits(yi.value().to_host_f32(), yp.value().to_host_f32()));
+  set_batch_norm_sync(one, nullptr, 0);
+  CHECK_FALSE(batch_norm_synced(one));
+  CHECK_THROWS_AS(set_batch_norm_sync(one, group, 1), Error);
+}
+
+TEST_CASE("synchronized batch norm: central-difference gradient check in double over two ranks") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const int64_t c = 2, hw = 3, n0 = 2, n1 = 3, n = n0 + n1;
+  const auto x0 = test::to_double(test::random_vec<double>(n * c * hw, seed, -1, 2));
+  const auto gamma = test::random_vec<double>(c, seed + 1, 0.5, 1.5), beta = test::random_vec<double>(c, seed + 2);
+  const auto w = test::loss_weights(n * c * hw, seed);
+  const double eps = 1e-5;
+  // The two ranks' forward, composed from the reference pieces as sync_batch_norm runs them.
+  auto forward = [&](const std::vector<double>& x, std::vector<double>& y, std::vector<double>& mean,
+                     std::vector<double>& invstd) {
+    std::vector<double> records(2 * (2 * c + 1)), merged(2 * c + 1);
+    ref::sbn_local_sums(x.data(), n0, c, hw, records.data());
+    ref::sbn_local_sums(x.data() + n0 * c * hw, n1, c, hw, records.data() + 2 * c + 1);
+    ref::sbn_merge(records.data(), 2, 2 * c + 1, merged.data());
+    mean.assign(c, 0);
+    invstd.assign(c, 0);
+    ref::sbn_stats<double>(merged.data(), c, 0.1, eps, mean.data(), invstd.data(), nullptr, nullptr);
+    y.assign(x.size(), 0);
+    ref::bn_apply(x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(), y.data(), n, c, hw);
+  };
+  auto loss = [&](const std::vector<double>& x) {
+    std::vector<double> y, m, s;
+    forward(x, y, m, s);
+    return test::weighted_sum(y, w);
+  };
+  std::vector<double> y, mean, invstd;
+  forward(x0, y, mean, invstd);
+  // Backward: each rank's sums, merged, then dx with the global count.
+  std::vector<double> sums0(2 * c), sums1(2 * c), packs(4 * c), merged(2 * c), dx(x0.size());
+  std::vector<double> unused_dx;
+  ref::bn_bwd(x0.data(), w.data(), mean.data(), invstd.data(), gamma.data(), true, static_cast<double*>(nullptr),
+              sums0.data() + c, sums0.data(), n0, c, hw);
+  ref::bn_bwd(x0.data() + n0 * c * hw, w.data() + n0 * c * hw, mean.data(), invstd.data(), gamma.data(), true,
+              static_cast<double*>(nullptr), sums1.data() + c, sums1.data(), n1, c, hw);
+  std::copy(sums0.begin(), sums0.end(), packs.begin());
+  std::copy(sums1.begin(), sums1.end(), packs.begin() + 2 * c);
+  ref::sbn_merge(packs.data(), 2, 2 * c, merged.data());
+  ref::sbn_bwd_dx(x0.data(), w.data(), mean.data(), invstd.data(), gamma.data(), merged.data(), merged.data() + c,
+                  double(n * hw), dx.data(), n0, c, hw);
+  ref::sbn_bwd_dx(x0.data() + n0 * c * hw, w.data() + n0 * c * hw, mean.data(), invstd.data(), gamma.data(),
+                  merged.data(), merged.data() + c, double(n * hw), dx.data() + n0 * c * hw, n1, c, hw);
+  CHECK(test::gradcheck(loss, x0, dx) < 1e-6);
+}
