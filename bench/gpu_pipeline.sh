@@ -255,12 +255,13 @@ pipeline() {
         python3 bench/ops18_table.py $R/ops18/op_noise.csv $R/torch_ops18*.jsonl --out $R/ops18.md; grep -c "differs" $R/ops18.md ;;
       dp1)
         # Issue 19 with the one GPU lent: ResNet-18 on CIFAR-10, DP_STEPS (300) deterministic steps,
-        # the plain trainer, then --gpus 1 (one rank, one example group, one bucket) under each
+        # the plain trainer, then --gpus 1 --dp-groups 1 (the data-parallel path: one rank, one example
+        # group, one bucket; without --dp-groups one GPU is the plain trainer) under each
         # all-reduce. The design says every one of them ends with the plain trainer's weights.
         local T=$B/examples/ditto-train a t0
         local base="--model resnet18 $cifar --steps ${DP_STEPS:-300} --batch-size 128 --lr 0.1 --kernels deterministic --quiet"
         for a in plain fixed-order ring nccl-default nccl-ring-simple nccl-tree-ll; do
-          local extra=""; [ $a != plain ] && extra="--gpus 1 --bucket-mb 1024 --pin bucket0.algo=$a"
+          local extra=""; [ $a != plain ] && extra="--gpus 1 --dp-groups 1 --bucket-mb 1024 --pin bucket0.algo=$a"
           t0=$(date +%s%N)
           $T $base $extra --out $R/dp1/$a > $R/dp1-$a.txt 2> $R/dp1-$a.err
           echo "dp1 $a rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(grep -o 'weights fingerprint [0-9a-f]*' $R/dp1-$a.txt)"
