@@ -259,7 +259,8 @@ pipeline() {
         # group, one bucket; without --dp-groups one GPU is the plain trainer) under each
         # all-reduce. The design says every one of them ends with the plain trainer's weights.
         local T=$B/examples/ditto-train a t0
-        local base="--model resnet18 $cifar --steps ${DP_STEPS:-300} --batch-size 128 --lr 0.1 --kernels deterministic --quiet"
+        local base="--model resnet18 $cifar --steps ${DP_STEPS:-300} --batch-size 128 --lr 0.1 --kernels deterministic \
+          --seed-init 1 --seed-order 2 --seed-augment 3 --overwrite --quiet"
         for a in plain fixed-order ring nccl-default nccl-ring-simple nccl-tree-ll; do
           local extra=""; [ $a != plain ] && extra="--gpus 1 --dp-groups 1 --bucket-mb 1024 --pin bucket0.algo=$a"
           t0=$(date +%s%N)
