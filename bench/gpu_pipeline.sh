@@ -18,7 +18,8 @@
 # attribution (needs .data/mnist/*.gz and .data-celeba/celeba64.tar.gz); ops18 (op_noise's rows for
 # issue 18's ops beside the PyTorch peers, bench/ops18_table.py).
 # Issue 19 on one GPU: dp1 (ResNet-18 CIFAR-10: the plain trainer and the data-parallel path with
-# one rank under each all-reduce, weights fingerprints and images/s).
+# one rank under each all-reduce, weights fingerprints and images/s); ddp (on every GPU count
+# 1, 2, 4 the host has: ditto under fixed-order and nccl-default, twice each, and PyTorch DDP).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -267,6 +268,36 @@ pipeline() {
           $T $base $extra --out $R/dp1/$a > $R/dp1-$a.txt 2> $R/dp1-$a.err
           echo "dp1 $a rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(grep -o 'weights fingerprint [0-9a-f]*' $R/dp1-$a.txt)"
         done ;;
+      ddp)
+        # Issue 19 on a machine of several GPUs (runs on one too, with K = 1 only). ResNet-18 on
+        # CIFAR-10, DP_STEPS (300) steps at global batch 128, 4 example groups, 25 MB buckets (two
+        # for ResNet-18), fixed seeds. For K = 1, 2, 4 visible GPUs: ditto-train --gpus K under
+        # fixed-order and under nccl-default, twice each. The design says: every fixed-order run
+        # ends with one fingerprint whatever K; nccl-default may differ between K (and, where NCCL
+        # picks differently, between repeats). Seconds from each run's log.csv (the 300 steps and
+        # one evaluation). Then PyTorch DDP on the same counts, twice each (bench/peers/torch_ddp.py).
+        local T=$B/examples/ditto-train n k a rep counts=""
+        n=$(nvidia-smi -L | wc -l)
+        local base="--model resnet18 $cifar --steps ${DP_STEPS:-300} --batch-size 128 --lr 0.1 --kernels deterministic \
+          --seed-init 1 --seed-order 2 --seed-augment 3 --dp-groups 4 --bucket-mb 25 --overwrite --quiet"
+        for k in 1 2 4; do
+          [ $k -le $n ] || continue
+          counts="$counts${counts:+,}$k"
+          for a in fixed-order nccl-default; do
+            for rep in 1 2; do
+              $T $base --gpus $k --pin "*.algo=$a" --out $R/ddp/$a-$k-$rep > $R/ddp-$a-$k-$rep.txt 2> $R/ddp-$a-$k-$rep.err
+              echo "ddp ditto $a gpus=$k run=$rep rc=$? $(grep -o 'weights fingerprint [0-9a-f]*' $R/ddp-$a-$k-$rep.txt)" \
+                "seconds $(tail -1 $R/ddp/$a-$k-$rep/log.csv 2>/dev/null | awk -F, '{print $NF}')"
+            done
+          done
+        done
+        rm -f $R/torch_ddp.jsonl
+        timeout 400 python3 bench/peers/torch_ddp.py --gpus $counts --repeat 2 --steps 100 --out $R/torch_ddp.jsonl \
+          > /dev/null 2> $R/torch_ddp.err
+        echo "torch_ddp rc=$?"; python3 -c "import json,sys
+for l in open('$R/torch_ddp.jsonl'):
+    r = json.loads(l); print(r['mode'], 'gpus', r['gpus'], 'run', r['run'], r.get('error') or
+          '%.1f ms, %.0f img/s, %.0f per GPU, weights %s' % (r['ms_median'], r['images_per_s'], r['images_per_s_per_gpu'], r['weights_sha1'][:12]))" ;;
       opnoise)
         # Issue 9's before/after table: op_noise at three shapes (ResNet-18's stem, middle and last
         # stage). OPNOISE_BIN picks another build's binary (the "before" commit, same call).
