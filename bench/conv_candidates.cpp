@@ -423,7 +423,7 @@ int main(int argc, char** argv) {
         if (!o.engines) continue;
         // cuDNN's backend engine configurations.
         try {
-          cudnnHandle_t h = ctx.cuda().cudnn;
+          cudnnHandle_t h = detail::cuda_state(ctx).cudnn;
           EngineProblem ep = engine_problem(h, e.direction, e);
           Tensor out_t = ctx.empty(data ? e.x : e.w);
           int tried = 0;
@@ -452,7 +452,7 @@ int main(int argc, char** argv) {
             int64_t ws_bytes = 0, n = 0;
             cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                                      &ws_bytes);
-            ditto::detail::Workspace ws(ctx.cuda(), std::size_t(ws_bytes));
+            ditto::detail::Workspace ws(detail::cuda_state(ctx), std::size_t(ws_bytes));
             if (!ws.ok()) {
               Timing t;
               t.error = fmt::format("workspace of {} bytes not allocatable", ws_bytes);

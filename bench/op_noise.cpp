@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
       Tensor seed = ctx.from_host(dyv, ys);
       add(measure(ctx, runs, [&] {
             b.zero_grad();
-            ctx.tape().backward(ctx, bias_add(ctx, "conv", OpKind::Conv2d, y, b), seed);
+            ctx.tape().backward(ctx, bias_add(ctx, "conv", op::conv2d, y, b), seed);
             return b.grad();
           }),
           "bias_add", "bias_bwd", v, fmt::format("dy{}", shape_str(ys)));

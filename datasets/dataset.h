@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/task.h"
+#include "engine/task_kind.h"
 
 namespace ditto {
 
@@ -34,7 +34,7 @@ struct Dataset {
   std::vector<std::string> class_names;     // num_classes entries
   std::vector<int32_t> subgroups;           // empty, or n ids in [0, subgroup_names.size())
   std::vector<std::string> subgroup_names;  // e.g. "Male=0", "Male=1"
-  // What the targets are for (engine/task.h). Classification: the labels are the targets.
+  // What the targets are for (engine/task_kind.h). Classification: the labels are the targets.
   // Segmentation: targets hold one class per pixel (target_length = height * width per example,
   // each in [0, num_classes)); labels hold each image's main class. Sequence: targets hold each
   // example's symbols, each in [1, num_classes) (0 is the CTC blank), padded after its last symbol

@@ -20,6 +20,36 @@
 
 namespace ditto {
 
+// NCCL documents no reproducibility; with its choice left to it the sum's order follows the rank
+// count, the message size and the topology (docs/determinism.md). A pinned algorithm and
+// protocol give the same order for a fixed rank count and mapping.
+namespace {
+VariantSpec nccl_pinned(const char* name, const char* summary) {
+  return {name, Guarantee::RunToRun, Impl::Library, summary};
+}
+}  // namespace
+
+DITTO_KNOB(allreduce_algo_knob,
+           {op::allreduce, "algo",
+            {{"fixed-order", Guarantee::GpuToGpu, Impl::Ditto, "fixed example groups, the same bits for any rank count"},
+             {"ring", Guarantee::GpuToGpu, Impl::Ditto, "ditto's ring order (for a fixed rank count)"},
+             {"nccl-default", Guarantee::Unknown, Impl::Library, "ncclAllReduce, NCCL's own choice"},
+             nccl_pinned("nccl-ring-simple", "NCCL ring, Simple protocol"),
+             nccl_pinned("nccl-ring-ll", "NCCL ring, LL protocol"),
+             nccl_pinned("nccl-ring-ll128", "NCCL ring, LL128 protocol"),
+             nccl_pinned("nccl-tree-simple", "NCCL tree, Simple protocol"),
+             nccl_pinned("nccl-tree-ll", "NCCL tree, LL protocol"),
+             nccl_pinned("nccl-tree-ll128", "NCCL tree, LL128 protocol")},
+            "nccl-default", false, "a gradient bucket's all-reduce"})
+DITTO_KNOB(allreduce_channels_knob,
+           {op::allreduce, "channels",
+            {nccl_pinned("auto", "NCCL picks per call"), nccl_pinned("1", "one channel"), nccl_pinned("2", "2 channels"),
+             nccl_pinned("4", "4 channels"), nccl_pinned("8", "8 channels"), nccl_pinned("16", "16 channels"),
+             nccl_pinned("32", "32 channels")},
+            "auto", false, "NCCL's channels for a pinned nccl-ALGO-PROTO"})
+
+const char* name_of(AllReduceAlgo v) { return variant_name(allreduce_algo_knob(), v); }
+
 void use_device(const Context& ctx) {
   if (ctx.is_cuda()) DITTO_CUDA_CHECK(cudaSetDevice(ctx.device().index));
 }
@@ -79,10 +109,11 @@ std::string AllReduceConfig::str() const {
 
 AllReduceConfig allreduce_config(const Policy& policy, const std::string& bucket) {
   AllReduceConfig c;
-  c.algo = policy.allreduce_algo(bucket);
-  const int channels = policy.allreduce_channels(bucket);
+  c.algo = policy.variant<AllReduceAlgo>(bucket, op::allreduce);
+  const KnobPick ch = policy.pick(bucket, op::allreduce, "channels");
+  const int channels = ch.index == 0 ? 0 : std::stoi(allreduce_channels_knob().variants[ch.index].name);
   if (channels && c.nccl_algo().empty()) {
-    if (policy.requested(bucket, "channels", OpKind::AllReduce) == "pinned")
+    if (policy.requested(bucket, "channels", op::allreduce) == "pinned")
       throw PolicyError(fmt::format("bucket '{}': channels={} is pinned, but channels apply to a pinned nccl-ALGO-PROTO "
                                     "all-reduce and the bucket runs {}",
                                     bucket, channels, name_of(c.algo)));
@@ -104,11 +135,11 @@ Guarantee allreduce_guarantee(const AllReduceConfig& c) {
 void record_allreduce(Context& ctx, const std::string& bucket, const AllReduceConfig& c, const Policy& policy) {
   const Determinism d = allreduce_determinism(c);
   const Guarantee g = allreduce_guarantee(c);
-  ctx.manifest().record({bucket, "allreduce", "algo", name_of(c.algo), policy.requested(bucket, "algo", OpKind::AllReduce),
+  ctx.manifest().record({bucket, "allreduce", "algo", name_of(c.algo), policy.requested(bucket, "algo", op::allreduce),
                          d, "", 0, ctx.device().str(), "", g});
   if (!c.nccl_algo().empty())
     ctx.manifest().record({bucket, "allreduce", "channels", c.channels ? std::to_string(c.channels) : "auto",
-                           policy.requested(bucket, "channels", OpKind::AllReduce), d, "", 0, ctx.device().str(), "",
+                           policy.requested(bucket, "channels", op::allreduce), d, "", 0, ctx.device().str(), "",
                            g});
 }
 
@@ -283,7 +314,7 @@ struct RankGroup::Impl {
       d.flags = cudaMemAccessFlagsProtReadWrite;
       access.push_back(d);
     }
-    if (!access.empty()) DITTO_CUDA_CHECK(cudaMemPoolSetAccess(ctx.cuda().pool, access.data(), access.size()));
+    if (!access.empty()) DITTO_CUDA_CHECK(cudaMemPoolSetAccess(detail::cuda_state(ctx).pool, access.data(), access.size()));
     pool_shared[rank] = true;
   }
 

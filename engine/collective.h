@@ -52,6 +52,25 @@
 
 namespace ditto {
 
+namespace op { inline constexpr OpKind allreduce{"allreduce"}; }
+
+// Knobs allreduce.algo and allreduce.channels of a data-parallel run's gradient buckets (the
+// "layers" bucket0, bucket1, ...), declared in engine/collective.cpp:
+//   fixed-order   ditto's reduce over fixed example groups, the same bits for any rank count
+//   ring          ditto's own ring order (chunk c summed from rank c+1 round to rank c),
+//                 reproducible but following the rank count, as NCCL's ring does
+//   nccl-default  ncclAllReduce with NCCL's own algorithm, protocol and channel choice (what
+//                 frameworks do)
+//   nccl-ALGO-PROTO  ncclAllReduce on a communicator made with that algorithm and protocol
+//                 pinned (NCCL_ALGO / NCCL_PROTO at its creation)
+// channels: NCCL's channels (CTAs) for a pinned nccl-*: auto (NCCL picks per call) or 1..32.
+enum class AllReduceAlgo { FixedOrder, Ring, NcclDefault, NcclRingSimple, NcclRingLl, NcclRingLl128, NcclTreeSimple,
+                           NcclTreeLl, NcclTreeLl128 };
+const KnobSpec& allreduce_algo_knob();
+const KnobSpec& allreduce_channels_knob();
+const char* name_of(AllReduceAlgo v);
+inline const char* knob_name(AllReduceAlgo) { return "algo"; }
+
 class Context;
 
 // Makes ctx's GPU the calling thread's current CUDA device (ops launch on the current device; a

@@ -10,7 +10,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/profiler.h"
-#include "engine/elementwise.h"
+#include "engine/tensor_ops.h"
 
 #ifndef DITTO_GIT_COMMIT
 #define DITTO_GIT_COMMIT "unknown"
@@ -93,7 +93,7 @@ void CudaState::free(void* p) noexcept {
   if (p) DITTO_CUDA_CHECK_PRINT(cudaFreeAsync(p, stream));
 }
 
-cudaStream_t stream_of(const Context& ctx) { return ctx.cuda().stream; }
+cudaStream_t stream_of(const Context& ctx) { return detail::cuda_state(ctx).stream; }
 
 }  // namespace detail
 
@@ -105,9 +105,9 @@ Context::Context(Device device, Policy policy, ContextOptions options)
 
 Context::~Context() = default;
 
-detail::CudaState& Context::cuda() const {
-  if (!cuda_) throw Error("CUDA state requested from a CPU context");
-  return *cuda_;
+detail::CudaState& detail::cuda_state(const Context& ctx) {
+  if (!ctx.cuda_) throw Error("CUDA state requested from a CPU context");
+  return *ctx.cuda_;
 }
 
 Tensor Context::empty(const Shape& shape, DType dtype) {
@@ -146,8 +146,8 @@ namespace {
 void copy_bytes(const detail::CudaState* ctx_cuda, Tensor& dst, const Tensor& src) {
   std::size_t n = src.nbytes();
   if (n == 0) return;
-  const auto& ds = dst.storage();
-  const auto& ss = src.storage();
+  const auto& ds = detail::storage_of(dst);
+  const auto& ss = detail::storage_of(src);
   if (!ds->cuda && !ss->cuda) {
     std::memcpy(dst.raw(), src.raw(), n);
     return;

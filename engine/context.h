@@ -20,7 +20,13 @@
 
 namespace ditto {
 
-namespace detail { struct CudaState; }
+class Context;
+namespace detail {
+struct CudaState;
+// The CUDA state of a CUDA context (internal: kernels reach their stream and handles through it);
+// throws ditto::Error on a CPU context.
+CudaState& cuda_state(const Context& ctx);
+}  // namespace detail
 class Profiler;
 class TuningTable;
 
@@ -98,10 +104,9 @@ class Context {
   // shape), under a key the family owns. Lives as long as the context.
   std::shared_ptr<void>& op_state(const std::string& key) { return op_state_[key]; }
 
-  // Internal: the CUDA state; throws ditto::Error on a CPU context.
-  detail::CudaState& cuda() const;
-
  private:
+  friend detail::CudaState& detail::cuda_state(const Context& ctx);
+
   Device device_;
   Policy policy_;
   Manifest manifest_;

@@ -5,7 +5,7 @@
 #include "engine/context.h"
 #include "engine/error.h"
 #include "engine/tracer.h"
-#include "engine/elementwise.h"
+#include "engine/tensor_ops.h"
 
 namespace ditto {
 

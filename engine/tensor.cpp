@@ -46,6 +46,8 @@ Storage::~Storage() {
   else
     std::free(ptr);
 }
+const std::shared_ptr<Storage>& storage_of(const Tensor& t) { return t.storage_; }
+
 }  // namespace detail
 
 Tensor::Tensor(std::shared_ptr<detail::Storage> storage, Shape shape, DType dtype)
@@ -91,7 +93,7 @@ Tensor Tensor::reshape(Shape s) const {
 namespace {
 void copy_to_host(const Tensor& t, void* dst) {
   if (t.nbytes() == 0) return;
-  const auto& st = t.storage();
+  const auto& st = detail::storage_of(t);
   if (st->cuda) {
     DITTO_CUDA_CHECK(cudaSetDevice(st->cuda->device));
     DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, st->ptr, t.nbytes(), cudaMemcpyDeviceToHost, st->cuda->stream));

@@ -32,7 +32,12 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);
 
-namespace detail { struct Storage; }
+class Tensor;
+namespace detail {
+struct Storage;
+// A tensor's storage (internal: the engine copies and frees through it; tests check sharing).
+const std::shared_ptr<Storage>& storage_of(const Tensor& t);
+}  // namespace detail
 
 class Tensor {
  public:
@@ -68,9 +73,9 @@ class Tensor {
   // identical on CPU and GPU for identical bytes. The basis of every bitwise-determinism claim.
   uint64_t fingerprint() const;
 
-  const std::shared_ptr<detail::Storage>& storage() const { return storage_; }
-
  private:
+  friend const std::shared_ptr<detail::Storage>& detail::storage_of(const Tensor& t);
+
   std::shared_ptr<detail::Storage> storage_;
   Shape shape_;
   DType dtype_ = DType::F32;

@@ -20,18 +20,13 @@ using json = nlohmann::json;
 
 // The variants of the tuned knob (op, knob); empty when it is not one a tuning file holds.
 std::vector<std::string> algos_of(const std::string& op, const std::string& direction) {
-  OpKind kind;
-  if (op == "conv2d" && (direction == "fwd" || direction == "bwd_data" || direction == "bwd_filter"))
-    kind = OpKind::Conv2d;
-  else if (op == "maxpool2d" && direction == "bwd")
-    kind = OpKind::MaxPool2d;
-  else if (op == "bias_add" && direction == "bias_bwd")
-    kind = OpKind::Conv2d;  // the bias knob's variants are the conv layers' (linear's are a subset)
-  else
-    return {};
-  for (const auto& k : knobs())
-    if (k.op == kind && k.name == direction) return k.variants;
-  return {};
+  // A tuning file names its knob as the op that runs it: "bias_add" entries tune the bias_bwd
+  // knob, whose variants are the conv layers' (linear's are a subset).
+  const bool tuned = (op == "conv2d" && (direction == "fwd" || direction == "bwd_data" || direction == "bwd_filter")) ||
+                     (op == "maxpool2d" && direction == "bwd") || (op == "bias_add" && direction == "bias_bwd");
+  if (!tuned) return {};
+  const KnobSpec* k = find_knob(OpKind{op == "bias_add" ? "conv2d" : op.c_str()}, direction);
+  return k ? k->variant_names() : std::vector<std::string>{};
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "ditto/experiments.h"
 #include "experiments/cli.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 
 int main(int argc, char** argv) {
   ditto::TrainConfig c;

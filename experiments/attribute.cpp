@@ -22,7 +22,7 @@
 #include "engine/param.h"
 #include "experiments/scheduler.h"
 #include "experiments/svg.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 #include "kernels/loss.h"
 #include "nets/nets.h"
 
@@ -94,7 +94,7 @@ std::vector<Candidate> list_candidates(const std::vector<std::pair<std::string, 
     for (const auto& spec : knobs()) {
       if (spec.op != kind) continue;
       if (!runs.empty() && std::find(runs.begin(), runs.end(), std::make_pair(layer, spec.name)) == runs.end()) continue;
-      for (const auto& v : spec.nondeterministic)
+      for (const auto& v : spec.nondeterministic())
         out.push_back({fmt::format("{}.{}={}", layer, spec.name, v), kind, spec.name, v, {layer}, false});
     }
   if (!groups) return out;
@@ -327,7 +327,7 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
     }
     row.ms_per_step = ms / results.size();
     row.seconds_per_epoch = epochs_logged ? epoch_s / epochs_logged : 0;
-    // Units (experiments/task.h): a segmentation's pixels are resampled image by image.
+    // Units (experiments/task_scoring.h): a segmentation's pixels are resampled image by image.
     row.churn = churn_interval(preds, opts.bootstrap, opts.bootstrap_seed, 0.95,
                                static_cast<std::size_t>(results.front().units_per_example));
     row.weight_l2 = mean_pairwise_l2(finals);

@@ -56,9 +56,9 @@ std::vector<std::pair<std::string, std::string>> knobs_that_run(const std::strin
 std::vector<Candidate> model_candidates(const std::string& model, int num_classes = 10, int in_channels = 3,
                                         int image_size = 32, bool groups = true);
 
-// The same for a model of any task kind (engine/task.h), probed with the examples of `probe` (a
+// The same for a model of any task kind (engine/task_kind.h), probed with the examples of `probe` (a
 // Dataset shaped like the training data, e.g. train.h probe_examples): one forward pass, the task's
-// loss (experiments/task.h) and backward, on the CPU. Error when the model cannot train on it.
+// loss (experiments/task_scoring.h) and backward, on the CPU. Error when the model cannot train on it.
 std::vector<std::pair<std::string, std::string>> knobs_that_run(const std::string& model, const Dataset& probe);
 std::vector<Candidate> model_candidates(const std::string& model, const Dataset& probe, bool groups = true);
 // A data-parallel run's gradient buckets as candidates (experiments/data_parallel.h): each

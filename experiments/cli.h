@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/knob.h"
 #include "experiments/run_dir.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
@@ -197,8 +198,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
   if (groups & kFlagsKernels) {
     auto* dk = app.add_flag("--deterministic-kernels", f.deterministic_kernels, "same as --kernels deterministic");
     auto* k = app.add_option("--kernels", c.kernels,
-                             "heuristic (cuDNN's pick, what frameworks do) | deterministic | nondeterministic | fastest")
-                  ->check(CLI::IsMember({"heuristic", "deterministic", "nondeterministic", "fastest"}))
+                             "the mode every knob resolves by (engine/knob.h says what each picks): heuristic (what "
+                             "frameworks do) | deterministic | nondeterministic | fastest")
+                  ->check(CLI::IsMember(mode_words()))
                   ->capture_default_str();
     dk->excludes(k);
     app.add_option("--tuning", c.tuning,
@@ -206,7 +208,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
                    "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
   }
   if (groups & kFlagsPins) {
-    app.add_option("--pin", c.pins, "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0");
+    app.add_option("--pin", c.pins,
+                   "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0. Knobs by op kind: " + knob_index() +
+                       " (ditto-knobs lists every variant and its guarantee)");
     app.add_option("--pins-from", f.pins_from, "pin every kernel a run's manifest.json recorded (exact replay)")
         ->check(CLI::ExistingFile);
   }

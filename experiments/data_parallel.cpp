@@ -67,7 +67,7 @@ std::vector<GradBucket> make_buckets(const std::vector<Param>& params, int64_t b
 
 std::vector<std::pair<std::string, OpKind>> bucket_layers(const std::vector<GradBucket>& buckets) {
   std::vector<std::pair<std::string, OpKind>> out;
-  for (const auto& b : buckets) out.push_back({b.name, OpKind::AllReduce});
+  for (const auto& b : buckets) out.push_back({b.name, op::allreduce});
   return out;
 }
 

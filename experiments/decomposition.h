@@ -39,7 +39,7 @@ struct NoiseDecomposition {
 std::string interaction_verdict(const Interval& interaction);
 
 // Churn (mean pairwise churn per setting, experiments/stats.h) decomposed; each argument holds a
-// setting's replicas' top-1 predictions (or any units, experiments/task.h: with units_per_item > 1
+// setting's replicas' top-1 predictions (or any units, experiments/task_scoring.h: with units_per_item > 1
 // the paired bootstrap resamples groups of that many, a segmentation's images). Throws Error when
 // a setting has fewer than 2 replicas or the settings predict different numbers of examples.
 NoiseDecomposition decompose_churn(const std::vector<std::vector<int32_t>>& algo_impl,

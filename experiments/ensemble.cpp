@@ -21,7 +21,7 @@
 #include "experiments/run_dir.h"
 #include "experiments/scheduler.h"
 #include "experiments/stats.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 
 namespace ditto {
 namespace {
@@ -309,7 +309,7 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
   const TrainConfig& b = o.base;
   rep.title = fmt::format("{} on {}: {} replicas x {} epochs per setting", b.model, b.dataset, o.replicas, b.epochs);
   const auto& test = data.test;
-  // Predictions are units (experiments/task.h): examples, or a segmentation's pixels, which the
+  // Predictions are units (experiments/task_scoring.h): examples, or a segmentation's pixels, which the
   // intervals resample image by image.
   const Task task = test.task;
   const std::size_t per = static_cast<std::size_t>(units_per_example(test));

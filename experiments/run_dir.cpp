@@ -1,5 +1,5 @@
 #include "experiments/run_dir.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

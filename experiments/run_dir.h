@@ -93,7 +93,7 @@ class RunDir {
 
 // ---- Files of a run folder --------------------------------------------------------------------
 
-// The header names the task's two scores (experiments/task.h): test_top1,test_top5 for
+// The header names the task's two scores (experiments/task_scoring.h): test_top1,test_top5 for
 // classification, test_pixel_accuracy,test_mean_iou and test_sequence_accuracy,test_cer otherwise.
 std::string log_csv_text(const std::vector<EpochLog>& log, Task task = Task::Classification);
 // DataError "path:LINE: ..." for a malformed row; an absent file is an empty log.
@@ -166,7 +166,7 @@ std::vector<float> load_checkpoint_weights(const std::string& run_dir);
 // What a finished run folder holds, as train() returned it: log, seeds, weights fingerprint,
 // final predictions, weights (from the checkpoint; empty without one) and the kernels that ran;
 // labels, subgroups and names from data (the run's test set), whose task says how predictions.csv
-// reads (experiments/task.h). epochs_done: how many epochs the
+// reads (experiments/task_scoring.h). epochs_done: how many epochs the
 // folder's state has finished. Throws DataError naming the file for a missing or malformed one.
 TrainResult read_run_result(const std::string& run_dir, const TrainData& data, int* epochs_done = nullptr);
 

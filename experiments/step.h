@@ -1,5 +1,5 @@
 // TrainStep: one optimizer step of a network, as the trainer and the step-time benchmark run it:
-// forward, the task's loss (softmax cross-entropy for classification; experiments/task.h for the
+// forward, the task's loss (softmax cross-entropy for classification; experiments/task_scoring.h for the
 // others), backward, the update, zero_grad, and the epoch's loss and accuracy sums accumulated on
 // the device (no host copy per step).
 //
@@ -19,7 +19,7 @@
 #include "engine/graph.h"
 #include "engine/param.h"
 #include "engine/tensor.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 
 namespace ditto {
 

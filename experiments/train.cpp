@@ -29,7 +29,7 @@
 #include "experiments/data_parallel.h"
 #include "experiments/run_dir.h"
 #include "experiments/step.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 #include "kernels/elementwise.h"
 #include "kernels/metrics.h"
 #include "nets/nets.h"
@@ -597,7 +597,7 @@ class Run {
     const auto [other_loss, other_correct] = dp_ ? dp_->take_other_sums() : std::pair<double, int64_t>{0, 0};
     if (dp_) dp_->check_replicas();
     const double loss_mean = (loss_sum_.to_host_f32()[0] + other_loss) / std::max<int64_t>(1, seen);
-    // Training accuracy is counted on the device for classification only (experiments/task.h).
+    // Training accuracy is counted on the device for classification only (experiments/task_scoring.h).
     const double train_acc = task_ == Task::Classification
                                  ? (correct_.to_host_i32()[0] + other_correct) / double(std::max<int64_t>(1, seen))
                                  : std::numeric_limits<double>::quiet_NaN();
@@ -669,7 +669,7 @@ class Run {
     if (groups) metrics_["per_subgroup_accuracy"] = per_group;
   }
 
-  // The other tasks' evaluation: unit predictions (experiments/task.h) of the test set in dataset
+  // The other tasks' evaluation: unit predictions (experiments/task_scoring.h) of the test set in dataset
   // order, as evaluate_topk runs it.
   std::vector<int32_t> evaluate_units() {
     const int64_t per = units_per_example(held_->test);
@@ -686,7 +686,7 @@ class Run {
     return out;
   }
 
-  // A sequence net's decodings must have exact codes (experiments/task.h): its output steps on an
+  // A sequence net's decodings must have exact codes (experiments/task_scoring.h): its output steps on an
   // input of the data's size may not exceed what a code can hold. One forward pass of zeros.
   void check_decodable(const Dataset& train) {
     NoGradGuard ng(*ctx_);
@@ -853,7 +853,7 @@ class Run {
   int64_t classes_ = 0;
   int k5_ = 1;
   Task task_ = Task::Classification;
-  std::vector<int32_t> unit_labels_, unit_preds_;  // the other tasks' test units (experiments/task.h)
+  std::vector<int32_t> unit_labels_, unit_preds_;  // the other tasks' test units (experiments/task_scoring.h)
   std::shared_ptr<TuningTable> tuning_;
   uint64_t tuning_hash_ = 0;
   std::unique_ptr<TrainStep> stepper_;

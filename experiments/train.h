@@ -81,7 +81,7 @@ struct TrainConfig {
   std::string command_line;           // recorded in the manifest
 };
 
-// test_top1 / test_top5 are the task's two scores (experiments/task.h): top-1 / top-5 accuracy,
+// test_top1 / test_top5 are the task's two scores (experiments/task_scoring.h): top-1 / top-5 accuracy,
 // pixel accuracy / mean IoU (segmentation), sequence accuracy / character error rate (sequence).
 // train_acc is NaN (not measured) for the tasks other than classification.
 struct EpochLog {
@@ -93,7 +93,7 @@ struct TrainResult {
   std::vector<EpochLog> log;
   uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
   uint64_t weights_fingerprint = 0;   // over all parameters and buffers, in name order
-  Task task = Task::Classification;   // what the predictions are (experiments/task.h)
+  Task task = Task::Classification;   // what the predictions are (experiments/task_scoring.h)
   std::vector<int32_t> predictions;   // final prediction per test unit: top-1 class per example;
                                       // class per pixel (segmentation); code of the decoded string
                                       // per example (sequence)

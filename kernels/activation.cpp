@@ -2,7 +2,7 @@
 
 #include "engine/profiler.h"
 #include "kernels/activation_ref.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/activation_cuda.h"
 
 namespace ditto {

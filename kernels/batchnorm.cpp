@@ -9,11 +9,26 @@
 #include "engine/error.h"
 #include "engine/profiler.h"
 #include "kernels/batchnorm_ref.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/batchnorm_cuda.h"
 #include "kernels/sync_batchnorm.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+// cuDNN documents its batch-norm backward neither way.
+DITTO_KNOB(bn_bwd_knob, {op::batchnorm, "bwd",
+                         {{"cudnn", Guarantee::Unknown, kLib, "cudnnBatchNormalizationBackward"},
+                          {"atomic", kNot, kOwn, "per-channel sums by atomicAdd"},
+                          {"deterministic", kGpu, kOwn, "per-channel sums by a fixed-order tree"}},
+                         "cudnn", false, "batch-norm backward's per-channel sums"})
+
+const char* name_of(BnBwd b) { return variant_name(bn_bwd_knob(), b); }
+
 namespace {
 
 constexpr const char* kOp = "batchnorm";
@@ -74,10 +89,12 @@ BatchNormState batch_norm_state(Context& ctx, int64_t channels) {
   return {ctx.zeros({channels}), ctx.full({channels}, 1.0f)};
 }
 
-Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
-               BatchNormState& state, bool training, float momentum, float eps) {
-  if (training && batch_norm_synced(ctx)) return sync_batch_norm(ctx, layer, x, gamma, beta, state, momentum, eps);
-  const std::string op = fmt::format("{} (layer '{}')", kOp, layer);
+namespace {
+
+// The operands' shapes, devices and the scalars; throws ShapeError naming the layer.
+cuda::BnDims check_bn_operands(const Context& ctx, const std::string& op, const Var& x, const Var& gamma,
+                               const Var& beta, const BatchNormState& state, bool training, float momentum,
+                               float eps) {
   check_f32_on(ctx, x.value(), op, "x");
   check_ndim(x.value(), 4, op, "x");
   const Shape& xs = x.shape();
@@ -94,11 +111,14 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
   if (!(momentum >= 0.f && momentum <= 1.f)) throw ShapeError(fmt::format("{}: momentum must be in [0, 1], is {}", op, momentum));
   if (ctx.is_cuda() && (d.n > INT_MAX || d.c > 65535 || d.hw > INT_MAX))
     throw ShapeError(fmt::format("{}: x {} is too large (N and H*W up to 2^31-1, C up to 65535)", op, shape_str(xs)));
+  return d;
+}
 
-  const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::BatchNorm);
-  BnBwd variant = ctx.policy().bn_bwd(layer);
-  const bool grad = needs_grad(ctx, {&x, &gamma, &beta});
-  // Inference-mode backward has no cuDNN routine (see batchnorm.h).
+// The layer's bwd variant. Inference-mode backward has no cuDNN routine (see batchnorm.h): a
+// pinned cudnn is an error there, a mode's cudnn becomes ditto's deterministic kernels.
+BnBwd resolve_bn_bwd(const Context& ctx, const std::string& layer, const std::string& op, const std::string& requested,
+                     bool training, bool grad, const Shape& xs) {
+  BnBwd variant = ctx.policy().variant<BnBwd>(layer, op::batchnorm);
   if (ctx.is_cuda() && !training && grad && variant == BnBwd::Cudnn) {
     if (requested == "pinned")
       throw PolicyError(fmt::format("{}: bwd=cudnn is pinned, but cuDNN has no inference-mode (training=false) "
@@ -106,49 +126,116 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
                                     op, shape_str(xs)));
     variant = BnBwd::Deterministic;
   }
+  return variant;
+}
 
-  ProfileScope timed(ctx, ProfileKind::BatchNormFwd, ctx.is_cuda() ? name_of(variant) : "cpu-reference");
-  Tensor y = ctx.empty(xs);
-  Tensor mean = ctx.empty({d.c}), invstd = ctx.empty({d.c});  // what backward normalizes with
-  if (!ctx.is_cuda()) {
-    if (training)
-      ref::bn_batch_stats(x.value().f32(), d.n, d.c, d.hw, momentum, eps, mean.f32(), invstd.f32(),
-                          state.running_mean.f32(), state.running_var.f32());
-    else
-      ref::bn_running_stats(state.running_mean.f32(), state.running_var.f32(), d.c, eps, mean.f32(), invstd.f32());
-    ref::bn_apply(x.value().f32(), mean.f32(), invstd.f32(), gamma.value().f32(), beta.value().f32(), y.f32(), d.n,
-                  d.c, d.hw);
-  } else if (variant == BnBwd::Cudnn) {
-    auto& cs = ctx.cuda();
+// What the forward pass leaves for the backward: the statistics it normalized with.
+struct BnSaved {
+  Tensor mean, invstd;
+};
+
+void bn_forward_cudnn(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
+                      BatchNormState& state, bool training, float momentum, float eps, const cuda::BnDims& d,
+                      Tensor& y, BnSaved& saved) {
+  auto& cs = detail::cuda_state(ctx);
+  BnDescs desc(d);
+  const float one = 1.f, zero = 0.f;
+  if (training) {
+    // cudnn saves the inverse std 1/sqrt(var + eps), as ours does.
+    cudnn_bn_call(cudnnBatchNormalizationForwardTraining(
+                      cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, desc.x.d, x.value().f32(), desc.x.d, y.f32(),
+                      desc.bn.d, gamma.value().f32(), beta.value().f32(), double(momentum),
+                      state.running_mean.f32(), state.running_var.f32(), double(eps), saved.mean.f32(),
+                      saved.invstd.f32()),
+                  "cudnnBatchNormalizationForwardTraining", layer, x.shape());
+  } else {
+    cudnn_bn_call(cudnnBatchNormalizationForwardInference(cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, desc.x.d,
+                                                          x.value().f32(), desc.x.d, y.f32(), desc.bn.d,
+                                                          gamma.value().f32(), beta.value().f32(),
+                                                          state.running_mean.f32(), state.running_var.f32(),
+                                                          double(eps)),
+                  "cudnnBatchNormalizationForwardInference", layer, x.shape());
+  }
+}
+
+void bn_forward_own(Context& ctx, const Var& x, const Var& gamma, const Var& beta, BatchNormState& state,
+                    bool training, float momentum, float eps, const cuda::BnDims& d, Tensor& y, BnSaved& saved) {
+  if (training) {
+    Tensor scratch = ctx.empty({cuda::bn_scratch_floats(d)});
+    cuda::bn_batch_stats(ctx, x.value().f32(), d, momentum, eps, saved.mean.f32(), saved.invstd.f32(),
+                         state.running_mean.f32(), state.running_var.f32(), scratch.f32());
+  } else {
+    cuda::bn_running_stats(ctx, state.running_mean.f32(), state.running_var.f32(), d.c, eps, saved.mean.f32(),
+                           saved.invstd.f32());
+  }
+  cuda::bn_apply(ctx, x.value().f32(), saved.mean.f32(), saved.invstd.f32(), gamma.value().f32(), beta.value().f32(),
+                 y.f32(), d);
+}
+
+void bn_forward_cpu(const Var& x, const Var& gamma, const Var& beta, BatchNormState& state, bool training,
+                    float momentum, float eps, const cuda::BnDims& d, Tensor& y, BnSaved& saved) {
+  if (training)
+    ref::bn_batch_stats(x.value().f32(), d.n, d.c, d.hw, momentum, eps, saved.mean.f32(), saved.invstd.f32(),
+                        state.running_mean.f32(), state.running_var.f32());
+  else
+    ref::bn_running_stats(state.running_mean.f32(), state.running_var.f32(), d.c, eps, saved.mean.f32(),
+                          saved.invstd.f32());
+  ref::bn_apply(x.value().f32(), saved.mean.f32(), saved.invstd.f32(), gamma.value().f32(), beta.value().f32(),
+                y.f32(), d.n, d.c, d.hw);
+}
+
+// The gradients of one backward call: dx (undefined when x needs none), dgamma and dbeta.
+struct BnGrads {
+  Tensor dx, dgamma, dbeta;
+};
+
+void bn_backward(Context& c, const std::string& layer, BnBwd variant, bool training, float eps, const cuda::BnDims& d,
+                 const Tensor& saved_x, const Tensor& saved_gamma, const BnSaved& saved, const Tensor& dy_t,
+                 const Shape& x_shape, BnGrads& g) {
+  float* pdx = g.dx.defined() ? g.dx.f32() : nullptr;
+  const float* xv = saved_x.f32();
+  const float* dy = dy_t.f32();
+  const float* mean = saved.mean.f32();
+  const float* invstd = saved.invstd.f32();
+  if (!c.is_cuda()) {
+    ref::bn_bwd(xv, dy, mean, invstd, saved_gamma.f32(), training, pdx, g.dgamma.f32(), g.dbeta.f32(), d.n, d.c,
+                d.hw);
+  } else if (variant == BnBwd::Cudnn) {  // training only: inference took the own kernels
+    auto& cs = detail::cuda_state(c);
     BnDescs desc(d);
     const float one = 1.f, zero = 0.f;
-    if (training) {
-      // cudnn saves the inverse std 1/sqrt(var + eps), as ours does.
-      cudnn_bn_call(cudnnBatchNormalizationForwardTraining(
-                        cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, desc.x.d, x.value().f32(), desc.x.d, y.f32(),
-                        desc.bn.d, gamma.value().f32(), beta.value().f32(), double(momentum),
-                        state.running_mean.f32(), state.running_var.f32(), double(eps), mean.f32(), invstd.f32()),
-                    "cudnnBatchNormalizationForwardTraining", layer, xs);
-    } else {
-      cudnn_bn_call(cudnnBatchNormalizationForwardInference(cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, desc.x.d,
-                                                            x.value().f32(), desc.x.d, y.f32(), desc.bn.d,
-                                                            gamma.value().f32(), beta.value().f32(),
-                                                            state.running_mean.f32(), state.running_var.f32(),
-                                                            double(eps)),
-                    "cudnnBatchNormalizationForwardInference", layer, xs);
-    }
+    Tensor dx_all = pdx ? g.dx : c.empty(x_shape);  // cuDNN always writes dx
+    cudnn_bn_call(cudnnBatchNormalizationBackward(cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
+                                                  desc.x.d, xv, desc.x.d, dy, desc.x.d, dx_all.f32(), desc.bn.d,
+                                                  saved_gamma.f32(), g.dgamma.f32(), g.dbeta.f32(), double(eps), mean,
+                                                  invstd),
+                  "cudnnBatchNormalizationBackward", layer, x_shape);
   } else {
-    if (training) {
-      Tensor scratch = ctx.empty({cuda::bn_scratch_floats(d)});
-      cuda::bn_batch_stats(ctx, x.value().f32(), d, momentum, eps, mean.f32(), invstd.f32(), state.running_mean.f32(),
-                           state.running_var.f32(), scratch.f32());
-    } else {
-      cuda::bn_running_stats(ctx, state.running_mean.f32(), state.running_var.f32(), d.c, eps, mean.f32(),
-                             invstd.f32());
-    }
-    cuda::bn_apply(ctx, x.value().f32(), mean.f32(), invstd.f32(), gamma.value().f32(), beta.value().f32(), y.f32(),
-                   d);
+    Tensor scratch = variant == BnBwd::Deterministic ? c.empty({cuda::bn_scratch_floats(d)}) : Tensor();
+    cuda::bn_bwd_reduce(c, xv, dy, mean, invstd, d, variant == BnBwd::Atomic, g.dgamma.f32(), g.dbeta.f32(),
+                        scratch.defined() ? scratch.f32() : nullptr);
+    if (pdx)
+      cuda::bn_bwd_dx(c, xv, dy, mean, invstd, saved_gamma.f32(), g.dgamma.f32(), g.dbeta.f32(), training, pdx, d);
   }
+}
+
+}  // namespace
+
+Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
+               BatchNormState& state, bool training, float momentum, float eps) {
+  if (training && batch_norm_synced(ctx)) return sync_batch_norm(ctx, layer, x, gamma, beta, state, momentum, eps);
+  const std::string op = fmt::format("{} (layer '{}')", kOp, layer);
+  const cuda::BnDims d = check_bn_operands(ctx, op, x, gamma, beta, state, training, momentum, eps);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::batchnorm);
+  const bool grad = needs_grad(ctx, {&x, &gamma, &beta});
+  const BnBwd variant = resolve_bn_bwd(ctx, layer, op, requested, training, grad, x.shape());
+
+  ProfileScope timed(ctx, ProfileKind::BatchNormFwd, ctx.is_cuda() ? name_of(variant) : "cpu-reference");
+  Tensor y = ctx.empty(x.shape());
+  BnSaved saved{ctx.empty({d.c}), ctx.empty({d.c})};  // what backward normalizes with
+  if (!ctx.is_cuda()) bn_forward_cpu(x, gamma, beta, state, training, momentum, eps, d, y, saved);
+  else if (variant == BnBwd::Cudnn) bn_forward_cudnn(ctx, layer, x, gamma, beta, state, training, momentum, eps, d, y, saved);
+  else bn_forward_own(ctx, x, gamma, beta, state, training, momentum, eps, d, y, saved);
   timed.end();
   record_bn(ctx, layer, variant, requested);
 
@@ -157,41 +244,17 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
     // The backward reads x, gamma and the saved statistics, never y.
     ctx.tape().record(kOp, layer, {{"x", x}, {"gamma", gamma}, {"beta", beta}}, out,
                       [saved_x = x.value(), saved_gamma = gamma.value(), xr = x.grad_ref(), gr = gamma.grad_ref(),
-                       br = beta.grad_ref(), outr = out.grad_ref(), mean, invstd, d, training, variant, requested, layer,
+                       br = beta.grad_ref(), outr = out.grad_ref(), saved, d, training, variant, requested, layer,
                        eps](Context& c) {
       if (!outr.grad().defined()) return;
       record_bn(c, layer, variant, requested);
       ProfileScope timed(c, ProfileKind::BatchNormBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
-      Tensor dx = xr.requires_grad() ? c.empty(xr.shape()) : Tensor();
-      Tensor dgamma = c.empty({d.c}), dbeta = c.empty({d.c});
-      float* pdx = dx.defined() ? dx.f32() : nullptr;
-      const float* xv = saved_x.f32();
-      const float* dy = outr.grad().f32();
-      if (!c.is_cuda()) {
-        ref::bn_bwd(xv, dy, mean.f32(), invstd.f32(), saved_gamma.f32(), training, pdx, dgamma.f32(), dbeta.f32(),
-                    d.n, d.c, d.hw);
-      } else if (variant == BnBwd::Cudnn) {  // training only: inference took the own kernels above
-        auto& cs = c.cuda();
-        BnDescs desc(d);
-        const float one = 1.f, zero = 0.f;
-        Tensor dx_all = pdx ? dx : c.empty(xr.shape());  // cuDNN always writes dx
-        cudnn_bn_call(cudnnBatchNormalizationBackward(cs.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
-                                                      desc.x.d, xv, desc.x.d, dy, desc.x.d, dx_all.f32(), desc.bn.d,
-                                                      saved_gamma.f32(), dgamma.f32(), dbeta.f32(), double(eps),
-                                                      mean.f32(), invstd.f32()),
-                      "cudnnBatchNormalizationBackward", layer, xr.shape());
-      } else {
-        Tensor scratch = variant == BnBwd::Deterministic ? c.empty({cuda::bn_scratch_floats(d)}) : Tensor();
-        cuda::bn_bwd_reduce(c, xv, dy, mean.f32(), invstd.f32(), d, variant == BnBwd::Atomic, dgamma.f32(),
-                            dbeta.f32(), scratch.defined() ? scratch.f32() : nullptr);
-        if (pdx)
-          cuda::bn_bwd_dx(c, xv, dy, mean.f32(), invstd.f32(), saved_gamma.f32(), dgamma.f32(), dbeta.f32(),
-                          training, pdx, d);
-      }
+      BnGrads g{xr.requires_grad() ? c.empty(xr.shape()) : Tensor(), c.empty({d.c}), c.empty({d.c})};
+      bn_backward(c, layer, variant, training, eps, d, saved_x, saved_gamma, saved, outr.grad(), xr.shape(), g);
       timed.end();
-      accumulate_grad(c, xr, std::move(dx));
-      accumulate_grad(c, gr, std::move(dgamma));
-      accumulate_grad(c, br, std::move(dbeta));
+      accumulate_grad(c, xr, std::move(g.dx));
+      accumulate_grad(c, gr, std::move(g.dgamma));
+      accumulate_grad(c, br, std::move(g.dbeta));
     });
   }
   return out;

@@ -8,8 +8,7 @@
 // Inference (training = false): the running statistics normalize x and are left alone.
 // y = (x - mean) / sqrt(var + eps) * gamma + beta.
 //
-// The kernels are chosen per layer by ctx.policy().bn_bwd(layer) (knob "bwd" of op kind
-// batchnorm):
+// The kernels are chosen per layer by the knob batchnorm.bwd (declared in batchnorm.cpp):
 //   cudnn          cudnnBatchNormalizationForwardTraining / ForwardInference / Backward
 //                  (CUDNN_BATCHNORM_SPATIAL, exponentialAverageFactor = momentum; the saved mean
 //                  and inverse std of the forward feed the backward). Determinism: Unknown —
@@ -37,8 +36,17 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind batchnorm{"batchnorm"}; }
+
+// Knob batchnorm.bwd (kernels/batchnorm.cpp), also read by synchronized batch norm.
+enum class BnBwd { Cudnn, Atomic, Deterministic };
+const KnobSpec& bn_bwd_knob();
+const char* name_of(BnBwd b);
+inline const char* knob_name(BnBwd) { return "bwd"; }
 
 // Per-channel running statistics, owned by the caller (a network keeps one per layer) and
 // updated in place by training-mode forwards. Both f32 of shape {C} on the context's device.

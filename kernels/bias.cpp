@@ -8,11 +8,28 @@
 #include "engine/detail/cudnn_desc.h"
 #include "engine/profiler.h"
 #include "kernels/bias_ref.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/bias_cuda.h"
 #include "kernels/detail/tuned.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+const VariantSpec kAtomic{"atomic", kNot, kOwn, "atomicAdd per element"};
+const VariantSpec kFixedTree{"deterministic", kGpu, kOwn, "per-block partial sums added in a fixed order"};
+}  // namespace
+
+DITTO_KNOB(conv_bias_bwd_knob,
+           {op::conv2d, "bias_bwd",
+            {kAtomic, kFixedTree, {"cudnn", kRun, kLib, "cudnnConvolutionBackwardBias"}},
+            "cudnn", false, "the bias gradient's reduction"})
+DITTO_KNOB(linear_bias_bwd_knob, {op::linear, "bias_bwd", {kAtomic, kFixedTree}, "atomic", false,
+                                  "the bias gradient's reduction"})
+
+const char* name_of(BiasBwd b) { return variant_name(conv_bias_bwd_knob(), b); }
+
 namespace {
 
 struct BiasShape {
@@ -30,7 +47,7 @@ void cudnn_db(Context& ctx, const Tensor& dy, Tensor& db) {
                                                int(sh[1]), int(sh[2]), int(sh[3])));
   DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(db_desc.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, int(sh[1]), 1, 1));
   const float alpha = 1.0f, beta = 0.0f;
-  DITTO_CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx.cuda().cudnn, &alpha, dy_desc.get(), dy.f32(), &beta,
+  DITTO_CUDNN_CHECK(cudnnConvolutionBackwardBias(detail::cuda_state(ctx).cudnn, &alpha, dy_desc.get(), dy.f32(), &beta,
                                                  db_desc.get(), db.f32()));
 }
 
@@ -51,7 +68,7 @@ void backward_bias(Context& c, const std::string& layer, OpKind kind, BiasBwd va
       break;
     case BiasBwd::Deterministic: {
       ws_bytes = sizeof(float) * static_cast<std::size_t>(cuda::bias_bwd_partials(bs.n, bs.s) * bs.c);
-      detail::Workspace ws(c.cuda(), ws_bytes);
+      detail::Workspace ws(detail::cuda_state(c), ws_bytes);
       if (!ws.ok())
         throw PolicyError(fmt::format("bias_add (layer '{}'): bias_bwd=deterministic needs a workspace of {} bytes "
                                       "for dy {}, which could not be allocated; bias_bwd=atomic needs none",
@@ -72,7 +89,7 @@ void backward_bias(Context& c, const std::string& layer, OpKind kind, BiasBwd va
 
 Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, const Var& b) {
   const std::string op = fmt::format("bias_add (layer '{}')", layer);
-  if (kind != OpKind::Conv2d && kind != OpKind::Linear)
+  if (kind != op::conv2d && kind != op::linear)
     throw Error(fmt::format("{}: the owning layer's kind must be conv2d or linear, not {}", op, op_kind_name(kind)));
   check_f32_on(ctx, x.value(), op, "x");
   check_f32_on(ctx, b.value(), op, "b");
@@ -86,7 +103,7 @@ Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, 
   const BiasShape bs{xs[0], xs[1], xs.size() == 4 ? xs[2] * xs[3] : 1};
 
   // Resolved here so a misconfigured layer fails at its first forward call, not in backward.
-  BiasBwd variant = ctx.policy().bias_bwd(layer, kind);
+  BiasBwd variant = ctx.policy().variant<BiasBwd>(layer, kind);
   bool cudnn_ok = xs.size() == 4;  // cuDNN's reduction takes 4-D NCHW with int-sized dimensions
   for (int64_t d : xs) cudnn_ok = cudnn_ok && d <= INT_MAX;
   if (variant == BiasBwd::Cudnn && !cudnn_ok)

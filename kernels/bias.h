@@ -1,7 +1,7 @@
 // Bias addition for convolution and fully connected layers: y = x + b, b broadcast over the batch
 // and the spatial positions. x is {N, C} or {N, C, H, W}; b is {C}.
 //
-// `kind` is the owning layer's kind (OpKind::Conv2d or OpKind::Linear) and `layer` its name: the
+// `kind` is the owning layer's kind (op::conv2d or op::linear) and `layer` its name: the
 // policy knob `bias_bwd` and the manifest entry belong to that layer (op "conv2d" / "linear").
 //
 // Forward: one thread per element, deterministic.
@@ -25,8 +25,19 @@
 #include "engine/context.h"
 #include "engine/policy.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
+#include "kernels/conv2d.h"
+#include "kernels/linear.h"
 
 namespace ditto {
+
+// Knob bias_bwd of conv2d and linear layers (declared in kernels/bias.cpp, the family that runs
+// it): the bias gradient's reduction over every position. Linear layers have no cudnn variant.
+enum class BiasBwd { Atomic, Deterministic, Cudnn };
+const KnobSpec& conv_bias_bwd_knob();
+const KnobSpec& linear_bias_bwd_knob();
+const char* name_of(BiasBwd b);
+inline const char* knob_name(BiasBwd) { return "bias_bwd"; }
 
 Var bias_add(Context& ctx, const std::string& layer, OpKind kind, const Var& x, const Var& b);
 

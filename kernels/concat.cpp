@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/concat_ref.h"
 #include "kernels/detail/concat_cuda.h"
 

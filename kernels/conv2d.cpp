@@ -33,7 +33,7 @@
 #include "engine/profiler.h"
 #include "engine/timer.h"
 #include "engine/tuning.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/conv2d_ref.h"
 #include "kernels/detail/conv2d_own.h"
 
@@ -64,6 +64,55 @@ static_assert(int(ConvBwdFilterAlgo::Winograd) == CUDNN_CONVOLUTION_BWD_FILTER_A
 static_assert(int(ConvBwdFilterAlgo::WinogradNonfused) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
 static_assert(int(ConvBwdFilterAlgo::FftTiling) == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING);
 static_assert(int(ConvBwdFilterAlgo::FftTiling) + 1 == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+
+// ---- the family's knobs ------------------------------------------------------------------------
+// cuDNN's forward algorithms are all documented deterministic; ALGO_0 (both backward directions)
+// and bwd_filter ALGO_3 add partial sums with atomics. A cuDNN deterministic algorithm is
+// reproducible on one GPU model (run_to_run). ditto-gemm's order is fixed by the shape but its
+// GEMMs are cuBLAS's (run_to_run); ditto-direct uses no library (gpu_to_gpu).
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
+                           {{"implicit_gemm", kRun, kLib, "cuDNN IMPLICIT_GEMM"},
+                            {"implicit_precomp_gemm", kRun, kLib, "cuDNN IMPLICIT_PRECOMP_GEMM"},
+                            {"gemm", kRun, kLib, "cuDNN GEMM"},
+                            {"direct", kRun, kLib, "cuDNN DIRECT"},
+                            {"fft", kRun, kLib, "cuDNN FFT"},
+                            {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
+                            {"winograd", kRun, kLib, "cuDNN WINOGRAD"},
+                            {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"}},
+                           "", true, "the forward algorithm"})
+DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
+                                {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
+                                 {"algo1", kRun, kLib, "cuDNN ALGO_1"},
+                                 {"fft", kRun, kLib, "cuDNN FFT"},
+                                 {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
+                                 {"winograd", kRun, kLib, "cuDNN WINOGRAD"},
+                                 {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
+                                 {"ditto-gemm", kRun, kOwn, "explicit GEMM on cuBLAS, gather-form col2im"},
+                                 {"ditto-direct", kGpu, kOwn, "depthwise gather, no library"}},
+                                "", true, "the input-gradient algorithm"})
+DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
+                                  {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
+                                   {"algo1", kRun, kLib, "cuDNN ALGO_1"},
+                                   {"fft", kRun, kLib, "cuDNN FFT"},
+                                   {"algo3", kNot, kLib, "cuDNN ALGO_3: atomics"},
+                                   {"winograd", kRun, kLib, "cuDNN WINOGRAD"},
+                                   {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
+                                   {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
+                                   {"ditto-gemm", kRun, kOwn, "per-item GEMMs on cuBLAS, folded in item order"},
+                                   {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"}},
+                                  "", true, "the weight-gradient algorithm"})
+DITTO_KNOB(conv_math_knob, {op::conv2d, "math", math_mode_variants(), "fma", false,
+                            "fp32 FMA or TF32 tensor cores (PyTorch's cuDNN default is TF32; ditto's modes never "
+                            "change precision)"})
+
+const char* name_of(ConvFwdAlgo a) { return variant_name(conv_fwd_knob(), a); }
+const char* name_of(ConvBwdDataAlgo a) { return variant_name(conv_bwd_data_knob(), a); }
+const char* name_of(ConvBwdFilterAlgo a) { return variant_name(conv_bwd_filter_knob(), a); }
 
 namespace {
 
@@ -173,7 +222,7 @@ struct FwdTraits {
   static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
   static Determinism documented(int) { return Determinism::Yes; }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
-    return p.conv_fwd(layer, shape);
+    return conv_choice<Algo>(p, layer, shape);
   }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), n, got, r);
@@ -211,7 +260,7 @@ struct BwdDataTraits {
     return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? Determinism::No : Determinism::Yes;
   }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
-    return p.conv_bwd_data(layer, shape);
+    return conv_choice<Algo>(p, layer, shape);
   }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), n, got, r);
@@ -257,7 +306,7 @@ struct BwdFilterTraits {
                                                                                                  : Determinism::Yes;
   }
   static AlgoChoice<Algo> choice(const Policy& p, const std::string& layer, const std::string& shape) {
-    return p.conv_bwd_filter(layer, shape);
+    return conv_choice<Algo>(p, layer, shape);
   }
   static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvDescs& d, int n, int* got, Perf* r) {
     return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), n, got,
@@ -380,7 +429,7 @@ struct Problem {
       : ctx(c), st(conv_state(c)), spec(s), d(descs_for(st, s, m)), math(m),
         list_key(fmt::format("{}|{}|{}", T::kKnob, s.key(), name_of(m))) {}
 
-  cudnnHandle_t handle() const { return ctx.cuda().cudnn; }
+  cudnnHandle_t handle() const { return detail::cuda_state(ctx).cudnn; }
   static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
 
   // ditto's own variants come after cuDNN's algorithms in the enum.
@@ -406,7 +455,7 @@ struct Problem {
   // the median of three runs (selection only: it synchronizes).
   std::vector<AlgoPerf> time_own() {
     std::vector<AlgoPerf> out;
-    detail::CudaState& cs = ctx.cuda();
+    detail::CudaState& cs = detail::cuda_state(ctx);
     const own::ConvGeom g = spec.geom();
     for (int a = T::kCount; a < T::kVariants; ++a) {
       std::size_t ws_bytes = 0;
@@ -535,7 +584,7 @@ struct Problem {
       if (!r.ok() || !math_allowed(r.math, math) || r.det != Determinism::Yes) continue;
       std::size_t bytes = 0;
       if (!workspace_of(r.algo, &bytes)) continue;
-      detail::Workspace probe(ctx.cuda(), bytes);
+      detail::Workspace probe(detail::cuda_state(ctx), bytes);
       if (!probe.ok()) continue;
       e.algo = name(r.algo);
       e.time_ms = r.time_ms;
@@ -590,7 +639,7 @@ struct Problem {
           if (mode == SelectMode::Deterministic && r.det != Determinism::Yes) continue;
           std::size_t bytes = 0;
           if (!workspace_of(r.algo, &bytes)) continue;
-          detail::Workspace probe(ctx.cuda(), bytes);
+          detail::Workspace probe(detail::cuda_state(ctx), bytes);
           if (!probe.ok()) continue;
           sel = {r.algo, bytes, r.det};
           found = true;
@@ -612,14 +661,14 @@ struct Problem {
 // Resolves the layer's policy for direction T, runs it, records what ran.
 template <class T>
 void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec, const ConvOperands& ops) {
-  const MathMode math = ctx.policy().math(layer, OpKind::Conv2d);
+  const MathMode math = ctx.policy().variant<MathMode>(layer, op::conv2d);
   const std::string shape = shape_key(spec.x);
   const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer, shape);
   Problem<T> prob(ctx, spec, math);
   const Selection sel = prob.select(layer, choice);
   // Timed after selection: a first call's heuristic queries and Find are not the op's cost.
   ProfileScope timed(ctx, T::kProfile, Problem<T>::name(sel.algo));
-  detail::Workspace ws(ctx.cuda(), sel.workspace);
+  detail::Workspace ws(detail::cuda_state(ctx), sel.workspace);
   if (!ws.ok())
     throw PolicyError(fmt::format("{}: the workspace of algorithm '{}' ({} bytes) cannot be allocated; supported: {}",
                                   prob.where(layer), Problem<T>::name(sel.algo), sel.workspace, prob.supported_str()));
@@ -631,7 +680,7 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
     if (sel.algo == T::kCount + 1) impl = Impl::Ditto;
   } else {
     const cudnnStatus_t status =
-        T::compute(ctx.cuda().cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
+        T::compute(detail::cuda_state(ctx).cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
     // Its workspace query accepted the algorithm; should the call itself refuse it, that is still
     // the policy's ask failing for this shape, not a fault.
     if (status == CUDNN_STATUS_NOT_SUPPORTED)
@@ -699,7 +748,7 @@ Tensor conv2d_forward(Context& ctx, const std::string& layer, const Tensor& x, c
   } else {
     ProfileScope timed(ctx, ProfileKind::ConvFwd, "cpu-reference");
     ref::conv2d_fwd(ref::conv2d_geom(x.shape(), w.shape(), p), x.f32(), w.f32(), y.f32());
-    record_cpu(ctx, layer, "fwd", ctx.policy().conv_fwd(layer).mode);
+    record_cpu(ctx, layer, "fwd", conv_choice<ConvFwdAlgo>(ctx.policy(), layer).mode);
   }
   return y;
 }
@@ -728,7 +777,7 @@ Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor
   } else {
     ProfileScope timed(ctx, ProfileKind::ConvBwdData, "cpu-reference");
     ref::conv2d_bwd_data(ref::conv2d_geom(x_shape, w.shape(), p), dy.f32(), w.f32(), dx.f32());
-    record_cpu(ctx, layer, "bwd_data", ctx.policy().conv_bwd_data(layer).mode);
+    record_cpu(ctx, layer, "bwd_data", conv_choice<ConvBwdDataAlgo>(ctx.policy(), layer).mode);
   }
   return dx;
 }
@@ -749,7 +798,7 @@ Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tens
   } else {
     ProfileScope timed(ctx, ProfileKind::ConvBwdFilter, "cpu-reference");
     ref::conv2d_bwd_filter(ref::conv2d_geom(x.shape(), w_shape, p), x.f32(), dy.f32(), dw.f32());
-    record_cpu(ctx, layer, "bwd_filter", ctx.policy().conv_bwd_filter(layer).mode);
+    record_cpu(ctx, layer, "bwd_filter", conv_choice<ConvBwdFilterAlgo>(ctx.policy(), layer).mode);
   }
   return dw;
 }

@@ -17,8 +17,47 @@
 #include "engine/manifest.h"
 #include "engine/policy.h"
 #include "engine/tape.h"
+#include "kernels/math_mode.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
+
+// The three algorithm knobs (conv2d.fwd, .bwd_data, .bwd_filter), declared in kernels/conv2d.cpp.
+// cuDNN's algorithms keep cuDNN's numbering; ditto's own backward algorithms follow them:
+//   ditto-gemm    explicit GEMM on cuBLAS with a shape-fixed reduction order (kernels/detail/conv2d_own.h)
+//   ditto-direct  ditto's own gather / fixed-tree kernels (depthwise, and few-weight filters)
+// The op selects among them per shape: the mode words pass through to its selection
+// (heuristic: cuDNN's first pick; deterministic: cuDNN's first pick among those it labels
+// deterministic, or a tuning file's; nondeterministic: the atomics algorithm where the direction
+// has one; fastest: cuDNN's Find among all).
+enum class ConvFwdAlgo { ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused };
+enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect };
+enum class ConvBwdFilterAlgo { Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect };
+const KnobSpec& conv_fwd_knob();
+const KnobSpec& conv_bwd_data_knob();
+const KnobSpec& conv_bwd_filter_knob();
+const char* name_of(ConvFwdAlgo a);
+const char* name_of(ConvBwdDataAlgo a);
+const char* name_of(ConvBwdFilterAlgo a);
+inline const char* knob_name(ConvFwdAlgo) { return "fwd"; }
+inline const char* knob_name(ConvBwdDataAlgo) { return "bwd_data"; }
+inline const char* knob_name(ConvBwdFilterAlgo) { return "bwd_filter"; }
+
+// A convolution algorithm choice: a selection mode, and the algorithm when pinned.
+template <class Algo>
+struct AlgoChoice {
+  SelectMode mode = SelectMode::Heuristic;
+  Algo algo{};
+  std::string str() const { return mode == SelectMode::Pinned ? name_of(algo) : select_mode_name(mode); }
+};
+// What the policy asks of one direction of one layer at one input shape (shape_key; "" matches
+// no @SHAPE rule). Algo is ConvFwdAlgo, ConvBwdDataAlgo or ConvBwdFilterAlgo.
+template <class Algo>
+AlgoChoice<Algo> conv_choice(const Policy& policy, const std::string& layer, const std::string& shape = "") {
+  const KnobPick pick = policy.pick(layer, op::conv2d, knob_name(Algo{}), shape);
+  return {pick.mode, pick.mode == SelectMode::Pinned ? static_cast<Algo>(pick.index) : Algo{}};
+}
 
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;

@@ -278,7 +278,7 @@ struct Gemm {
 void run_gemm(Context& ctx, const Gemm& q, bool tf32) {
   const float one = 1.f, zero = 0.f;
   DITTO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      ctx.cuda().cublas, q.ta, q.tb, int(q.m), int(q.n), int(q.k), &one, q.a, CUDA_R_32F, int(q.lda), q.stride_a, q.b,
+      detail::cuda_state(ctx).cublas, q.ta, q.tb, int(q.m), int(q.n), int(q.k), &one, q.a, CUDA_R_32F, int(q.lda), q.stride_a, q.b,
       CUDA_R_32F, int(q.ldb), q.stride_b, &zero, q.c, CUDA_R_32F, int(q.ldc), q.stride_c, int(q.batch),
       tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -303,7 +303,7 @@ void conv_bwd_filter_gemm(Context& ctx, const ConvGeom& g, const float* x, const
   const bool narrow = fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo()) && fits32(int64_t(p.cols_floats)) &&
                       fits32(int64_t(p.dy_floats));
   const int64_t kg = g.Kg(), crs = g.CRSg(), howo = g.HoWo();
-  detail::CublasModes modes(ctx.cuda().cublas, /*allow_atomics=*/false);
+  detail::CublasModes modes(detail::cuda_state(ctx).cublas, /*allow_atomics=*/false);
   for (int64_t grp = 0; grp < g.G; ++grp) {
     bool first = true;
     each_chunk(g, p, [&](int64_t n0, int64_t items, int64_t images) {
@@ -342,7 +342,7 @@ void conv_bwd_data_gemm(Context& ctx, const ConvGeom& g, const float* w, const f
   const bool narrow = fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo()) && fits32(int64_t(p.cols_floats)) &&
                       fits32(int64_t(p.dy_floats));
   const int64_t kg = g.Kg(), crs = g.CRSg(), howo = g.HoWo();
-  detail::CublasModes modes(ctx.cuda().cublas, /*allow_atomics=*/false);
+  detail::CublasModes modes(detail::cuda_state(ctx).cublas, /*allow_atomics=*/false);
   for (int64_t grp = 0; grp < g.G; ++grp) {
     each_chunk(g, p, [&](int64_t n0, int64_t items, int64_t images) {
       const int64_t positions = images * howo;

@@ -6,12 +6,27 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/ctc_ref.h"
 #include "kernels/detail/ctc_cuda.h"
 #include "kernels/detail/op_record.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+// The op runs ditto's own where cuDNN cannot take the shape, and records it.
+DITTO_KNOB(ctc_algo_knob, {op::ctc_loss, "algo",
+                           {{"ditto", kGpu, kOwn, "ditto's alpha-beta kernel, fixed order"},
+                            {"cudnn-deterministic", kRun, kLib, "CUDNN_CTC_LOSS_ALGO_DETERMINISTIC"},
+                            {"cudnn-nondeterministic", kNot, kLib, "CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC"}},
+                           "cudnn-nondeterministic", false, "the CTC loss and gradient"})
+
+const char* name_of(CtcAlgo v) { return variant_name(ctc_algo_knob(), v); }
+
 namespace {
 
 constexpr const char* kOp = "ctc_loss";
@@ -70,7 +85,7 @@ std::size_t run_cudnn(Context& ctx, const std::string& op, CtcAlgo v, const ref:
                       float* grad) {
   const cudnnCTCLossAlgo_t algo =
       v == CtcAlgo::CudnnDeterministic ? CUDNN_CTC_LOSS_ALGO_DETERMINISTIC : CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC;
-  auto& cs = ctx.cuda();
+  auto& cs = detail::cuda_state(ctx);
   CtcDesc desc(int(d.s > 0 ? d.s : 1));
   TensorNdDesc probs(d), grads(d);
   std::size_t cudnn_bytes = 0;
@@ -115,8 +130,8 @@ Var ctc_loss(Context& ctx, const std::string& layer, const Var& logits, const Te
     throw ShapeError(fmt::format("{}: logits {} with labels {}: more than 2^31-1 elements are not supported", op,
                                  shape_str(logits.shape()), shape_str(labels.shape())));
 
-  CtcAlgo variant = ctx.policy().ctc_algo(layer);
-  const std::string requested = ctx.policy().requested(layer, "algo", OpKind::CtcLoss);
+  CtcAlgo variant = ctx.policy().variant<CtcAlgo>(layer, op::ctc_loss);
+  const std::string requested = ctx.policy().requested(layer, "algo", op::ctc_loss);
   if (ctx.is_cuda() && variant != CtcAlgo::Ditto && d.s > kCudnnMaxLabels) {
     if (requested == "pinned")
       throw PolicyError(fmt::format("{}: algo={} takes labels of at most {} symbols (cuDNN documents 256 but fails "
@@ -140,7 +155,7 @@ Var ctc_loss(Context& ctx, const std::string& layer, const Var& logits, const Te
     ref::ctc_loss(logits.value().f32(), lab, ll, il, d, cost.f32(), grad ? dcost.f32() : nullptr);
   } else if (variant == CtcAlgo::Ditto) {
     ws_bytes = cuda::ctc_workspace(d);
-    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     detail::require_workspace(ws, op, "algo=ditto", "the cuDNN variants (labels <= 255) need less");
     cuda::ctc_ditto(ctx, logits.value().f32(), labels.i32(), label_lengths.i32(), input_lengths.i32(), cost.f32(),
                     grad ? dcost.f32() : nullptr, ws.get(), d);

@@ -24,7 +24,7 @@
 // applies the softmax, the gradient is with respect to the logits), labels concatenated on the
 // device (staged from the padded {N, S}), lengths on the device, any input lengths <= T.
 // cuDNN gets an empty label wrong (cost 0 and a gradient lacking the blank's occupancy, seen on an
-// H100 with cuDNN 9.14; PyTorch issue 21680 showed cuDNN 7 wrong there too), so such a sample is handed to cuDNN as
+// H100 with cuDNN 9.14; pytorch/pytorch#21680 showed cuDNN 7 wrong there too), so such a sample is handed to cuDNN as
 // a stand-in and its cost -sum_t log softmax[t, blank] and gradient softmax - onehot(blank) (the
 // all-blank path is its only alignment) are written after the call by one thread per element
 // (the cost one thread's sum in ascending t): deterministic, so the variant's label holds.
@@ -42,8 +42,17 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind ctc_loss{"ctc_loss"}; }
+
+// Knob ctc_loss.algo (kernels/ctc.cpp).
+enum class CtcAlgo { Ditto, CudnnDeterministic, CudnnNondeterministic };
+const KnobSpec& ctc_algo_knob();
+const char* name_of(CtcAlgo v);
+inline const char* knob_name(CtcAlgo) { return "algo"; }
 
 Var ctc_loss(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels,
              const Tensor& label_lengths, const Tensor& input_lengths);

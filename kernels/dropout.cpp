@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/dropout_cuda.h"
 #include "kernels/dropout_ref.h"
 

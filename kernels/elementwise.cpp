@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/elementwise_cuda.h"
 
 namespace ditto {

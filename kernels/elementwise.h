@@ -1,10 +1,10 @@
 // Differentiable elementwise ops on variables: add of two variables (residual connections) and
 // flatten. Deterministic: one thread per element, no reductions (flatten runs no kernel at all).
 // The tensor ops fill, add_inplace, axpy_inplace and scale_inplace are the engine's
-// (engine/elementwise.h, included here).
+// (engine/tensor_ops.h, included here).
 #pragma once
 #include "engine/context.h"
-#include "engine/elementwise.h"
+#include "engine/tensor_ops.h"
 #include "engine/tape.h"
 
 namespace ditto {

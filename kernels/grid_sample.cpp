@@ -7,12 +7,37 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/grid_sample_cuda.h"
 #include "kernels/detail/op_record.h"
 #include "kernels/grid_sample_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+// cuDNN lists cudnnSpatialTfSamplerBackward among its non-reproducible routines;
+// cudnnSpatialTfGridGeneratorBackward is not on that list, yet gave 10 different results in 10
+// calls on an H100 with cuDNN 9.14 (bench/results/2026-11-24-h100-tasks/).
+DITTO_KNOB(grid_sample_bwd_knob,
+           {op::grid_sample, "bwd",
+            {{"cudnn", kNot, kLib, "cudnnSpatialTfSamplerBackward"},
+             {"atomic", kNot, kOwn, "atomicAdd of every tap (PyTorch's native kernel)"},
+             {"deterministic", kGpu, kOwn, "sorted records, balanced segmented sums"}},
+            "atomic", false, "bilinear sampling's input and grid gradients"})
+DITTO_KNOB(affine_grid_bwd_knob,
+           {op::affine_grid, "bwd",
+            {{"cudnn", kNot, kLib, "cudnnSpatialTfGridGeneratorBackward"},
+             {"atomic", kNot, kOwn, "atomicAdd per grid point"},
+             {"deterministic", kGpu, kOwn, "fixed-order block reduction (PyTorch's batched GEMM is deterministic)"}},
+            "deterministic", false, "the affine grid's theta gradient"})
+
+const char* name_of(GridSampleBwd v) { return variant_name(grid_sample_bwd_knob(), v); }
+const char* name_of(AffineGridBwd v) { return variant_name(affine_grid_bwd_knob(), v); }
+
 namespace {
 
 constexpr const char* kSampleOp = "grid_sample";
@@ -76,7 +101,7 @@ void cudnn_sampler_fwd(Context& ctx, const std::string& where, const ref::GridSa
   SpatialTfDesc st(d.n, d.c, d.oh, d.ow);
   TensorDesc xd(d.n, d.c, d.h, d.w), yd(d.n, d.c, d.oh, d.ow);
   const float one = 1.f, zero = 0.f;
-  DITTO_CUDNN_VARIANT(cudnnSpatialTfSamplerForward(ctx.cuda().cudnn, st.d, &one, xd.d, x, grid, &zero, yd.d, y), where,
+  DITTO_CUDNN_VARIANT(cudnnSpatialTfSamplerForward(detail::cuda_state(ctx).cudnn, st.d, &one, xd.d, x, grid, &zero, yd.d, y), where,
                       "bwd=cudnn", "atomic, deterministic");
 }
 
@@ -85,7 +110,7 @@ void cudnn_sampler_bwd(Context& ctx, const std::string& where, const ref::GridSa
   SpatialTfDesc st(d.n, d.c, d.oh, d.ow);
   TensorDesc xd(d.n, d.c, d.h, d.w), yd(d.n, d.c, d.oh, d.ow);
   const float one = 1.f, zero = 0.f;
-  DITTO_CUDNN_VARIANT(cudnnSpatialTfSamplerBackward(ctx.cuda().cudnn, st.d, &one, xd.d, x, &zero, xd.d, dx, &one,
+  DITTO_CUDNN_VARIANT(cudnnSpatialTfSamplerBackward(detail::cuda_state(ctx).cudnn, st.d, &one, xd.d, x, &zero, xd.d, dx, &one,
                                                     yd.d, dy, grid, &zero, dgrid),
                       where, "bwd=cudnn", "atomic, deterministic");
 }
@@ -103,8 +128,8 @@ Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_
   if (height < 1 || width < 1)
     throw ShapeError(fmt::format("{}: the grid size {}x{} must be at least 1x1", op, height, width));
   const int64_t n = ts[0];
-  const AffineGridBwd variant = ctx.policy().affine_grid_bwd(layer);
-  const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::AffineGrid);
+  const AffineGridBwd variant = ctx.policy().variant<AffineGridBwd>(layer, op::affine_grid);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::affine_grid);
   const bool use_cudnn = ctx.is_cuda() && variant == AffineGridBwd::Cudnn;
   if (use_cudnn && !align_corners)
     throw PolicyError(fmt::format("{}: bwd=cudnn needs align_corners=true (cuDNN's base grid puts -1 and +1 on the "
@@ -120,7 +145,7 @@ Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_
   if (!ctx.is_cuda())
     ref::affine_grid_fwd(theta.value().f32(), grid.f32(), n, height, width, align_corners);
   else if (use_cudnn && n > 0)
-    DITTO_CUDNN_VARIANT(cudnnSpatialTfGridGeneratorForward(ctx.cuda().cudnn, SpatialTfDesc(n, 1, height, width).d,
+    DITTO_CUDNN_VARIANT(cudnnSpatialTfGridGeneratorForward(detail::cuda_state(ctx).cudnn, SpatialTfDesc(n, 1, height, width).d,
                                                            theta.value().f32(), grid.f32()),
                         op, "bwd=cudnn", "atomic, deterministic");
   else
@@ -143,13 +168,13 @@ Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_
                         } else if (variant == AffineGridBwd::Deterministic) {
                           ws_bytes = sizeof(float) * 6 *
                                      static_cast<std::size_t>(n * cuda::affine_grid_bwd_partials(height * width));
-                          detail::Workspace ws(c.cuda(), ws_bytes);
+                          detail::Workspace ws(detail::cuda_state(c), ws_bytes);
                           detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
                           cuda::affine_grid_bwd_deterministic(c, dg, dtheta.f32(), static_cast<float*>(ws.get()), n,
                                                               height, width, align_corners);
                         } else if (n > 0) {
                           DITTO_CUDNN_VARIANT(
-                              cudnnSpatialTfGridGeneratorBackward(c.cuda().cudnn, SpatialTfDesc(n, 1, height, width).d,
+                              cudnnSpatialTfGridGeneratorBackward(detail::cuda_state(c).cudnn, SpatialTfDesc(n, 1, height, width).d,
                                                                   dg, dtheta.f32()),
                               op, "bwd=cudnn", "atomic, deterministic");
                         }
@@ -160,8 +185,10 @@ Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_
   return out;
 }
 
-Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var& grid, bool align_corners) {
-  const std::string op = op_where(kSampleOp, layer);
+namespace {
+
+ref::GridSampleDims check_sample_operands(const Context& ctx, const std::string& op, const Var& x, const Var& grid,
+                                          bool align_corners) {
   check_f32_on(ctx, x.value(), op, "x");
   check_f32_on(ctx, grid.value(), op, "grid");
   check_ndim(x.value(), 4, op, "x");
@@ -176,11 +203,14 @@ Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var&
   if (d.h * d.w > INT_MAX || d.oh * d.ow > INT_MAX)
     throw ShapeError(fmt::format("{}: planes of more than 2^31-1 elements are not supported (x {}, grid {})", op,
                                  shape_str(xs), shape_str(gs)));
+  return d;
+}
 
-  const GridSampleBwd variant = ctx.policy().grid_sample_bwd(layer);
-  const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::GridSample);
+// What each backward variant cannot take, as PolicyErrors listing what can.
+void check_sample_variant(const Context& ctx, const std::string& op, GridSampleBwd variant,
+                          const ref::GridSampleDims& d, const Shape& xs, const Shape& gs) {
   const bool use_cudnn = ctx.is_cuda() && variant == GridSampleBwd::Cudnn;
-  if (use_cudnn && !align_corners)
+  if (use_cudnn && !d.align_corners)
     throw PolicyError(fmt::format("{}: bwd=cudnn needs align_corners=true (cuDNN's sampler maps -1 and +1 to the "
                                   "corner pixels' centres); supported variants for align_corners=false: atomic, "
                                   "deterministic",
@@ -194,11 +224,60 @@ Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var&
     throw PolicyError(fmt::format("{}: bwd=deterministic sorts one record per (output position, corner) with 32-bit "
                                   "indices, and x {} with grid {} needs more; supported variants: atomic",
                                   op, shape_str(xs), shape_str(gs)));
+}
+
+// The input and grid gradients by the layer's variant; returns the workspace it took.
+std::size_t sample_backward(Context& c, const std::string& op, GridSampleBwd variant, const ref::GridSampleDims& d,
+                            const Var& x, const Var& grid, const Tensor& dy_t, Tensor& dx, Tensor& dg) {
+  const bool want_dx = x.requires_grad(), want_dg = grid.requires_grad();
+  const float *xv = x.value().f32(), *gv = grid.value().f32(), *dy = dy_t.f32();
+  if (!c.is_cuda()) {
+    if (want_dx) dx = c.empty(x.shape());
+    if (want_dg) dg = c.empty(grid.shape());
+    ref::grid_sample_bwd(xv, gv, dy, want_dx ? dx.f32() : nullptr, want_dg ? dg.f32() : nullptr, d);
+    return 0;
+  }
+  if (variant == GridSampleBwd::Atomic) {
+    if (want_dx) dx = c.zeros(x.shape());
+    if (want_dg) dg = c.empty(grid.shape());
+    cuda::grid_sample_bwd_atomic(c, xv, gv, dy, want_dx ? dx.f32() : nullptr, want_dg ? dg.f32() : nullptr, d);
+    return 0;
+  }
+  if (variant == GridSampleBwd::Deterministic) {
+    if (want_dx) dx = c.empty(x.shape());
+    if (want_dg) dg = c.empty(grid.shape());
+    const std::size_t ws_bytes = cuda::grid_sample_bwd_deterministic_workspace(d, want_dx);
+    detail::Workspace ws(detail::cuda_state(c), ws_bytes);
+    detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
+    cuda::grid_sample_bwd_deterministic(c, xv, gv, dy, want_dx ? dx.f32() : nullptr, want_dg ? dg.f32() : nullptr,
+                                        ws.get(), d);
+    return ws_bytes;
+  }
+  // cuDNN computes both gradients in one call.
+  dx = c.empty(x.shape());
+  dg = c.empty(grid.shape());
+  if (dy_t.numel() > 0) {
+    cudnn_sampler_bwd(c, op, d, xv, gv, dy, dx.f32(), dg.f32());
+  } else {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dx.raw(), 0, dx.nbytes(), detail::stream_of(c)));
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dg.raw(), 0, dg.nbytes(), detail::stream_of(c)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var& grid, bool align_corners) {
+  const std::string op = op_where(kSampleOp, layer);
+  const ref::GridSampleDims d = check_sample_operands(ctx, op, x, grid, align_corners);
+  const GridSampleBwd variant = ctx.policy().variant<GridSampleBwd>(layer, op::grid_sample);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::grid_sample);
+  check_sample_variant(ctx, op, variant, d, x.shape(), grid.shape());
 
   Tensor y = ctx.empty({d.n, d.c, d.oh, d.ow});
   if (!ctx.is_cuda())
     ref::grid_sample_fwd(x.value().f32(), grid.value().f32(), y.f32(), d);
-  else if (use_cudnn && y.numel() > 0)
+  else if (variant == GridSampleBwd::Cudnn && y.numel() > 0)
     cudnn_sampler_fwd(ctx, op, d, x.value().f32(), grid.value().f32(), y.f32());
   else
     cuda::grid_sample_fwd(ctx, x.value().f32(), grid.value().f32(), y.f32(), d);
@@ -210,39 +289,8 @@ Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var&
     ctx.tape().record(kSampleOp, layer, {{"x", x}, {"grid", grid}}, out,
                       [x, grid, out, d, variant, requested, layer, op](Context& c) {
                         if (!out.grad().defined()) return;
-                        const bool want_dx = x.requires_grad(), want_dg = grid.requires_grad();
-                        const float *xv = x.value().f32(), *gv = grid.value().f32(), *dy = out.grad().f32();
                         Tensor dx, dg;
-                        std::size_t ws_bytes = 0;
-                        if (!c.is_cuda()) {
-                          if (want_dx) dx = c.empty(x.shape());
-                          if (want_dg) dg = c.empty(grid.shape());
-                          ref::grid_sample_bwd(xv, gv, dy, want_dx ? dx.f32() : nullptr, want_dg ? dg.f32() : nullptr,
-                                               d);
-                        } else if (variant == GridSampleBwd::Atomic) {
-                          if (want_dx) dx = c.zeros(x.shape());
-                          if (want_dg) dg = c.empty(grid.shape());
-                          cuda::grid_sample_bwd_atomic(c, xv, gv, dy, want_dx ? dx.f32() : nullptr,
-                                                       want_dg ? dg.f32() : nullptr, d);
-                        } else if (variant == GridSampleBwd::Deterministic) {
-                          if (want_dx) dx = c.empty(x.shape());
-                          if (want_dg) dg = c.empty(grid.shape());
-                          ws_bytes = cuda::grid_sample_bwd_deterministic_workspace(d, want_dx);
-                          detail::Workspace ws(c.cuda(), ws_bytes);
-                          detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
-                          cuda::grid_sample_bwd_deterministic(c, xv, gv, dy, want_dx ? dx.f32() : nullptr,
-                                                              want_dg ? dg.f32() : nullptr, ws.get(), d);
-                        } else {
-                          // cuDNN computes both gradients in one call.
-                          dx = c.empty(x.shape());
-                          dg = c.empty(grid.shape());
-                          if (out.grad().numel() > 0)
-                            cudnn_sampler_bwd(c, op, d, xv, gv, dy, dx.f32(), dg.f32());
-                          else {
-                            DITTO_CUDA_CHECK(cudaMemsetAsync(dx.raw(), 0, dx.nbytes(), detail::stream_of(c)));
-                            DITTO_CUDA_CHECK(cudaMemsetAsync(dg.raw(), 0, dg.nbytes(), detail::stream_of(c)));
-                          }
-                        }
+                        const std::size_t ws_bytes = sample_backward(c, op, variant, d, x, grid, out.grad(), dx, dg);
                         record_sample(c, layer, variant, requested, ws_bytes);
                         accumulate_grad(c, x, std::move(dx));
                         accumulate_grad(c, grid, std::move(dg));

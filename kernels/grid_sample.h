@@ -53,8 +53,24 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op {
+inline constexpr OpKind grid_sample{"grid_sample"};
+inline constexpr OpKind affine_grid{"affine_grid"};
+}  // namespace op
+
+// Knobs grid_sample.bwd and affine_grid.bwd (kernels/grid_sample.cpp).
+enum class GridSampleBwd { Cudnn, Atomic, Deterministic };
+enum class AffineGridBwd { Cudnn, Atomic, Deterministic };
+const KnobSpec& grid_sample_bwd_knob();
+const KnobSpec& affine_grid_bwd_knob();
+const char* name_of(GridSampleBwd v);
+const char* name_of(AffineGridBwd v);
+inline const char* knob_name(GridSampleBwd) { return "bwd"; }
+inline const char* knob_name(AffineGridBwd) { return "bwd"; }
 
 Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_t height, int64_t width,
                 bool align_corners);

@@ -7,11 +7,27 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/profiler.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/cublas_modes.h"
 #include "kernels/linear_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+DITTO_KNOB(linear_math_knob, {op::linear, "math", math_mode_variants(), "fma", false,
+                              "fp32 FMA or TF32 tensor cores for the GEMMs (PyTorch's matmul default is fma)"})
+DITTO_KNOB(linear_cublas_atomics_knob,
+           {op::linear, "cublas_atomics",
+            {{"off", kRun, kLib, "cuBLAS with atomics disallowed, its default"},
+             {"on", kNot, kLib, "cuBLAS allowed atomics (split-K reductions in arrival order)"}},
+            "off", false, "whether cuBLAS may reduce with atomics"})
+
+const char* name_of(CublasAtomics c) { return variant_name(linear_cublas_atomics_knob(), c); }
+
 namespace {
 
 struct GemmModes {
@@ -29,7 +45,7 @@ int as_int(int64_t v, const std::string& layer, const char* what) {
 void gemm(Context& ctx, const std::string& layer, GemmModes modes, bool ta, bool tb, int64_t m, int64_t n,
           int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  auto& cs = ctx.cuda();
+  auto& cs = detail::cuda_state(ctx);
   if (k == 0) {  // an empty sum: cuBLAS's k = 0 behaviour with beta = 0 is not something to lean on
     DITTO_CUDA_CHECK(cudaMemsetAsync(C, 0, sizeof(float) * static_cast<size_t>(m * n), cs.stream));
     return;
@@ -67,16 +83,16 @@ void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
   const std::string dev = ctx.device().str();
   if (!ctx.is_cuda()) {
     for (const char* knob : {"math", "cublas_atomics"})
-      ctx.manifest().record({layer, "linear", knob, "reference", p.requested(layer, knob, OpKind::Linear),
+      ctx.manifest().record({layer, "linear", knob, "reference", p.requested(layer, knob, op::linear),
                              Determinism::Yes, "", 0, dev, "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
     return;
   }
   // Both math modes are run-to-run deterministic on one GPU (TF32 changes the bits, not their
   // reproducibility); atomics allowed: cuBLAS promises nothing (see linear.h).
-  ctx.manifest().record({layer, "linear", "math", name_of(md.math), p.requested(layer, "math", OpKind::Linear),
+  ctx.manifest().record({layer, "linear", "math", name_of(md.math), p.requested(layer, "math", op::linear),
                          Determinism::Yes, name_of(md.math), 0, dev, "", Guarantee::RunToRun});
   ctx.manifest().record({layer, "linear", "cublas_atomics", name_of(md.atomics),
-                         p.requested(layer, "cublas_atomics", OpKind::Linear),
+                         p.requested(layer, "cublas_atomics", op::linear),
                          md.atomics == CublasAtomics::Off ? Determinism::Yes : Determinism::Unknown,
                          name_of(md.math), 0, dev, "",
                          md.atomics == CublasAtomics::Off ? Guarantee::RunToRun : Guarantee::NotGuaranteed});
@@ -95,7 +111,7 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
                                  "w's dim 1",
                                  op, shape_str(x.shape()), shape_str(w.shape())));
   const int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  const GemmModes md{ctx.policy().math(layer, OpKind::Linear), ctx.policy().cublas_atomics(layer)};
+  const GemmModes md{ctx.policy().variant<MathMode>(layer, op::linear), ctx.policy().variant<CublasAtomics>(layer, op::linear)};
   // NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside NVIDIA's libraries: a pinned tf32 would silently
   // run as fma while the manifest said tf32.
   if (ctx.is_cuda() && md.math == MathMode::Tf32) {

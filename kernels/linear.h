@@ -34,8 +34,18 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
+#include "kernels/math_mode.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind linear{"linear"}; }
+
+// Knob linear.cublas_atomics (kernels/linear.cpp): whether cuBLAS may use atomics (split-K).
+enum class CublasAtomics { Off, On };
+const KnobSpec& linear_cublas_atomics_knob();
+const char* name_of(CublasAtomics c);
+inline const char* knob_name(CublasAtomics) { return "cublas_atomics"; }
 
 Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w);
 

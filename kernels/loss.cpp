@@ -4,11 +4,15 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/profiler.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/loss_cuda.h"
 #include "kernels/loss_ref.h"
 
 namespace ditto {
+
+DITTO_KNOB(softmax_xent_reduce_knob, {op::softmax_xent, "reduce", reduction_variants(), "atomic", false,
+                                      "the batch-mean loss's sum"})
+
 
 Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels) {
   const std::string op = fmt::format("softmax_cross_entropy (layer '{}')", layer);
@@ -28,8 +32,8 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
     throw ShapeError(fmt::format("{}: labels has shape {}, logits {}: one label per row expected", op,
                                  shape_str(labels.shape()), shape_str(logits.shape())));
 
-  const Reduction reduce = ctx.policy().loss_reduce(layer);
-  const std::string requested = ctx.policy().requested(layer, "reduce", OpKind::SoftmaxXent);
+  const Reduction reduce = ctx.policy().variant<Reduction>(layer, op::softmax_xent);
+  const std::string requested = ctx.policy().requested(layer, "reduce", op::softmax_xent);
   Tensor loss = ctx.empty({1});
   Tensor lse;  // per-row log-sum-exp kept for the backward pass (CUDA only)
   // To the function's end: only host work (tape bookkeeping) follows the kernels.
@@ -37,7 +41,7 @@ Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& log
   if (ctx.is_cuda()) {
     lse = ctx.empty({n});
     std::size_t ws_bytes = reduce == Reduction::Deterministic ? sizeof(float) * static_cast<std::size_t>(n) : 0;
-    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
       throw PolicyError(fmt::format("{}: reduce=deterministic needs a workspace of {} bytes for logits {}, which "
                                     "could not be allocated; reduce=atomic needs none",

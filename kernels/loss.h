@@ -22,8 +22,12 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
+#include "kernels/reduction.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind softmax_xent{"softmax_xent"}; }
 
 Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels);
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/metrics_cuda.h"
 #include "kernels/metrics_ref.h"
 

@@ -7,12 +7,16 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/profiler.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/own_knob.h"
 #include "kernels/detail/pixel_xent_cuda.h"
 #include "kernels/pixel_xent_ref.h"
 
 namespace ditto {
+
+DITTO_KNOB(pixel_xent_reduce_knob, {op::pixel_xent, "reduce", reduction_variants(), "atomic", false,
+                                    "the pixel-mean loss's sum"})
+
 namespace {
 
 void check_labels_cpu(const Tensor& labels, int64_t c, int64_t h, int64_t w, int ignore, const std::string& op) {
@@ -40,8 +44,8 @@ Var pixel_cross_entropy(Context& ctx, const std::string& layer, const Var& logit
                                  shape_str(labels.shape()), shape_str(ls)));
   if (n * hw > INT_MAX) throw ShapeError(fmt::format("{}: {} pixels; at most 2^31-1 are supported", op, n * hw));
 
-  const Reduction r = ctx.policy().reduction(layer, OpKind::PixelXent);
-  const std::string requested = ctx.policy().requested(layer, "reduce", OpKind::PixelXent);
+  const Reduction r = ctx.policy().variant<Reduction>(layer, op::pixel_xent);
+  const std::string requested = ctx.policy().requested(layer, "reduce", op::pixel_xent);
   Tensor loss = ctx.empty({1});
   Tensor lse, count;  // per-pixel log-sum-exp and the counted pixels, kept for backward (CUDA)
   int64_t host_count = 0;
@@ -52,7 +56,7 @@ Var pixel_cross_entropy(Context& ctx, const std::string& layer, const Var& logit
       lse = ctx.empty({n * hw});
       count = ctx.empty({1}, DType::I32);
       ws_bytes = sizeof(float) * cuda::pixel_xent_workspace_floats(n * hw, r);
-      detail::Workspace ws(ctx.cuda(), ws_bytes);
+      detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
       if (!ws.ok())
         throw PolicyError(fmt::format("{}: reduce=deterministic needs a workspace of {} bytes for logits {}, which "
                                       "could not be allocated; reduce=atomic needs none",

@@ -27,8 +27,12 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
+#include "kernels/reduction.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind pixel_xent{"pixel_xent"}; }
 
 Var pixel_cross_entropy(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels,
                         int ignore_index = -100);

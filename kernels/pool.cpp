@@ -8,12 +8,28 @@
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
 #include "engine/profiler.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/pool_cuda.h"
 #include "kernels/detail/tuned.h"
 #include "kernels/pool_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+// cuDNN's CUDNN_POOLING_MAX backward scatters with atomics where windows overlap.
+DITTO_KNOB(pool_bwd_knob, {op::maxpool2d, "bwd",
+                           {{"cudnn", kNot, kLib, "CUDNN_POOLING_MAX"},
+                            {"cudnn-deterministic", kRun, kLib, "CUDNN_POOLING_MAX_DETERMINISTIC"},
+                            {"atomic-scatter", kNot, kOwn, "atomicAdd from every output"},
+                            {"gather", kGpu, kOwn, "one thread per input adds its windows in order"}},
+                           "cudnn", false, "max-pool backward"})
+
+const char* name_of(PoolBwd p) { return variant_name(pool_bwd_knob(), p); }
+
 namespace {
 
 constexpr const char* kMaxOp = "maxpool2d";
@@ -89,7 +105,7 @@ void cudnn_pool_call(cudnnStatus_t s, const char* expr, const std::string& layer
 
 void cudnn_max_pool_fwd(Context& ctx, const std::string& layer, PoolBwd v, const ref::PoolDims& g, const float* x,
                         float* y) {
-  auto& cs = ctx.cuda();
+  auto& cs = detail::cuda_state(ctx);
   PoolDesc pd(cudnn_mode(v), g);
   TensorDesc xd(g.n, g.c, g.h, g.w), yd(g.n, g.c, g.oh, g.ow);
   int on = 0, oc = 0, oh = 0, ow = 0;
@@ -105,7 +121,7 @@ void cudnn_max_pool_fwd(Context& ctx, const std::string& layer, PoolBwd v, const
 
 void cudnn_max_pool_bwd(Context& ctx, const std::string& layer, PoolBwd v, const ref::PoolDims& g, const float* x,
                         const float* y, const float* dy, float* dx) {
-  auto& cs = ctx.cuda();
+  auto& cs = detail::cuda_state(ctx);
   PoolDesc pd(cudnn_mode(v), g);
   TensorDesc xd(g.n, g.c, g.h, g.w), yd(g.n, g.c, g.oh, g.ow);
   const float one = 1.f, zero = 0.f;
@@ -148,8 +164,8 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
   const std::string op = where(kMaxOp, layer);
   check_f32_on(ctx, x.value(), op, "x");
   const ref::PoolDims d = pool_dims(x.shape(), p, op);
-  PoolBwd variant = ctx.policy().pool_bwd(layer);
-  const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::MaxPool2d);
+  PoolBwd variant = ctx.policy().variant<PoolBwd>(layer, op::maxpool2d);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::maxpool2d);
   if (ctx.is_cuda() && ctx.tuning() && requested == "deterministic") {
     // Both deterministic variants, timed forward and backward (the variant picks the forward too).
     TuningEntry e;

@@ -8,8 +8,8 @@
 //
 // Max pool: padding counts as -inf. Ties go to the FIRST maximum in row-major window scan order
 // (kernel row, then column) in the CPU reference and in ditto's own kernels; NaN propagates.
-// cuDNN's tie-breaking is its own. The backward kernel is chosen per layer by
-// ctx.policy().pool_bwd(layer) (knob "bwd" of op kind maxpool2d):
+// cuDNN's tie-breaking is its own. The backward kernel is chosen per layer by the knob
+// maxpool2d.bwd (declared in pool.cpp):
 //   cudnn                cudnnPoolingForward/Backward, CUDNN_POOLING_MAX. NOT deterministic:
 //                        cuDNN's "Reproducibility" notes list cudnnPoolingBackward with
 //                        CUDNN_POOLING_MAX among the routines that use atomics.
@@ -43,8 +43,17 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind maxpool2d{"maxpool2d"}; }
+
+// Knob maxpool2d.bwd (kernels/pool.cpp).
+enum class PoolBwd { Cudnn, CudnnDeterministic, AtomicScatter, Gather };
+const KnobSpec& pool_bwd_knob();
+const char* name_of(PoolBwd p);
+inline const char* knob_name(PoolBwd) { return "bwd"; }
 
 struct PoolParams {
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;

@@ -6,12 +6,22 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/own_knob.h"
 #include "kernels/detail/reduction_cuda.h"
 #include "kernels/reduction_ref.h"
 
 namespace ditto {
+
+std::vector<VariantSpec> reduction_variants() {
+  return {{"atomic", Guarantee::NotGuaranteed, Impl::Ditto, "atomicAdd of per-block partial sums"},
+          {"deterministic", Guarantee::GpuToGpu, Impl::Ditto, "per-block partial sums added in a fixed order"}};
+}
+
+DITTO_KNOB(reduce_knob, {op::reduce, "reduce", reduction_variants(), "atomic", false, "the sum's order"})
+
+const char* name_of(Reduction r) { return variant_name(reduce_knob(), r); }
+
 namespace {
 
 Var reduce_all(Context& ctx, const std::string& layer, const Var& x, bool mean) {
@@ -19,13 +29,13 @@ Var reduce_all(Context& ctx, const std::string& layer, const Var& x, bool mean) 
   const std::string op = fmt::format("{} (layer '{}')", name, layer);
   check_f32_on(ctx, x.value(), op, "x");
   const int64_t n = x.value().numel();
-  const Reduction r = ctx.policy().reduction(layer, OpKind::Reduce);
-  const std::string requested = ctx.policy().requested(layer, "reduce", OpKind::Reduce);
+  const Reduction r = ctx.policy().variant<Reduction>(layer, op::reduce);
+  const std::string requested = ctx.policy().requested(layer, "reduce", op::reduce);
   Tensor out = ctx.empty({1});
   std::size_t ws_bytes = 0;
   if (ctx.is_cuda()) {
     ws_bytes = sizeof(float) * cuda::reduce_workspace_floats(n, r);
-    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
       throw PolicyError(fmt::format("{}: reduce=deterministic needs a workspace of {} bytes, which could not be "
                                     "allocated; reduce=atomic needs none",

@@ -11,11 +11,24 @@
 // Backward: dx = dy (sum) or dy / numel (mean) everywhere: one thread per element, deterministic.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind reduce{"reduce"}; }
+
+// Knob `reduce` of the ops that sum many terms into few (softmax_xent in kernels/loss.cpp,
+// pixel_xent, and reduce here): atomicAdd, or ditto's fixed-order tree.
+enum class Reduction { Atomic, Deterministic };
+const KnobSpec& reduce_knob();
+const char* name_of(Reduction r);
+inline const char* knob_name(Reduction) { return "reduce"; }
+// The knob's variants, in Reduction's order, for every family that registers a reduce knob.
+std::vector<VariantSpec> reduction_variants();
 
 Var reduce_sum(Context& ctx, const std::string& layer, const Var& x);
 Var reduce_mean(Context& ctx, const std::string& layer, const Var& x);

@@ -7,12 +7,25 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/op_record.h"
 #include "kernels/detail/roi_align_cuda.h"
 #include "kernels/roi_align_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+DITTO_KNOB(roi_align_bwd_knob, {op::roi_align, "bwd",
+                                {{"atomic", kNot, kOwn, "atomicAdd of every sample (torchvision's)"},
+                                 {"deterministic", kGpu, kOwn, "sorted records, fixed-order segment sums"}},
+                                "atomic", false, "ROI align's image gradient"})
+
+const char* name_of(RoiAlignBwd v) { return variant_name(roi_align_bwd_knob(), v); }
+
 namespace {
 
 constexpr const char* kOp = "roi_align";
@@ -57,8 +70,8 @@ Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor
                                  shape_str(xs)));
   if (!ctx.is_cuda()) check_rois_on_cpu(rois.f32(), d, op);
 
-  const RoiAlignBwd variant = ctx.policy().roi_align_bwd(layer);
-  const std::string requested = ctx.policy().requested(layer, "bwd", OpKind::RoiAlign);
+  const RoiAlignBwd variant = ctx.policy().variant<RoiAlignBwd>(layer, op::roi_align);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::roi_align);
   Tensor y = ctx.empty({d.rois, d.c, d.ph, d.pw});
   if (ctx.is_cuda())
     cuda::roi_align_fwd(ctx, x.value().f32(), rois.f32(), y.f32(), d);
@@ -83,7 +96,7 @@ Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor
                         } else {
                           dx = c.empty(x.shape());
                           ws_bytes = cuda::roi_align_bwd_deterministic_workspace(d);
-                          detail::Workspace ws(c.cuda(), ws_bytes);
+                          detail::Workspace ws(detail::cuda_state(c), ws_bytes);
                           detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
                           cuda::roi_align_bwd_deterministic(c, rois.f32(), out.grad().f32(), dx.f32(), ws.get(), d);
                         }

@@ -27,8 +27,17 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind roi_align{"roi_align"}; }
+
+// Knob roi_align.bwd (kernels/roi_align.cpp).
+enum class RoiAlignBwd { Atomic, Deterministic };
+const KnobSpec& roi_align_bwd_knob();
+const char* name_of(RoiAlignBwd v);
+inline const char* knob_name(RoiAlignBwd) { return "bwd"; }
 
 struct RoiAlignParams {
   int64_t out_h = 7, out_w = 7;

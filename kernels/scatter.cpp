@@ -7,12 +7,27 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/own_knob.h"
 #include "kernels/detail/scatter_cuda.h"
 #include "kernels/scatter_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+const std::vector<VariantSpec> kScatterVariants = {
+    {"atomic", kNot, kOwn, "atomicAdd per element (TensorFlow's, JAX's and PyTorch's scatter-add)"},
+    {"sorted", kGpu, kOwn, "stable radix sort by row, fixed-order segment sums"}};
+}  // namespace
+
+DITTO_KNOB(scatter_add_knob, {op::scatter_add, "scatter", kScatterVariants, "atomic", false, "the scatter's sums"})
+DITTO_KNOB(embedding_scatter_knob, {op::embedding, "scatter", kScatterVariants, "atomic", false,
+                                    "the weight gradient's scatter"})
+
+const char* name_of(ScatterAlgo s) { return variant_name(scatter_add_knob(), s); }
+
 namespace {
 
 constexpr const char* kKnob = "scatter";
@@ -44,14 +59,14 @@ void check_range_cpu(const Tensor& index, int64_t rows, const std::string& op) {
 // what ran. bad (device, zeroed) is set where an index is out of range; may be null.
 void run_scatter(Context& ctx, const std::string& layer, const char* op, OpKind kind, const cuda::ScatterRows& p,
                  float* out, int32_t* bad) {
-  const ScatterAlgo algo = ctx.policy().scatter(layer, kind);
+  const ScatterAlgo algo = ctx.policy().variant<ScatterAlgo>(layer, kind);
   const std::string requested = ctx.policy().requested(layer, kKnob, kind);
   std::size_t ws_bytes = 0;
   if (algo == ScatterAlgo::Atomic) {
     cuda::scatter_atomic(ctx, p, out, bad);
   } else {
     ws_bytes = cuda::scatter_sorted_workspace(p.m, p.d, p.rows);
-    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
       throw PolicyError(fmt::format("{}: scatter=sorted needs a workspace of {} bytes for {} indices into {} rows of "
                                     "{}, which could not be allocated; scatter=atomic needs none",
@@ -64,7 +79,7 @@ void run_scatter(Context& ctx, const std::string& layer, const char* op, OpKind 
 // Resolves (and so validates) the layer's knob on any device and records it; on the GPU the
 // variant the backward pass will run.
 void record_planned(Context& ctx, const std::string& layer, const char* op, OpKind kind) {
-  const ScatterAlgo algo = ctx.policy().scatter(layer, kind);
+  const ScatterAlgo algo = ctx.policy().variant<ScatterAlgo>(layer, kind);
   detail::record_own_knob(ctx, layer, op, kKnob, name_of(algo), ctx.policy().requested(layer, kKnob, kind),
                           algo == ScatterAlgo::Sorted);
 }
@@ -165,12 +180,12 @@ Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Te
     p.m = m;
     p.d = d;
     p.rows = num_rows;
-    run_scatter(ctx, layer, "scatter_add", OpKind::ScatterAdd, p, out.f32(), bad.i32());
+    run_scatter(ctx, layer, "scatter_add", op::scatter_add, p, out.f32(), bad.i32());
     cuda::poison_if_flagged(ctx, bad.i32(), out.f32(), out.numel());
   } else {
     check_range_cpu(index, num_rows, op);
     ref::scatter_add_rows(src.value().f32(), index.i32(), out.f32(), m, d, num_rows);
-    record_planned(ctx, layer, "scatter_add", OpKind::ScatterAdd);
+    record_planned(ctx, layer, "scatter_add", op::scatter_add);
   }
 
   const bool grad = needs_grad(ctx, {&src});
@@ -201,7 +216,7 @@ Var embedding(Context& ctx, const std::string& layer, const Var& weight, const T
     check_range_cpu(index, rows, op);
     ref::gather_rows(weight.value().f32(), index.i32(), out.f32(), m, d);
   }
-  record_planned(ctx, layer, "embedding", OpKind::Embedding);  // resolved now: a bad rule fails here
+  record_planned(ctx, layer, "embedding", op::embedding);  // resolved now: a bad rule fails here
 
   const bool grad = needs_grad(ctx, {&weight});
   Var y(std::move(out), grad);
@@ -234,11 +249,11 @@ Tensor embedding_backward(Context& ctx, const std::string& layer, const Tensor& 
     p.m = m;
     p.d = d;
     p.rows = num_rows;
-    run_scatter(ctx, layer, "embedding", OpKind::Embedding, p, dw.f32(), nullptr);
+    run_scatter(ctx, layer, "embedding", op::embedding, p, dw.f32(), nullptr);
   } else {
     check_range_cpu(index, num_rows, op);
     ref::scatter_add_rows(dy.f32(), index.i32(), dw.f32(), m, d, num_rows);
-    record_planned(ctx, layer, "embedding", OpKind::Embedding);
+    record_planned(ctx, layer, "embedding", op::embedding);
   }
   return dw;
 }
@@ -261,7 +276,7 @@ Var embedding_bag(Context& ctx, const std::string& layer, const Var& weight, con
     check_range_cpu(index, rows, op);
     ref::embedding_bag_fwd(weight.value().f32(), index.i32(), out.f32(), d, ref_bags(bs, offsets), mean);
   }
-  record_planned(ctx, layer, "embedding_bag", OpKind::Embedding);
+  record_planned(ctx, layer, "embedding_bag", op::embedding);
 
   const bool grad = needs_grad(ctx, {&weight});
   Var y(std::move(out), grad);
@@ -299,12 +314,12 @@ Tensor embedding_bag_backward(Context& ctx, const std::string& layer, const Tens
     p.m = bs.m;
     p.d = d;
     p.rows = num_rows;
-    run_scatter(ctx, layer, "embedding_bag", OpKind::Embedding, p, dw.f32(), nullptr);
+    run_scatter(ctx, layer, "embedding_bag", op::embedding, p, dw.f32(), nullptr);
   } else {
     if (bs.has_offsets) check_offsets_cpu(offsets, bs.m, op);
     check_range_cpu(index, num_rows, op);
     ref::embedding_bag_bwd(dy.f32(), index.i32(), dw.f32(), d, num_rows, ref_bags(bs, offsets), mean);
-    record_planned(ctx, layer, "embedding_bag", OpKind::Embedding);
+    record_planned(ctx, layer, "embedding_bag", op::embedding);
   }
   return dw;
 }

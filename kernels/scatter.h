@@ -32,8 +32,22 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op {
+inline constexpr OpKind scatter_add{"scatter_add"};
+inline constexpr OpKind embedding{"embedding"};
+}  // namespace op
+
+// Knob `scatter` of scatter_add and embedding layers (kernels/scatter.cpp): atomicAdd per
+// element, or a stable radix sort by destination row and fixed-order segment sums.
+enum class ScatterAlgo { Atomic, Sorted };
+const KnobSpec& scatter_add_knob();
+const KnobSpec& embedding_scatter_knob();
+const char* name_of(ScatterAlgo s);
+inline const char* knob_name(ScatterAlgo) { return "scatter"; }
 
 // out[r] = sum of src[j] over the positions j with index[j] == r; out is {num_rows, src dims 1..}
 // (rows no index names are zero). index is {M} with M = src's dimension 0. Knob `scatter` of op

@@ -8,12 +8,36 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/op_record.h"
 #include "kernels/detail/spmm_cuda.h"
 #include "kernels/spmm_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+// cuSPARSE documents bit-wise reproducible SpMM for CSR only with CSR_ALG3, and says a
+// transposed sparse operand may give different results between runs.
+DITTO_KNOB(spmm_fwd_knob, {op::spmm, "fwd",
+                           {{"ditto", kGpu, kOwn, "one thread per output adds its row in order"},
+                            {"cusparse-default", kNot, kLib, "CUSPARSE_SPMM_ALG_DEFAULT"},
+                            {"cusparse-alg1", kNot, kLib, "CUSPARSE_SPMM_CSR_ALG1"},
+                            {"cusparse-alg2", kNot, kLib, "CUSPARSE_SPMM_CSR_ALG2"},
+                            {"cusparse-alg3", kRun, kLib, "CUSPARSE_SPMM_CSR_ALG3"}},
+                           "cusparse-default", false, "sparse x dense forward"})
+DITTO_KNOB(spmm_bwd_knob, {op::spmm, "bwd",
+                           {{"atomic", kNot, kOwn, "atomicAdd per nonzero"},
+                            {"deterministic", kGpu, kOwn, "transposed structure, fixed-order row sums"},
+                            {"cusparse", kNot, kLib, "cuSPARSE with the sparse operand transposed"}},
+                           "cusparse", false, "the dense operand's gradient"})
+
+const char* name_of(SpmmFwd v) { return variant_name(spmm_fwd_knob(), v); }
+const char* name_of(SpmmBwd v) { return variant_name(spmm_bwd_knob(), v); }
+
 namespace {
 
 constexpr const char* kOp = "spmm";
@@ -93,7 +117,7 @@ std::size_t cusparse_spmm(Context& ctx, const std::string& where, const std::str
   call(cusparseSpMM_bufferSize(h, op_a, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, ad.d, bd.d, &zero, cd.d, CUDA_R_32F,
                                alg, &bytes),
        "cusparseSpMM_bufferSize");
-  detail::Workspace ws(ctx.cuda(), bytes);
+  detail::Workspace ws(detail::cuda_state(ctx), bytes);
   detail::require_workspace(ws, where, what, alternatives);
   call(cusparseSpMM(h, op_a, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, ad.d, bd.d, &zero, cd.d, CUDA_R_32F, alg,
                     ws.get()),
@@ -194,7 +218,7 @@ void csr_plan_transpose(Context& ctx, CsrMatrix& a) {
   Tensor t_ptr = ctx.empty({a.cols + 1}, DType::I32), t_idx = ctx.empty({nnz}, DType::I32),
          t_perm = ctx.empty({nnz}, DType::I32);
   if (ctx.is_cuda()) {
-    detail::Workspace ws(ctx.cuda(), cuda::csr_transpose_workspace(nnz, a.cols));
+    detail::Workspace ws(detail::cuda_state(ctx), cuda::csr_transpose_workspace(nnz, a.cols));
     detail::require_workspace(ws, "csr_plan_transpose", "the transpose plan", "none without it");
     cuda::csr_transpose(ctx, a.rows, a.cols, nnz, a.row_ptr.i32(), a.col_idx.i32(), t_ptr.i32(), t_idx.i32(),
                         t_perm.i32(), ws.get());
@@ -219,6 +243,64 @@ void csr_plan_transpose(Context& ctx, CsrMatrix& a) {
   a.t_perm = std::move(t_perm);
 }
 
+namespace {
+
+// C = A b by the layer's fwd variant; returns the workspace it took.
+std::size_t spmm_forward(Context& ctx, const std::string& op, SpmmFwd fwd, const CsrMatrix& a, const Var& b,
+                         const ref::SpmmDims& d, Tensor& c) {
+  const int64_t k = d.k;
+  if (!ctx.is_cuda()) {
+    ref::spmm_fwd(a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), b.value().f32(), c.f32(), d);
+  } else if (fwd == SpmmFwd::Ditto) {
+    cuda::spmm_rows(ctx, a.rows, a.cols, k, d.nnz, a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), nullptr,
+                    b.value().f32(), c.f32());
+  } else if (c.numel() > 0 && d.nnz == 0) {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(c.raw(), 0, c.nbytes(), detail::stream_of(ctx)));
+  } else if (c.numel() > 0) {
+    return cusparse_spmm(ctx, op, fmt::format("fwd={}", name_of(fwd)), "ditto and the other cusparse-* ones",
+                         CUSPARSE_OPERATION_NON_TRANSPOSE, cusparse_alg(fwd), a, b.value().f32(), a.cols, c.f32(),
+                         a.rows, k);
+  }
+  return 0;
+}
+
+// db = A^T dc by the layer's bwd variant; returns the workspace it took.
+std::size_t spmm_dense_grad(Context& cx, const std::string& op, SpmmBwd bwd, const CsrMatrix& a, const Var& b,
+                            const ref::SpmmDims& d, const float* dc, Tensor& db) {
+  if (!cx.is_cuda()) {
+    db = cx.empty(b.shape());
+    ref::spmm_bwd_dense(a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), dc, db.f32(), d);
+    return 0;
+  }
+  if (bwd == SpmmBwd::Atomic) {
+    db = cx.zeros(b.shape());
+    cuda::spmm_scatter_atomic(cx, a.rows, a.cols, d.k, d.nnz, a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(),
+                              dc, db.f32());
+    return 0;
+  }
+  if (bwd == SpmmBwd::Deterministic) {
+    std::size_t ws_bytes = 0;
+    db = cx.empty(b.shape());
+    CsrMatrix plan = a;
+    if (!plan.t_perm.defined()) {
+      ws_bytes = cuda::csr_transpose_workspace(d.nnz, a.cols) + sizeof(int32_t) * (a.cols + 1 + 2 * d.nnz);
+      csr_plan_transpose(cx, plan);
+    }
+    cuda::spmm_rows(cx, a.cols, a.rows, d.k, d.nnz, plan.t_row_ptr.i32(), plan.t_col_idx.i32(), a.values.value().f32(),
+                    plan.t_perm.i32(), dc, db.f32());
+    return ws_bytes;
+  }
+  db = cx.empty(b.shape());
+  if (db.numel() > 0 && d.nnz == 0)
+    DITTO_CUDA_CHECK(cudaMemsetAsync(db.raw(), 0, db.nbytes(), detail::stream_of(cx)));
+  else if (db.numel() > 0)
+    return cusparse_spmm(cx, op, "bwd=cusparse", "atomic, deterministic", CUSPARSE_OPERATION_TRANSPOSE,
+                         CUSPARSE_SPMM_ALG_DEFAULT, a, dc, a.rows, db.f32(), a.cols, d.k);
+  return 0;
+}
+
+}  // namespace
+
 Var spmm(Context& ctx, const std::string& layer, const CsrMatrix& a, const Var& b) {
   const std::string op = detail::op_where(kOp, layer);
   check_shapes(&ctx, a, op);
@@ -231,25 +313,13 @@ Var spmm(Context& ctx, const std::string& layer, const CsrMatrix& a, const Var& 
   const ref::SpmmDims d = dims_of(a, k);
   if (!ctx.is_cuda()) check_structure(a, op);
 
-  const SpmmFwd fwd = ctx.policy().spmm_fwd(layer);
-  const SpmmBwd bwd = ctx.policy().spmm_bwd(layer);
-  const std::string fwd_req = ctx.policy().requested(layer, "fwd", OpKind::Spmm);
-  const std::string bwd_req = ctx.policy().requested(layer, "bwd", OpKind::Spmm);
+  const SpmmFwd fwd = ctx.policy().variant<SpmmFwd>(layer, op::spmm);
+  const SpmmBwd bwd = ctx.policy().variant<SpmmBwd>(layer, op::spmm);
+  const std::string fwd_req = ctx.policy().requested(layer, "fwd", op::spmm);
+  const std::string bwd_req = ctx.policy().requested(layer, "bwd", op::spmm);
 
   Tensor c = ctx.empty({a.rows, k});
-  std::size_t ws_bytes = 0;
-  if (!ctx.is_cuda()) {
-    ref::spmm_fwd(a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), b.value().f32(), c.f32(), d);
-  } else if (fwd == SpmmFwd::Ditto) {
-    cuda::spmm_rows(ctx, a.rows, a.cols, k, d.nnz, a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), nullptr,
-                    b.value().f32(), c.f32());
-  } else if (c.numel() > 0 && d.nnz == 0) {
-    DITTO_CUDA_CHECK(cudaMemsetAsync(c.raw(), 0, c.nbytes(), detail::stream_of(ctx)));
-  } else if (c.numel() > 0) {
-    ws_bytes = cusparse_spmm(ctx, op, fmt::format("fwd={}", name_of(fwd)), "ditto and the other cusparse-* ones",
-                             CUSPARSE_OPERATION_NON_TRANSPOSE, cusparse_alg(fwd), a, b.value().f32(), a.cols, c.f32(),
-                             a.rows, k);
-  }
+  const std::size_t ws_bytes = spmm_forward(ctx, op, fwd, a, b, d, c);
   record_fwd(ctx, layer, fwd, fwd_req, ws_bytes);
   record_bwd(ctx, layer, bwd, bwd_req);
 
@@ -261,34 +331,7 @@ Var spmm(Context& ctx, const std::string& layer, const CsrMatrix& a, const Var& 
       if (!out.grad().defined()) return;
       const float* dc = out.grad().f32();
       Tensor db, dvals;
-      std::size_t ws_bytes = 0;
-      if (b.requires_grad()) {
-        if (!cx.is_cuda()) {
-          db = cx.empty(b.shape());
-          ref::spmm_bwd_dense(a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), dc, db.f32(), d);
-        } else if (bwd == SpmmBwd::Atomic) {
-          db = cx.zeros(b.shape());
-          cuda::spmm_scatter_atomic(cx, a.rows, a.cols, d.k, d.nnz, a.row_ptr.i32(), a.col_idx.i32(),
-                                    a.values.value().f32(), dc, db.f32());
-        } else if (bwd == SpmmBwd::Deterministic) {
-          db = cx.empty(b.shape());
-          CsrMatrix plan = a;
-          if (!plan.t_perm.defined()) {
-            ws_bytes = cuda::csr_transpose_workspace(d.nnz, a.cols) + sizeof(int32_t) * (a.cols + 1 + 2 * d.nnz);
-            csr_plan_transpose(cx, plan);
-          }
-          cuda::spmm_rows(cx, a.cols, a.rows, d.k, d.nnz, plan.t_row_ptr.i32(), plan.t_col_idx.i32(),
-                          a.values.value().f32(), plan.t_perm.i32(), dc, db.f32());
-        } else {
-          db = cx.empty(b.shape());
-          if (db.numel() > 0 && d.nnz == 0)
-            DITTO_CUDA_CHECK(cudaMemsetAsync(db.raw(), 0, db.nbytes(), detail::stream_of(cx)));
-          else if (db.numel() > 0)
-            ws_bytes = cusparse_spmm(cx, op, "bwd=cusparse", "atomic, deterministic", CUSPARSE_OPERATION_TRANSPOSE,
-                                     CUSPARSE_SPMM_ALG_DEFAULT, a, dc, a.rows, db.f32(), a.cols, d.k);
-        }
-        record_bwd(cx, layer, bwd, bwd_req, ws_bytes);
-      }
+      if (b.requires_grad()) record_bwd(cx, layer, bwd, bwd_req, spmm_dense_grad(cx, op, bwd, a, b, d, dc, db));
       if (a.values.requires_grad()) {
         dvals = cx.empty(a.values.shape());
         if (cx.is_cuda())

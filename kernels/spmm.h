@@ -35,8 +35,21 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind spmm{"spmm"}; }
+
+// Knobs spmm.fwd and spmm.bwd (kernels/spmm.cpp).
+enum class SpmmFwd { Ditto, CusparseDefault, CusparseAlg1, CusparseAlg2, CusparseAlg3 };
+enum class SpmmBwd { Atomic, Deterministic, Cusparse };
+const KnobSpec& spmm_fwd_knob();
+const KnobSpec& spmm_bwd_knob();
+const char* name_of(SpmmFwd v);
+const char* name_of(SpmmBwd v);
+inline const char* knob_name(SpmmFwd) { return "fwd"; }
+inline const char* knob_name(SpmmBwd) { return "bwd"; }
 
 struct CsrMatrix {
   int64_t rows = 0, cols = 0;

@@ -7,12 +7,25 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
-#include "kernels/check.h"
+#include "engine/operand_check.h"
 #include "kernels/detail/own_knob.h"
 #include "kernels/detail/upsample_cuda.h"
 #include "kernels/upsample_ref.h"
 
 namespace ditto {
+
+namespace {
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+}  // namespace
+
+DITTO_KNOB(upsample_bwd_knob, {op::upsample, "bwd",
+                               {{"atomic", kNot, kOwn, "atomicAdd from every output gradient (PyTorch's bilinear)"},
+                                {"gather", kGpu, kOwn, "one thread per input pixel adds its taps in order"}},
+                               "atomic", false, "upsampling backward"})
+
+const char* name_of(UpsampleBwd u) { return variant_name(upsample_bwd_knob(), u); }
+
 namespace {
 
 constexpr const char* kOp = "upsample";
@@ -60,8 +73,8 @@ Var upsample2d(Context& ctx, const std::string& layer, const Var& x, const Upsam
   check_f32_on(ctx, x.value(), op, "x");
   const ref::UpsampleDims d = dims_of(x.shape(), p, op);
   // Resolved now so a misconfigured layer fails at its forward call.
-  const UpsampleBwd variant = ctx.policy().upsample_bwd(layer);
-  detail::record_own_knob(ctx, layer, kOp, "bwd", name_of(variant), ctx.policy().requested(layer, "bwd", OpKind::Upsample),
+  const UpsampleBwd variant = ctx.policy().variant<UpsampleBwd>(layer, op::upsample);
+  detail::record_own_knob(ctx, layer, kOp, "bwd", name_of(variant), ctx.policy().requested(layer, "bwd", op::upsample),
                           variant == UpsampleBwd::Gather);
   Tensor y = ctx.empty({x.shape()[0], x.shape()[1], p.out_h, p.out_w});
   if (ctx.is_cuda())
@@ -88,7 +101,7 @@ Tensor upsample2d_backward(Context& ctx, const std::string& layer, const Tensor&
   const Shape want = {x_shape[0], x_shape[1], p.out_h, p.out_w};
   if (dy.shape() != want)
     throw ShapeError(fmt::format("{}: dy has shape {}, expected {}", op, shape_str(dy.shape()), shape_str(want)));
-  const UpsampleBwd variant = ctx.policy().upsample_bwd(layer);
+  const UpsampleBwd variant = ctx.policy().variant<UpsampleBwd>(layer, op::upsample);
   Tensor dx = ctx.empty(x_shape);
   std::size_t ws_bytes = 0;
   if (!ctx.is_cuda()) {
@@ -97,14 +110,14 @@ Tensor upsample2d_backward(Context& ctx, const std::string& layer, const Tensor&
     cuda::upsample_bwd_atomic(ctx, dy.f32(), dx.f32(), d);
   } else {
     ws_bytes = cuda::upsample_gather_workspace(d);
-    detail::Workspace ws(ctx.cuda(), ws_bytes);
+    detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
       throw PolicyError(fmt::format("{}: bwd=gather needs a workspace of {} bytes for its tap tables, which could not "
                                     "be allocated; bwd=atomic needs none",
                                     op, ws_bytes));
     cuda::upsample_bwd_gather(ctx, dy.f32(), dx.f32(), d, ws.get());
   }
-  detail::record_own_knob(ctx, layer, kOp, "bwd", name_of(variant), ctx.policy().requested(layer, "bwd", OpKind::Upsample),
+  detail::record_own_knob(ctx, layer, kOp, "bwd", name_of(variant), ctx.policy().requested(layer, "bwd", op::upsample),
                           variant == UpsampleBwd::Gather, ws_bytes);
   return dx;
 }

@@ -13,7 +13,8 @@
 //           their contributions in a fixed order (rows ascending, columns ascending, tap i0 before
 //           i1): no atomics, no cross-thread reduction, the same bits on any GPU (Determinism yes,
 //           gpu_to_gpu). PyTorch's nearest backward is also a gather.
-// The policy's `heuristic` is atomic for both modes (one rule for every atomic variant of issue 18).
+// The knob's framework default (what `heuristic` picks) is atomic for both modes: PyTorch's
+// bilinear backward scatters with atomics.
 // The CPU runs the double-precision reference whatever the policy says; its manifest entry reads
 // variant "cpu-reference".
 //
@@ -24,8 +25,18 @@
 
 #include "engine/context.h"
 #include "engine/tape.h"
+#include "engine/knob.h"
 
 namespace ditto {
+
+namespace op { inline constexpr OpKind upsample{"upsample"}; }
+
+// Knob upsample.bwd (kernels/upsample.cpp): atomicAdd scatter from every output gradient, or a
+// gather per input pixel in a fixed order.
+enum class UpsampleBwd { Atomic, Gather };
+const KnobSpec& upsample_bwd_knob();
+const char* name_of(UpsampleBwd u);
+inline const char* knob_name(UpsampleBwd) { return "bwd"; }
 
 enum class UpsampleMode { Nearest, Bilinear };
 const char* upsample_mode_name(UpsampleMode m);

@@ -24,7 +24,7 @@ class CtcCnn : public TaskNet {
         pool3_(add_max_pool("pool3", 2, 2, 0)),
         conv4_(add_conv(ctx, "conv4", 96, 128, 3, 1, 1, 0, 0, true, Init::HeNormal)),
         head_(add_conv(ctx, "head", 128, cfg.num_classes, 1, 1, 0, true, Init::HeNormal)) {
-    add_knob_layer("time_major", OpKind::Embedding);
+    add_knob_layer("time_major", op::embedding);
   }
   std::string name() const override { return "ctc-cnn"; }
   Task task() const override { return Task::Sequence; }

@@ -23,7 +23,7 @@ class Embedding {
   // PyTorch's init: normal(0, 1), from the Philox stream keyed by (seed, "<name>.weight").
   void init(Context& ctx, uint64_t seed);
   const std::string& name() const { return name_; }
-  static constexpr OpKind kind = OpKind::Embedding;
+  static constexpr OpKind kind = op::embedding;
   Var weight;
 
  private:
@@ -41,7 +41,7 @@ class EmbeddingBag {
   void init(Context& ctx, uint64_t seed);  // normal(0, 1), as nn.EmbeddingBag
   const std::string& name() const { return name_; }
   BagMode mode() const { return mode_; }
-  static constexpr OpKind kind = OpKind::Embedding;
+  static constexpr OpKind kind = op::embedding;
   Var weight;
 
  private:

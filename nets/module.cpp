@@ -120,7 +120,7 @@ Conv2d::Conv2d(Context& ctx, std::string name, int in_channels, int out_channels
 
 Var Conv2d::operator()(Context& ctx, const Var& x, SummaryTrace* trace) const {
   Var y = conv2d(ctx, name_, x, weight, p_);
-  if (bias.defined()) y = bias_add(ctx, name_, OpKind::Conv2d, y, bias);
+  if (bias.defined()) y = bias_add(ctx, name_, op::conv2d, y, bias);
   trace_row(trace, name_, "conv2d", y, weight.value().numel() + (bias.defined() ? bias.value().numel() : 0));
   return y;
 }
@@ -138,7 +138,7 @@ Linear::Linear(Context& ctx, std::string name, int in_features, int out_features
 
 Var Linear::operator()(Context& ctx, const Var& x, SummaryTrace* trace) const {
   Var y = linear(ctx, name_, x, weight);
-  if (bias.defined()) y = bias_add(ctx, name_, OpKind::Linear, y, bias);
+  if (bias.defined()) y = bias_add(ctx, name_, op::linear, y, bias);
   trace_row(trace, name_, "linear", y, weight.value().numel() + (bias.defined() ? bias.value().numel() : 0));
   return y;
 }

@@ -12,12 +12,18 @@
 #include "engine/context.h"
 #include "engine/param.h"
 #include "engine/policy.h"
-#include "engine/task.h"
+#include "engine/task_kind.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv2d.h"
 #include "kernels/pool.h"
 
 namespace ditto {
+
+// The knob layers of a task's loss, which the training step runs on the net's output
+// (experiments/task_scoring.h) and a net lists last among its knob layers: "loss" (softmax_xent,
+// pixel_xent or ctc_loss) and, for sequences, "loss_mean" (reduce: the batch mean of the
+// per-sequence CTC costs).
+std::vector<std::pair<std::string, OpKind>> task_loss_layers(Task t);
 
 enum class Init { GlorotUniform, GlorotNormal, HeUniform, HeNormal, Zeros, Ones };
 const char* init_name(Init i);
@@ -135,10 +141,10 @@ class Net {
   // Throws ShapeError naming the net, the shape and what the net takes when an input of shape x
   // does not fit input_spec(): so a trainer or benchmark can check its data before any step.
   void check_input(const Shape& x) const;
-  // logits [N, classes]; for the other task kinds what task() says (engine/task.h). Checks x
+  // logits [N, classes]; for the other task kinds what task() says (engine/task_kind.h). Checks x
   // (check_input) before any op runs, then calls forward_impl.
   Var forward(Context& ctx, const Var& x, bool training, SummaryTrace* trace = nullptr);
-  // What the output means, so which loss and scores a trainer applies (experiments/task.h).
+  // What the output means, so which loss and scores a trainer applies (experiments/task_scoring.h).
   virtual Task task() const { return Task::Classification; }
   // True for a net that takes category ids (i32 {N, fields}, a categorical Dataset) instead of images.
   bool categorical_input() const { return input_.categorical; }

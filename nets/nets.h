@@ -128,9 +128,9 @@
 //             one row / column earlier than Keras's (at 299x299 only block3_pool, on 74x74).
 //             Inputs of at least 71x71 (Keras's minimum; ShapeError below).
 //
-// The other task kinds (issue 18; nets/detail/tasks.h, the trainer's side in experiments/task.h), each
+// The other task kinds (issue 18; nets/detail/tasks.h, the trainer's side in experiments/task_scoring.h), each
 // built on the zoo's builder with its issue-18 ops as extra knob layers:
-//   unet-small     segmentation (engine/task.h): enc1 conv3x3 16 → relu → pool1 2 → enc2 conv 32 →
+//   unet-small     segmentation (engine/task_kind.h): enc1 conv3x3 16 → relu → pool1 2 → enc2 conv 32 →
 //             relu → pool2 2 → mid conv 64 → relu → up2 bilinear (align_corners false) to enc2's
 //             size → concat with enc2 → dec2 conv 32 → relu → up1 nearest to enc1's size → concat
 //             with enc1 → dec1 conv 16 → relu → head conv1x1 → classes: pixel logits {N, classes,

@@ -30,8 +30,8 @@ class Stn : public TaskNet {
         cls_pool2_(add_max_pool("cls.pool2", 2, 2, 0)),
         cls_fc1_(add_linear(ctx, "cls.fc1", 20 * 4 * 4, 50, Init::HeUniform)),
         cls_fc2_(add_linear(ctx, "cls.fc2", 50, cfg.num_classes, Init::HeUniform)) {
-    add_knob_layer("affine_grid", OpKind::AffineGrid);
-    add_knob_layer("grid_sample", OpKind::GridSample);
+    add_knob_layer("affine_grid", op::affine_grid);
+    add_knob_layer("grid_sample", op::grid_sample);
   }
   std::string name() const override { return "stn"; }
 

@@ -5,6 +5,10 @@
 #include <cmath>
 
 #include "engine/error.h"
+#include "kernels/ctc.h"
+#include "kernels/loss.h"
+#include "kernels/pixel_xent.h"
+#include "kernels/reduction.h"
 
 namespace ditto::tasks {
 
@@ -32,7 +36,7 @@ std::vector<int32_t> time_major_index(int64_t n, int64_t a, int64_t t) {
 
 std::vector<std::pair<std::string, OpKind>> TaskNet::knob_layers() const {
   std::vector<std::pair<std::string, OpKind>> l = ZooNet::knob_layers();
-  if (l.empty() || l.back() != std::make_pair(std::string("loss"), OpKind::SoftmaxXent))
+  if (l.empty() || l.back() != std::make_pair(std::string("loss"), op::softmax_xent))
     throw Error(fmt::format("{}: ZooNet's knob layers no longer end with its softmax-xent \"loss\"", name()));
   l.pop_back();  // replaced by the task's loss layers
   l.insert(l.end(), extra_.begin(), extra_.end());
@@ -54,3 +58,16 @@ void init_linear_torch_default(Context& ctx, Linear& fc, uint64_t seed) {
 }
 
 }  // namespace ditto::tasks
+
+namespace ditto {
+
+std::vector<std::pair<std::string, OpKind>> task_loss_layers(Task t) {
+  switch (t) {
+    case Task::Segmentation: return {{"loss", op::pixel_xent}};
+    case Task::Sequence: return {{"loss", op::ctc_loss}, {"loss_mean", op::reduce}};
+    case Task::Classification: break;
+  }
+  return {{"loss", op::softmax_xent}};
+}
+
+}  // namespace ditto

@@ -22,8 +22,8 @@ class UnetSmall : public TaskNet {
         dec2_(add_conv(ctx, "dec2", 64 + 32, 32, 3, 1, 1, true, Init::HeNormal)),
         dec1_(add_conv(ctx, "dec1", 32 + 16, 16, 3, 1, 1, true, Init::HeNormal)),
         head_(add_conv(ctx, "head", 16, cfg.num_classes, 1, 1, 0, true, Init::HeNormal)) {
-    add_knob_layer("up2", OpKind::Upsample);
-    add_knob_layer("up1", OpKind::Upsample);
+    add_knob_layer("up2", op::upsample);
+    add_knob_layer("up1", op::upsample);
   }
   std::string name() const override { return "unet-small"; }
   Task task() const override { return Task::Segmentation; }

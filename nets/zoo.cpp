@@ -2,7 +2,9 @@
 
 #include <cmath>
 
-#include "engine/elementwise.h"
+#include "engine/tensor_ops.h"
+#include "kernels/linear.h"
+#include "kernels/loss.h"
 
 namespace ditto::zoo {
 
@@ -26,12 +28,12 @@ std::vector<Buffer> ZooNet::buffers() {
 std::vector<std::pair<std::string, OpKind>> ZooNet::knob_layers() const {
   std::vector<std::pair<std::string, OpKind>> l;
   for (const Entry& e : order_) {
-    if (e.conv) l.push_back({e.conv->name(), OpKind::Conv2d});
-    if (e.bn) l.push_back({e.bn->name(), OpKind::BatchNorm});
-    if (e.fc) l.push_back({e.fc->name(), OpKind::Linear});
-    if (e.pool) l.push_back({e.pool->name(), OpKind::MaxPool2d});
+    if (e.conv) l.push_back({e.conv->name(), op::conv2d});
+    if (e.bn) l.push_back({e.bn->name(), op::batchnorm});
+    if (e.fc) l.push_back({e.fc->name(), op::linear});
+    if (e.pool) l.push_back({e.pool->name(), op::maxpool2d});
   }
-  l.push_back({"loss", OpKind::SoftmaxXent});
+  l.push_back({"loss", op::softmax_xent});
   return l;
 }
 

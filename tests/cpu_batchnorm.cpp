@@ -188,7 +188,7 @@ TEST_CASE("batch_norm: manifest records the bwd knob") {
   CHECK(e->requested == "pinned");
   CHECK(e->deterministic == Determinism::Yes);
   ctx.policy().set("bn3.bwd=nondeterministic");
-  CHECK(ctx.policy().bn_bwd("bn3") == BnBwd::Atomic);
+  CHECK(ctx.policy().variant<BnBwd>("bn3", op::batchnorm) == BnBwd::Atomic);
   batch_norm(ctx, "bn3", x, g, b, st, true);
   CHECK(ctx.manifest().find("bn3", "bwd")->requested == "nondeterministic");
 }

@@ -20,6 +20,7 @@
 #include "kernels/sync_batchnorm_ref.h"
 #include "support.h"
 #include "train_support.h"
+#include "kernels/conv2d.h"
 
 using namespace ditto;
 
@@ -244,14 +245,14 @@ TEST_CASE("all-reduce: NCCL variants need CUDA ranks; a failing rank stops the o
 
 TEST_CASE("all-reduce knob: policy, mode words, channels, manifest and guarantees") {
   Policy p = Policy::parse({"*=deterministic"});
-  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::FixedOrder);
+  CHECK(p.variant<AllReduceAlgo>("bucket0", op::allreduce) == AllReduceAlgo::FixedOrder);
   p = Policy::parse({"*=heuristic"});
-  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::NcclDefault);
+  CHECK(p.variant<AllReduceAlgo>("bucket0", op::allreduce) == AllReduceAlgo::NcclDefault);
   p = Policy::parse({"*=nondeterministic"});
-  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::NcclDefault);
+  CHECK(p.variant<AllReduceAlgo>("bucket0", op::allreduce) == AllReduceAlgo::NcclDefault);
   p = Policy::parse({"*=deterministic", "bucket1.algo=nccl-tree-ll128", "bucket1.channels=4", "bucket2.algo=ring"});
-  CHECK(p.allreduce_algo("bucket0") == AllReduceAlgo::FixedOrder);
-  CHECK(p.allreduce_algo("bucket2") == AllReduceAlgo::Ring);
+  CHECK(p.variant<AllReduceAlgo>("bucket0", op::allreduce) == AllReduceAlgo::FixedOrder);
+  CHECK(p.variant<AllReduceAlgo>("bucket2", op::allreduce) == AllReduceAlgo::Ring);
   const AllReduceConfig c1 = allreduce_config(p, "bucket1");
   CHECK(c1.algo == AllReduceAlgo::NcclTreeLl128);
   CHECK(c1.channels == 4);
@@ -265,8 +266,8 @@ TEST_CASE("all-reduce knob: policy, mode words, channels, manifest and guarantee
   Policy bad = Policy::parse({"*=deterministic", "bucket0.channels=8"});
   CHECK(test::error_of([&] { allreduce_config(bad, "bucket0"); }).find("channels=8 is pinned") != std::string::npos);
   // The bucket is a layer the policy checks like any other.
-  CHECK_NOTHROW(p.check_layers({{"bucket0", OpKind::AllReduce}, {"bucket1", OpKind::AllReduce}, {"bucket2", OpKind::AllReduce}}));
-  CHECK_THROWS_AS(Policy::parse({"bucket0.algo=ring"}).check_layers({{"bucket0", OpKind::Conv2d}}), PolicyError);
+  CHECK_NOTHROW(p.check_layers({{"bucket0", op::allreduce}, {"bucket1", op::allreduce}, {"bucket2", op::allreduce}}));
+  CHECK_THROWS_AS(Policy::parse({"bucket0.algo=ring"}).check_layers({{"bucket0", op::conv2d}}), PolicyError);
 
   CHECK(allreduce_guarantee({AllReduceAlgo::FixedOrder, 0}) == Guarantee::GpuToGpu);
   CHECK(allreduce_guarantee({AllReduceAlgo::Ring, 0}) == Guarantee::GpuToGpu);
@@ -288,7 +289,7 @@ TEST_CASE("all-reduce knob: policy, mode words, channels, manifest and guarantee
   CHECK_FALSE(ctx.manifest().find("bucket0", "channels"));
   // The knob's nondeterministic variant is the noise lab's candidate.
   for (const auto& k : knobs())
-    if (k.op == OpKind::AllReduce && k.name == "algo") CHECK(k.nondeterministic == std::vector<std::string>{"nccl-default"});
+    if (k.op == op::allreduce && k.name == "algo") CHECK(k.nondeterministic() == std::vector<std::string>{"nccl-default"});
 }
 
 TEST_CASE("copy_elements: ranges, bounds") {

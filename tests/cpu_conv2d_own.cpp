@@ -284,13 +284,13 @@ TEST_CASE("ditto-gemm's and ditto-direct's decompositions equal the reference (d
 
 TEST_CASE("ditto's own conv variants are policy values and tuning-file algorithms") {
   Policy p = Policy::parse({"conv1.bwd_filter=ditto-gemm", "conv1.bwd_data=ditto-direct"});
-  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::DittoGemm);
-  CHECK(p.conv_bwd_data("conv1").algo == ConvBwdDataAlgo::DittoDirect);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::DittoGemm);
+  CHECK(conv_choice<ConvBwdDataAlgo>(p, "conv1").algo == ConvBwdDataAlgo::DittoDirect);
   CHECK(std::string(name_of(ConvBwdFilterAlgo::DittoDirect)) == "ditto-direct");
   CHECK_THROWS_AS(Policy::parse({"conv1.fwd=ditto-gemm"}), PolicyError);  // forward has none
   // Not nondeterministic: the noise lab does not list them as candidates.
   for (const auto& k : knobs())
-    for (const auto& v : k.nondeterministic) CHECK(v.rfind("ditto-", 0) != 0);
+    for (const auto& v : k.nondeterministic()) CHECK(v.rfind("ditto-", 0) != 0);
 
   const std::string path = "cpu_conv2d_own_tuning.json";
   TuningTable t;

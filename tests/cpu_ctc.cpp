@@ -133,14 +133,14 @@ TEST_CASE("ctc loss: bad labels and lengths are DataErrors naming the sample; sh
 
 TEST_CASE("ctc loss: knobs, mode words and the manifest") {
   Policy p;
-  CHECK(p.ctc_algo("ctc") == CtcAlgo::CudnnNondeterministic);  // PyTorch's cuDNN path
-  CHECK(Policy::parse({"*=deterministic"}).ctc_algo("ctc") == CtcAlgo::Ditto);
-  CHECK(Policy::parse({"*=nondeterministic"}).ctc_algo("ctc") == CtcAlgo::CudnnNondeterministic);
+  CHECK(p.variant<CtcAlgo>("ctc", op::ctc_loss) == CtcAlgo::CudnnNondeterministic);  // PyTorch's cuDNN path
+  CHECK(Policy::parse({"*=deterministic"}).variant<CtcAlgo>("ctc", op::ctc_loss) == CtcAlgo::Ditto);
+  CHECK(Policy::parse({"*=nondeterministic"}).variant<CtcAlgo>("ctc", op::ctc_loss) == CtcAlgo::CudnnNondeterministic);
   p.pin("ctc", CtcAlgo::CudnnDeterministic);
-  CHECK(p.ctc_algo("ctc") == CtcAlgo::CudnnDeterministic);
-  CHECK(p.requested("ctc", "algo", OpKind::CtcLoss) == "pinned");
+  CHECK(p.variant<CtcAlgo>("ctc", op::ctc_loss) == CtcAlgo::CudnnDeterministic);
+  CHECK(p.requested("ctc", "algo", op::ctc_loss) == "pinned");
   CHECK_THROWS_AS(Policy::parse({"ctc.algo=atomic"}), PolicyError);
-  CHECK(std::string(op_kind_name(OpKind::CtcLoss)) == "ctc_loss");
+  CHECK(std::string(op_kind_name(op::ctc_loss)) == "ctc_loss");
 
   Context ctx(Device::cpu(), p);
   Var x(ctx.from_host(test::random_vec(5 * 2 * 3, 9), {5, 2, 3}), false);

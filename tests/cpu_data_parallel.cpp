@@ -97,7 +97,7 @@ TEST_CASE("data parallel: groups, buckets and the checks of a configuration") {
   CHECK(b[1].elements == 310);
   auto one = make_buckets(params, 8);  // smaller than any parameter: one bucket each
   CHECK(one.size() == params.size());
-  CHECK(bucket_layers(one).front() == std::make_pair(std::string("bucket0"), OpKind::AllReduce));
+  CHECK(bucket_layers(one).front() == std::make_pair(std::string("bucket0"), op::allreduce));
 
   DataParallelOptions o;
   o.ranks = 2;

@@ -104,7 +104,7 @@ TEST_CASE("tape: a forward value no backward reads is freed during the forward, 
   BatchNormState st = batch_norm_state(ctx, 4);
   Conv2dParams p;
   p.pad_h = p.pad_w = 1;
-  auto alive = [](const Var& v) { return std::weak_ptr<detail::Storage>(v.value().storage()); };
+  auto alive = [](const Var& v) { return std::weak_ptr<detail::Storage>(detail::storage_of(v.value())); };
   Var c = conv2d(ctx, "conv", x, w, p);
   Var b = batch_norm(ctx, "bn", c, gamma, beta, st, true);
   Var r = relu(ctx, b);

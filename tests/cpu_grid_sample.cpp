@@ -183,27 +183,27 @@ TEST_CASE("grid sample and affine grid: shape errors name the op, layer and oper
 
 TEST_CASE("grid sample and affine grid: knobs, mode words and the manifest") {
   Policy p;
-  CHECK(p.grid_sample_bwd("s") == GridSampleBwd::Atomic);           // PyTorch's native kernel
-  CHECK(p.affine_grid_bwd("g") == AffineGridBwd::Deterministic);    // PyTorch's batched GEMM
+  CHECK(p.variant<GridSampleBwd>("s", op::grid_sample) == GridSampleBwd::Atomic);           // PyTorch's native kernel
+  CHECK(p.variant<AffineGridBwd>("g", op::affine_grid) == AffineGridBwd::Deterministic);    // PyTorch's batched GEMM
   p.set("*=deterministic");
-  CHECK(p.grid_sample_bwd("s") == GridSampleBwd::Deterministic);
-  CHECK(p.affine_grid_bwd("g") == AffineGridBwd::Deterministic);
+  CHECK(p.variant<GridSampleBwd>("s", op::grid_sample) == GridSampleBwd::Deterministic);
+  CHECK(p.variant<AffineGridBwd>("g", op::affine_grid) == AffineGridBwd::Deterministic);
   p.set("*=nondeterministic");
-  CHECK(p.grid_sample_bwd("s") == GridSampleBwd::Atomic);
-  CHECK(p.affine_grid_bwd("g") == AffineGridBwd::Atomic);
+  CHECK(p.variant<GridSampleBwd>("s", op::grid_sample) == GridSampleBwd::Atomic);
+  CHECK(p.variant<AffineGridBwd>("g", op::affine_grid) == AffineGridBwd::Atomic);
   p.pin("s", GridSampleBwd::Cudnn).pin("g", AffineGridBwd::Cudnn);
-  CHECK(p.grid_sample_bwd("s") == GridSampleBwd::Cudnn);
-  CHECK(p.affine_grid_bwd("g") == AffineGridBwd::Cudnn);
-  CHECK(p.requested("s", "bwd", OpKind::GridSample) == "pinned");
-  CHECK_THROWS_WITH(Policy::parse({"s.bwd=gather"}).grid_sample_bwd("s"),
+  CHECK(p.variant<GridSampleBwd>("s", op::grid_sample) == GridSampleBwd::Cudnn);
+  CHECK(p.variant<AffineGridBwd>("g", op::affine_grid) == AffineGridBwd::Cudnn);
+  CHECK(p.requested("s", "bwd", op::grid_sample) == "pinned");
+  CHECK_THROWS_WITH(Policy::parse({"s.bwd=gather"}).variant<GridSampleBwd>("s", op::grid_sample),
                     Catch::Matchers::Contains("not a variant of bwd") && Catch::Matchers::Contains("deterministic"));
-  CHECK(std::string(op_kind_name(OpKind::GridSample)) == "grid_sample");
-  CHECK(std::string(op_kind_name(OpKind::AffineGrid)) == "affine_grid");
+  CHECK(std::string(op_kind_name(op::grid_sample)) == "grid_sample");
+  CHECK(std::string(op_kind_name(op::affine_grid)) == "affine_grid");
   // The noise lab's candidates: every variant but ditto's fixed-order one (cuDNN's grid generator
   // backward measured nondeterministic on an H100 although cuDNN does not list it).
   for (const KnobSpec& k : knobs()) {
-    if (k.op == OpKind::AffineGrid) CHECK(k.nondeterministic == std::vector<std::string>{"atomic", "cudnn"});
-    if (k.op == OpKind::GridSample) CHECK(k.nondeterministic == std::vector<std::string>{"cudnn", "atomic"});
+    if (k.op == op::affine_grid) CHECK(k.nondeterministic() == std::vector<std::string>{"cudnn", "atomic"});
+    if (k.op == op::grid_sample) CHECK(k.nondeterministic() == std::vector<std::string>{"cudnn", "atomic"});
   }
 
   Context ctx(Device::cpu(), Policy::parse({"stn.bwd=cudnn"}));  // the CPU runs its reference whatever is pinned

@@ -134,7 +134,7 @@ TEST_CASE("linear -> bias -> dropout -> softmax-xent: the tape chain matches the
   for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>((i * 3 + seed) % out);
 
   Var x(ctx.from_host(xv, {n, in}), true), w(ctx.from_host(wv, {out, in}), true), b(ctx.from_host(bv, {out}), true);
-  Var h = bias_add(ctx, "fc", OpKind::Linear, linear(ctx, "fc", x, w), b);
+  Var h = bias_add(ctx, "fc", op::linear, linear(ctx, "fc", x, w), b);
   Var d = dropout(ctx, "drop", h, p, 7, 3, true);
   Var loss = softmax_cross_entropy(ctx, "loss", d, ctx.from_host(labels, {n}));
   CHECK(ctx.tape().op_names() == std::vector<std::string>{"fc:linear", "fc:bias_add", "drop:dropout", "loss:softmax_xent"});

@@ -90,8 +90,8 @@ TEST_CASE("candidates: ResNet-18's convs have no bias, every batch norm is a can
   auto layers = make_net(cpu, {"resnet18", 10, 3})->knob_layers();
   int convs = 0, bns = 0;
   for (const auto& [name, kind] : layers) {
-    convs += kind == OpKind::Conv2d;
-    bns += kind == OpKind::BatchNorm;
+    convs += kind == op::conv2d;
+    bns += kind == op::batchnorm;
   }
   REQUIRE(convs == 20);  // stem, 16 in the blocks, 3 shortcut projections
   REQUIRE(bns == 20);
@@ -99,8 +99,8 @@ TEST_CASE("candidates: ResNet-18's convs have no bias, every batch norm is a can
   for (const auto& c : cs) {
     bwd_filter += c.knob == "bwd_filter";
     bwd_data += c.knob == "bwd_data";
-    bias += c.knob == "bias_bwd" && c.op == OpKind::Conv2d;
-    bn += c.op == OpKind::BatchNorm;
+    bias += c.knob == "bias_bwd" && c.op == op::conv2d;
+    bn += c.op == op::batchnorm;
   }
   CHECK(bwd_filter == 2 * 20);  // algo0 and algo3 for every conv
   CHECK(bwd_data == 19);        // all but the stem conv1
@@ -280,7 +280,7 @@ TEST_CASE("attribute: end to end on the CPU, every configuration bit-identical, 
 TEST_CASE("attribute: a knob the net never calls is reported as not run, not as quiet") {
   TrainConfig c = tiny();
   c.max_steps = 2;
-  Candidate never{"conv1.bwd_data=algo0", OpKind::Conv2d, "bwd_data", "algo0", {"conv1"}, false};
+  Candidate never{"conv1.bwd_data=algo0", op::conv2d, "bwd_data", "algo0", {"conv1"}, false};
   AttributeOptions o;
   o.replicas = 2;
   o.baselines = false;
@@ -368,7 +368,7 @@ TEST_CASE("attribute: attribution.json reads back as written, and ranks again") 
   TrainConfig c = tiny();
   c.max_steps = 2;
   c.checkpoint = false;
-  Candidate k{"conv2.bias_bwd=atomic", OpKind::Conv2d, "bias_bwd", "atomic", {"conv2"}, false};
+  Candidate k{"conv2.bias_bwd=atomic", op::conv2d, "bias_bwd", "atomic", {"conv2"}, false};
   AttributeOptions o;
   o.replicas = 2;
   o.l2_steps = {1, 2};

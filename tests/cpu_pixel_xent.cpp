@@ -130,9 +130,9 @@ TEST_CASE("pixel_cross_entropy: bad labels and shapes are errors naming the pixe
   CHECK_THROWS_WITH(pixel_cross_entropy(ctx, "seg", x, ctx.zeros({2, 2, 2})), Contains("must be i32"));
   CHECK_THROWS_WITH(pixel_cross_entropy(ctx, "seg", Var(ctx.zeros({2, 3, 4})), ctx.zeros({2, 4}, DType::I32)),
                     Contains("4 dimensions"));
-  CHECK(Policy().reduction("seg", OpKind::PixelXent) == Reduction::Atomic);
-  CHECK(Policy::parse({"*=deterministic"}).reduction("seg", OpKind::PixelXent) == Reduction::Deterministic);
-  CHECK_THROWS_AS(Policy().reduction("loss", OpKind::SoftmaxXent), Error);
+  CHECK(Policy().variant<Reduction>("seg", op::pixel_xent) == Reduction::Atomic);
+  CHECK(Policy::parse({"*=deterministic"}).variant<Reduction>("seg", op::pixel_xent) == Reduction::Deterministic);
+  CHECK_THROWS_AS(Policy().variant<Reduction>("pool", op::maxpool2d), Error);  // a knob its op kind lacks
 }
 
 TEST_CASE("reduce_sum and reduce_mean on the CPU: double sums, broadcast gradients, knob and manifest") {
@@ -166,6 +166,6 @@ TEST_CASE("reduce_sum and reduce_mean on the CPU: double sums, broadcast gradien
   Var empty(ctx.zeros({0, 4}), false);
   CHECK(reduce_sum(ctx, "sum", empty).value().to_host_f32()[0] == 0.0f);
   CHECK(std::isnan(reduce_mean(ctx, "mean", empty).value().to_host_f32()[0]));
-  CHECK(Policy().reduction("sum", OpKind::Reduce) == Reduction::Atomic);
+  CHECK(Policy().variant<Reduction>("sum", op::reduce) == Reduction::Atomic);
   CHECK_THROWS_WITH(Policy::parse({"sum.reduce=sorted"}), Contains("unknown variant 'sorted'"));
 }

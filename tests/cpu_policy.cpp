@@ -2,69 +2,70 @@
 
 #include "engine/error.h"
 #include "engine/policy.h"
+#include "ditto/ditto.h"
 
 using namespace ditto;
 
 TEST_CASE("policy: defaults are what frameworks do") {
   Policy p;
-  CHECK(p.conv_fwd("c").mode == SelectMode::Heuristic);
-  CHECK(p.conv_bwd_filter("c").mode == SelectMode::Heuristic);
-  CHECK(p.bias_bwd("c", OpKind::Conv2d) == BiasBwd::Cudnn);
-  CHECK(p.bias_bwd("fc", OpKind::Linear) == BiasBwd::Atomic);
-  CHECK(p.pool_bwd("pool") == PoolBwd::Cudnn);
-  CHECK(p.bn_bwd("bn") == BnBwd::Cudnn);
-  CHECK(p.loss_reduce("loss") == Reduction::Atomic);
-  CHECK(p.math("c", OpKind::Conv2d) == MathMode::Fma);
-  CHECK(p.cublas_atomics("fc") == CublasAtomics::Off);
+  CHECK(conv_choice<ConvFwdAlgo>(p, "c").mode == SelectMode::Heuristic);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "c").mode == SelectMode::Heuristic);
+  CHECK(p.variant<BiasBwd>("c", op::conv2d) == BiasBwd::Cudnn);
+  CHECK(p.variant<BiasBwd>("fc", op::linear) == BiasBwd::Atomic);
+  CHECK(p.variant<PoolBwd>("pool", op::maxpool2d) == PoolBwd::Cudnn);
+  CHECK(p.variant<BnBwd>("bn", op::batchnorm) == BnBwd::Cudnn);
+  CHECK(p.variant<Reduction>("loss", op::softmax_xent) == Reduction::Atomic);
+  CHECK(p.variant<MathMode>("c", op::conv2d) == MathMode::Fma);
+  CHECK(p.variant<CublasAtomics>("fc", op::linear) == CublasAtomics::Off);
 }
 
 TEST_CASE("policy: the issue's example strings parse to what they say") {
   Policy p = Policy::parse({"conv2.bwd_filter=algo0", "pool1.bwd=atomic-scatter", "fc1.bias_bwd=atomic",
                             "*.bwd_data=algo1", "*=deterministic"});
-  auto bf = p.conv_bwd_filter("conv2");
+  auto bf = conv_choice<ConvBwdFilterAlgo>(p, "conv2");
   CHECK(bf.mode == SelectMode::Pinned);
   CHECK(bf.algo == ConvBwdFilterAlgo::Algo0);
-  CHECK(p.pool_bwd("pool1") == PoolBwd::AtomicScatter);
-  CHECK(p.bias_bwd("fc1", OpKind::Linear) == BiasBwd::Atomic);
+  CHECK(p.variant<PoolBwd>("pool1", op::maxpool2d) == PoolBwd::AtomicScatter);
+  CHECK(p.variant<BiasBwd>("fc1", op::linear) == BiasBwd::Atomic);
   // *.bwd_data (wildcard layer, named knob) beats *=deterministic (wildcard both).
-  CHECK(p.conv_bwd_data("conv7").mode == SelectMode::Pinned);
-  CHECK(p.conv_bwd_data("conv7").algo == ConvBwdDataAlgo::Algo1);
+  CHECK(conv_choice<ConvBwdDataAlgo>(p, "conv7").mode == SelectMode::Pinned);
+  CHECK(conv_choice<ConvBwdDataAlgo>(p, "conv7").algo == ConvBwdDataAlgo::Algo1);
   // everything else follows *=deterministic
-  CHECK(p.conv_bwd_filter("conv1").mode == SelectMode::Deterministic);
-  CHECK(p.pool_bwd("pool2") == PoolBwd::Gather);
-  CHECK(p.bn_bwd("bn1") == BnBwd::Deterministic);
-  CHECK(p.loss_reduce("loss") == Reduction::Deterministic);
-  CHECK(p.bias_bwd("conv1", OpKind::Conv2d) == BiasBwd::Deterministic);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").mode == SelectMode::Deterministic);
+  CHECK(p.variant<PoolBwd>("pool2", op::maxpool2d) == PoolBwd::Gather);
+  CHECK(p.variant<BnBwd>("bn1", op::batchnorm) == BnBwd::Deterministic);
+  CHECK(p.variant<Reduction>("loss", op::softmax_xent) == Reduction::Deterministic);
+  CHECK(p.variant<BiasBwd>("conv1", op::conv2d) == BiasBwd::Deterministic);
 }
 
 TEST_CASE("policy: specificity beats order, last wins among equals") {
   Policy p = Policy::parse({"conv1.bwd_filter=algo3", "*=nondeterministic", "conv1=deterministic"});
-  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo3);   // LAYER.KNOB wins
-  CHECK(p.conv_bwd_data("conv1").mode == SelectMode::Deterministic);     // LAYER= beats *=
-  CHECK(p.conv_bwd_data("conv2").mode == SelectMode::Nondeterministic);
-  CHECK(p.pool_bwd("p") == PoolBwd::AtomicScatter);
-  CHECK(p.cublas_atomics("fc") == CublasAtomics::On);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::Algo3);   // LAYER.KNOB wins
+  CHECK(conv_choice<ConvBwdDataAlgo>(p, "conv1").mode == SelectMode::Deterministic);     // LAYER= beats *=
+  CHECK(conv_choice<ConvBwdDataAlgo>(p, "conv2").mode == SelectMode::Nondeterministic);
+  CHECK(p.variant<PoolBwd>("p", op::maxpool2d) == PoolBwd::AtomicScatter);
+  CHECK(p.variant<CublasAtomics>("fc", op::linear) == CublasAtomics::On);
   p.set("conv1.bwd_filter=algo1");
-  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo1);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::Algo1);
 }
 
 TEST_CASE("policy: typed pins equal their strings") {
   Policy p;
   p.pin("conv2", ConvBwdFilterAlgo::Algo0).pin("conv1", ConvFwdAlgo::Winograd).pin("pool1", PoolBwd::Gather);
   p.pin("bn1", BnBwd::Atomic).pin("fc", MathMode::Tf32).pin("loss", Reduction::Deterministic);
-  CHECK(p.conv_bwd_filter("conv2").algo == ConvBwdFilterAlgo::Algo0);
-  CHECK(p.conv_fwd("conv1").algo == ConvFwdAlgo::Winograd);
-  CHECK(p.pool_bwd("pool1") == PoolBwd::Gather);
-  CHECK(p.bn_bwd("bn1") == BnBwd::Atomic);
-  CHECK(p.math("fc", OpKind::Linear) == MathMode::Tf32);
-  CHECK(p.loss_reduce("loss") == Reduction::Deterministic);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv2").algo == ConvBwdFilterAlgo::Algo0);
+  CHECK(conv_choice<ConvFwdAlgo>(p, "conv1").algo == ConvFwdAlgo::Winograd);
+  CHECK(p.variant<PoolBwd>("pool1", op::maxpool2d) == PoolBwd::Gather);
+  CHECK(p.variant<BnBwd>("bn1", op::batchnorm) == BnBwd::Atomic);
+  CHECK(p.variant<MathMode>("fc", op::linear) == MathMode::Tf32);
+  CHECK(p.variant<Reduction>("loss", op::softmax_xent) == Reduction::Deterministic);
   CHECK(p.rules().at(0) == "conv2.bwd_filter=algo0");
 }
 
 TEST_CASE("policy: a wildcard rule skips layers whose op kind lacks the value") {
   Policy p = Policy::parse({"*.bwd=gather"});
-  CHECK(p.pool_bwd("pool1") == PoolBwd::Gather);
-  CHECK(p.bn_bwd("bn1") == BnBwd::Cudnn);
+  CHECK(p.variant<PoolBwd>("pool1", op::maxpool2d) == PoolBwd::Gather);
+  CHECK(p.variant<BnBwd>("bn1", op::batchnorm) == BnBwd::Cudnn);
 }
 
 static std::string error_of(const std::vector<std::string>& rules) {
@@ -90,7 +91,7 @@ TEST_CASE("policy: bad strings are errors that list what is valid") {
 TEST_CASE("policy: rules are checked against the network's layers") {
   using Catch::Matchers::Contains;
   std::vector<std::pair<std::string, OpKind>> layers = {
-      {"conv1", OpKind::Conv2d}, {"pool1", OpKind::MaxPool2d}, {"fc1", OpKind::Linear}, {"bn1", OpKind::BatchNorm}};
+      {"conv1", op::conv2d}, {"pool1", op::maxpool2d}, {"fc1", op::linear}, {"bn1", op::batchnorm}};
   Policy ok = Policy::parse({"conv1.bwd_filter=algo0", "pool1.bwd=gather", "fc1.bias_bwd=atomic", "*=deterministic"});
   CHECK_NOTHROW(ok.check_layers(layers));
 
@@ -106,27 +107,27 @@ TEST_CASE("policy: rules are checked against the network's layers") {
   Policy linear_cudnn = Policy::parse({"fc1.bias_bwd=cudnn"});
   CHECK_THROWS_AS(linear_cudnn.check_layers(layers), PolicyError);
   // resolution itself refuses, too, so an op never runs with a choice its kind lacks
-  CHECK_THROWS_AS(linear_cudnn.bias_bwd("fc1", OpKind::Linear), PolicyError);
+  CHECK_THROWS_AS(linear_cudnn.variant<BiasBwd>("fc1", op::linear), PolicyError);
 }
 
 TEST_CASE("policy: requested() reports pinned or the mode word, for manifests") {
   Policy p = Policy::parse({"fc1.bias_bwd=deterministic", "fc2.math=tf32", "*=nondeterministic"});
-  CHECK(p.requested("fc1", "bias_bwd", OpKind::Linear) == "deterministic");
-  CHECK(p.requested("fc2", "math", OpKind::Linear) == "pinned");
-  CHECK(p.requested("fc3", "cublas_atomics", OpKind::Linear) == "nondeterministic");
-  CHECK(Policy{}.requested("loss", "reduce", OpKind::SoftmaxXent) == "heuristic");
+  CHECK(p.requested("fc1", "bias_bwd", op::linear) == "deterministic");
+  CHECK(p.requested("fc2", "math", op::linear) == "pinned");
+  CHECK(p.requested("fc3", "cublas_atomics", op::linear) == "nondeterministic");
+  CHECK(Policy{}.requested("loss", "reduce", op::softmax_xent) == "heuristic");
 }
 
 TEST_CASE("policy: shape-qualified conv rules beat plain ones, for their shape only") {
   Policy p = Policy::parse({"*=deterministic", "conv1.bwd_filter=algo1", "conv1.bwd_filter@80x3x32x32=winograd_nonfused"});
-  CHECK(p.conv_bwd_filter("conv1", "128x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
-  CHECK(p.conv_bwd_filter("conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::WinogradNonfused);
-  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo1);
-  CHECK(p.conv_bwd_filter("conv2", "80x3x32x32").mode == SelectMode::Deterministic);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1", "128x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::WinogradNonfused);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::Algo1);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv2", "80x3x32x32").mode == SelectMode::Deterministic);
   CHECK(shape_key({80, 3, 32, 32}) == "80x3x32x32");
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(Policy::parse({"conv1.bwd_filter@80x3=algo1x"}), Contains("unknown variant"));
   CHECK_THROWS_WITH(Policy::parse({"conv1.bwd_filter@80,3=algo1"}), Contains("NxCxHxW"));
-  CHECK_THROWS_WITH(Policy::parse({"pool1.bwd@8x3x4x4=gather"}), Contains("only a named layer's fwd"));
-  CHECK_THROWS_WITH(Policy::parse({"*.fwd@8x3x4x4=gemm"}), Contains("only a named layer's fwd"));
+  CHECK_THROWS_WITH(Policy::parse({"pool1.bwd@8x3x4x4=gather"}), Contains("selected per shape take @SHAPE"));
+  CHECK_THROWS_WITH(Policy::parse({"*.fwd@8x3x4x4=gemm"}), Contains("selected per shape take @SHAPE"));
 }

@@ -195,7 +195,7 @@ TEST_CASE("max_pool2d: manifest records the bwd knob, the ask and what ran") {
   max_pool2d(ctx, "pool1", x, PoolParams{});
   CHECK(ctx.manifest().find("pool1", "bwd")->requested == "deterministic");
   ctx.policy().pin("pool1", PoolBwd::AtomicScatter);
-  CHECK(ctx.policy().pool_bwd("pool1") == PoolBwd::AtomicScatter);
+  CHECK(ctx.policy().variant<PoolBwd>("pool1", op::maxpool2d) == PoolBwd::AtomicScatter);
   max_pool2d(ctx, "pool1", x, PoolParams{});
   CHECK(ctx.manifest().find("pool1", "bwd")->requested == "pinned");
   CHECK(ctx.manifest().entries().size() == 1);

@@ -126,18 +126,18 @@ TEST_CASE("roi align: bad rois are DataErrors on the CPU; bad shapes and paramet
 
 TEST_CASE("roi align: knobs, mode words, the manifest and the tape") {
   Policy p;
-  CHECK(p.roi_align_bwd("r") == RoiAlignBwd::Atomic);  // torchvision's kernel
-  CHECK(Policy::parse({"*=deterministic"}).roi_align_bwd("r") == RoiAlignBwd::Deterministic);
-  CHECK(Policy::parse({"*=nondeterministic"}).roi_align_bwd("r") == RoiAlignBwd::Atomic);
-  CHECK(Policy::parse({"*=fastest"}).roi_align_bwd("r") == RoiAlignBwd::Atomic);
+  CHECK(p.variant<RoiAlignBwd>("r", op::roi_align) == RoiAlignBwd::Atomic);  // torchvision's kernel
+  CHECK(Policy::parse({"*=deterministic"}).variant<RoiAlignBwd>("r", op::roi_align) == RoiAlignBwd::Deterministic);
+  CHECK(Policy::parse({"*=nondeterministic"}).variant<RoiAlignBwd>("r", op::roi_align) == RoiAlignBwd::Atomic);
+  CHECK(Policy::parse({"*=fastest"}).variant<RoiAlignBwd>("r", op::roi_align) == RoiAlignBwd::Atomic);
   p.pin("r", RoiAlignBwd::Deterministic);  // the variant's name is also the mode word
-  CHECK(p.roi_align_bwd("r") == RoiAlignBwd::Deterministic);
-  CHECK(p.requested("r", "bwd", OpKind::RoiAlign) == "deterministic");
+  CHECK(p.variant<RoiAlignBwd>("r", op::roi_align) == RoiAlignBwd::Deterministic);
+  CHECK(p.requested("r", "bwd", op::roi_align) == "deterministic");
   p.pin("r", RoiAlignBwd::Atomic);
-  CHECK(p.roi_align_bwd("r") == RoiAlignBwd::Atomic);
-  CHECK(p.requested("r", "bwd", OpKind::RoiAlign) == "pinned");
-  CHECK_THROWS_AS(Policy::parse({"r.bwd=cudnn"}).roi_align_bwd("r"), PolicyError);
-  CHECK(std::string(op_kind_name(OpKind::RoiAlign)) == "roi_align");
+  CHECK(p.variant<RoiAlignBwd>("r", op::roi_align) == RoiAlignBwd::Atomic);
+  CHECK(p.requested("r", "bwd", op::roi_align) == "pinned");
+  CHECK_THROWS_AS(Policy::parse({"r.bwd=cudnn"}).variant<RoiAlignBwd>("r", op::roi_align), PolicyError);
+  CHECK(std::string(op_kind_name(op::roi_align)) == "roi_align");
 
   Context ctx(Device::cpu(), Policy::parse({"*=deterministic"}));
   Var x(ctx.from_host(test::random_vec(2 * 3 * 8 * 8, 7), {2, 3, 8, 8}), true);

@@ -219,18 +219,18 @@ TEST_CASE("scatter ops: bad indices, offsets and shapes are errors naming the op
 
 TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest records the CPU reference") {
   Policy p;
-  CHECK(p.scatter("emb", OpKind::Embedding) == ScatterAlgo::Atomic);  // heuristic: what TF / JAX do
-  CHECK(p.scatter("seg", OpKind::ScatterAdd) == ScatterAlgo::Atomic);
+  CHECK(p.variant<ScatterAlgo>("emb", op::embedding) == ScatterAlgo::Atomic);  // heuristic: what TF / JAX do
+  CHECK(p.variant<ScatterAlgo>("seg", op::scatter_add) == ScatterAlgo::Atomic);
   p.set("*=deterministic");
-  CHECK(p.scatter("emb", OpKind::Embedding) == ScatterAlgo::Sorted);
-  CHECK(p.scatter("seg", OpKind::ScatterAdd) == ScatterAlgo::Sorted);
+  CHECK(p.variant<ScatterAlgo>("emb", op::embedding) == ScatterAlgo::Sorted);
+  CHECK(p.variant<ScatterAlgo>("seg", op::scatter_add) == ScatterAlgo::Sorted);
   p.pin("seg", ScatterAlgo::Atomic);
   CHECK(p.rules().back() == "seg.scatter=atomic");
-  CHECK(p.scatter("seg", OpKind::ScatterAdd) == ScatterAlgo::Atomic);
-  CHECK(Policy::parse({"*=nondeterministic"}).scatter("e", OpKind::Embedding) == ScatterAlgo::Atomic);
-  CHECK_THROWS_AS(p.scatter("pool1", OpKind::MaxPool2d), Error);
+  CHECK(p.variant<ScatterAlgo>("seg", op::scatter_add) == ScatterAlgo::Atomic);
+  CHECK(Policy::parse({"*=nondeterministic"}).variant<ScatterAlgo>("e", op::embedding) == ScatterAlgo::Atomic);
+  CHECK_THROWS_AS(p.variant<ScatterAlgo>("pool1", op::maxpool2d), Error);
   CHECK_THROWS_WITH(Policy::parse({"emb.scatter=gather"}), Contains("unknown variant 'gather'") && Contains("sorted"));
-  std::vector<std::pair<std::string, OpKind>> layers = {{"emb", OpKind::Embedding}, {"seg", OpKind::ScatterAdd}};
+  std::vector<std::pair<std::string, OpKind>> layers = {{"emb", op::embedding}, {"seg", op::scatter_add}};
   CHECK_NOTHROW(Policy::parse({"emb.scatter=sorted", "seg.scatter=atomic"}).check_layers(layers));
   CHECK_THROWS_WITH(Policy::parse({"emb.bwd=gather"}).check_layers(layers), Contains("has no knob 'bwd'"));
 
@@ -284,7 +284,7 @@ TEST_CASE("Embedding and EmbeddingBag layers: named weights, normal(0, 1) init f
   REQUIRE(trace.size() == 1);
   CHECK(trace[0].op == "embedding");
   CHECK(trace[0].params == 500 * 16);
-  CHECK(Embedding::kind == OpKind::Embedding);
+  CHECK(Embedding::kind == op::embedding);
 
   EmbeddingBag bag(ctx, "attrs", 40, 8, BagMode::Mean);
   bag.init(ctx, 7);

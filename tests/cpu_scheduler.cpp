@@ -12,6 +12,7 @@
 #include "experiments/attribute.h"
 #include "experiments/scheduler.h"
 #include "train_support.h"
+#include "ditto/ditto.h"
 
 using namespace ditto;
 
@@ -92,7 +93,7 @@ TEST_CASE("run_jobs: the lowest failing job's error comes back after all workers
 TEST_CASE("attribute: two replicas at once give exactly the sequential results") {
   TrainConfig c = test::synthetic_config("two-conv", 128, 64, 16, 32);
   c.max_steps = 3;
-  Candidate k{"conv2.bwd_filter=algo0", OpKind::Conv2d, "bwd_filter", "algo0", {"conv2"}, false};
+  Candidate k{"conv2.bwd_filter=algo0", op::conv2d, "bwd_filter", "algo0", {"conv2"}, false};
   AttributeOptions o;
   o.replicas = 3;
   o.l2_steps = {1, 3};

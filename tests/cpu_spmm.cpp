@@ -145,20 +145,20 @@ TEST_CASE("spmm: invalid CSR structures are DataErrors naming the row or entry; 
 
 TEST_CASE("spmm: knobs, mode words and the manifest") {
   Policy p;
-  CHECK(p.spmm_fwd("sp") == SpmmFwd::CusparseDefault);
-  CHECK(p.spmm_bwd("sp") == SpmmBwd::Cusparse);
+  CHECK(p.variant<SpmmFwd>("sp", op::spmm) == SpmmFwd::CusparseDefault);
+  CHECK(p.variant<SpmmBwd>("sp", op::spmm) == SpmmBwd::Cusparse);
   const Policy det = Policy::parse({"*=deterministic"}), nondet = Policy::parse({"*=nondeterministic"});
-  CHECK(det.spmm_fwd("sp") == SpmmFwd::Ditto);
-  CHECK(det.spmm_bwd("sp") == SpmmBwd::Deterministic);
-  CHECK(nondet.spmm_fwd("sp") == SpmmFwd::CusparseDefault);
-  CHECK(nondet.spmm_bwd("sp") == SpmmBwd::Atomic);
+  CHECK(det.variant<SpmmFwd>("sp", op::spmm) == SpmmFwd::Ditto);
+  CHECK(det.variant<SpmmBwd>("sp", op::spmm) == SpmmBwd::Deterministic);
+  CHECK(nondet.variant<SpmmFwd>("sp", op::spmm) == SpmmFwd::CusparseDefault);
+  CHECK(nondet.variant<SpmmBwd>("sp", op::spmm) == SpmmBwd::Atomic);
   p.pin("sp", SpmmFwd::CusparseAlg3).pin("sp", SpmmBwd::Atomic);
-  CHECK(p.spmm_fwd("sp") == SpmmFwd::CusparseAlg3);
-  CHECK(p.spmm_bwd("sp") == SpmmBwd::Atomic);
+  CHECK(p.variant<SpmmFwd>("sp", op::spmm) == SpmmFwd::CusparseAlg3);
+  CHECK(p.variant<SpmmBwd>("sp", op::spmm) == SpmmBwd::Atomic);
   // A conv algorithm is no variant of spmm's fwd; a wildcard conv pin leaves spmm alone.
-  CHECK_THROWS_AS(Policy::parse({"sp.fwd=winograd"}).spmm_fwd("sp"), PolicyError);
-  CHECK(Policy::parse({"*.fwd=winograd"}).spmm_fwd("sp") == SpmmFwd::CusparseDefault);
-  CHECK(std::string(op_kind_name(OpKind::Spmm)) == "spmm");
+  CHECK_THROWS_AS(Policy::parse({"sp.fwd=winograd"}).variant<SpmmFwd>("sp", op::spmm), PolicyError);
+  CHECK(Policy::parse({"*.fwd=winograd"}).variant<SpmmFwd>("sp", op::spmm) == SpmmFwd::CusparseDefault);
+  CHECK(std::string(op_kind_name(op::spmm)) == "spmm");
 
   Context ctx(Device::cpu(), p);
   CsrMatrix a = csr_from_host(ctx, 2, 3, {0, 1, 2}, {0, 2}, {1, 1});

@@ -1,5 +1,5 @@
 // The networks of the other task kinds (nets/detail/tasks.h) and what the trainer does for them
-// (experiments/task.h): units, codes, scores and predictions files; the nets' knobs and shapes;
+// (experiments/task_scoring.h): units, codes, scores and predictions files; the nets' knobs and shapes;
 // end-to-end training on the CPU (the loss falls, a repeat is bit-identical, a finished run reads
 // back); the noise lab's candidates; an experiment and an attribution over a task net.
 #include <catch2/catch.hpp>
@@ -14,11 +14,12 @@
 #include "experiments/attribute.h"
 #include "experiments/ensemble.h"
 #include "experiments/run_dir.h"
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 #include "net_support.h"
 #include "nets/nets.h"
 #include "nets/detail/tasks.h"
 #include "train_support.h"
+#include "ditto/ditto.h"
 
 using namespace ditto;
 namespace fs = std::filesystem;
@@ -140,12 +141,12 @@ TEST_CASE("task nets: knob layers cover parameters; the new ops are knob layers;
   };
   const std::vector<Case> cases = {
       {"unet-small", {"unet-small", 11, 1}, {2, 1, 28, 28}, {2, 11, 28, 28}, 58091,
-       {{"up1", OpKind::Upsample}, {"up2", OpKind::Upsample}, {"loss", OpKind::PixelXent}}, Task::Segmentation},
+       {{"up1", op::upsample}, {"up2", op::upsample}, {"loss", op::pixel_xent}}, Task::Segmentation},
       {"stn", {"stn", 10, 1}, {2, 1, kStnCanvas, kStnCanvas}, {2, 10}, 36000,
-       {{"affine_grid", OpKind::AffineGrid}, {"grid_sample", OpKind::GridSample}, {"loss", OpKind::SoftmaxXent}},
+       {{"affine_grid", op::affine_grid}, {"grid_sample", op::grid_sample}, {"loss", op::softmax_xent}},
        Task::Classification},
       {"ctc-cnn", {"ctc-cnn", 11, 1}, {2, 1, 28, 24 * kStringMaxLength}, {9, 2, 11}, 112619,
-       {{"time_major", OpKind::Embedding}, {"loss", OpKind::CtcLoss}, {"loss_mean", OpKind::Reduce}}, Task::Sequence},
+       {{"time_major", op::embedding}, {"loss", op::ctc_loss}, {"loss_mean", op::reduce}}, Task::Sequence},
   };
   for (const auto& c : cases) {
     INFO(c.model);

@@ -190,9 +190,9 @@ TEST_CASE("pins_from_manifest: every recorded kernel becomes a pin the policy ac
   CHECK(pins == std::vector<std::string>{"conv1.bwd_filter=algo0", "conv1.math=tf32", "conv1.bwd_filter@80x3x32x32=algo1",
                                          "conv1.math=tf32", "pool1.bwd=gather", "fc1.math=fma"});
   Policy p = Policy::parse(pins);
-  CHECK(p.conv_bwd_filter("conv1").algo == ConvBwdFilterAlgo::Algo0);
-  CHECK(p.conv_bwd_filter("conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
-  CHECK(p.math("conv1", OpKind::Conv2d) == MathMode::Tf32);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::Algo0);
+  CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
+  CHECK(p.variant<MathMode>("conv1", op::conv2d) == MathMode::Tf32);
   write_file_atomic("bad.json", "{\"ops\": [");
   CHECK_THROWS_WITH(pins_from_manifest("bad.json"), Catch::Matchers::Contains("bad.json"));
   CHECK_THROWS_AS(pins_from_manifest("none.json"), IoError);

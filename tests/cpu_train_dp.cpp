@@ -17,6 +17,7 @@
 #include "experiments/diverge.h"
 #include "experiments/train.h"
 #include "train_support.h"
+#include "engine/collective.h"
 
 using namespace ditto;
 namespace fs = std::filesystem;
@@ -157,7 +158,7 @@ TEST_CASE("noise lab: a data-parallel run's buckets are candidates") {
   const auto cands = data_parallel_candidates(c, 10, 3);
   REQUIRE(cands.size() >= 2);
   CHECK(cands.front().name == "bucket0.algo=nccl-default");
-  CHECK(cands.front().op == OpKind::AllReduce);
+  CHECK(cands.front().op == op::allreduce);
   CHECK(cands.back().group == (cands.size() > 2));
   c.gpus = 1;
   c.dp_groups = 0;

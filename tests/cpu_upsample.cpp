@@ -200,12 +200,12 @@ TEST_CASE("upsample2d on the CPU: matches the reference through the tape; errors
   CHECK_THROWS_AS(upsample_size(3, -1.0), ShapeError);
 
   Policy pol;
-  CHECK(pol.upsample_bwd("up") == UpsampleBwd::Atomic);  // heuristic: PyTorch's bilinear backward
-  CHECK(Policy::parse({"*=deterministic"}).upsample_bwd("up") == UpsampleBwd::Gather);
-  CHECK(Policy::parse({"*.bwd=gather"}).upsample_bwd("up") == UpsampleBwd::Gather);  // as for max pools
-  CHECK(Policy::parse({"*.bwd=cudnn"}).upsample_bwd("up") == UpsampleBwd::Atomic);  // not an upsample variant
+  CHECK(pol.variant<UpsampleBwd>("up", op::upsample) == UpsampleBwd::Atomic);  // heuristic: PyTorch's bilinear backward
+  CHECK(Policy::parse({"*=deterministic"}).variant<UpsampleBwd>("up", op::upsample) == UpsampleBwd::Gather);
+  CHECK(Policy::parse({"*.bwd=gather"}).variant<UpsampleBwd>("up", op::upsample) == UpsampleBwd::Gather);  // as for max pools
+  CHECK(Policy::parse({"*.bwd=cudnn"}).variant<UpsampleBwd>("up", op::upsample) == UpsampleBwd::Atomic);  // not an upsample variant
   pol.pin("up", UpsampleBwd::Gather);
   CHECK(pol.rules().back() == "up.bwd=gather");
-  CHECK_THROWS_WITH(Policy::parse({"up.bwd=cudnn"}).check_layers({{"up", OpKind::Upsample}}),
+  CHECK_THROWS_WITH(Policy::parse({"up.bwd=cudnn"}).check_layers({{"up", op::upsample}}),
                     Contains("not a variant of bwd"));
 }

@@ -83,10 +83,10 @@ TEST_CASE("zoo: VGG parameter counts, names and knobs as torchvision's") {
     CHECK(net->stochastic());
     const bool bn = model.find("-bn") != std::string::npos;
     const int convs = model.rfind("vgg16", 0) == 0 ? 13 : 16;
-    CHECK(count_kind(*net, OpKind::Conv2d) == convs);
-    CHECK(count_kind(*net, OpKind::BatchNorm) == (bn ? convs : 0));
-    CHECK(count_kind(*net, OpKind::MaxPool2d) == 5);
-    CHECK(count_kind(*net, OpKind::Linear) == 3);
+    CHECK(count_kind(*net, op::conv2d) == convs);
+    CHECK(count_kind(*net, op::batchnorm) == (bn ? convs : 0));
+    CHECK(count_kind(*net, op::maxpool2d) == 5);
+    CHECK(count_kind(*net, op::linear) == 3);
     check_knobs_cover_params(*net);
     // torchvision's state_dict names: features.0 the first conv, features.1 its bn (or relu).
     auto params = net->params();
@@ -140,10 +140,10 @@ TEST_CASE("zoo: bottleneck ResNet parameter counts, names and knobs as torchvisi
     CHECK_FALSE(net->stochastic());
     // stem + 3 per block + 4 downsamples (the first block of each stage).
     const int64_t convs = 1 + 3 * blocks.at(model) + 4;
-    CHECK(count_kind(*net, OpKind::Conv2d) == convs);
-    CHECK(count_kind(*net, OpKind::BatchNorm) == convs);
-    CHECK(count_kind(*net, OpKind::MaxPool2d) == 1);
-    CHECK(count_kind(*net, OpKind::Linear) == 1);
+    CHECK(count_kind(*net, op::conv2d) == convs);
+    CHECK(count_kind(*net, op::batchnorm) == convs);
+    CHECK(count_kind(*net, op::maxpool2d) == 1);
+    CHECK(count_kind(*net, op::linear) == 1);
     CHECK(net->buffers().size() == std::size_t(2 * convs));
     check_knobs_cover_params(*net);
     std::vector<std::string> head;
@@ -224,10 +224,10 @@ TEST_CASE("zoo: MediumCNN(k) parameter count by formula, names and knobs") {
       CHECK(net->name() == model);
       CHECK(net->param_count() == want);
       if (k == 3 && channels == 3) CHECK(want == 1579914);
-      CHECK(count_kind(*net, OpKind::Conv2d) == 6);
-      CHECK(count_kind(*net, OpKind::BatchNorm) == 6);
-      CHECK(count_kind(*net, OpKind::MaxPool2d) == 6);
-      CHECK(count_kind(*net, OpKind::Linear) == 1);
+      CHECK(count_kind(*net, op::conv2d) == 6);
+      CHECK(count_kind(*net, op::batchnorm) == 6);
+      CHECK(count_kind(*net, op::maxpool2d) == 6);
+      CHECK(count_kind(*net, op::linear) == 1);
       check_knobs_cover_params(*net);
       CHECK(net->params()[0].var.value().shape() == Shape{16, channels, k, k});
     }

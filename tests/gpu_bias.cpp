@@ -39,7 +39,7 @@ TEST_CASE("gpu bias: forward, dx and every db variant against the CPU reference"
       if (layer == "b_cudnn" && shape.size() != 4) continue;  // cudnn is 4-D only (a PolicyError otherwise)
       INFO("variant " << layer);
       Var x(ctx.from_host(xv, shape), true), b(ctx.from_host(bv, {c}), true);
-      OpKind kind = shape.size() == 4 ? OpKind::Conv2d : OpKind::Linear;
+      OpKind kind = shape.size() == 4 ? op::conv2d : op::linear;
       Var y = bias_add(ctx, layer, kind, x, b);
       ctx.tape().backward(ctx, y, ctx.from_host(dyv, shape));
       // y = x + b is one correctly rounded float addition on both sides: bit-equal.
@@ -73,7 +73,7 @@ TEST_CASE("gpu bias: deterministic and cudnn bit-equal over 10 runs; atomic vari
     Var b(bt, true);
     auto step = [&] {
       b.zero_grad();
-      Var y = bias_add(ctx, layer, OpKind::Conv2d, Var(x), b);
+      Var y = bias_add(ctx, layer, op::conv2d, Var(x), b);
       ctx.tape().backward(ctx, y, dy);
       return b.grad();
     };
@@ -104,7 +104,7 @@ TEST_CASE("gpu bias: deterministic and cudnn bit-equal over 10 runs; atomic vari
   Var b2(ctx.zeros({64}), true);
   auto step2 = [&] {
     b2.zero_grad();
-    ctx.tape().backward(ctx, bias_add(ctx, "b_det", OpKind::Linear, Var(ctx.zeros({8192, 64})), b2), dy2);
+    ctx.tape().backward(ctx, bias_add(ctx, "b_det", op::linear, Var(ctx.zeros({8192, 64})), b2), dy2);
     return b2.grad();
   };
   CHECK(test::distinct_results(10, step2) == 1);

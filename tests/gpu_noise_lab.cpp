@@ -11,6 +11,7 @@
 #include "experiments/attribute.h"
 #include "experiments/diverge.h"
 #include "train_support.h"
+#include "ditto/ditto.h"
 
 using namespace ditto;
 namespace fs = std::filesystem;
@@ -77,7 +78,7 @@ TEST_CASE("gpu attribute: a noisy kernel diverges, the deterministic baseline do
   TrainConfig c = small();
   c.max_steps = 10;
   c.checkpoint = false;
-  Candidate noisy{"conv2.bwd_filter=algo0", OpKind::Conv2d, "bwd_filter", "algo0", {"conv2"}, false};
+  Candidate noisy{"conv2.bwd_filter=algo0", op::conv2d, "bwd_filter", "algo0", {"conv2"}, false};
   AttributeOptions o;
   o.replicas = 3;
   o.l2_steps = {1, 10};

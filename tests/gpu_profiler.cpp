@@ -10,16 +10,15 @@
 
 #include "engine/error.h"
 #include "engine/policy.h"
+#include "kernels/conv2d.h"
 #include "profiler_support.h"
 
 using namespace ditto;
 
 namespace {
 bool is_conv_algo(const std::string& knob, const std::string& name) {
-  for (const auto& k : knobs())
-    if (k.op == OpKind::Conv2d && k.name == knob)
-      return std::find(k.variants.begin(), k.variants.end(), name) != k.variants.end();
-  return false;
+  const KnobSpec* k = find_knob(op::conv2d, knob);
+  return k && k->index_of(name) != KnobPick::kNone;
 }
 }  // namespace
 

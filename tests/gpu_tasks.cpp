@@ -1,4 +1,4 @@
-// The networks of the other task kinds on the GPU (nets/detail/tasks.h, experiments/task.h), on their
+// The networks of the other task kinds on the GPU (nets/detail/tasks.h, experiments/task_scoring.h), on their
 // built-in data: under deterministic kernels and fixed seeds two runs end bit-identical; a graphed
 // run (targets and CTC input lengths through the graph's fixed buffers) ends with the eager run's
 // bits; the first step's loss matches the CPU reference; the framework-default kernels (heuristic:

@@ -15,6 +15,7 @@
 #include "nets/module.h"
 #include "nets/nets.h"
 #include "support.h"
+#include "kernels/linear.h"
 
 namespace ditto::test {
 
@@ -40,9 +41,9 @@ inline void check_knobs_cover_params(Net& net) {
   }
   for (const auto& [name, kind] : knobs) {
     INFO(name);
-    if (kind == OpKind::Conv2d || kind == OpKind::Linear || kind == OpKind::BatchNorm) CHECK(owners.count(name) == 1);
+    if (kind == op::conv2d || kind == op::linear || kind == op::batchnorm) CHECK(owners.count(name) == 1);
   }
-  for (const auto& b : net.buffers()) CHECK(knobs.at(layer_of(b.name)) == OpKind::BatchNorm);
+  for (const auto& b : net.buffers()) CHECK(knobs.at(layer_of(b.name)) == op::batchnorm);
 }
 
 inline int64_t count_kind(Net& net, OpKind kind) {
@@ -151,10 +152,10 @@ inline void check_full_size(const std::string& model, const Expect& e) {
   CHECK(net->name() == model);
   CHECK(net->param_count() == e.params);
   CHECK(net->stochastic() == e.stochastic);
-  CHECK(count_kind(*net, OpKind::Conv2d) == e.convs);
-  CHECK(count_kind(*net, OpKind::BatchNorm) == e.bns);
-  CHECK(count_kind(*net, OpKind::Linear) == e.linears);
-  CHECK(count_kind(*net, OpKind::MaxPool2d) == e.max_pools);
+  CHECK(count_kind(*net, op::conv2d) == e.convs);
+  CHECK(count_kind(*net, op::batchnorm) == e.bns);
+  CHECK(count_kind(*net, op::linear) == e.linears);
+  CHECK(count_kind(*net, op::maxpool2d) == e.max_pools);
   CHECK(net->buffers().size() == std::size_t(2 * e.bns));
   check_knobs_cover_params(*net);
   auto names = param_names(*net);

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/policy.h"
+#include "kernels/reduction.h"
 
 namespace ditto { class Context; }
 

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/policy.h"
+#include "kernels/reduction.h"
 
 namespace ditto { class Context; }
 

@@ -33,7 +33,7 @@ std::vector<int32_t> time_major_index(int64_t n, int64_t a, int64_t t);
 
 // A ZooNet (parameters, buffers and knob layers from one list) that also runs ops ZooNet does not
 // create — upsampling, grid sampling, embeddings — listed as extra knob layers, and whose loss
-// layers are its task's (task_loss_layers, engine/task.h) instead of softmax cross-entropy.
+// layers are its task's (task_loss_layers, engine/task_kind.h) instead of softmax cross-entropy.
 class TaskNet : public zoo::ZooNet {
  public:
   explicit TaskNet(InputSpec input) : ZooNet(std::move(input)) {}

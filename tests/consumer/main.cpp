@@ -38,7 +38,7 @@ class Tiny : public ditto::zoo::ZooNet {
 
 int main() {
   ditto::Policy policy = ditto::Policy::parse({"*=deterministic", "conv1.bwd_filter=algo0"});
-  if (policy.conv_bwd_filter("conv1").mode != ditto::SelectMode::Pinned) return 1;
+  if (ditto::conv_choice<ditto::ConvBwdFilterAlgo>(policy, "conv1").mode != ditto::SelectMode::Pinned) return 1;
   ditto::Context ctx(ditto::Device::cpu(), policy);
 
   Tiny net(ctx, 4);

@@ -1,7 +1,7 @@
-// The predictions.csv of a segmentation and of a sequence run (experiments/task.h), two pieces of
+// The predictions.csv of a segmentation and of a sequence run (experiments/task_scoring.h), two pieces of
 // one input, read back against small test sets of each task: a segmentation of two 2x3 images and
 // three digit strings of up to 3 symbols.
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 #include "fuzz_support.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/check.h"
+#include "engine/operand_check.h"
 
 #include <fmt/format.h>
 

@@ -1,9 +1,9 @@
-#include "engine/elementwise.h"
+#include "engine/tensor_ops.h"
 
 #include <fmt/format.h>
 
-#include "engine/check.h"
-#include "engine/detail/elementwise_cuda.h"
+#include "engine/operand_check.h"
+#include "engine/detail/tensor_ops_cuda.h"
 
 namespace ditto {
 

@@ -1,6 +1,6 @@
 // The engine's own elementwise ops on tensors: fill (Context::full, batch-norm resets), in-place
 // add (the tape accumulating gradients), axpy and scale (optimizers, loss sums). CPU loops and
-// CUDA kernels (engine/elementwise.cu) compute the same expression per element. All deterministic:
+// CUDA kernels (engine/tensor_ops.cu) compute the same expression per element. All deterministic:
 // one thread per element, no reductions. Differentiable ops on variables (add, flatten) are in
 // kernels/elementwise.h.
 #pragma once

@@ -1,7 +1,7 @@
-// The engine's elementwise CUDA kernels (engine/elementwise.h). Deterministic: one thread per
+// The engine's elementwise CUDA kernels (engine/tensor_ops.h). Deterministic: one thread per
 // element (grid-stride), no atomics, the CPU loop's expression per element.
 #include "engine/detail/cuda_state.h"
-#include "engine/detail/elementwise_cuda.h"
+#include "engine/detail/tensor_ops_cuda.h"
 #include "engine/detail/launch.cuh"
 
 namespace ditto::cuda {

@@ -1,4 +1,4 @@
-// What the trainer does per task kind (engine/task.h): the loss a training step applies to the
+// What the trainer does per task kind (engine/task_kind.h): the loss a training step applies to the
 // net's output, what one prediction is (the "unit" that churn and stability count), how units are
 // predicted, scored and written to predictions.csv, and read back.
 //
@@ -23,7 +23,7 @@
 
 #include "datasets/dataset.h"
 #include "engine/tape.h"
-#include "engine/task.h"
+#include "engine/task_kind.h"
 
 namespace ditto {
 

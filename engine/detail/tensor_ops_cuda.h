@@ -1,4 +1,4 @@
-// Internal: CUDA launchers of engine/elementwise.cu.
+// Internal: CUDA launchers of engine/tensor_ops.cu.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // What a network's output means, and so how a trainer turns it into a loss, predictions and
-// scores (experiments/task.h does that):
+// scores (experiments/task_scoring.h does that):
 //   classification  logits {N, classes}: softmax cross-entropy; the prediction unit is the example
 //                   (its top-1 class); top-1 / top-5 accuracy
 //   segmentation    logits {N, classes, H, W}: pixel-wise cross-entropy; the unit is the pixel
@@ -12,8 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/policy.h"
-
 namespace ditto {
 
 enum class Task { Classification, Segmentation, Sequence };
@@ -25,19 +23,6 @@ inline const char* task_name(Task t) {
     case Task::Sequence: return "sequence";
   }
   return "?";
-}
-
-// The knob layers of a task's loss, which the training step runs on the net's output
-// (experiments/task.h) and a net lists last among its knob layers: "loss" (softmax_xent,
-// pixel_xent or ctc_loss) and, for sequences, "loss_mean" (reduce: the batch mean of the
-// per-sequence CTC costs).
-inline std::vector<std::pair<std::string, OpKind>> task_loss_layers(Task t) {
-  switch (t) {
-    case Task::Segmentation: return {{"loss", OpKind::PixelXent}};
-    case Task::Sequence: return {{"loss", OpKind::CtcLoss}, {"loss_mean", OpKind::Reduce}};
-    case Task::Classification: break;
-  }
-  return {{"loss", OpKind::SoftmaxXent}};
 }
 
 }  // namespace ditto

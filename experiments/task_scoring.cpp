@@ -1,4 +1,4 @@
-#include "experiments/task.h"
+#include "experiments/task_scoring.h"
 
 #include <fmt/format.h>
 
