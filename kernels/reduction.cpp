@@ -7,7 +7,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/operand_check.h"
-#include "kernels/detail/own_knob.h"
+#include "kernels/detail/op_record.h"
 #include "kernels/detail/reduction_cuda.h"
 #include "kernels/reduction_ref.h"
 
@@ -18,7 +18,15 @@ std::vector<VariantSpec> reduction_variants() {
           {"deterministic", Guarantee::GpuToGpu, Impl::Ditto, "per-block partial sums added in a fixed order"}};
 }
 
-DITTO_KNOB(reduce_knob, {op::reduce, "reduce", reduction_variants(), "atomic", false, "the sum's order"})
+namespace {
+std::vector<VariantSpec> reduce_variants() {
+  std::vector<VariantSpec> v = reduction_variants();
+  v.push_back({"cub", Guarantee::RunToRun, Impl::Library, "cub::DeviceReduce::Sum (two passes, grid by SM count)"});
+  return v;
+}
+}  // namespace
+
+DITTO_KNOB(reduce_knob, {op::reduce, "reduce", reduce_variants(), "atomic", false, "the sum's order"})
 
 const char* name_of(Reduction r) { return variant_name(reduce_knob(), r); }
 
@@ -37,16 +45,18 @@ Var reduce_all(Context& ctx, const std::string& layer, const Var& x, bool mean) 
     ws_bytes = sizeof(float) * cuda::reduce_workspace_floats(n, r);
     detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
-      throw PolicyError(fmt::format("{}: reduce=deterministic needs a workspace of {} bytes, which could not be "
+      throw PolicyError(fmt::format("{}: reduce={} needs a workspace of {} bytes, which could not be "
                                     "allocated; reduce=atomic needs none",
-                                    op, ws_bytes));
+                                    op, name_of(r), ws_bytes));
     cuda::reduce_all(ctx, x.value().f32(), n, mean, r, static_cast<float*>(ws.get()), out.f32());
   } else {
     const double s = ref::sum_all(x.value().f32(), n);
     out.f32()[0] = static_cast<float>(mean ? s / double(n) : s);
   }
-  detail::record_own_knob(ctx, layer, "reduce", "reduce", name_of(r), requested, r == Reduction::Deterministic,
-                          ws_bytes);
+  const VariantSpec& ran = reduce_knob().variants[static_cast<std::size_t>(r)];
+  detail::record_knob(ctx, layer, "reduce", "reduce", ran.name, requested,
+                      ran.guarantee == Guarantee::NotGuaranteed ? Determinism::No : Determinism::Yes, ran.impl,
+                      ws_bytes);
 
   const bool grad = needs_grad(ctx, {&x});
   Var y(std::move(out), grad);

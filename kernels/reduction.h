@@ -22,8 +22,10 @@ namespace ditto {
 namespace op { inline constexpr OpKind reduce{"reduce"}; }
 
 // Knob `reduce` of the ops that sum many terms into few (softmax_xent in kernels/loss.cpp,
-// pixel_xent, and reduce here): atomicAdd, or ditto's fixed-order tree.
-enum class Reduction { Atomic, Deterministic };
+// pixel_xent, and reduce here): atomicAdd, or ditto's fixed-order tree; the whole-tensor reduce
+// also CUB's two-pass cub::DeviceReduce::Sum, whose grid follows the SM count (the same bits on
+// one GPU model, run_to_run, as CUB documents it).
+enum class Reduction { Atomic, Deterministic, Cub };
 const KnobSpec& reduce_knob();
 const char* name_of(Reduction r);
 inline const char* knob_name(Reduction) { return "reduce"; }

@@ -113,8 +113,8 @@ TEST_CASE("knobs: each family's enum names its registered variants in order") {
   check_enum_names<CublasAtomics>(linear_cublas_atomics_knob(), 2);
   check_enum_names<PoolBwd>(pool_bwd_knob(), 4);
   check_enum_names<BnBwd>(bn_bwd_knob(), 3);
-  check_enum_names<Reduction>(reduce_knob(), 2);
-  check_enum_names<Reduction>(knob_spec(op::softmax_xent, "reduce"), 2);
+  check_enum_names<Reduction>(reduce_knob(), 3);
+  check_enum_names<Reduction>(knob_spec(op::softmax_xent, "reduce"), 2);  // the prefix without cub
   check_enum_names<Reduction>(knob_spec(op::pixel_xent, "reduce"), 2);
   check_enum_names<ScatterAlgo>(scatter_add_knob(), 2);
   check_enum_names<ScatterAlgo>(embedding_scatter_knob(), 2);

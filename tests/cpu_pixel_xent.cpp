@@ -168,4 +168,15 @@ TEST_CASE("reduce_sum and reduce_mean on the CPU: double sums, broadcast gradien
   CHECK(std::isnan(reduce_mean(ctx, "mean", empty).value().to_host_f32()[0]));
   CHECK(Policy().variant<Reduction>("sum", op::reduce) == Reduction::Atomic);
   CHECK_THROWS_WITH(Policy::parse({"sum.reduce=sorted"}), Contains("unknown variant 'sorted'"));
+  // CUB's sum is a variant of the whole-tensor reduce alone: the losses' reduce knobs lack it.
+  const Policy cub = Policy::parse({"sum.reduce=cub", "loss.reduce=cub"});
+  CHECK(cub.variant<Reduction>("sum", op::reduce) == Reduction::Cub);
+  CHECK(cub.requested("sum", "reduce", op::reduce) == "pinned");
+  CHECK_THROWS_WITH(cub.variant<Reduction>("loss", op::softmax_xent), Contains("not a variant of reduce"));
+  CHECK_THROWS_WITH(cub.variant<Reduction>("loss", op::pixel_xent), Contains("not a variant of reduce"));
+  Context pinned(Device::cpu(), cub);  // the CPU runs its reference whatever is pinned, and says so
+  CHECK(reduce_sum(pinned, "sum", Var(pinned.from_host(xv, {10, 100}))).value().to_host_f32()[0] ==
+        static_cast<float>(want));
+  CHECK(pinned.manifest().find("sum", "reduce")->variant == "cpu-reference");
+  CHECK(pinned.manifest().find("sum", "reduce")->requested == "pinned");
 }
