@@ -96,6 +96,9 @@ __global__ void fold_kernel(float* __restrict__ acc, const float* __restrict__ p
 // loads coalesce), then thread (ty, tx) adds the 32 positions' products into its 4x4 weights
 // (k = ty*4.., crs = tx*4..) in position order. Each weight of the tile has one owner, so the
 // part's sum needs no reduction across threads; the parts are folded afterwards in part order.
+// One function of about 80 lines on purpose: the stage loop's loads, barrier and register tile
+// share the shared-memory arrays and the 4x4 accumulators, which helpers would have to pass by
+// reference through every call; it reads top to bottom as load stage, sync, multiply, sync.
 template <class I>
 __global__ void __launch_bounds__(kThreads) implicit_wgrad_kernel(ConvGeom g, const float* __restrict__ x,
                                                                   const float* __restrict__ dy,
