@@ -505,7 +505,8 @@ void engine_candidates(Context& ctx, const ProblemRun& r) {
       std::vector<std::string> notes;
       for (int n : c.notes) notes.push_back(note_name(n));
       const std::string label = c.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ? "no" : "yes";
-      if (r.o.math == "fma" && (c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) || c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))) {
+      if (r.o.math == "fma" &&
+          (c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) || c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))) {
         r.not_run(c.name(), label, notes, "not run: tensor-core or down-converting engine under fma math", 0);
         continue;
       }
