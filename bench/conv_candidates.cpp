@@ -1,6 +1,6 @@
 // conv_candidates: every way to run each convolution backward problem of a model, timed and
 // checked for bitwise repeatability — the measurement that decides which deterministic variants
-// a tuned run can choose from (issue 15: "measure before you decide").
+// a tuned run can choose from ("measure before you decide").
 //
 // Per model (batch --batch, the model's image size, 1000 classes): one deterministic training
 // step with an empty tuning table collects the model's convolution problems (engine/tuning.h:
@@ -158,16 +158,9 @@ struct EngineProblem {
   int64_t uid_in = 1, uid_other = 2, uid_out = 3;
 };
 
-EngineProblem engine_problem(cudnnHandle_t h, const std::string& direction, const TuningEntry& e) {
-  EngineProblem p;
-  const int64_t N = e.x[0], K = e.w[0];
-  const auto& x = e.x;
-  const auto& w = e.w;
-  const int64_t Ho = (x[2] + 2 * e.pad_h - e.dilation_h * (w[2] - 1) - 1) / e.stride_h + 1;
-  const int64_t Wo = (x[3] + 2 * e.pad_w - e.dilation_w * (w[3] - 1) - 1) / e.stride_w + 1;
-  p.keep.push_back(tensor_desc(1, x));
-  p.keep.push_back(tensor_desc(2, w));
-  p.keep.push_back(tensor_desc(3, {N, K, Ho, Wo}));
+// The backward operation's convolution descriptor: fp32 cross-correlation with e's strides,
+// padding and dilation.
+Backend conv_descriptor(const TuningEntry& e) {
   Backend conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
@@ -181,8 +174,13 @@ EngineProblem engine_problem(cudnnHandle_t h, const std::string& direction, cons
   conv.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
   conv.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
   conv.finalize();
+  return conv;
+}
+
+// The backward-data (w, dy -> dx) or backward-filter (x, dy -> dw) operation over p's tensors
+// (p.keep: x, w, dy), with p's uids set to its inputs and output.
+Backend backward_operation(bool data, const Backend& conv, EngineProblem& p) {
   const float alpha = 1.f, beta = 0.f;
-  const bool data = direction == "bwd_data";
   Backend op(data ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
                   : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
   auto xd = p.keep[0].get(), wd = p.keep[1].get(), yd = p.keep[2].get(), cd = conv.get();
@@ -204,6 +202,91 @@ EngineProblem engine_problem(cudnnHandle_t h, const std::string& direction, cons
     p.uid_in = 1, p.uid_other = 3, p.uid_out = 2;  // x, dy -> dw
   }
   op.finalize();
+  return op;
+}
+
+// The knob choices of an engine configuration, as (knob type, value); none where cuDNN lists none.
+std::vector<std::pair<int, int64_t>> knob_choices(const Backend& cfg) {
+  std::vector<std::pair<int, int64_t>> knobs;
+  int64_t nk = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &nk,
+                               nullptr) != CUDNN_STATUS_SUCCESS || nk <= 0)
+    return knobs;
+  std::vector<Backend> choices;
+  std::vector<cudnnBackendDescriptor_t> craw;
+  for (int64_t j = 0; j < nk; ++j) {
+    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    craw.push_back(choices.back().get());
+  }
+  int64_t gk = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, nk, &gk,
+                               craw.data()) == CUDNN_STATUS_SUCCESS)
+    for (int64_t j = 0; j < gk; ++j) {
+      cudnnBackendKnobType_t type;
+      int64_t value = 0, m = 0;
+      cudnnBackendGetAttribute(craw[j], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &m, &type);
+      cudnnBackendGetAttribute(craw[j], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &m, &value);
+      knobs.push_back({int(type), value});
+    }
+  return knobs;
+}
+
+// An engine configuration's engine (global index), numerical notes and sorted knob choices; false
+// where cuDNN does not say which engine it configures.
+bool describe_engine_cfg(EngineCfg& c) {
+  Backend eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(c.cfg->get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                               eng.ptr()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &c.engine);
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t nn = 0;
+  if (cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) == CUDNN_STATUS_SUCCESS)
+    for (int64_t j = 0; j < nn; ++j) c.notes.push_back(int(notes[j]));
+  c.knobs = knob_choices(*c.cfg);
+  std::sort(c.knobs.begin(), c.knobs.end());
+  return true;
+}
+
+// The engine configurations heuristic mode `hm` lists for `graph`, in its order (none where the
+// mode does not apply).
+std::vector<std::shared_ptr<Backend>> heuristic_cfgs(const Backend& graph, cudnnBackendHeurMode_t hm) {
+  Backend heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  auto gd = graph.get();
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &gd);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm);
+  if (heur.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS || count <= 0)
+    return {};
+  std::vector<std::shared_ptr<Backend>> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.push_back(std::make_shared<Backend>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(cfgs.back()->get());
+  }
+  int64_t got = 0;
+  BK_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                    &got, raw.data()));
+  cfgs.resize(static_cast<std::size_t>(std::min(got, count)));
+  return cfgs;
+}
+
+EngineProblem engine_problem(cudnnHandle_t h, const std::string& direction, const TuningEntry& e) {
+  EngineProblem p;
+  const int64_t N = e.x[0], K = e.w[0];
+  const auto& x = e.x;
+  const auto& w = e.w;
+  const int64_t Ho = (x[2] + 2 * e.pad_h - e.dilation_h * (w[2] - 1) - 1) / e.stride_h + 1;
+  const int64_t Wo = (x[3] + 2 * e.pad_w - e.dilation_w * (w[3] - 1) - 1) / e.stride_w + 1;
+  p.keep.push_back(tensor_desc(1, x));
+  p.keep.push_back(tensor_desc(2, w));
+  p.keep.push_back(tensor_desc(3, {N, K, Ho, Wo}));
+  Backend conv = conv_descriptor(e);
+  Backend op = backward_operation(direction == "bwd_data", conv, p);
   p.graph = std::make_shared<Backend>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   auto opd = op.get();
   p.graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &opd);
@@ -213,63 +296,13 @@ EngineProblem engine_problem(cudnnHandle_t h, const std::string& direction, cons
   p.keep.push_back(std::move(op));
 
   std::set<std::string> seen;
-  for (cudnnBackendHeurMode_t hm : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    Backend heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    auto gd = p.graph->get();
-    heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &gd);
-    heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm);
-    if (heur.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
-    int64_t count = 0;
-    if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                 nullptr) != CUDNN_STATUS_SUCCESS || count <= 0)
-      continue;
-    std::vector<std::shared_ptr<Backend>> cfgs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < count; ++i) {
-      cfgs.push_back(std::make_shared<Backend>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-      raw.push_back(cfgs.back()->get());
-    }
-    int64_t got = 0;
-    BK_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                      &got, raw.data()));
-    for (int64_t i = 0; i < got; ++i) {
+  for (cudnnBackendHeurMode_t hm : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
+    for (auto& cfg : heuristic_cfgs(*p.graph, hm)) {
       EngineCfg c;
-      c.cfg = cfgs[i];
-      Backend eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-      int64_t n = 0;
-      if (cudnnBackendGetAttribute(c.cfg->get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
-                                   eng.ptr()) != CUDNN_STATUS_SUCCESS)
-        continue;
-      cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &c.engine);
-      cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-      int64_t nn = 0;
-      if (cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                   CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) == CUDNN_STATUS_SUCCESS)
-        for (int64_t j = 0; j < nn; ++j) c.notes.push_back(int(notes[j]));
-      int64_t nk = 0;
-      if (cudnnBackendGetAttribute(c.cfg->get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                   &nk, nullptr) == CUDNN_STATUS_SUCCESS && nk > 0) {
-        std::vector<Backend> choices;
-        std::vector<cudnnBackendDescriptor_t> craw;
-        for (int64_t j = 0; j < nk; ++j) {
-          choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
-          craw.push_back(choices.back().get());
-        }
-        int64_t gk = 0;
-        if (cudnnBackendGetAttribute(c.cfg->get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, nk,
-                                     &gk, craw.data()) == CUDNN_STATUS_SUCCESS)
-          for (int64_t j = 0; j < gk; ++j) {
-            cudnnBackendKnobType_t type;
-            int64_t value = 0, m = 0;
-            cudnnBackendGetAttribute(craw[j], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &m, &type);
-            cudnnBackendGetAttribute(craw[j], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &m, &value);
-            c.knobs.push_back({int(type), value});
-          }
-      }
-      std::sort(c.knobs.begin(), c.knobs.end());
+      c.cfg = std::move(cfg);
+      if (!describe_engine_cfg(c)) continue;
       if (seen.insert(c.name()).second) p.cfgs.push_back(std::move(c));
     }
-  }
   return p;
 }
 
@@ -311,11 +344,7 @@ Tensor random_tensor(Context& ctx, const Shape& s, uint64_t seed) {
   return ctx.from_host(v, s);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"every candidate for each convolution backward problem of a model: time and repeatability"};
-  Options o;
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--models", o.models, "comma list")->delimiter(',');
   app.add_option("--batch", o.batch, "batch size")->check(ditto::detail::at_least(1));
   app.add_option("--image-size", o.image_size, "image side (0: the model's own)")->check(ditto::detail::at_least(0));
@@ -327,6 +356,199 @@ int main(int argc, char** argv) {
   app.add_option("--max-engines", o.max_engines, "run at most this many engine configurations per problem, in "
                                                  "heuristic order (0: all)")->check(ditto::detail::at_least(0));
   app.add_option("--out", o.out, "append one JSON line per candidate")->required();
+}
+
+// A model's convolution problems (every direction) and, per problem key without its direction,
+// how many of the model's layers meet it.
+struct ModelProblems {
+  std::vector<TuningEntry> problems;
+  std::map<std::string, int> layers_of;
+};
+
+// Layers per problem: a layer's x shape (manifest) and weight shape (params) against the
+// problems with those shapes (strides and padding cannot be told apart this way; where
+// several problems share x and w, each is counted).
+std::map<std::string, int> layers_per_problem(const Manifest& manifest, const std::vector<Param>& params,
+                                              const std::vector<TuningEntry>& problems) {
+  std::map<std::string, int> layers_of;
+  std::map<std::string, Shape> weight_of;
+  for (const auto& p : params) weight_of[p.name] = p.var.shape();
+  for (const auto& m : manifest.entries()) {
+    if (m.op != "conv2d" || m.knob != "fwd") continue;
+    auto w = weight_of.find(m.layer + ".weight");
+    if (w == weight_of.end()) continue;
+    std::set<std::string> keys;
+    for (const auto& e : problems) {
+      TuningEntry k = e;
+      k.direction = "";
+      if (shape_key(e.x) == m.shape && e.w == w->second) keys.insert(k.key());
+    }
+    for (const auto& k : keys) layers_of[k] += 1;
+  }
+  return layers_of;
+}
+
+// The problems: one deterministic training step with an empty tuning table.
+ModelProblems model_problems(const Options& o, const std::string& model, int size, int classes) {
+  ModelProblems mp;
+  Context ctx(Device::cuda(0), Policy::parse({"*=deterministic", "*.math=" + o.math}));
+  auto table = std::make_shared<TuningTable>();
+  ctx.set_tuning(table);
+  auto net = make_net(ctx, {model, classes, 3});
+  net->init(ctx, 0);
+  auto params = net->params();
+  Sgd opt(ctx, params, SgdOptions{});
+  TrainStep step(ctx, *net, opt, false, nullptr, 1);
+  Tensor images = random_tensor(ctx, {o.batch, 3, size, size}, 1);
+  std::vector<int32_t> lab(static_cast<std::size_t>(o.batch));
+  for (std::size_t i = 0; i < lab.size(); ++i) lab[i] = int32_t(i % std::size_t(classes));
+  Tensor labels = ctx.from_host(lab, {o.batch});
+  Tensor loss = ctx.zeros({1}), correct = ctx.zeros({2}, DType::I32);
+  step.run(images, labels, 0.01f, loss, correct);
+  ctx.synchronize();
+  for (const auto& e : table->entries())
+    if (e.op == "conv2d") mp.problems.push_back(e);  // the table also tunes pool and bias knobs
+  mp.layers_of = layers_per_problem(ctx.manifest(), params, mp.problems);
+  return mp;
+}
+
+// One backward problem of one model, with its operands, and the JSON line each candidate gets.
+struct ProblemRun {
+  const Options& o;
+  const std::string& model;
+  int size;
+  const TuningEntry& e;
+  std::string key;  // e's key without its direction
+  int layers;
+  RuntimeInfo info;
+  std::ofstream& out;
+  bool data;  // bwd_data (w, dy -> dx); otherwise bwd_filter (x, dy -> dw)
+  Conv2dParams p;
+  Tensor x, w, dy;
+
+  void line(const std::string& family, const std::string& cand, const std::string& label,
+            const std::vector<std::string>& notes, const Timing& t, std::size_t ws) const {
+    json j{{"tool", "conv_candidates"}, {"model", model}, {"batch", o.batch}, {"image_size", size},
+           {"direction", e.direction}, {"problem", key}, {"x", e.x}, {"w", e.w},
+           {"stride", {e.stride_h, e.stride_w}}, {"pad", {e.pad_h, e.pad_w}},
+           {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups}, {"layers", layers},
+           {"math", o.math}, {"family", family}, {"candidate", cand}, {"labelled", label}, {"notes", notes},
+           {"workspace_bytes", ws}, {"gpu", info.gpu_name}, {"cudnn", info.cudnn}, {"commit", info.git_commit}};
+    if (t.error.empty()) j["ms"] = t.ms, j["distinct"] = t.distinct;
+    else j["error"] = t.error.substr(0, 400);
+    out << j.dump() << "\n" << std::flush;
+  }
+  void not_run(const std::string& cand, const std::string& label, const std::vector<std::string>& notes,
+               std::string why, std::size_t ws) const {
+    Timing t;
+    t.error = std::move(why);
+    line("engine", cand, label, notes, t, ws);
+  }
+};
+
+// Legacy algorithms and ditto's own, through the library with the algorithm pinned.
+void library_candidates(Context& ctx, const ProblemRun& r) {
+  const TuningEntry& e = r.e;
+  for (const auto& info_a : conv_algos(ctx, e.direction, e.x, e.w, r.p,
+                                       r.o.math == "tf32" ? MathMode::Tf32 : MathMode::Fma)) {
+    ctx.policy().set("bench." + e.direction + "=" + info_a.name);
+    Timing t = measure(ctx, r.o, [&] {
+      return r.data ? conv2d_backward_data(ctx, "bench", r.dy, r.w, e.x, r.p)
+                    : conv2d_backward_filter(ctx, "bench", r.x, r.dy, e.w, r.p);
+    });
+    const bool own = info_a.name.rfind("ditto-", 0) == 0;
+    r.line(own ? "ditto" : "legacy", info_a.name, determinism_name(info_a.deterministic), {}, t,
+           info_a.workspace_bytes);
+  }
+}
+
+// One engine configuration: its execution plan, workspace and variant pack, then measured into
+// out_t.
+void run_engine_cfg(Context& ctx, const ProblemRun& r, const EngineProblem& ep, const EngineCfg& c,
+                    const std::string& label, const std::vector<std::string>& notes, Tensor& out_t) {
+  cudnnHandle_t h = detail::cuda_state(ctx).cudnn;
+  Backend plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  auto cd = c.cfg->get();
+  plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
+  if (const cudnnStatus_t st = plan.try_finalize(); st != CUDNN_STATUS_SUCCESS)
+    return r.not_run(c.name(), label, notes, fmt::format("plan not built: {}", cudnnGetErrorString(st)), 0);
+  int64_t ws_bytes = 0, n = 0;
+  cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws_bytes);
+  ditto::detail::Workspace ws(detail::cuda_state(ctx), std::size_t(ws_bytes));
+  if (!ws.ok())
+    return r.not_run(c.name(), label, notes, fmt::format("workspace of {} bytes not allocatable", ws_bytes),
+                     std::size_t(ws_bytes));
+  void* ptrs[3] = {r.data ? r.w.raw() : r.x.raw(), r.dy.raw(), out_t.raw()};
+  int64_t uids[3] = {ep.uid_in, ep.uid_other, ep.uid_out};
+  Backend pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  void* wsp = ws.get();
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp);
+  pack.finalize();
+  Timing t = measure(ctx, r.o, [&] {
+    BK_CHECK(cudnnBackendExecute(h, plan.get(), pack.get()));
+    return out_t;  // fingerprinted after each repeat, before the next overwrites it
+  });
+  r.line("engine", c.name(), label, notes, t, std::size_t(ws_bytes));
+}
+
+// cuDNN's backend engine configurations, in heuristic order; those fma math forbids are listed,
+// not run.
+void engine_candidates(Context& ctx, const ProblemRun& r) {
+  try {
+    EngineProblem ep = engine_problem(detail::cuda_state(ctx).cudnn, r.e.direction, r.e);
+    Tensor out_t = ctx.empty(r.data ? r.e.x : r.e.w);
+    int tried = 0;
+    for (const auto& c : ep.cfgs) {
+      std::vector<std::string> notes;
+      for (int n : c.notes) notes.push_back(note_name(n));
+      const std::string label = c.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ? "no" : "yes";
+      if (r.o.math == "fma" &&
+          (c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) || c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))) {
+        r.not_run(c.name(), label, notes, "not run: tensor-core or down-converting engine under fma math", 0);
+        continue;
+      }
+      if (r.o.max_engines > 0 && tried >= r.o.max_engines) break;
+      ++tried;
+      run_engine_cfg(ctx, r, ep, c, label, notes, out_t);
+    }
+  } catch (const std::exception& ex) {
+    Timing t;
+    t.error = ex.what();
+    r.line("engine", "(graph)", "unknown", {}, t, 0);
+  }
+}
+
+// Every candidate of every backward problem of one model.
+void model_candidates(const Options& o, const std::string& model, int size, const ModelProblems& mp,
+                      std::ofstream& out) {
+  Context ctx(Device::cuda(0), Policy::parse({"*.math=" + o.math}));
+  const RuntimeInfo info = ctx.runtime_info();
+  for (const auto& e : mp.problems) {
+    if (e.direction == "fwd") continue;
+    Conv2dParams p;
+    p.stride_h = e.stride_h, p.stride_w = e.stride_w, p.pad_h = e.pad_h, p.pad_w = e.pad_w;
+    p.dilation_h = e.dilation_h, p.dilation_w = e.dilation_w, p.groups = e.groups;
+    const Shape y = conv2d_output_shape("bench", e.x, e.w, p);
+    Tensor x = random_tensor(ctx, e.x, 2), w = random_tensor(ctx, e.w, 3), dy = random_tensor(ctx, y, 4);
+    TuningEntry k = e;
+    k.direction = "";
+    const auto layers = mp.layers_of.find(k.key());
+    const ProblemRun r{o, model, size, e, k.key(), layers != mp.layers_of.end() ? layers->second : 0, info, out,
+                       e.direction == "bwd_data", p, x, w, dy};
+    library_candidates(ctx, r);
+    if (o.engines) engine_candidates(ctx, r);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"every candidate for each convolution backward problem of a model: time and repeatability"};
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   std::ofstream out(o.out, std::ios::app);
   if (!out) {
@@ -342,143 +564,10 @@ int main(int argc, char** argv) {
       }
       const int size = image_size(o, model);
       const int classes = (model == "resnet18" || model.rfind("smallcnn", 0) == 0) ? 10 : 1000;
-      // 1. The problems: one deterministic step with an empty tuning table.
-      std::vector<TuningEntry> problems;
-      std::map<std::string, int> layers_of;  // problem key (without direction) -> layers
-      {
-        Context ctx(Device::cuda(0), Policy::parse({"*=deterministic", "*.math=" + o.math}));
-        auto table = std::make_shared<TuningTable>();
-        ctx.set_tuning(table);
-        auto net = make_net(ctx, {model, classes, 3});
-        net->init(ctx, 0);
-        auto params = net->params();
-        Sgd opt(ctx, params, SgdOptions{});
-        TrainStep step(ctx, *net, opt, false, nullptr, 1);
-        Tensor images = random_tensor(ctx, {o.batch, 3, size, size}, 1);
-        std::vector<int32_t> lab(static_cast<std::size_t>(o.batch));
-        for (std::size_t i = 0; i < lab.size(); ++i) lab[i] = int32_t(i % std::size_t(classes));
-        Tensor labels = ctx.from_host(lab, {o.batch});
-        Tensor loss = ctx.zeros({1}), correct = ctx.zeros({2}, DType::I32);
-        step.run(images, labels, 0.01f, loss, correct);
-        ctx.synchronize();
-        for (const auto& e : table->entries())
-          if (e.op == "conv2d") problems.push_back(e);  // the table also tunes pool and bias knobs
-        // Layers per problem: a layer's x shape (manifest) and weight shape (params) against the
-        // problems with those shapes (strides and padding cannot be told apart this way; where
-        // several problems share x and w, each is counted).
-        std::map<std::string, Shape> weight_of;
-        for (const auto& p : params) weight_of[p.name] = p.var.shape();
-        for (const auto& m : ctx.manifest().entries()) {
-          if (m.op != "conv2d" || m.knob != "fwd") continue;
-          auto w = weight_of.find(m.layer + ".weight");
-          if (w == weight_of.end()) continue;
-          std::set<std::string> keys;
-          for (const auto& e : problems) {
-            TuningEntry k = e;
-            k.direction = "";
-            if (shape_key(e.x) == m.shape && e.w == w->second) keys.insert(k.key());
-          }
-          for (const auto& k : keys) layers_of[k] += 1;
-        }
-      }
-      std::fprintf(stderr, "%s: %zu problem directions [%.0f s]\n", model.c_str(), problems.size(),
+      const ModelProblems mp = model_problems(o, model, size, classes);
+      std::fprintf(stderr, "%s: %zu problem directions [%.0f s]\n", model.c_str(), mp.problems.size(),
                    seconds_since(t_start));
-      // 2. Every candidate of every backward problem.
-      Context ctx(Device::cuda(0), Policy::parse({"*.math=" + o.math}));
-      const RuntimeInfo info = ctx.runtime_info();
-      for (const auto& e : problems) {
-        if (e.direction == "fwd") continue;
-        const bool data = e.direction == "bwd_data";
-        Conv2dParams p;
-        p.stride_h = e.stride_h, p.stride_w = e.stride_w, p.pad_h = e.pad_h, p.pad_w = e.pad_w;
-        p.dilation_h = e.dilation_h, p.dilation_w = e.dilation_w, p.groups = e.groups;
-        const Shape y = conv2d_output_shape("bench", e.x, e.w, p);
-        Tensor x = random_tensor(ctx, e.x, 2), w = random_tensor(ctx, e.w, 3), dy = random_tensor(ctx, y, 4);
-        TuningEntry k = e;
-        k.direction = "";
-        const int layers = layers_of.count(k.key()) ? layers_of[k.key()] : 0;
-        auto line = [&](const std::string& family, const std::string& cand, const std::string& label,
-                        const std::vector<std::string>& notes, const Timing& t, std::size_t ws) {
-          json j{{"tool", "conv_candidates"}, {"model", model}, {"batch", o.batch}, {"image_size", size},
-                 {"direction", e.direction}, {"problem", k.key()}, {"x", e.x}, {"w", e.w},
-                 {"stride", {e.stride_h, e.stride_w}}, {"pad", {e.pad_h, e.pad_w}},
-                 {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups}, {"layers", layers},
-                 {"math", o.math}, {"family", family}, {"candidate", cand}, {"labelled", label}, {"notes", notes},
-                 {"workspace_bytes", ws}, {"gpu", info.gpu_name}, {"cudnn", info.cudnn}, {"commit", info.git_commit}};
-          if (t.error.empty()) j["ms"] = t.ms, j["distinct"] = t.distinct;
-          else j["error"] = t.error.substr(0, 400);
-          out << j.dump() << "\n" << std::flush;
-        };
-        // Legacy algorithms and ditto's own, through the library with the algorithm pinned.
-        for (const auto& info_a : conv_algos(ctx, e.direction, e.x, e.w, p,
-                                             o.math == "tf32" ? MathMode::Tf32 : MathMode::Fma)) {
-          ctx.policy().set("bench." + e.direction + "=" + info_a.name);
-          Timing t = measure(ctx, o, [&] {
-            return data ? conv2d_backward_data(ctx, "bench", dy, w, e.x, p) : conv2d_backward_filter(ctx, "bench", x, dy, e.w, p);
-          });
-          const bool own = info_a.name.rfind("ditto-", 0) == 0;
-          line(own ? "ditto" : "legacy", info_a.name, determinism_name(info_a.deterministic), {}, t,
-               info_a.workspace_bytes);
-        }
-        if (!o.engines) continue;
-        // cuDNN's backend engine configurations.
-        try {
-          cudnnHandle_t h = detail::cuda_state(ctx).cudnn;
-          EngineProblem ep = engine_problem(h, e.direction, e);
-          Tensor out_t = ctx.empty(data ? e.x : e.w);
-          int tried = 0;
-          for (const auto& c : ep.cfgs) {
-            std::vector<std::string> notes;
-            for (int n : c.notes) notes.push_back(note_name(n));
-            const std::string label = c.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ? "no" : "yes";
-            if (o.math == "fma" && (c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) || c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))) {
-              Timing t;
-              t.error = "not run: tensor-core or down-converting engine under fma math";
-              line("engine", c.name(), label, notes, t, 0);
-              continue;
-            }
-            if (o.max_engines > 0 && tried >= o.max_engines) break;
-            ++tried;
-            Backend plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-            plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-            auto cd = c.cfg->get();
-            plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
-            if (const cudnnStatus_t st = plan.try_finalize(); st != CUDNN_STATUS_SUCCESS) {
-              Timing t;
-              t.error = fmt::format("plan not built: {}", cudnnGetErrorString(st));
-              line("engine", c.name(), label, notes, t, 0);
-              continue;
-            }
-            int64_t ws_bytes = 0, n = 0;
-            cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                     &ws_bytes);
-            ditto::detail::Workspace ws(detail::cuda_state(ctx), std::size_t(ws_bytes));
-            if (!ws.ok()) {
-              Timing t;
-              t.error = fmt::format("workspace of {} bytes not allocatable", ws_bytes);
-              line("engine", c.name(), label, notes, t, std::size_t(ws_bytes));
-              continue;
-            }
-            void* ptrs[3] = {data ? w.raw() : x.raw(), dy.raw(), out_t.raw()};
-            int64_t uids[3] = {ep.uid_in, ep.uid_other, ep.uid_out};
-            Backend pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-            pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
-            pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-            void* wsp = ws.get();
-            pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp);
-            pack.finalize();
-            Timing t = measure(ctx, o, [&] {
-              BK_CHECK(cudnnBackendExecute(h, plan.get(), pack.get()));
-              return out_t;  // fingerprinted after each repeat, before the next overwrites it
-            });
-            line("engine", c.name(), label, notes, t, std::size_t(ws_bytes));
-          }
-        } catch (const std::exception& ex) {
-          Timing t;
-          t.error = ex.what();
-          line("engine", "(graph)", "unknown", {}, t, 0);
-        }
-      }
+      model_candidates(o, model, size, mp, out);
       std::fprintf(stderr, "%s: done [%.0f s]\n", model.c_str(), seconds_since(t_start));
     }
   } catch (const std::exception& ex) {

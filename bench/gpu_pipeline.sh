@@ -5,19 +5,20 @@
 #   bench/gpu_pipeline.sh wait SECONDS    follow the log until the pipeline ends or time is up
 #   bench/gpu_pipeline.sh collect         results (no checkpoints) into $OUT
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
-# compare. Steps of the speed issue: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
-# replicas at a time, default 10) profile where. Steps of the protocols issue: exp-smallcnn
-# fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz). Issue 9:
-# memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
+# compare. Steps of the speed measurements: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
+# replicas at a time, default 10) profile where. Steps of the experiment protocols: exp-smallcnn
+# fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
+# Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
 # racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
-# Issue 10: zoo-overhead[:MODELS] (the cost of determinism per zoo model, ditto and PyTorch).
-# Issue 17: fig-s4[:MOMENTUM] fig-s4-resnet18[:MOMENTUM] recipe-resnet18 exp-resnet18 (each says
-# its wall time and the env vars that scale it); zoo-overhead times OVERHEAD_STEPS (100) steps.
-# Issue 18, the networks of the other task kinds: tasks[:MODELS] (MODELS a comma list of
+# The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS].
+# The paper's figure S4 and main table: fig-s4[:MOMENTUM] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
+# exp-resnet18 (each says its wall time and the env vars that scale it); zoo-overhead times
+# OVERHEAD_STEPS (100) steps.
+# The networks of the other task kinds: tasks[:MODELS] (MODELS a comma list of
 # unet-small, stn, ctc-cnn, embedding-bag; default all four), each the four settings and an add-one
-# attribution (needs .data/mnist/*.gz and .data-celeba/celeba64.tar.gz); ops18 (op_noise's rows for
-# issue 18's ops beside the PyTorch peers, bench/ops18_table.py).
-# Issue 19 on one GPU: dp1 (ResNet-18 CIFAR-10: the plain trainer and the data-parallel path with
+# attribution (needs .data/mnist/*.gz and .data-celeba/celeba64.tar.gz); task-ops (op_noise's rows for
+# those networks' ops beside the PyTorch peers, bench/task_ops_table.py).
+# Data parallelism on one GPU: dp1 (ResNet-18 CIFAR-10: the plain trainer and the data-parallel path with
 # one rank under each all-reduce, weights fingerprints and images/s); ddp (on every GPU count
 # 1, 2, 4 the host has: ditto under fixed-order and nccl-default, twice each, and PyTorch DDP).
 # Needs .data/cifar10-jpeg.tar.gz and .deps (scripts/device-prep.sh), carried with the call.
@@ -116,12 +117,12 @@ pipeline() {
           echo "no nsys on this host"
         fi ;;
       exp-smallcnn)
-        # Issue 8: the paper's settings on SmallCNN CIFAR-10 (Adam 4e-4, 10 epochs, 5 replicas).
+        # The paper's settings on SmallCNN CIFAR-10 (Adam 4e-4, 10 epochs, 5 replicas).
         $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --lr 4e-4 --optimizer adam \
           --replicas 5 --settings ALGO+IMPL,ALGO,IMPL,IMPL-ATOMIC,CONTROL --concurrent 25 --graph --quiet \
           --out $R/exp-smallcnn > $R/exp-smallcnn.txt 2> $R/exp-smallcnn.err; echo "rc=$?"; tail -10 $R/exp-smallcnn.txt ;;
       fig-s4)
-        # Issue 17, figure S4 with GPU noise: SmallCNN, CIFAR-10, SGD with momentum ARG (fig-s4 =
+        # Figure S4 with GPU noise: SmallCNN, CIFAR-10, SGD with momentum ARG (fig-s4 =
         # 0, fig-s4:0.9), constant lr, no augmentation; per lr the four {init} x {order} cells on
         # the framework-default (heuristic) kernels and a CONTROL cell (deterministic, nothing
         # varies: the zero line), 3 replicas each. Default lrs: 0.01,0.05,0.1 at momentum 0 and
@@ -129,7 +130,7 @@ pipeline() {
         # effective 1.0, where SmallCNN without batch norm may diverge). FIG_S4_LRS,
         # FIG_S4_EPOCHS (30: near the plateau at lr 0.01), FIG_S4_REPLICAS override.
         # Wall: 15 cells x 3 replicas x 30 epochs = 1350 replica-epochs at about 0.13 s each with
-        # 15 at a time graphed (issue 8: 400 in 52 s) -> about 3-4 min per momentum.
+        # 15 at a time graphed (measured earlier: 400 in 52 s) -> about 3-4 min per momentum.
         local m=${arg:-0} lrs
         if [ -n "${FIG_S4_LRS:-}" ]; then lrs=$FIG_S4_LRS; elif [ "$m" = 0 ]; then lrs=0.01,0.05,0.1; else lrs=0.001,0.005,0.01; fi
         $E --protocol fig-s4 --momentum $m --lrs $lrs --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 \
@@ -168,7 +169,7 @@ pipeline() {
         wait
         for b in 128 256 512; do echo "batch $b: $(tail -1 $R/recipe-b$b/log.csv)"; done ;;
       exp-resnet18)
-        # Issue 17: the paper's main table, ResNet-18 on CIFAR-10 with the recipe of
+        # The paper's main table, ResNet-18 on CIFAR-10 with the recipe of
         # docs/determinism.md (SGD momentum 0.9 Nesterov, wd 5e-4, pad-4 crop + flip, one-cycle
         # with a linear warm-up, R18_BATCH 256 at R18_LR 0.2, R18_EPOCHS 15, R18_WARMUP 3):
         # EXP_R18_SETTINGS (ALGO+IMPL,ALGO,IMPL,CONTROL; add IMPL-ATOMIC if the budget allows),
@@ -207,13 +208,13 @@ pipeline() {
           --optimizer adam --replicas 5 --settings ALGO+IMPL,IMPL,CONTROL --concurrent 5 --quiet \
           --out $R/celeba > $R/celeba.txt 2> $R/celeba.err; echo "rc=$?"; tail -8 $R/celeba.txt ;;
       tasks)
-        # Issue 18: the networks of the other task kinds on their real data — unet-small on mnist-seg
+        # The networks of the other task kinds on their real data — unet-small on mnist-seg
         # (pixel-wise loss, bilinear and nearest upsampling), stn on mnist-rt (affine grid, grid
         # sampling), ctc-cnn on mnist-strings (CTC loss, the time-major gather), embedding-bag on
         # celeba-attrs (Blond_Hair from the other 39 attributes; embedding-bag scatter). Per model:
         # (1) the paper's four settings, TASK_REPLICAS (3) replicas x TASK_EPOCHS (2) epochs on the
         # first TASK_TRAIN (20000) training and TASK_TEST (2000) test examples, report in
-        # $R/tasks/<model>/exp; (2) the add-one attribution over the issue-18 knobs and the grouped
+        # $R/tasks/<model>/exp; (2) the add-one attribution over the task ops' knobs and the grouped
         # classic ones (all conv2d.bwd_filter=algo0, ...), 2 replicas x TASK_STEPS (200) steps,
         # in $R/tasks/<model>/attr/add-one. CTC_PIN (e.g. "--pin loss.algo=ditto") keeps cuDNN's CTC
         # out of the heuristic settings if it fails on this host. Wall (estimate; small nets are
@@ -243,19 +244,24 @@ pipeline() {
             > $R/tasks-$m-attr.txt 2> $R/tasks-$m-attr.err
           echo "$m attribution rc=$? wall $(( $(date +%s) - t0 ))s"; sed -n '/^rank/,/^$/p' $R/tasks-$m-attr.txt | head -16
         done ;;
-      ops18)
-        # Issue 18's ops: ditto's variants (distinct results out of 20 calls, us per call) and
-        # PyTorch's paths in its default and deterministic modes, at the same sizes; one table.
-        $B/bench/op_noise --families scatter,upsample,pixel_xent,reduce --group all --runs 20 --out $R/ops18 \
-          > /dev/null 2> $R/ops18.err; echo "op_noise rc=$?"
-        rm -f $R/torch_ops18.jsonl $R/torch_ops18b.jsonl
-        timeout 240 python3 bench/peers/torch_ops18.py --out $R/torch_ops18.jsonl > /dev/null 2> $R/torch_ops18.err
-        echo "torch_ops18 rc=$?"
-        timeout 240 python3 bench/peers/torch_ops18b.py --out $R/torch_ops18b.jsonl > /dev/null 2> $R/torch_ops18b.err
-        echo "torch_ops18b rc=$?"
-        python3 bench/ops18_table.py $R/ops18/op_noise.csv $R/torch_ops18*.jsonl --out $R/ops18.md; grep -c "differs" $R/ops18.md ;;
+      task-ops)
+        # The task networks' ops (scatter and reduction families; sampling, CTC and sparse rows):
+        # ditto's variants (distinct results out of 20 calls, us per call) and PyTorch's paths in
+        # its default and deterministic modes, at the same sizes; one table.
+        $B/bench/op_noise --families scatter,upsample,pixel_xent,reduce --group all --runs 20 --out $R/task_ops \
+          > /dev/null 2> $R/task_ops.err; echo "op_noise rc=$?"
+        rm -f $R/torch_scatter_reduce.jsonl $R/torch_sampler_ctc_spmm.jsonl
+        timeout 240 python3 bench/peers/torch_scatter_reduce.py --out $R/torch_scatter_reduce.jsonl > /dev/null \
+          2> $R/torch_scatter_reduce.err
+        echo "torch_scatter_reduce rc=$?"
+        timeout 240 python3 bench/peers/torch_sampler_ctc_spmm.py --out $R/torch_sampler_ctc_spmm.jsonl > /dev/null \
+          2> $R/torch_sampler_ctc_spmm.err
+        echo "torch_sampler_ctc_spmm rc=$?"
+        # (The sampling, CTC and sparse rows first: the order the committed tables have.)
+        python3 bench/task_ops_table.py $R/task_ops/op_noise.csv $R/torch_sampler_ctc_spmm.jsonl \
+          $R/torch_scatter_reduce.jsonl --out $R/task_ops.md; grep -c "differs" $R/task_ops.md ;;
       dp1)
-        # Issue 19 with the one GPU lent: ResNet-18 on CIFAR-10, DP_STEPS (300) deterministic steps,
+        # Data parallelism with the one GPU lent: ResNet-18 on CIFAR-10, DP_STEPS (300) deterministic steps,
         # the plain trainer, then --gpus 1 --dp-groups 1 (the data-parallel path: one rank, one example
         # group, one bucket; without --dp-groups one GPU is the plain trainer) under each
         # all-reduce. The design says every one of them ends with the plain trainer's weights.
@@ -269,7 +275,7 @@ pipeline() {
           echo "dp1 $a rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(grep -o 'weights fingerprint [0-9a-f]*' $R/dp1-$a.txt)"
         done ;;
       ddp)
-        # Issue 19 on a machine of several GPUs (runs on one too, with K = 1 only). ResNet-18 on
+        # Data parallelism on a machine of several GPUs (runs on one too, with K = 1 only). ResNet-18 on
         # CIFAR-10, DP_STEPS (300) steps at global batch 128, 4 example groups, 25 MB buckets (two
         # for ResNet-18), fixed seeds. For K = 1, 2, 4 visible GPUs: ditto-train --gpus K under
         # fixed-order and under nccl-default, twice each. The design says: every fixed-order run
@@ -299,7 +305,7 @@ for l in open('$R/torch_ddp.jsonl'):
     r = json.loads(l); print(r['mode'], 'gpus', r['gpus'], 'run', r['run'], r.get('error') or
           '%.1f ms, %.0f img/s, %.0f per GPU, weights %s' % (r['ms_median'], r['images_per_s'], r['images_per_s_per_gpu'], r['weights_sha1'][:12]))" ;;
       opnoise)
-        # Issue 9's before/after table: op_noise at three shapes (ResNet-18's stem, middle and last
+        # A before/after table of a kernel change: op_noise at three shapes (ResNet-18's stem, middle and last
         # stage). OPNOISE_BIN picks another build's binary (the "before" commit, same call).
         # opnoise:before builds op_noise from .carry/before.tar.gz (git archive of the commit
         # before the change) and measures it in the same call.
@@ -348,7 +354,7 @@ for l in open('$R/torch_ddp.jsonl'):
           echo "$(basename $l .log): $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
         done ;;
       memcheck|racecheck)
-        # Issue 9: compute-sanitizer over every GPU test binary, all at once (one GPU, many
+        # compute-sanitizer over every GPU test binary, all at once (one GPU, many
         # cores; each under its own time limit: the sanitizer slows cuDNN calls by orders).
         local cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer) t
         for t in $B/tests/gpu_*; do
@@ -360,14 +366,14 @@ for l in open('$R/torch_ddp.jsonl'):
           echo "$(basename $t): $(grep -h 'ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
         done ;;
       zoo-overhead)
-        # Issue 10, the paper's figure 6: ms/step, peak memory and per-op-kind breakdown per zoo
+        # The paper's figure 6: ms/step, peak memory and per-op-kind breakdown per zoo
         # model and kernel mode (batch 128, 224x224 / 299x299, 1000 classes), PyTorch's peer, the
         # table and chart. About 9 minutes at most: each program stops starting configurations
         # after its budget and is killed at its timeout; the whole zoo takes about two calls:
         # --resume skips what the files hold already (measured or out of memory), so calling
         # the step again completes them (tuning files are kept in $R/overhead-tuning). MODELS
         # (comma list) picks some. rm $R/*overhead.jsonl to start over.
-        # Issue 17: OVERHEAD_STEPS timed steps (default 100, as the paper profiled; the 2026-11-23
+        # OVERHEAD_STEPS timed steps (default 100, as the paper profiled; the 2026-11-23
         # zoo table timed 10): about 10x the timing of the 10-step run, so the zoo takes several
         # calls of this step. Files other than at 100 steps get a -<N>steps suffix;
         # bench/overhead_steps.py compares the two.

@@ -204,24 +204,22 @@ json counts_json(const std::map<std::string, std::map<std::string, int>>& m) {
   return j;
 }
 
-json measure(const Options& o, const std::string& model, const std::string& mode, const HostBatch& hb) {
-  const int size = image_size(o, model);
-  Context ctx(Device::parse(o.device), Policy::parse(mode_rules(mode)));
-  std::string tuning_path;
-  double tuning_s = 0;
-  if (mode == "deterministic-tuned") {
-    tuning_path = (fs::path(o.tuning_dir) / fmt::format("{}-b{}-s{}.json", model, o.batch, size)).string();
-    tuning_s = ensure_tuning(o, model, tuning_path, hb);
-    const RuntimeInfo info = ctx.runtime_info();
-    ctx.set_tuning(std::make_shared<TuningTable>(TuningTable::load(tuning_path, info.gpu_name, info.cudnn)));
-  }
-  Setup s = make_setup(ctx, o, model, hb);
+// The timed steps, after o.warmup untimed ones (the first selects algorithms): milliseconds per
+// step by the context's interval timer, wall milliseconds per step, and the pool's peak memory
+// through the warm-up and over the timed steps.
+struct StepTimes {
+  double warmup_s = 0, wall_ms = 0;
+  std::size_t peak_warmup = 0, peak = 0;
+  std::vector<double> ms;
+};
 
+StepTimes time_steps(Context& ctx, const Options& o, Setup& s) {
+  StepTimes st;
   const auto t_warm = Clock::now();
   for (int i = 0; i < o.warmup; ++i) s.run();
   ctx.synchronize();
-  const double warmup_s = seconds_since(t_warm);
-  const std::size_t peak_warmup = ctx.memory_peak();
+  st.warmup_s = seconds_since(t_warm);
+  st.peak_warmup = ctx.memory_peak();
   ctx.reset_memory_peak();
 
   IntervalTimer timer(ctx);
@@ -232,10 +230,14 @@ json measure(const Options& o, const std::string& model, const std::string& mode
     timer.stop();
   }
   ctx.synchronize();
-  const double wall_ms = seconds_since(t0) * 1e3 / o.steps;
-  const std::vector<double> ms = timer.milliseconds();
-  const std::size_t peak = ctx.memory_peak();
+  st.wall_ms = seconds_since(t0) * 1e3 / o.steps;
+  st.ms = timer.milliseconds();
+  st.peak = ctx.memory_peak();
+  return st;
+}
 
+// o.profile_steps profiled steps after the timed ones (none: an empty report).
+ProfileReport profile_steps(Context& ctx, const Options& o, Setup& s) {
   ProfileReport prof;
   if (o.profile_steps > 0) {
     Profiler profiler(ctx);
@@ -248,6 +250,11 @@ json measure(const Options& o, const std::string& model, const std::string& mode
     ctx.set_profiler(nullptr);
     prof = profiler.report();
   }
+  return prof;
+}
+
+// The profile, per step: milliseconds by op kind, and every (kind, variant) with its calls.
+void add_breakdown(json& j, const ProfileReport& prof) {
   const double per = prof.steps > 0 ? 1.0 / double(prof.steps) : 0.0;
   json by_kind = json::object(), breakdown = json::array();
   std::map<std::string, double> kind_ms;
@@ -256,7 +263,15 @@ json measure(const Options& o, const std::string& model, const std::string& mode
     breakdown.push_back({{"kind", e.kind}, {"variant", e.variant}, {"ms", e.ms * per}, {"calls", double(e.calls) * per}});
   }
   for (const auto& [k, v] : kind_ms) by_kind[k] = v;
+  j["profile_steps"] = prof.steps;
+  j["profile_ms"] = prof.total_ms * per;
+  j["breakdown_ms"] = by_kind;
+  j["breakdown"] = breakdown;
+}
 
+// The kernels the manifest recorded: layers per variant of each op.knob, per algorithm of each
+// conv direction, and each conv layer's choice.
+void add_kernel_choices(json& j, Context& ctx) {
   std::map<std::string, std::map<std::string, int>> conv_algos, variants;
   json kernels = json::array();
   for (const auto& e : ctx.manifest().entries()) {
@@ -266,45 +281,61 @@ json measure(const Options& o, const std::string& model, const std::string& mode
       kernels.push_back(fmt::format("{}.{}={}", e.layer, e.knob, e.variant));
     }
   }
+  j["conv_algos"] = counts_json(conv_algos);
+  j["variants"] = counts_json(variants);
+  j["kernels"] = kernels;
+}
+
+json measure(const Options& o, const std::string& model, const std::string& mode, const HostBatch& hb) {
+  const int size = image_size(o, model);
+  Context ctx(Device::parse(o.device), Policy::parse(mode_rules(mode)));
+  std::string tuning_path;
+  double tuning_s = 0;
+  if (mode == "deterministic-tuned") {
+    tuning_path = (fs::path(o.tuning_dir) / fmt::format("{}-b{}-s{}.json", model, o.batch, size)).string();
+    tuning_s = ensure_tuning(o, model, tuning_path, hb);
+    const RuntimeInfo info = ctx.runtime_info();
+    ctx.set_tuning(std::make_shared<TuningTable>(TuningTable::load(tuning_path, info.gpu_name, info.cudnn)));
+  }
+  Setup s = make_setup(ctx, o, model, hb);
+  const StepTimes st = time_steps(ctx, o, s);
+  const ProfileReport prof = profile_steps(ctx, o, s);
+  const std::vector<double>& ms = st.ms;
   const RuntimeInfo info = ctx.runtime_info();
-  return json{{"tool", "ditto"},
-              {"model", model},
-              {"mode", mode},
-              {"batch", o.batch},
-              {"image_size", size},
-              {"classes", o.classes},
-              {"dtype", "fp32"},
-              {"optimizer", fmt::format("sgd lr {} momentum {}", kLr, kMomentum)},
-              {"warmup", o.warmup},
-              {"steps", o.steps},
-              {"ms_median", percentile(ms, 0.5)},
-              {"ms_p10", percentile(ms, 0.1)},
-              {"ms_p90", percentile(ms, 0.9)},
-              {"ms_min", *std::min_element(ms.begin(), ms.end())},
-              {"ms_wall", wall_ms},
-              {"peak_mem_bytes", peak},
-              {"peak_mem_warmup_bytes", peak_warmup},
-              {"mem_source", ctx.is_cuda() ? "context pool high-water mark (tensors and workspaces; not cuDNN/cuBLAS "
-                                             "internals): timed steps after a reset; warmup: context creation "
-                                             "through the warm-up steps"
-                                           : "none on the CPU"},
-              {"profile_steps", prof.steps},
-              {"profile_ms", prof.total_ms * per},
-              {"breakdown_ms", by_kind},
-              {"breakdown", breakdown},
-              {"conv_algos", counts_json(conv_algos)},
-              {"variants", counts_json(variants)},
-              {"kernels", kernels},
-              {"tuning_file", tuning_path},
-              {"tuning_s", tuning_s},
-              {"warmup_s", warmup_s},
-              {"params", s.net->param_count()},
-              {"weights_fingerprint", hex64(params_fingerprint(s.params))},
-              {"device", info.device},
-              {"gpu", info.gpu_name},
-              {"cudnn", info.cudnn},
-              {"commit", info.git_commit},
-              {"date", today()}};
+  json j{{"tool", "ditto"},
+         {"model", model},
+         {"mode", mode},
+         {"batch", o.batch},
+         {"image_size", size},
+         {"classes", o.classes},
+         {"dtype", "fp32"},
+         {"optimizer", fmt::format("sgd lr {} momentum {}", kLr, kMomentum)},
+         {"warmup", o.warmup},
+         {"steps", o.steps},
+         {"ms_median", percentile(ms, 0.5)},
+         {"ms_p10", percentile(ms, 0.1)},
+         {"ms_p90", percentile(ms, 0.9)},
+         {"ms_min", *std::min_element(ms.begin(), ms.end())},
+         {"ms_wall", st.wall_ms},
+         {"peak_mem_bytes", st.peak},
+         {"peak_mem_warmup_bytes", st.peak_warmup},
+         {"mem_source", ctx.is_cuda() ? "context pool high-water mark (tensors and workspaces; not cuDNN/cuBLAS "
+                                        "internals): timed steps after a reset; warmup: context creation "
+                                        "through the warm-up steps"
+                                      : "none on the CPU"},
+         {"tuning_file", tuning_path},
+         {"tuning_s", tuning_s},
+         {"warmup_s", st.warmup_s},
+         {"params", s.net->param_count()},
+         {"weights_fingerprint", hex64(params_fingerprint(s.params))},
+         {"device", info.device},
+         {"gpu", info.gpu_name},
+         {"cudnn", info.cudnn},
+         {"commit", info.git_commit},
+         {"date", today()}};
+  add_breakdown(j, prof);
+  add_kernel_choices(j, ctx);
+  return j;
 }
 
 bool is_oom(const std::string& what) {
@@ -313,12 +344,7 @@ bool is_oom(const std::string& what) {
          what.find("ALLOC_FAILED") != std::string::npos;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"the cost of determinism per zoo model: ms per step, peak memory and a per-op-kind breakdown per "
-               "kernel mode"};
-  Options o;
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--models", o.models, "comma list (default: the 17 zoo models; unknown ones are skipped)")
       ->delimiter(',');
   app.add_option("--modes", o.modes, "comma list")->delimiter(',')->check(CLI::IsMember(kModes));
@@ -338,6 +364,81 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "auto | cpu | cuda | cuda:N");
   app.add_option("--out", o.out, "append one JSON line per model x mode to this file");
   app.add_option("--tuning-dir", o.tuning_dir, "where deterministic-tuned keeps its tuning files");
+}
+
+// The run: its options, where it appends, and what it has measured so far.
+struct Run {
+  const Options& o;
+  std::map<std::pair<std::string, std::string>, double> done;  // by --resume: already in --out
+  std::ofstream out;
+  HostBatches batches;
+  Clock::time_point t_start = Clock::now();
+  int failures = 0;
+};
+
+// One model x mode's line: its measurement with its ratios to the model's heuristic and fastest
+// medians measured before it (`median`, by mode, gets its own), the error it failed with, or that
+// --budget-s was spent.
+json model_mode_line(Run& run, const std::string& model, const std::string& mode,
+                     std::map<std::string, double>& median) {
+  const Options& o = run.o;
+  if (o.budget_s > 0 && seconds_since(run.t_start) > o.budget_s)
+    return {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"batch", o.batch},
+            {"image_size", image_size(o, model)}, {"skipped", true}, {"oom", false},
+            {"error", fmt::format("skipped: --budget-s {} spent", o.budget_s)}};
+  try {
+    json line = measure(o, model, mode, host_batch(run.batches, o, image_size(o, model)));
+    const double m = line["ms_median"].get<double>();
+    median[mode] = m;
+    if (median.count("heuristic")) line["ratio_vs_heuristic"] = m / median["heuristic"];
+    if (median.count("fastest")) line["ratio_vs_fastest"] = m / median["fastest"];
+    return line;
+  } catch (const std::exception& e) {
+    ++run.failures;
+    return {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"batch", o.batch},
+            {"image_size", image_size(o, model)}, {"error", e.what()}, {"oom", is_oom(e.what())}};
+  }
+}
+
+// The line on stdout and to --out, and a one-line summary on stderr.
+void report_line(Run& run, const json& line, const std::string& model, const std::string& mode) {
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+  if (run.out) run.out << line.dump() << "\n" << std::flush;
+  if (line.contains("error")) {
+    std::fprintf(stderr, "%-16s %-20s %s\n", model.c_str(), mode.c_str(),
+                 line["error"].get<std::string>().substr(0, 300).c_str());
+  } else {
+    std::fprintf(stderr, "%-16s %-20s %9.2f ms/step (p10 %.2f, p90 %.2f) peak %.2f GiB x heur %s x fastest %s  [%.0f s]\n",
+                 model.c_str(), mode.c_str(), line["ms_median"].get<double>(), line["ms_p10"].get<double>(),
+                 line["ms_p90"].get<double>(), double(line["peak_mem_bytes"].get<std::size_t>()) / (1 << 30),
+                 line.contains("ratio_vs_heuristic") ? fmt::format("{:.2f}", line["ratio_vs_heuristic"].get<double>()).c_str() : "-",
+                 line.contains("ratio_vs_fastest") ? fmt::format("{:.2f}", line["ratio_vs_fastest"].get<double>()).c_str() : "-",
+                 seconds_since(run.t_start));
+  }
+}
+
+// Every mode of one model, in kModes' order; those --resume finds in --out are not run again.
+void measure_model(Run& run, const std::string& model, const std::vector<std::string>& modes) {
+  std::map<std::string, double> median;  // this model's, by mode
+  for (const auto& mode : modes) {
+    if (auto it = run.done.find({model, mode}); it != run.done.end()) {
+      if (it->second >= 0) median[mode] = it->second;
+      std::fprintf(stderr, "%-16s %-20s %s in %s already (--resume)\n", model.c_str(), mode.c_str(),
+                   it->second >= 0 ? "measured" : "out of memory", run.o.out.c_str());
+      continue;
+    }
+    report_line(run, model_mode_line(run, model, mode, median), model, mode);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"the cost of determinism per zoo model: ms per step, peak memory and a per-op-kind breakdown per "
+               "kernel mode"};
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   try {
     o.device = resolve_device(o.device);
@@ -346,64 +447,22 @@ int main(int argc, char** argv) {
     for (const auto& m : kModes)
       if (std::find(o.modes.begin(), o.modes.end(), m) != o.modes.end()) modes.push_back(m);
     if (o.resume && o.out.empty()) throw Error("--resume needs --out (the file whose measurements are kept)");
-    const auto done = o.resume ? measured_in(o.out) : std::map<std::pair<std::string, std::string>, double>{};
-    std::ofstream out;
+    Run run{o};
+    if (o.resume) run.done = measured_in(o.out);
     if (!o.out.empty()) {
-      out.open(o.out, std::ios::app);
-      if (!out) throw IoError(fmt::format("--out: cannot open '{}' for appending", o.out));
+      run.out.open(o.out, std::ios::app);
+      if (!run.out) throw IoError(fmt::format("--out: cannot open '{}' for appending", o.out));
     }
     const auto& known = known_models();
-    HostBatches batches;
-    const auto t_start = Clock::now();
-    int failures = 0;
+    run.t_start = Clock::now();
     for (const auto& model : o.models) {
       if (std::find(known.begin(), known.end(), model) == known.end()) {
         std::fprintf(stderr, "overhead: skipping '%s': make_net does not know it\n", model.c_str());
         continue;
       }
-      std::map<std::string, double> median;  // this model's, by mode
-      for (const auto& mode : modes) {
-        if (auto it = done.find({model, mode}); it != done.end()) {
-          if (it->second >= 0) median[mode] = it->second;
-          std::fprintf(stderr, "%-16s %-20s %s in %s already (--resume)\n", model.c_str(), mode.c_str(),
-                       it->second >= 0 ? "measured" : "out of memory", o.out.c_str());
-          continue;
-        }
-        json line;
-        if (o.budget_s > 0 && seconds_since(t_start) > o.budget_s) {
-          line = {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"batch", o.batch},
-                  {"image_size", image_size(o, model)}, {"skipped", true}, {"oom", false},
-                  {"error", fmt::format("skipped: --budget-s {} spent", o.budget_s)}};
-        } else {
-          try {
-            line = measure(o, model, mode, host_batch(batches, o, image_size(o, model)));
-            const double m = line["ms_median"].get<double>();
-            median[mode] = m;
-            if (median.count("heuristic")) line["ratio_vs_heuristic"] = m / median["heuristic"];
-            if (median.count("fastest")) line["ratio_vs_fastest"] = m / median["fastest"];
-          } catch (const std::exception& e) {
-            ++failures;
-            line = {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"batch", o.batch},
-                    {"image_size", image_size(o, model)}, {"error", e.what()}, {"oom", is_oom(e.what())}};
-          }
-        }
-        std::printf("%s\n", line.dump().c_str());
-        std::fflush(stdout);
-        if (out) out << line.dump() << "\n" << std::flush;
-        if (line.contains("error")) {
-          std::fprintf(stderr, "%-16s %-20s %s\n", model.c_str(), mode.c_str(),
-                       line["error"].get<std::string>().substr(0, 300).c_str());
-        } else {
-          std::fprintf(stderr, "%-16s %-20s %9.2f ms/step (p10 %.2f, p90 %.2f) peak %.2f GiB x heur %s x fastest %s  [%.0f s]\n",
-                       model.c_str(), mode.c_str(), line["ms_median"].get<double>(), line["ms_p10"].get<double>(),
-                       line["ms_p90"].get<double>(), double(line["peak_mem_bytes"].get<std::size_t>()) / (1 << 30),
-                       line.contains("ratio_vs_heuristic") ? fmt::format("{:.2f}", line["ratio_vs_heuristic"].get<double>()).c_str() : "-",
-                       line.contains("ratio_vs_fastest") ? fmt::format("{:.2f}", line["ratio_vs_fastest"].get<double>()).c_str() : "-",
-                       seconds_since(t_start));
-        }
-      }
+      measure_model(run, model, modes);
     }
-    return failures ? 1 : 0;
+    return run.failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "overhead: %s\n", e.what());
     return 2;

@@ -59,97 +59,135 @@ void write_folder(const std::string& root, int images, int classes) {
   }
 }
 
+struct Options {
+  std::string data, work = "runs/stream_loader_data", out = "runs/stream_loader", split = "train";
+  std::vector<int> threads = {1, 2, 4};
+  int batches = 10, warmup = 2, batch = 64, size = 224, resize = 256, images = 768;
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("--data", o.data, "an image folder root (<root>/<split>/<class>/*.jpg); default: generate one");
+  app.add_option("--split", o.split, "the split folder under --data")->capture_default_str();
+  app.add_option("--work", o.work, "where the generated folder goes")->capture_default_str();
+  app.add_option("--images", o.images, "generated images")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", o.threads, "worker thread counts to measure")->delimiter(',')->capture_default_str();
+  app.add_option("--batches", o.batches, "timed batches per configuration")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed batches first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--batch-size", o.batch)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--size", o.size, "output side")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--resize", o.resize, "evaluation: shorter side before the centre crop")->capture_default_str();
+  app.add_option("--out", o.out, "folder for stream_loader.csv and stream_loader.json")->capture_default_str();
+}
+
+// --data, or the generated folder under --work (written when its split is not there yet).
+std::string image_root(const Options& o) {
+  if (!o.data.empty()) return o.data;
+  if (!fs::exists(fs::path(o.work) / o.split)) {
+    std::fprintf(stderr, "writing %d JPEGs under %s\n", o.images, o.work.c_str());
+    write_folder(o.work, o.images, 10);
+  }
+  return o.work;
+}
+
+// One configuration's timed batches: images, seconds and the fingerprint of the batches in order.
+struct Timed {
+  int64_t n = 0;
+  double s = 0;
+  std::string fingerprint;
+};
+
+Timed time_loader(const Options& o, const Dataset& ds, const StreamTransform& t, bool train, int threads) {
+  Context ctx;
+  LoaderOptions lo;
+  lo.batch_size = o.batch;
+  lo.seed_order = 1;
+  lo.seed_augment = 2;
+  lo.augment = train;
+  lo.mean = t.mean;
+  lo.std = t.std;
+  lo.threads = threads;
+  Loader loader(ctx, ds, lo);
+  loader.start_epoch(0);
+  Batch b;
+  uint64_t fp = 0xcbf29ce484222325ull;
+  for (int k = 0; k < o.warmup; ++k) loader.next(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  Timed r;
+  for (int k = 0; k < o.batches && loader.next(b); ++k) {
+    r.n += b.labels.numel();
+    const uint64_t f = b.images.fingerprint();
+    fp = fingerprint_bytes(&f, sizeof f, fp);
+  }
+  r.s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.fingerprint = hex64(fp);
+  return r;
+}
+
+// The rows measured so far, as CSV and JSON, and whether every thread count of a configuration
+// gave the same batches.
+struct Results {
+  json rows = json::array();
+  std::string csv = "transform,dct_scaling,threads,batch_size,images,seconds,images_per_s,images_per_s_per_thread,"
+                    "fingerprint\n";
+  bool consistent = true;
+
+  void add(const char* name, bool dct, int th, int batch, const Timed& m) {
+    const double rate = m.n / m.s;
+    std::printf("%-5s dct=%-3s threads=%-2d %8.1f images/s  %7.1f per thread  fingerprint %s\n", name,
+                dct ? "on" : "off", th, rate, rate / std::max(1, th), m.fingerprint.c_str());
+    std::fflush(stdout);
+    csv += fmt::format("{},{},{},{},{},{:.4f},{:.2f},{:.2f},{}\n", name, dct ? "on" : "off", th, batch, m.n, m.s, rate,
+                       rate / std::max(1, th), m.fingerprint);
+    rows.push_back({{"transform", name}, {"dct_scaling", dct}, {"threads", th}, {"batch_size", batch},
+                    {"images", m.n}, {"seconds", m.s}, {"images_per_s", rate},
+                    {"images_per_s_per_thread", rate / std::max(1, th)}, {"fingerprint", m.fingerprint}});
+  }
+};
+
+// One transform (train or eval) with DCT scaling on or off, at every --threads count.
+void measure_configuration(const Options& o, const std::string& root, bool train, bool dct, Results& results) {
+  StreamTransform t;
+  t.size = o.size;
+  t.resize = o.resize;
+  t.dct_scaling = dct;
+  const Dataset ds = stream_image_folder(root, o.split, t);
+  const int64_t need = int64_t(o.warmup + o.batches) * o.batch;
+  if (ds.n < need) throw Error(fmt::format("--batches/--warmup: {} images needed, the folder has {}", need, ds.n));
+  std::string first_fp;
+  for (int th : o.threads) {
+    const Timed m = time_loader(o, ds, t, train, th);
+    if (first_fp.empty()) first_fp = m.fingerprint;
+    results.consistent = results.consistent && m.fingerprint == first_fp;
+    results.add(train ? "train" : "eval", dct, th, o.batch, m);
+  }
+}
+
+void write_results(const Options& o, const std::string& root, const Results& results) {
+  json doc{{"tool", "stream_loader"},
+           {"data", root},
+           {"size", o.size},
+           {"resize", o.resize},
+           {"hardware_concurrency", std::thread::hardware_concurrency()},
+           {"rows", results.rows}};
+  write_file_atomic((fs::path(o.out) / "stream_loader.csv").string(), results.csv);
+  write_file_atomic((fs::path(o.out) / "stream_loader.json").string(), doc.dump(2));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"stream_loader: images/s of the streaming JPEG loader, per thread"};
-  std::string data, work = "runs/stream_loader_data", out = "runs/stream_loader", split = "train";
-  std::vector<int> threads = {1, 2, 4};
-  int batches = 10, warmup = 2, batch = 64, size = 224, resize = 256, images = 768;
-  app.add_option("--data", data, "an image folder root (<root>/<split>/<class>/*.jpg); default: generate one");
-  app.add_option("--split", split, "the split folder under --data")->capture_default_str();
-  app.add_option("--work", work, "where the generated folder goes")->capture_default_str();
-  app.add_option("--images", images, "generated images")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--threads", threads, "worker thread counts to measure")->delimiter(',')->capture_default_str();
-  app.add_option("--batches", batches, "timed batches per configuration")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed batches first")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--batch-size", batch)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--size", size, "output side")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--resize", resize, "evaluation: shorter side before the centre crop")->capture_default_str();
-  app.add_option("--out", out, "folder for stream_loader.csv and stream_loader.json")->capture_default_str();
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   try {
-    std::string root = data;
-    if (root.empty()) {
-      root = work;
-      if (!fs::exists(fs::path(root) / split)) {
-        std::fprintf(stderr, "writing %d JPEGs under %s\n", images, root.c_str());
-        write_folder(root, images, 10);
-      }
-    }
-    fs::create_directories(out);
-    json rows = json::array();
-    std::string csv = "transform,dct_scaling,threads,batch_size,images,seconds,images_per_s,images_per_s_per_thread,"
-                      "fingerprint\n";
-    bool consistent = true;
+    const std::string root = image_root(o);
+    fs::create_directories(o.out);
+    Results results;
     for (const bool train : {true, false})
-      for (const bool dct : {true, false}) {
-        StreamTransform t;
-        t.size = size;
-        t.resize = resize;
-        t.dct_scaling = dct;
-        const Dataset ds = stream_image_folder(root, split, t);
-        const int64_t need = int64_t(warmup + batches) * batch;
-        if (ds.n < need)
-          throw Error(fmt::format("--batches/--warmup: {} images needed, the folder has {}", need, ds.n));
-        std::string first_fp;
-        for (int th : threads) {
-          Context ctx;
-          LoaderOptions o;
-          o.batch_size = batch;
-          o.seed_order = 1;
-          o.seed_augment = 2;
-          o.augment = train;
-          o.mean = t.mean;
-          o.std = t.std;
-          o.threads = th;
-          Loader loader(ctx, ds, o);
-          loader.start_epoch(0);
-          Batch b;
-          uint64_t fp = 0xcbf29ce484222325ull;
-          for (int k = 0; k < warmup; ++k) loader.next(b);
-          const auto t0 = std::chrono::steady_clock::now();
-          int64_t n = 0;
-          for (int k = 0; k < batches && loader.next(b); ++k) {
-            n += b.labels.numel();
-            const uint64_t f = b.images.fingerprint();
-            fp = fingerprint_bytes(&f, sizeof f, fp);
-          }
-          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          const std::string fph = hex64(fp);
-          if (first_fp.empty()) first_fp = fph;
-          consistent = consistent && fph == first_fp;
-          const double rate = n / s;
-          const char* name = train ? "train" : "eval";
-          std::printf("%-5s dct=%-3s threads=%-2d %8.1f images/s  %7.1f per thread  fingerprint %s\n", name,
-                      dct ? "on" : "off", th, rate, rate / std::max(1, th), fph.c_str());
-          std::fflush(stdout);
-          csv += fmt::format("{},{},{},{},{},{:.4f},{:.2f},{:.2f},{}\n", name, dct ? "on" : "off", th, batch, n, s, rate,
-                             rate / std::max(1, th), fph);
-          rows.push_back({{"transform", name}, {"dct_scaling", dct}, {"threads", th}, {"batch_size", batch},
-                          {"images", n}, {"seconds", s}, {"images_per_s", rate},
-                          {"images_per_s_per_thread", rate / std::max(1, th)}, {"fingerprint", fph}});
-        }
-      }
-    json doc{{"tool", "stream_loader"},
-             {"data", root},
-             {"size", size},
-             {"resize", resize},
-             {"hardware_concurrency", std::thread::hardware_concurrency()},
-             {"rows", rows}};
-    write_file_atomic((fs::path(out) / "stream_loader.csv").string(), csv);
-    write_file_atomic((fs::path(out) / "stream_loader.json").string(), doc.dump(2));
-    if (!consistent) {
+      for (const bool dct : {true, false}) measure_configuration(o, root, train, dct, results);
+    write_results(o, root, results);
+    if (!results.consistent) {
       std::fprintf(stderr, "stream_loader: the batches' fingerprint changed with the thread count\n");
       return 1;
     }

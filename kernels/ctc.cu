@@ -47,6 +47,134 @@ CtcLayout ctc_layout(void* base, const ref::CtcDims& d) {
   return l;
 }
 
+// ---- ctc_kernel's stages. Each is run by all of the block's threads (one block per sequence n)
+// and ends at a barrier, after which the next stage reads what it wrote. -------------------------
+
+// Sequence n's slice of the inputs and of the workspace.
+struct CtcSequence {
+  const float* lg;            // logits[t, n, a] = lg[t * row_stride + a]
+  const int32_t* lab_n;       // labels[n, :]
+  float *lse, *alpha, *beta;  // alpha and beta: row stride `states`
+  int64_t row_stride, tn, states;
+
+  // The extended label sequence: blank (0) at even states, label s / 2 at odd ones.
+  __device__ __forceinline__ int32_t lab(int64_t s) const { return (s & 1) ? lab_n[s / 2] : 0; }
+  // log softmax(logits[t, n, :])[a].
+  __device__ __forceinline__ float lp(int64_t t, int32_t a) const { return lg[t * row_stride + a] - lse[t]; }
+};
+
+// grad[t, n, a] = value for every t < T, a < A.
+__device__ __forceinline__ void fill_grad_rows(float* grad, const ref::CtcDims& d, int64_t n, int64_t row_stride,
+                                               float value) {
+  const int64_t tid = threadIdx.x, bd = blockDim.x;
+  for (int64_t i = tid; i < d.t * d.a; i += bd) grad[(i / d.a) * row_stride + n * d.a + i % d.a] = value;
+}
+
+// The log-softmax normalizer of each frame t < T_n: one thread's loop over the classes.
+__device__ __forceinline__ void log_softmax_normalizers(const CtcSequence& q, int64_t classes) {
+  const int64_t tid = threadIdx.x, bd = blockDim.x;
+  for (int64_t t = tid; t < q.tn; t += bd) {
+    const float* row = q.lg + t * q.row_stride;
+    float m = row[0];
+    for (int64_t a = 1; a < classes; ++a) m = fmaxf(m, row[a]);
+    float s = 0.f;
+    for (int64_t a = 0; a < classes; ++a) s += expf(row[a] - m);
+    q.lse[t] = m + logf(s);
+  }
+  __syncthreads();
+}
+
+// alpha[t, s], forward in t: one thread's log-add of at most three states of row t - 1, one
+// barrier per row.
+__device__ __forceinline__ void alpha_recursion(const CtcSequence& q) {
+  const int64_t tid = threadIdx.x, bd = blockDim.x, states = q.states;
+  float* alpha = q.alpha;
+  for (int64_t s = tid; s < states; s += bd) alpha[s] = s == 0 ? q.lp(0, 0) : (s == 1 ? q.lp(0, q.lab(1)) : -INFINITY);
+  __syncthreads();
+  for (int64_t t = 1; t < q.tn; ++t) {
+    const float* prev = alpha + (t - 1) * states;
+    for (int64_t s = tid; s < states; s += bd) {
+      const int32_t ls = q.lab(s);
+      float v = prev[s];
+      if (s >= 1) v = log_add(v, prev[s - 1]);
+      if (s >= 2 && ls != 0 && ls != q.lab(s - 2)) v = log_add(v, prev[s - 2]);
+      alpha[t * states + s] = v == -INFINITY ? -INFINITY : v + q.lp(t, ls);
+    }
+    __syncthreads();
+  }
+}
+
+// log p(labels | logits): the log-add of the last row's final blank and final label.
+__device__ __forceinline__ float sequence_log_likelihood(const CtcSequence& q) {
+  const float* last = q.alpha + (q.tn - 1) * q.states;
+  return log_add(last[q.states - 1], q.states > 1 ? last[q.states - 2] : -INFINITY);
+}
+
+// beta[t, s], backward in t: one thread's log-add of at most three states of row t + 1, one
+// barrier per row.
+__device__ __forceinline__ void beta_recursion(const CtcSequence& q) {
+  const int64_t tid = threadIdx.x, bd = blockDim.x, states = q.states, tn = q.tn;
+  float* beta = q.beta;
+  for (int64_t s = tid; s < states; s += bd)
+    beta[(tn - 1) * states + s] = s >= states - 2 ? q.lp(tn - 1, q.lab(s)) : -INFINITY;
+  __syncthreads();
+  for (int64_t t = tn - 2; t >= 0; --t) {
+    const float* nxt = beta + (t + 1) * states;
+    for (int64_t s = tid; s < states; s += bd) {
+      const int32_t ls = q.lab(s);
+      float v = nxt[s];
+      if (s + 1 < states) v = log_add(v, nxt[s + 1]);
+      if (s + 2 < states && ls != 0 && ls != q.lab(s + 2)) v = log_add(v, nxt[s + 2]);
+      beta[t * states + s] = v == -INFINITY ? -INFINITY : v + q.lp(t, ls);
+    }
+    __syncthreads();
+  }
+}
+
+// Per class, the states that carry it in ascending order, as a linked list: head[class] is the
+// first (-1: none), next[state] the one after (-1: the last).
+__device__ __forceinline__ void class_state_lists(const CtcSequence& q, int32_t* head, int32_t* next, int64_t classes) {
+  const int64_t tid = threadIdx.x, bd = blockDim.x, states = q.states;
+  for (int64_t a = tid; a < classes; a += bd) head[a] = -1;
+  __syncthreads();
+  for (int64_t s = tid; s < states; s += bd) {
+    const int32_t ls = q.lab(s);
+    bool first = true;
+    for (int64_t s2 = s - 2; s2 >= 0 && first; s2 -= 2) first = q.lab(s2) != ls;  // same class: same parity
+    if (first) head[ls] = static_cast<int32_t>(s);
+    int32_t nx = -1;
+    for (int64_t s2 = s + 2; s2 < states; s2 += 2)
+      if (q.lab(s2) == ls) {
+        nx = static_cast<int32_t>(s2);
+        break;
+      }
+    next[s] = nx;
+  }
+  __syncthreads();
+}
+
+// grad[t, n, a] = softmax - occupancy for t < T_n (0 beyond): one thread per element, its
+// occupancy summed over the class's states in list order.
+__device__ __forceinline__ void write_gradient(const CtcSequence& q, const int32_t* head, const int32_t* next,
+                                               float logp, float* grad, const ref::CtcDims& d, int64_t n) {
+  const int64_t tid = threadIdx.x, bd = blockDim.x, states = q.states;
+  for (int64_t i = tid; i < d.t * d.a; i += bd) {
+    const int64_t t = i / d.a;
+    const int32_t a = static_cast<int32_t>(i % d.a);
+    float g = 0.f;
+    if (t < q.tn) {
+      const float lpa = q.lp(t, a);
+      float occ = 0.f;
+      for (int32_t s = head[a]; s >= 0; s = next[s]) {
+        const float v = q.alpha[t * states + s] + q.beta[t * states + s];
+        if (v != -INFINITY) occ += expf(v - lpa - logp);
+      }
+      g = expf(lpa) - occ;
+    }
+    grad[t * q.row_stride + n * d.a + a] = g;
+  }
+}
+
 // One block per sequence n (ref::ctc_loss's arithmetic in float). Every sum has a fixed order:
 // each log-softmax normalizer is one thread's loop over the classes; alpha[t, s] and beta[t, s] are
 // one thread's log-add of at most three neighbours of the previous row (rows separated by
@@ -57,52 +185,30 @@ __global__ void __launch_bounds__(kCtcThreads)
     ctc_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels,
                const int32_t* __restrict__ label_len, const int32_t* __restrict__ input_len, float* __restrict__ cost,
                float* __restrict__ grad, CtcLayout ws, ref::CtcDims d) {
-  const int64_t n = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, row_stride = d.n * d.a;
+  const int64_t n = blockIdx.x, tid = threadIdx.x, row_stride = d.n * d.a;
   __shared__ int s_valid;
   __shared__ float s_logp;
   if (tid == 0) s_valid = sample_valid(labels, label_len, input_len, d, n);
   __syncthreads();
   if (!s_valid) {
     if (tid == 0) cost[n] = NAN;
-    if (grad)
-      for (int64_t i = tid; i < d.t * d.a; i += bd) grad[(i / d.a) * row_stride + n * d.a + i % d.a] = NAN;
+    if (grad) fill_grad_rows(grad, d, n, row_stride, NAN);
     return;
   }
-  const int64_t tn = input_len[n], states = 2 * int64_t(label_len[n]) + 1;
-  const int32_t* lab_n = labels + n * d.s;
-  auto lab = [&](int64_t s) -> int32_t { return (s & 1) ? lab_n[s / 2] : 0; };
-  const float* lg = logits + n * d.a;  // logits[t, n, a] = lg[t * row_stride + a]
-  float* lse = ws.lse + n * d.t;
-  float* alpha = ws.alpha + n * d.t * (2 * d.s + 1);  // row stride `states`
-  float* beta = ws.beta + n * d.t * (2 * d.s + 1);
+  CtcSequence q;
+  q.lg = logits + n * d.a;
+  q.lab_n = labels + n * d.s;
+  q.lse = ws.lse + n * d.t;
+  q.alpha = ws.alpha + n * d.t * (2 * d.s + 1);
+  q.beta = ws.beta + n * d.t * (2 * d.s + 1);
+  q.row_stride = row_stride;
+  q.tn = input_len[n];
+  q.states = 2 * int64_t(label_len[n]) + 1;
 
-  for (int64_t t = tid; t < tn; t += bd) {
-    const float* row = lg + t * row_stride;
-    float m = row[0];
-    for (int64_t a = 1; a < d.a; ++a) m = fmaxf(m, row[a]);
-    float s = 0.f;
-    for (int64_t a = 0; a < d.a; ++a) s += expf(row[a] - m);
-    lse[t] = m + logf(s);
-  }
-  __syncthreads();
-  auto lp = [&](int64_t t, int32_t a) { return lg[t * row_stride + a] - lse[t]; };
-
-  for (int64_t s = tid; s < states; s += bd) alpha[s] = s == 0 ? lp(0, 0) : (s == 1 ? lp(0, lab(1)) : -INFINITY);
-  __syncthreads();
-  for (int64_t t = 1; t < tn; ++t) {
-    const float* prev = alpha + (t - 1) * states;
-    for (int64_t s = tid; s < states; s += bd) {
-      const int32_t ls = lab(s);
-      float v = prev[s];
-      if (s >= 1) v = log_add(v, prev[s - 1]);
-      if (s >= 2 && ls != 0 && ls != lab(s - 2)) v = log_add(v, prev[s - 2]);
-      alpha[t * states + s] = v == -INFINITY ? -INFINITY : v + lp(t, ls);
-    }
-    __syncthreads();
-  }
+  log_softmax_normalizers(q, d.a);
+  alpha_recursion(q);
   if (tid == 0) {
-    const float* last = alpha + (tn - 1) * states;
-    const float logp = log_add(last[states - 1], states > 1 ? last[states - 2] : -INFINITY);
+    const float logp = sequence_log_likelihood(q);
     s_logp = logp;
     cost[n] = logp == -INFINITY ? INFINITY : -logp;
   }
@@ -110,58 +216,14 @@ __global__ void __launch_bounds__(kCtcThreads)
   if (!grad) return;
   const float logp = s_logp;
   if (logp == -INFINITY) {  // no alignment fits: zero gradient
-    for (int64_t i = tid; i < d.t * d.a; i += bd) grad[(i / d.a) * row_stride + n * d.a + i % d.a] = 0.f;
+    fill_grad_rows(grad, d, n, row_stride, 0.f);
     return;
   }
-
-  for (int64_t s = tid; s < states; s += bd)
-    beta[(tn - 1) * states + s] = s >= states - 2 ? lp(tn - 1, lab(s)) : -INFINITY;
-  __syncthreads();
-  for (int64_t t = tn - 2; t >= 0; --t) {
-    const float* nxt = beta + (t + 1) * states;
-    for (int64_t s = tid; s < states; s += bd) {
-      const int32_t ls = lab(s);
-      float v = nxt[s];
-      if (s + 1 < states) v = log_add(v, nxt[s + 1]);
-      if (s + 2 < states && ls != 0 && ls != lab(s + 2)) v = log_add(v, nxt[s + 2]);
-      beta[t * states + s] = v == -INFINITY ? -INFINITY : v + lp(t, ls);
-    }
-    __syncthreads();
-  }
-
+  beta_recursion(q);
   int32_t* head = ws.head + n * d.a;
   int32_t* next = ws.next + n * (2 * d.s + 1);
-  for (int64_t a = tid; a < d.a; a += bd) head[a] = -1;
-  __syncthreads();
-  for (int64_t s = tid; s < states; s += bd) {
-    const int32_t ls = lab(s);
-    bool first = true;
-    for (int64_t s2 = s - 2; s2 >= 0 && first; s2 -= 2) first = lab(s2) != ls;  // same class: same parity
-    if (first) head[ls] = static_cast<int32_t>(s);
-    int32_t nx = -1;
-    for (int64_t s2 = s + 2; s2 < states; s2 += 2)
-      if (lab(s2) == ls) {
-        nx = static_cast<int32_t>(s2);
-        break;
-      }
-    next[s] = nx;
-  }
-  __syncthreads();
-  for (int64_t i = tid; i < d.t * d.a; i += bd) {
-    const int64_t t = i / d.a;
-    const int32_t a = static_cast<int32_t>(i % d.a);
-    float g = 0.f;
-    if (t < tn) {
-      const float lpa = lp(t, a);
-      float occ = 0.f;
-      for (int32_t s = head[a]; s >= 0; s = next[s]) {
-        const float v = alpha[t * states + s] + beta[t * states + s];
-        if (v != -INFINITY) occ += expf(v - lpa - logp);
-      }
-      g = expf(lpa) - occ;
-    }
-    grad[t * row_stride + n * d.a + a] = g;
-  }
+  class_state_lists(q, head, next, d.a);
+  write_gradient(q, head, next, logp, grad, d, n);
 }
 
 // ---- staging around cuDNN: one thread per sample, per (time, sample) or per element; every sum

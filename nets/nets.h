@@ -25,7 +25,7 @@
 //             masks agree bit for bit; masks change every step, so the net cannot be trained with
 //             --graph. Inputs other than Nx{in_channels}x28x28 are a ShapeError.
 //
-// The model zoo (issue 10): torchvision's architectures with torchvision's parameter counts,
+// The model zoo: torchvision's architectures with torchvision's parameter counts,
 // module paths as layer names (so parameter names match torchvision's state_dict, less batch
 // norm's num_batches_tracked) and torchvision's init rules; num_classes and in_channels are
 // honoured (1000 and 3 give torchvision's counts).
@@ -128,8 +128,8 @@
 //             one row / column earlier than Keras's (at 299x299 only block3_pool, on 74x74).
 //             Inputs of at least 71x71 (Keras's minimum; ShapeError below).
 //
-// The other task kinds (issue 18; nets/detail/tasks.h, the trainer's side in experiments/task_scoring.h), each
-// built on the zoo's builder with its issue-18 ops as extra knob layers:
+// The other task kinds (nets/detail/tasks.h, the trainer's side in experiments/task_scoring.h), each
+// built on the zoo's builder with its task-specific ops as extra knob layers:
 //   unet-small     segmentation (engine/task_kind.h): enc1 conv3x3 16 → relu → pool1 2 → enc2 conv 32 →
 //             relu → pool2 2 → mid conv 64 → relu → up2 bilinear (align_corners false) to enc2's
 //             size → concat with enc2 → dec2 conv 32 → relu → up1 nearest to enc1's size → concat

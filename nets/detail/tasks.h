@@ -1,4 +1,4 @@
-// Internal to nets/: the networks of the other task kinds (issue 18) — unet-small
+// Internal to nets/: the networks of the other task kinds — unet-small
 // (nets/unet_small.cpp, segmentation), stn (nets/stn.cpp, a spatial transformer classifier),
 // ctc-cnn (nets/ctc_cnn.cpp, a CTC recognizer of digit strings), embedding-bag
 // (nets/embedding_bag_net.cpp, categorical features) — and what they share. nets.h documents each

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-r"""PyTorch peer of ditto's op_noise rows for issue 18, part B (bench/op_noise_18b.h): the same ops
+r"""PyTorch peer of ditto's op_noise rows for the sampling ops, CTC and sparse matmul
+(bench/op_noise_sampler_ctc_spmm.h, op_noise --group sampler-ctc-spmm): the same ops
 at the same sizes, in PyTorch's default mode and under torch.use_deterministic_algorithms(True).
 
 Ops and what is compared (the tensor whose bits are fingerprinted), one forward + backward per call:
@@ -27,8 +28,8 @@ Per (op, variant, mode, tensor): warm-up calls, then --runs calls timed with CUD
 results over the runs (a BLAKE2 hash of the bytes), the largest |difference| from the first result,
 and the median / p10 / p90 microseconds per call. One JSON line each, printed and appended to --out.
 
-  python3 bench/peers/torch_ops18b.py --out /tmp/torch_ops18b.jsonl
-  python3 bench/peers/torch_ops18b.py --ops ctc_loss,spmm --modes deterministic --runs 20
+  python3 bench/peers/torch_sampler_ctc_spmm.py --out /tmp/torch_sampler_ctc_spmm.jsonl
+  python3 bench/peers/torch_sampler_ctc_spmm.py --ops ctc_loss,spmm --modes deterministic --runs 20
 """
 import os
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-r"""PyTorch peer of bench/op_noise's issue-18 rows (--families scatter,upsample,pixel_xent,reduce):
+r"""PyTorch peer of bench/op_noise's scatter and reduction rows (--families scatter,upsample,pixel_xent,reduce):
 PyTorch's own paths for the same ops at the same sizes, in its default mode and with
 torch.use_deterministic_algorithms(True), recording where deterministic mode raises.
 
@@ -28,8 +28,8 @@ torch, cuda, date; a failed row has error instead.
 
 CUBLAS_WORKSPACE_CONFIG=:4096:8 is set (unless already set) before torch is imported.
 
-  python3 bench/peers/torch_ops18.py --out /tmp/torch_ops18.jsonl
-  python3 bench/peers/torch_ops18.py --ops upsample,pixel_xent --modes deterministic --runs 10
+  python3 bench/peers/torch_scatter_reduce.py --out /tmp/torch_scatter_reduce.jsonl
+  python3 bench/peers/torch_scatter_reduce.py --ops upsample,pixel_xent --modes deterministic --runs 10
 """
 import os
 
@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", default="torch_ops18.jsonl")
+    ap.add_argument("--out", default="torch_scatter_reduce.jsonl")
     args = ap.parse_args()
     only = [o for o in args.ops.split(",") if o]
     modes = [m for m in args.modes.split(",") if m]
@@ -203,7 +203,7 @@ def main():
     if args.runs < 2:
         sys.exit("--runs must be at least 2")
     if not torch.cuda.is_available():
-        sys.exit("torch_ops18: no CUDA device")
+        sys.exit("torch_scatter_reduce: no CUDA device")
     base = {"tool": "torch", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "date": datetime.datetime.now().isoformat(timespec="seconds")}
     with open(args.out, "a") as f:

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""The issue-18 ops beside PyTorch: bench/op_noise's rows for those ops (op_noise.csv) and the
-PyTorch peers' rows (bench/peers/torch_ops18.py, torch_ops18b.py; JSON lines), one markdown file.
+"""The task networks' ops beside PyTorch: bench/op_noise's rows for those ops (op_noise.csv) and the
+PyTorch peers' rows (bench/peers/torch_scatter_reduce.py, torch_sampler_ctc_spmm.py; JSON lines),
+one markdown file.
 
-    ops18_table.py OP_NOISE_CSV... TORCH_JSONL... [--out table.md]
+    task_ops_table.py OP_NOISE_CSV... TORCH_JSONL... [--out table.md]
 
 ditto's rows: every (op, knob, variant, shape) with its distinct results out of its runs and
 microseconds per call; a variant whose results differ is marked. PyTorch's rows: every (op, path,
 shape, mode) with the same two numbers, and where deterministic mode raised, that it did (the row's
 timing is then of PyTorch's nondeterministic path run with warn_only). Which rows op_noise ran is
-its own choice (the pipeline's ops18 step: --families scatter,upsample,pixel_xent,reduce --group all).
+its own choice (the pipeline's task-ops step: --families scatter,upsample,pixel_xent,reduce --group all).
 """
 import argparse
 import csv
@@ -23,7 +24,7 @@ def main():
     csvs = [p for p in a.files if p.endswith(".csv")]
     jsonls = [p for p in a.files if not p.endswith(".csv")]
     if not csvs:
-        sys.exit("ops18_table: no op_noise.csv given")
+        sys.exit("task_ops_table: no op_noise.csv given")
     lines = ["## ditto (bench/op_noise)", "",
              "| op | knob | variant | shape | distinct / runs | µs per call |", "|---|---|---|---|---:|---:|"]
     for path in csvs:
@@ -32,7 +33,7 @@ def main():
                 mark = "" if r["distinct"] == "1" else " **(differs)**"
                 lines.append(f"| {r['op']} | {r['knob']} | {r['variant']} | {r['shape']} | "
                              f"{r['distinct']} / {r['runs']}{mark} | {float(r['us_per_call']):.1f} |")
-    lines += ["", "## PyTorch (bench/peers/torch_ops18.py, torch_ops18b.py)", "",
+    lines += ["", "## PyTorch (bench/peers/torch_scatter_reduce.py, torch_sampler_ctc_spmm.py)", "",
               "| op | path / tensor | shape | mode | distinct / runs | µs per call (median) | deterministic mode |",
               "|---|---|---|---|---:|---:|---|"]
     meta = set()
