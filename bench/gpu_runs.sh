@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU-host runs behind issue 3's numbers, in one device call. Needs the CIFAR-10 JPEG
+# The GPU-host runs behind bench/results/2026-11-22-h100/, in one device call. Needs the CIFAR-10 JPEG
 # tarball at .data/cifar10-jpeg.tar.gz (copied from ../shared/data, carried with the call) and
 # .deps (scripts/pack-deps.sh). Writes a summary and logs under $OUT (or ./gpu-out).
 #   bench/gpu_runs.sh tests small pairs resnet-adam peers-small peers-resnet resnet-sgd experiment

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Before/after table of bench/op_noise runs (issue 9: the reductions moved onto CUB).
+"""Before/after table of two sets of bench/op_noise runs (such as before and after a kernel change).
 
     op_noise_compare.py BEFORE_DIR AFTER_DIR [--out table.md]
 

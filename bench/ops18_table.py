@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The issue-18 ops beside PyTorch: bench/op_noise's rows for those ops (op_noise.csv) and the
+"""The ops of the other task kinds beside PyTorch: bench/op_noise's rows for those ops (op_noise.csv) and the
 PyTorch peers' rows (bench/peers/torch_ops18.py, torch_ops18b.py; JSON lines), one markdown file.
 
     ops18_table.py OP_NOISE_CSV... TORCH_JSONL... [--out table.md]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-r"""PyTorch DDP peer of ditto's data-parallel training (issue 19): training throughput of ResNet-18
+r"""PyTorch DDP peer of ditto's data-parallel training: training throughput of ResNet-18
 (CIFAR: 3x32x32, 10 classes; bench/peers/torch_train.py's definition, the same net as ditto's
 resnet18) over K GPUs with DistributedDataParallel on NCCL, and whether two runs end with the same
 weights.

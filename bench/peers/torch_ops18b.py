@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-r"""PyTorch peer of ditto's op_noise rows for issue 18, part B (bench/op_noise_18b.h): the same ops
-at the same sizes, in PyTorch's default mode and under torch.use_deterministic_algorithms(True).
+r"""PyTorch peer of ditto's op_noise rows for grid sampling, affine grid, ROI align, CTC and sparse
+matmul (bench/op_noise_18b.h): the same ops at the same sizes, in PyTorch's default mode and under
+torch.use_deterministic_algorithms(True).
 
 Ops and what is compared (the tensor whose bits are fingerprinted), one forward + backward per call:
   grid_sample   x 128x64x64x64, a 64x64 affine grid of random rotations (+-30 deg), scales
