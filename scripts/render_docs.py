@@ -41,8 +41,8 @@ NOISE_LAB = RESULTS / "2026-11-22-h100-noise-lab"
 TASKS = RESULTS / "2026-11-24-h100-tasks"
 PROTOCOLS = RESULTS / "2026-11-23-h100-protocols"
 PROTOCOLS_FULL = RESULTS / "2026-11-24-h100-protocols"
-OPS18_CSV = TASKS / "ops18" / "op_noise.csv"
-OPS18_TORCH = [TASKS / "ops18" / "torch_ops18.jsonl", TASKS / "ops18" / "torch_ops18b.jsonl"]
+TASK_OPS_CSV = TASKS / "ops18" / "op_noise.csv"
+TASK_OPS_TORCH = [TASKS / "ops18" / "torch_ops18.jsonl", TASKS / "ops18" / "torch_ops18b.jsonl"]
 
 GOAL = 1.2  # a fixed-order variant's time within this factor of its atomic variant's
 
@@ -314,12 +314,14 @@ def render_readme_speed():
     models = zoo_model_rows(records)
     within, under_default, under_det = (sum(map(f, models)) for f in (within_fastest, under_torch_default, under_torch_det))
     wall = concurrent_wall_s(SPEED_BEFORE / "concurrent" / "stdout-10.txt")
+    over_default = over_list(models, lambda r: r.torch_default)
     return [f"On the H100 a tuned deterministic ResNet-18 step (graphed) takes {fmt_x(ratio(r18['tuned'], r18['torch_default']))} "
             f"the time of PyTorch's default one and {fmt_x(ratio(r18['tuned'], r18['fastest']))} ditto's `fastest`, "
-            f"and SmallCNN's 4 settings x 10 replicas x 10 epochs take {wall:.1f} s. Across the {len(models)} zoo models "
-            f"the tuned deterministic step is within 5% of ditto's fastest on {within}, at or under PyTorch's default "
-            f"(nondeterministic) step on {under_default} and under PyTorch's deterministic mode on {under_det} "
-            "(`docs/determinism.md`, \"What determinism costs per model\").",
+            f"and SmallCNN's 4 settings x 10 replicas x 10 epochs take {wall:.1f} s (10 replicas at a time, graphed, "
+            f"with a tuning file). Across the {len(models)} zoo models the tuned deterministic step is within 5% of "
+            f"ditto's fastest on {within}, at or under PyTorch's default (nondeterministic) step on {under_default}"
+            f"{' (not on ' + over_default + ')' if over_default else ''} and under PyTorch's deterministic mode on "
+            f"{under_det} (`docs/determinism.md`, \"What determinism costs per model\").",
             "", sources_line(ZOO / "step_time.jsonl", ZOO / "torch_step_time.jsonl", ZOO / "overhead-10steps.jsonl",
                              ZOO / "torch_overhead-10steps.jsonl", SPEED_BEFORE / "concurrent" / "stdout-10.txt")]
 
@@ -352,6 +354,71 @@ def render_noise_lab_cost():
             f"({100 * (det / nondet - 1):+.0f}% for determinism); with one atomic kernel left (the confirmed candidates) "
             f"{span(candidates, lambda v: f'{v:.2f}')} ms/step. SmallCNN: {sdet:.2f} against {snondet:.2f} ms/step.",
             "", sources_line(resnet, small)]
+
+
+NOISE_LAB_RUNS = [("SmallCNN, add-one (3 replicas x 10 epochs)", "smallcnn-add-one"),
+                  ("SmallCNN, leave-one-out (3 replicas x 10 epochs)", "smallcnn-leave-one-out"),
+                  ("ResNet-18, add-one screen (2 replicas x 50 steps, 2,000 test images)", "resnet18-screen"),
+                  ("ResNet-18, add-one confirmation of the screen's top three (3 replicas x 3 epochs)",
+                   "resnet18-confirm")]
+LAYER_KINDS = {"conv": "conv", "bn": "batch norm", "pool": "max-pool", "fc": "linear", "loss": "loss"}
+
+
+def kernel_kind(configuration):
+    """'conv bwd_filter=algo0' for 'layer3.0.conv2.bwd_filter=algo0': the op by its layer's name, then the knob."""
+    layer, knob = configuration.rsplit(".", 1)
+    stem = re.sub(r"[0-9]", "", layer.split(".")[-1])
+    return f"{LAYER_KINDS.get(stem, stem)} {knob}"
+
+
+def early_l2_column(rows):
+    """The last early step the run recorded the weight distance at (l2_step100, or the steps it had)."""
+    return next(k for k in ("l2_step100", "l2_step50", "l2_step10") if k in rows[0] and any(float(r[k]) for r in rows))
+
+
+def noise_lab_row(label, rows, early):
+    diverged = [r for r in rows if int(r["first_divergence_step"]) == 1]
+    def spread(key, fmt):
+        return span([float(r[key]) for r in diverged], fmt) if diverged else "–"
+    return [label, str(len(rows)), str(len(diverged)), spread("l2_step1", lambda v: f"{v:.2g}"),
+            spread(early, lambda v: f"{v:.2g}"), spread("growth_per_step", lambda v: f"{v:.2f}"),
+            span([100 * float(r["churn"]) for r in rows], lambda v: f"{v:.1f}")]
+
+
+def noise_lab_table(folder):
+    rows = attribution_rows(NOISE_LAB / folder / "attribution.csv")
+    early = early_l2_column(rows)
+    kinds = {}
+    for r in rows:
+        if r["kind"] == "candidate":
+            kinds.setdefault(kernel_kind(r["configuration"]), []).append(r)
+    body = [noise_lab_row(r["configuration"], [r], early) for r in rows if r["kind"] == "baseline"]
+    body += [noise_lab_row(kind, members, early) for kind, members in kinds.items()]
+    body += [noise_lab_row(f"group: {r['configuration']}", [r], early) for r in rows if r["kind"] == "group"]
+    header = ["configuration (kernel kind: every layer's candidate)", "configurations", "diverge at step 1",
+              "weight L2 after step 1", f"after step {early.rsplit('step', 1)[1]}", "growth per step", "churn %"]
+    return table(header, body)
+
+
+def render_noise_lab_tables():
+    lines, sources = [], []
+    for title, folder in NOISE_LAB_RUNS:
+        lines += [f"**{title}**", ""] + noise_lab_table(folder) + [""]
+        sources.append(NOISE_LAB / folder / "attribution.csv")
+    return lines + ["Ranges over the configurations of a kind that diverge at step 1 (churn: over all of them). "
+                    "Add-one turns the kernel on alone in a deterministic step; leave-one-out fixes it alone in a "
+                    "nondeterministic one.", "", sources_line(*sources)]
+
+
+def render_noise_lab_quadrature():
+    path = NOISE_LAB / "smallcnn-add-one" / "attribution.csv"
+    rows = attribution_rows(path)
+    group = next(r for r in rows if r["configuration"] == "all conv2d.bias_bwd=atomic")
+    members = [r for r in rows if r["kind"] == "candidate" and r["configuration"] in group["pins"].split()]
+    seeds = [float(r["l2_step1"]) for r in members]
+    return [f"SmallCNN's {len(members)} conv bias atomics give " + ", ".join(f"{v:.3g}" for v in seeds)
+            + f" alone, the group {float(group['l2_step1']):.3g} (√Σ² = {sum(v * v for v in seeds) ** 0.5:.3g}).",
+            "", sources_line(path)]
 
 
 # ---- the paper's four settings: churn and its decomposition ----
@@ -476,13 +543,13 @@ def render_fig_s4():
 
 FIXED_ORDER = ["sorted", "gather", "deterministic", "deterministic+plan", "ditto", "cudnn-deterministic", "cusparse-alg3"]
 NONDETERMINISTIC = ["atomic", "cudnn-nondeterministic", "cusparse-default"]
-OPS_A = ["embedding", "embedding_bag", "scatter_add", "upsample", "pixel_xent", "reduce_sum"]
-OPS_B = ["grid_sample", "affine_grid", "roi_align", "ctc_loss", "spmm"]
+SCATTER_UPSAMPLE_OPS = ["embedding", "embedding_bag", "scatter_add", "upsample", "pixel_xent", "reduce_sum"]
+SAMPLER_CTC_SPARSE_OPS = ["grid_sample", "affine_grid", "roi_align", "ctc_loss", "spmm"]
 TENSORS = ("dx", "dgrid", "dtheta", "dB", "C", "dlogits")
 
 
 def op_noise_rows():
-    with open(OPS18_CSV) as f:
+    with open(TASK_OPS_CSV) as f:
         return list(csv.DictReader(f))
 
 
@@ -496,7 +563,7 @@ def split_shape(shape):
 
 
 def torch_rows():
-    return [rec for _, _, rec in iter_records_loose(OPS18_TORCH)]
+    return [rec for _, _, rec in iter_records_loose(TASK_OPS_TORCH)]
 
 
 def iter_records_loose(paths):
@@ -557,22 +624,22 @@ def render_fixed_vs_atomic(ops):
     summary = (f"The fixed-order variant is within {GOAL}× of the nondeterministic one on "
                f"{len(pairs) - len(missed)} of {len(pairs)} rows" + (f"; the goal is missed on {', '.join(missed)}."
                                                                      if missed else "."))
-    return table(header, rows) + ["", summary, "", sources_line(OPS18_CSV, *OPS18_TORCH)]
+    return table(header, rows) + ["", summary, "", sources_line(TASK_OPS_CSV, *TASK_OPS_TORCH)]
 
 
-def render_ops18_a():
-    return render_fixed_vs_atomic(OPS_A)
+def render_scatter_upsample_ops():
+    return render_fixed_vs_atomic(SCATTER_UPSAMPLE_OPS)
 
 
-def render_ops18_b():
-    return render_fixed_vs_atomic(OPS_B)
+def render_sampler_ctc_sparse_ops():
+    return render_fixed_vs_atomic(SAMPLER_CTC_SPARSE_OPS)
 
 
 def render_affine_grid_cudnn():
     row = next(r for r in op_noise_rows() if (r["op"], r["variant"]) == ("affine_grid", "cudnn"))
     return [f"`cudnnSpatialTfGridGeneratorBackward` is not on cuDNN's list of non-reproducible routines, yet it gave "
             f"{row['distinct']} different dtheta in {row['runs']} calls ({row['shape']}; `bench/op_noise`).",
-            "", sources_line(OPS18_CSV)]
+            "", sources_line(TASK_OPS_CSV)]
 
 
 # ---- the docs and their regions ----
@@ -580,7 +647,9 @@ def render_affine_grid_cudnn():
 DOCS = {
     "README.md": {"readme-speed": render_readme_speed},
     "docs/determinism.md": {
-        "ops18-a": render_ops18_a,
+        "scatter-upsample-ops": render_scatter_upsample_ops,
+        "noise-lab-tables": render_noise_lab_tables,
+        "noise-lab-quadrature": render_noise_lab_quadrature,
         "noise-lab-cost": render_noise_lab_cost,
         "settings-churn": render_settings_churn,
         "fig-s4": render_fig_s4,
@@ -589,7 +658,7 @@ DOCS = {
         "zoo-not-free": render_zoo_not_free,
         "zoo-before": render_zoo_before,
         "affine-grid-cudnn": render_affine_grid_cudnn,
-        "ops18-b": render_ops18_b,
+        "sampler-ctc-sparse-ops": render_sampler_ctc_sparse_ops,
     },
 }
 MARKER = re.compile(r"^<!-- generated:([a-z0-9-]+) (begin|end) -->$")
