@@ -714,7 +714,10 @@ def main():
     for doc, renderers in DOCS.items():
         path = ROOT / doc
         text = path.read_text()
-        rendered = render_doc(text, renderers, doc)
+        try:
+            rendered = render_doc(text, renderers, doc)
+        except ValueError as e:
+            sys.exit(f"render_docs: {e}")
         if rendered == text:
             continue
         if args.write:
