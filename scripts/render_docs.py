@@ -266,35 +266,47 @@ def other_ms(records, model, mode):
     return overhead_table.kind_ms(rec, ["other"]) if overhead_table.ok(rec) else None
 
 
-def render_zoo_not_free():
-    records, data = zoo_now(), step_data(ZOO)
+def slower_than_torch_lines(records):
+    """A line per zoo model whose tuned step is slower than PyTorch's default one, with ditto's fastest beside."""
     lines = []
     for r in zoo_model_rows(records):
-        if r.tuned is None or not r.torch_default or r.tuned <= r.torch_default:
+        if under_torch_default(r) or r.tuned is None or r.torch_default is None:
             continue
         lines.append(f"- {r.name}: the tuned deterministic step is {fmt_x(ratio(r.tuned, r.torch_default))} PyTorch's "
                      f"default, and ditto's own `fastest` already {fmt_x(ratio(r.fastest, r.torch_default))}; the "
                      f"profile of the tuned step puts {fmt_ms(other_ms(records, r.name, 'deterministic-tuned'))} ms "
                      "per step outside the profiled op kinds (\"other\").")
+    return lines
+
+
+def smallcnn_graphed_lines(data):
     tuned = data.ms("ditto", "smallcnn", "deterministic-tuned", True)
     torch_graphed = data.ms("pytorch", "smallcnn", "default", True)
     nondet = data.ms("ditto", "smallcnn", "nondeterministic", True)
-    if tuned is not None and torch_graphed is not None and tuned > torch_graphed:
-        lines.append(f"- SmallCNN graphed: {fmt_ms(tuned)} ms against PyTorch's graphed {fmt_ms(torch_graphed)} ms "
-                     f"(ditto's nondeterministic graphed step: {fmt_ms(nondet)} ms).")
-    runs = overhead_steps.load([ZOO / "overhead-resnet50-100steps.jsonl", ZOO / "torch_overhead-resnet50-100steps.jsonl",
-                                ZOO / "overhead-10steps.jsonl", ZOO / "torch_overhead-10steps.jsonl"])
-    changes = []
-    for (tool, model, mode, steps), rec in runs.items():
-        short = runs.get((tool, model, mode, 10))
-        if steps == 100 and short:
-            changes.append(abs(rec["ms_median"] / short["ms_median"] - 1))
-    lines.append(f"- Ten and a hundred timed steps: the median moves by at most {pct(max(changes))} "
-                 f"({len(changes)} rows: ResNet-50, every mode of both tools; `overhead_steps.md`).")
-    lines += ["", sources_line(ZOO / "overhead-10steps.jsonl", ZOO / "torch_overhead-10steps.jsonl",
-                               ZOO / "step_time.jsonl", ZOO / "torch_step_time.jsonl",
-                               ZOO / "overhead-resnet50-100steps.jsonl", ZOO / "torch_overhead-resnet50-100steps.jsonl")]
-    return lines
+    if tuned is None or torch_graphed is None or tuned <= torch_graphed:
+        return []
+    return [f"- SmallCNN graphed: {fmt_ms(tuned)} ms against PyTorch's graphed {fmt_ms(torch_graphed)} ms "
+            f"(ditto's nondeterministic graphed step: {fmt_ms(nondet)} ms)."]
+
+
+STEP_COUNT_FILES = [ZOO / "overhead-resnet50-100steps.jsonl", ZOO / "torch_overhead-resnet50-100steps.jsonl",
+                    ZOO / "overhead-10steps.jsonl", ZOO / "torch_overhead-10steps.jsonl"]
+
+
+def step_count_line():
+    """How far the median moves between 10 and 100 timed steps (bench/overhead_steps.py's pairing)."""
+    runs = overhead_steps.load(STEP_COUNT_FILES)
+    changes = [abs(rec["ms_median"] / runs[(tool, model, mode, 10)]["ms_median"] - 1)
+               for (tool, model, mode, steps), rec in runs.items() if steps == 100 and (tool, model, mode, 10) in runs]
+    return (f"- Ten and a hundred timed steps: the median moves by at most {pct(max(changes))} "
+            f"({len(changes)} rows: ResNet-50, every mode of both tools; `overhead_steps.md`).")
+
+
+def render_zoo_not_free():
+    records, data = zoo_now(), step_data(ZOO)
+    lines = slower_than_torch_lines(records) + smallcnn_graphed_lines(data) + [step_count_line()]
+    return lines + ["", sources_line(ZOO / "overhead-10steps.jsonl", ZOO / "torch_overhead-10steps.jsonl",
+                                     ZOO / "step_time.jsonl", ZOO / "torch_step_time.jsonl", *STEP_COUNT_FILES[:2])]
 
 
 def render_zoo_before():
@@ -443,13 +455,11 @@ def read_report(folder):
     return out
 
 
-def interval(v, points=True):
+def points(v):
+    """A fraction as percentage points, with its interval where it has one."""
     value, lo, hi = v
-    scale = 100 if points else 1
-    text = f"{scale * value:.2f}" if points else f"{value:.3g}"
-    if lo is None or hi is None:
-        return text
-    return text + (f" [{scale * lo:.2f}, {scale * hi:.2f}]" if points else f" [{lo:.3g}, {hi:.3g}]")
+    text = f"{100 * value:.2f}"
+    return text if lo is None or hi is None else text + f" [{100 * lo:.2f}, {100 * hi:.2f}]"
 
 
 def reading(rep, measure):
@@ -484,7 +494,7 @@ def interaction_cells(rep):
     inter = rep.get(("decomposition:churn", "interaction"))
     excess = rep.get(("decomposition:churn", "excess"))
     if inter is not None:
-        return [interval(inter), interval(excess), reading(rep, "churn"), reading(rep, "accuracy_variance")]
+        return [points(inter), points(excess), reading(rep, "churn"), reading(rep, "accuracy_variance")]
     churn = [rep.get((s, "churn")) for s in ("ALGO+IMPL", "ALGO", "IMPL", "CONTROL")]
     if any(c is None for c in churn):
         return ["–", "–", "not all four settings ran", "–"]
