@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Before/after table of bench/op_noise runs (written for the move of the reductions onto CUB).
+"""Before/after table of two sets of bench/op_noise runs (such as before and after a kernel change).
 
     op_noise_compare.py BEFORE_DIR AFTER_DIR [--out table.md]
 

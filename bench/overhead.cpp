@@ -69,11 +69,11 @@ namespace {
 // The order they run in: the references first, so later records carry their ratios.
 const std::vector<std::string> kModes = {"heuristic", "fastest", "deterministic", "deterministic-tuned",
                                          "nondeterministic"};
-const std::vector<std::string> kZoo = {"vgg16",        "vgg19",        "resnet50",        "resnet101",
-                                       "resnet152",    "densenet121",  "densenet169",     "densenet201",
-                                       "mobilenet",    "mobilenet-v2", "efficientnet-b0", "inception-v3",
-                                       "xception",     "mediumcnn-k1", "mediumcnn-k3",    "mediumcnn-k5",
-                                       "mediumcnn-k7"};
+const std::vector<std::string> kZoo = {"vgg16",        "vgg19",           "resnet34",     "resnet50",
+                                       "resnet101",    "resnet152",       "densenet121",  "densenet169",
+                                       "densenet201",  "mobilenet",       "mobilenet-v2", "efficientnet-b0",
+                                       "inception-v3", "xception",        "mediumcnn-k1", "mediumcnn-k3",
+                                       "mediumcnn-k5", "mediumcnn-k7"};
 constexpr float kLr = 0.01f, kMomentum = 0.9f;
 
 std::vector<std::string> mode_rules(const std::string& mode) {

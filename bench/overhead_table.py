@@ -29,9 +29,9 @@ from xml.sax.saxutils import escape
 
 from jsonl_records import iter_records
 
-MODEL_ORDER = ["vgg16", "vgg19", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201",
-               "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1",
-               "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"]
+MODEL_ORDER = ["vgg16", "vgg19", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169",
+               "densenet201", "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception",
+               "mediumcnn-k1", "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"]
 DITTO_MODES = ["heuristic", "fastest", "deterministic", "deterministic-tuned", "nondeterministic"]
 KIND_GROUPS = [("conv.fwd", ["conv.fwd"]), ("conv.bwd_data", ["conv.bwd_data"]),
                ("conv.bwd_filter", ["conv.bwd_filter"]), ("linear", ["linear.fwd", "linear.bwd"]),

@@ -39,6 +39,12 @@
 //             Parameters 138,357,544 / 143,667,240 / 138,365,992 / 143,678,248. Convs He-normal
 //             fan_out, bias 0; linears normal(0, 0.01), bias 0; bn 1 / 0. Dropout as mnist-cnn
 //             (Philox keyed by seed, step, layer): stochastic.
+//   resnet34  torchvision.models.resnet34: conv1 7x7/2 → bn1 → relu → maxpool 3x3/2 → layer1..4
+//             of [3, 4, 6, 3] BasicBlocks (conv1 3x3 → bn1 → relu → conv2 3x3 → bn2, plus the
+//             shortcut, then relu; the first block of layers 2-4 strides 2 on its conv1 and has
+//             downsample.0 1x1 conv + downsample.1 bn) → global average pool → fc 512 → classes.
+//             Parameters 21,797,672. Init and input sizes as resnet50's below (fc uniform
+//             +-1/sqrt(512)).
 //   resnet50, resnet101, resnet152  torchvision's bottleneck ResNets (v1.5: stride on the 3x3):
 //             conv1 7x7/2 → bn1 → relu → maxpool 3x3/2 → layer1..4 of [3,4,6,3] / [3,4,23,3] /
 //             [3,8,36,3] bottlenecks (1x1 → 3x3 → 1x1 x4, each conv → bn; downsample.0 1x1 conv
@@ -172,8 +178,8 @@ namespace ditto {
 
 struct NetConfig {
   std::string model;        // "smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet",
-                            // "mnist-cnn", "vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet50",
-                            // "resnet101", "resnet152", "mediumcnn-k1", "-k3", "-k5", "-k7",
+                            // "mnist-cnn", "vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet34",
+                            // "resnet50", "resnet101", "resnet152", "mediumcnn-k1", "-k3", "-k5", "-k7",
                             // "densenet121", "densenet169", "densenet201", "mobilenet",
                             // "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", and
                             // the other task kinds' "unet-small",

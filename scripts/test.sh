@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-ditto_ensure_packages "${DITTO_BUILD_PACKAGES[@]}" chromium clang libclang-rt-dev
+ditto_ensure_packages "${DITTO_BUILD_PACKAGES[@]}" chromium clang libclang-rt-dev python3
 export PATH=/usr/local/cuda/bin:$PATH
 BUILD=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -200,6 +200,13 @@ const std::map<std::string, std::string>& pinned() {
        "params=3217226 structure=9bd35f8dcd686f44 knobs=27386c11190bf563 init=ec683528a46e9965 "
        "logits=502017c7203ac32e loss=319320c7aa40608e grads=b104b7ed53a61b6d "
        "buffers=ffc455c76e0c91ec eval=35f6a41e2e694657"},
+      // Recorded when resnet34 was added, after cpu_zoo_nets checked its structure against
+      // torchvision's (count, state_dict names and order, shapes) and its initial weights against
+      // resnet50's where the two share a parameter's name and shape.
+      {"resnet34",
+       "params=21289802 structure=d4c9d35bb86cb413 knobs=b4eb985ebf44cd64 init=bb07d8f44406cb54 "
+       "logits=e25a47eb73045cf9 loss=226f4ab1589ed630 grads=31021d6d88362c0c "
+       "buffers=209bedff5dc1c17d eval=0c396514d04e03cb"},
       {"vgg16",
        "params=134301514 structure=d90391b907a48bde knobs=e61848eb8abdec40 init=ce3a6cbdb60ad14e "
        "logits=1e9d7ff8842933f4 loss=6910cba98e2974e9 grads=51d32724defa0605 "
@@ -248,7 +255,7 @@ const std::vector<Probe> kFast = {
     {"resnet50", 7, 3, 32, 2},          {"mediumcnn-k1", 10, 3, 64, 2},  {"mediumcnn-k3", 10, 3, 64, 2},
     {"mediumcnn-k5", 5, 1, 64, 2},      {"mediumcnn-k7", 10, 3, 64, 2},  {"densenet121", 10, 3, 32, 2},
     {"densenet201", 5, 3, 32, 2},       {"mobilenet-v2", 10, 3, 32, 2},  {"efficientnet-b0", 10, 3, 32, 2},
-    {"densenet169", 10, 3, 32, 2},      {"mobilenet", 10, 3, 32, 2},
+    {"densenet169", 10, 3, 32, 2},      {"mobilenet", 10, 3, 32, 2},     {"resnet34", 10, 3, 32, 2},
 };
 // Structure and initial weights by default, the step in the slow test: the deeper bottleneck
 // ResNets (resnet50's code, seconds more), VGG (224x224), Inception-v3 and Xception.

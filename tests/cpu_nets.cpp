@@ -73,7 +73,8 @@ TEST_CASE("Net::forward: every net refuses a wrong input shape, naming itself, b
   Context ctx;
   const std::pair<const char*, int> minimum[] = {{"smallcnn", 8},    {"mediumcnn-k3", 64}, {"mnist-cnn", 28},
                                                  {"vgg16", 224},     {"densenet121", 29},  {"mobilenet", 32},
-                                                 {"inception-v3", 75}, {"xception", 71},   {"resnet50", 1}};
+                                                 {"inception-v3", 75}, {"xception", 71},   {"resnet50", 1},
+                                                 {"resnet34", 1}};
   for (const auto& [model, side] : minimum) {
     INFO(model);
     CHECK(make_net(ctx, {model, 10, std::string(model) == "mnist-cnn" ? 1 : 3})->input_spec().min_side == side);

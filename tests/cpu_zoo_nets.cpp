@@ -1,7 +1,7 @@
-// The model zoo on the CPU (issue 10): torchvision's VGG-16/19 (with and without batch norm) and
-// bottleneck ResNet-50/101/152, and the paper's MediumCNN(k) — parameter counts against
-// torchvision's (or, for MediumCNN, a formula), layer names and knob layers, torchvision's init
-// rules, and a forward and backward pass that reaches every parameter.
+// The model zoo on the CPU (issue 10): torchvision's VGG-16/19 (with and without batch norm),
+// ResNet-34 and bottleneck ResNet-50/101/152, and the paper's MediumCNN(k) — parameter counts
+// against torchvision's (or, for MediumCNN, a formula), layer names and knob layers, torchvision's
+// init rules, and a forward and backward pass that reaches every parameter.
 //
 // The CPU reference convolution is slow, so the passes run batch 1 on 64x64 inputs (the smallest
 // at which batch norm in training sees more than one value per channel at the last stage). VGG
@@ -56,12 +56,39 @@ void check_forward_backward(const std::string& model, int side, int classes, int
   test::check_param_grads(*net, test::is_weight);
 }
 
+// torchvision's ResNet init beyond the convs: fc weight and bias uniform in +-1/sqrt(fc_in)
+// (PyTorch's default Linear init), and every batch norm's gamma 1, beta 0.
+void check_torchvision_resnet_init(Net& net, int fc_in) {
+  const double bound = 1.0 / std::sqrt(double(fc_in));
+  CHECK(spread_of(net, "fc.weight").most <= bound);
+  CHECK(spread_of(net, "fc.weight").most > 0.9 * bound);
+  CHECK(spread_of(net, "fc.bias").most <= bound);
+  CHECK(spread_of(net, "fc.bias").most > 0);
+  for (const auto& p : net.params())
+    if (p.name.find("bn") != std::string::npos || p.name.find("downsample.1") != std::string::npos) {
+      INFO(p.name);
+      auto v = p.var.value().to_host_f32();
+      const float want = p.name.back() == 't' ? 1.0f : 0.0f;  // weight (gamma) 1, bias (beta) 0
+      CHECK(std::all_of(v.begin(), v.end(), [&](float g) { return g == want; }));
+    }
+}
+
+// Each traced layer's output shape in one evaluation forward of zeros of shape x.
+std::map<std::string, Shape> eval_output_shapes(Context& ctx, Net& net, const Shape& x) {
+  SummaryTrace trace;
+  NoGradGuard ng(ctx);
+  net.forward(ctx, Var(ctx.zeros(x)), false, &trace);
+  std::map<std::string, Shape> out;
+  for (const auto& r : trace) out[r.name] = r.output;
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("zoo: every new model is known") {
   const auto& known = known_models();
-  for (const char* m : {"vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet50", "resnet101", "resnet152", "mediumcnn-k1",
-                        "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"}) {
+  for (const char* m : {"vgg16", "vgg19", "vgg16-bn", "vgg19-bn", "resnet34", "resnet50", "resnet101", "resnet152",
+                        "mediumcnn-k1", "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"}) {
     INFO(m);
     CHECK(std::find(known.begin(), known.end(), m) != known.end());
   }
@@ -172,31 +199,110 @@ TEST_CASE("zoo: ResNet-50 stride on the 3x3 (v1.5), classes and channels, torchv
   // Convs: kaiming normal fan_out: std sqrt(2 / (out * kernel area)).
   CHECK(spread_of(*net, "layer4.1.conv2.weight").stddev == Approx(std::sqrt(2.0 / (512 * 9))).epsilon(0.02));
   CHECK(spread_of(*net, "layer3.0.conv3.weight").stddev == Approx(std::sqrt(2.0 / 1024)).epsilon(0.02));
-  // fc: PyTorch's default Linear init, weight and bias uniform in +-1/sqrt(2048).
-  const double bound = 1.0 / std::sqrt(2048.0);
-  CHECK(spread_of(*net, "fc.weight").most <= bound);
-  CHECK(spread_of(*net, "fc.weight").most > 0.9 * bound);
-  CHECK(spread_of(*net, "fc.bias").most <= bound);
-  CHECK(spread_of(*net, "fc.bias").most > 0);
-  for (const auto& p : net->params())
-    if (p.name.find("bn") != std::string::npos || p.name.find("downsample.1") != std::string::npos) {
-      INFO(p.name);
-      auto v = p.var.value().to_host_f32();
-      const float want = p.name.back() == 't' ? 1.0f : 0.0f;  // weight (gamma) 1, bias (beta) 0
-      CHECK(std::all_of(v.begin(), v.end(), [&](float g) { return g == want; }));
-    }
+  check_torchvision_resnet_init(*net, 2048);
   // The summary: at 64x64, layer2.0's conv1 keeps 16x16 and its conv2 halves it (v1.5).
-  SummaryTrace trace;
-  {
-    NoGradGuard ng(ctx);
-    net->forward(ctx, Var(ctx.zeros({1, 1, 64, 64})), false, &trace);
-  }
-  std::map<std::string, Shape> out;
-  for (const auto& r : trace) out[r.name] = r.output;
+  const auto out = eval_output_shapes(ctx, *net, {1, 1, 64, 64});
   CHECK(out.at("maxpool") == Shape{1, 64, 16, 16});
   CHECK(out.at("layer2.0.conv1") == Shape{1, 128, 16, 16});
   CHECK(out.at("layer2.0.conv2") == Shape{1, 128, 8, 8});
   CHECK(out.at("layer4.2.out") == Shape{1, 2048, 2, 2});
+  CHECK(out.at("fc") == Shape{1, 10});
+}
+
+TEST_CASE("zoo: ResNet-34 parameter count, names and knobs as torchvision's") {
+  Context ctx;
+  auto net = make_net(ctx, {"resnet34", 1000, 3});
+  CHECK(net->name() == "resnet34");
+  // torchvision.models ResNet34_Weights meta["num_params"] at 1000 classes.
+  CHECK(net->param_count() == 21797672);
+  CHECK_FALSE(net->stochastic());
+  // stem + 2 per BasicBlock (3 + 4 + 6 + 3) + 3 downsamples (layer2.0, layer3.0, layer4.0).
+  const int64_t convs = 1 + 2 * 16 + 3;
+  CHECK(count_kind(*net, OpKind::Conv2d) == convs);
+  CHECK(count_kind(*net, OpKind::BatchNorm) == convs);
+  CHECK(count_kind(*net, OpKind::MaxPool2d) == 1);
+  CHECK(count_kind(*net, OpKind::Linear) == 1);
+  check_knobs_cover_params(*net);
+  // torchvision's state_dict, less the batch-norm buffers, in its order: a BasicBlock registers
+  // conv1, bn1, conv2, bn2, then downsample (0: conv, 1: bn) where the first block of a stage
+  // strides; the stem's conv1, bn1 come first and fc last.
+  std::vector<std::string> want = {"conv1.weight", "bn1.weight", "bn1.bias"};
+  std::vector<std::string> want_buffers = {"bn1.running_mean", "bn1.running_var"};
+  const int blocks[] = {3, 4, 6, 3};
+  for (int stage = 1; stage <= 4; ++stage)
+    for (int b = 0; b < blocks[stage - 1]; ++b) {
+      const std::string blk = fmt::format("layer{}.{}.", stage, b);
+      for (const char* bn : {"bn1", "bn2"}) {
+        want.push_back(blk + (bn[2] == '1' ? "conv1" : "conv2") + ".weight");
+        want.push_back(blk + bn + ".weight");
+        want.push_back(blk + bn + ".bias");
+        want_buffers.push_back(blk + bn + ".running_mean");
+        want_buffers.push_back(blk + bn + ".running_var");
+      }
+      if (stage > 1 && b == 0) {
+        for (const char* n : {"downsample.0.weight", "downsample.1.weight", "downsample.1.bias"}) want.push_back(blk + n);
+        want_buffers.push_back(blk + "downsample.1.running_mean");
+        want_buffers.push_back(blk + "downsample.1.running_var");
+      }
+    }
+  want.push_back("fc.weight");
+  want.push_back("fc.bias");
+  std::vector<std::string> got, got_buffers;
+  std::map<std::string, Shape> shape;
+  for (const auto& p : net->params()) {
+    got.push_back(p.name);
+    shape[p.name] = p.var.value().shape();
+  }
+  for (const auto& b : net->buffers()) got_buffers.push_back(b.name);
+  CHECK(got == want);
+  CHECK(got_buffers == want_buffers);
+  CHECK(shape.at("conv1.weight") == Shape{64, 3, 7, 7});
+  CHECK(shape.at("layer1.0.conv1.weight") == Shape{64, 64, 3, 3});
+  CHECK(shape.at("layer2.0.conv1.weight") == Shape{128, 64, 3, 3});
+  CHECK(shape.at("layer2.0.downsample.0.weight") == Shape{128, 64, 1, 1});
+  CHECK(shape.at("layer4.2.conv2.weight") == Shape{512, 512, 3, 3});
+  CHECK(shape.at("fc.weight") == Shape{1000, 512});
+  Policy ok = Policy::parse({"maxpool.bwd=gather", "layer4.2.conv2.bwd_filter=algo0", "layer3.0.downsample.1.bwd=deterministic"});
+  CHECK_NOTHROW(ok.check_layers(net->knob_layers()));
+}
+
+TEST_CASE("zoo: ResNet-34 strides on conv1, honours classes and channels, torchvision's init") {
+  Context ctx;
+  auto net = make_net(ctx, {"resnet34", 10, 1});
+  // torchvision's count less conv1's two missing input channels (2 * 64 * 7 * 7) and fc's 990
+  // missing classes (990 * 512 + 990).
+  CHECK(net->param_count() == 21797672 - 2 * 64 * 49 - 990 * 512 - 990);
+  net->init(ctx, 4);
+  // Convs: kaiming normal fan_out: std sqrt(2 / (out * kernel area)); layer2.0.conv1 (64 in, 128
+  // out) tells it from fan_in's sqrt(2 / (64 * 9)).
+  CHECK(spread_of(*net, "layer2.0.conv1.weight").stddev == Approx(std::sqrt(2.0 / (128 * 9))).epsilon(0.02));
+  CHECK(spread_of(*net, "layer4.0.downsample.0.weight").stddev == Approx(std::sqrt(2.0 / 512)).epsilon(0.02));
+  check_torchvision_resnet_init(*net, 512);
+  // Initial weights are drawn from streams keyed by (seed, parameter name), so under resnet50's
+  // rules every parameter the two nets share by name and shape starts with the same bits: the
+  // stem, and the 3x3 conv2 of all 16 blocks (both nets have [3, 4, 6, 3] blocks of those widths).
+  // Not fc.bias: its bound is 1/sqrt(in_features), 512 here and 2048 there.
+  auto r50 = make_net(ctx, {"resnet50", 10, 1});
+  r50->init(ctx, 4);
+  std::map<std::string, Tensor> r50_params;
+  for (const auto& p : r50->params()) r50_params.emplace(p.name, p.var.value());
+  int shared = 0;
+  for (const auto& p : net->params()) {
+    auto it = r50_params.find(p.name);
+    if (it == r50_params.end() || it->second.shape() != p.var.value().shape() || p.name == "fc.bias") continue;
+    INFO(p.name);
+    CHECK(it->second.fingerprint() == p.var.value().fingerprint());
+    shared += p.name.find(".conv2.weight") != std::string::npos;
+  }
+  CHECK(shared == 16);
+  // The summary: at 64x64 a BasicBlock strides on its first 3x3 (layer2.0.conv1 halves 16x16).
+  const auto out = eval_output_shapes(ctx, *net, {1, 1, 64, 64});
+  CHECK(out.at("relu") == Shape{1, 64, 32, 32});
+  CHECK(out.at("maxpool") == Shape{1, 64, 16, 16});
+  CHECK(out.at("layer1.2.out") == Shape{1, 64, 16, 16});
+  CHECK(out.at("layer2.0.conv1") == Shape{1, 128, 8, 8});
+  CHECK(out.at("layer2.0.downsample.0") == Shape{1, 128, 8, 8});
+  CHECK(out.at("layer4.2.out") == Shape{1, 512, 2, 2});
   CHECK(out.at("fc") == Shape{1, 10});
 }
 
@@ -236,13 +342,7 @@ TEST_CASE("zoo: MediumCNN(k) parameter count by formula, names and knobs") {
   Context ctx;
   auto net = make_net(ctx, {"mediumcnn-k5", 10, 3});
   net->init(ctx, 1);
-  SummaryTrace trace;
-  {
-    NoGradGuard ng(ctx);
-    net->forward(ctx, Var(ctx.zeros({1, 3, 64, 64})), false, &trace);
-  }
-  std::map<std::string, Shape> out;
-  for (const auto& r : trace) out[r.name] = r.output;
+  const auto out = eval_output_shapes(ctx, *net, {1, 3, 64, 64});
   CHECK(out.at("conv1") == Shape{1, 16, 64, 64});
   CHECK(out.at("conv6") == Shape{1, 512, 2, 2});
   CHECK(out.at("pool6") == Shape{1, 512, 1, 1});
@@ -255,6 +355,7 @@ TEST_CASE("zoo: MediumCNN(k) parameter count by formula, names and knobs") {
 TEST_CASE("zoo: forward and backward reach every parameter (batch 1, 64x64)") {
   for (const char* model : {"mediumcnn-k1", "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"})
     check_forward_backward(model, 64, 5, 3);
+  check_forward_backward("resnet34", 64, 5, 3);
   check_forward_backward("resnet50", 64, 7, 3);
   check_forward_backward("resnet101", 64, 3, 1);
   check_forward_backward("resnet152", 64, 4, 3);

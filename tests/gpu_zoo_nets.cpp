@@ -33,7 +33,7 @@ const Probe kProbes[] = {
     {"vgg16-bn", 3, 224, 1},     {"resnet50", 3, 32, 2},        {"mediumcnn-k3", 3, 64, 2},
     {"densenet121", 3, 32, 2},   {"densenet169", 3, 32, 2},     {"mobilenet", 3, 32, 2},
     {"mobilenet-v2", 3, 32, 2},  {"efficientnet-b0", 3, 32, 2}, {"inception-v3", 3, 75, 2},
-    {"xception", 3, 71, 2},
+    {"xception", 3, 71, 2},      {"resnet34", 3, 32, 2},
 };
 constexpr int kClasses = 10;
 

@@ -7,8 +7,8 @@ stays on the GPU (fp32, --batch images of 3x224x224, 3x299x299 for inception-v3,
 eager; torch.cuda.max_memory_allocated over the timed steps (the peak is reset after warm-up), and
 over warm-up too. Every (model, mode) starts from a fresh model built from the same seed.
 
-Models: torchvision's vgg16, vgg19, resnet50, resnet101, resnet152, densenet121, densenet169,
-densenet201, mobilenet_v2, efficientnet_b0 and inception_v3 (aux_logits=False, init_weights=True;
+Models: torchvision's vgg16, vgg19, resnet34, resnet50, resnet101, resnet152, densenet121,
+densenet169, densenet201, mobilenet_v2, efficientnet_b0 and inception_v3 (aux_logits=False, init_weights=True;
 no weights are downloaded), and three torchvision lacks, defined here as ditto builds them:
 MediumCNN(k) (the paper's: six blocks conv kxk padding k//2 with bias -> batch norm -> ReLU -> max
 pool 2, widths 16 to 512 doubling, global average pool, linear 512 -> classes), Keras's Xception
@@ -64,9 +64,9 @@ except ImportError:  # the models defined here still run
 
 warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*")
 
-ZOO = ["vgg16", "vgg19", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201",
-       "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1", "mediumcnn-k3",
-       "mediumcnn-k5", "mediumcnn-k7"]
+ZOO = ["vgg16", "vgg19", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169",
+       "densenet201", "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1",
+       "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"]
 MODES = ["default", "deterministic"]
 LR, MOMENTUM = 0.01, 0.9
 

@@ -14,7 +14,7 @@ std::unique_ptr<Net> make_mnist_cnn(Context& ctx, const NetConfig& cfg);
 std::unique_ptr<Net> make_mediumcnn(Context& ctx, const NetConfig& cfg, int kernel);  // 1, 3, 5 or 7
 // nets/resnet.cpp
 std::unique_ptr<Net> make_resnet18(Context& ctx, const NetConfig& cfg, bool imagenet_stem);
-std::unique_ptr<Net> make_bottleneck_resnet(Context& ctx, const NetConfig& cfg, int depth);  // 50, 101 or 152
+std::unique_ptr<Net> make_torchvision_resnet(Context& ctx, const NetConfig& cfg, int depth);  // 34, 50, 101 or 152
 // nets/vgg.cpp
 std::unique_ptr<Net> make_vgg(Context& ctx, const NetConfig& cfg, int depth, bool batch_norm);  // 16 or 19
 // nets/densenet.cpp
