@@ -218,10 +218,10 @@ TEST_CASE("zoo: ResNet-34 parameter count, names and knobs as torchvision's") {
   CHECK_FALSE(net->stochastic());
   // stem + 2 per BasicBlock (3 + 4 + 6 + 3) + 3 downsamples (layer2.0, layer3.0, layer4.0).
   const int64_t convs = 1 + 2 * 16 + 3;
-  CHECK(count_kind(*net, OpKind::Conv2d) == convs);
-  CHECK(count_kind(*net, OpKind::BatchNorm) == convs);
-  CHECK(count_kind(*net, OpKind::MaxPool2d) == 1);
-  CHECK(count_kind(*net, OpKind::Linear) == 1);
+  CHECK(count_kind(*net, op::conv2d) == convs);
+  CHECK(count_kind(*net, op::batchnorm) == convs);
+  CHECK(count_kind(*net, op::maxpool2d) == 1);
+  CHECK(count_kind(*net, op::linear) == 1);
   check_knobs_cover_params(*net);
   // torchvision's state_dict, less the batch-norm buffers, in its order: a BasicBlock registers
   // conv1, bn1, conv2, bn2, then downsample (0: conv, 1: bn) where the first block of a stage
