@@ -239,7 +239,7 @@ void loss_rows(const Device& dev, int runs, const ConvCase& cc, Rows& out) {
   const auto logits_v = randoms(rows_n * 10, 5);
   std::vector<int32_t> labels(static_cast<std::size_t>(rows_n));
   for (int64_t i = 0; i < rows_n; ++i) labels[i] = static_cast<int32_t>(i % 10);
-  for (std::string v : {"atomic", "deterministic"}) {
+  for (const std::string& v : knob_spec(op::softmax_xent, "reduce").variant_names()) {
     Context ctx(dev, Policy::parse({"loss.reduce=" + v}));
     Var logits(ctx.from_host(logits_v, {rows_n, 10}), false);
     Tensor lab = ctx.from_host(labels, {rows_n});
@@ -315,7 +315,7 @@ void pixel_xent_rows(const Device& dev, int runs, Rows& out) {
   const auto lv = randoms(pn * pc * ph * ph, 13);
   auto lab = random_ints(pn * ph * ph, int32_t(pc), 14);
   for (std::size_t i = 0; i < lab.size(); i += 10) lab[i] = 255;
-  for (std::string v : {"atomic", "deterministic"}) {
+  for (const std::string& v : knob_spec(op::pixel_xent, "reduce").variant_names()) {
     Context ctx(dev, Policy::parse({"seg.reduce=" + v}));
     Var logits(ctx.from_host(lv, {pn, pc, ph, ph}), false);
     Tensor labels = ctx.from_host(lab, {pn, ph, ph});
@@ -328,7 +328,7 @@ void pixel_xent_rows(const Device& dev, int runs, Rows& out) {
 void reduce_rows(const Device& dev, int runs, Rows& out) {
   const int64_t rn = int64_t(1) << 24;
   const auto xv2 = randoms(rn, 15);
-  for (std::string v : {"atomic", "deterministic"}) {
+  for (const std::string& v : reduce_knob().variant_names()) {  // every variant the family declares
     Context ctx(dev, Policy::parse({"sum.reduce=" + v}));
     Var x(ctx.from_host(xv2, {rn}), false);
     out.add(measure(ctx, runs, [&] { return reduce_sum(ctx, "sum", x).value(); }), "reduce_sum", "reduce", v,
