@@ -18,8 +18,9 @@
 #include "datasets/loader.h"
 #include "engine/context.h"
 #include "engine/error.h"
-#include "experiments/data_parallel.h"
 #include "engine/param.h"
+#include "experiments/data_parallel.h"
+#include "experiments/run_dir.h"
 #include "experiments/scheduler.h"
 #include "experiments/svg.h"
 #include "experiments/task.h"
@@ -454,7 +455,7 @@ std::string format_attribution(const AttributionResult& r) {
 }
 
 void write_attribution(const AttributionResult& r, const std::string& dir) {
-  make_folder(dir);
+  make_output_folder(dir);
   std::string csv = "form,rank,configuration,kind,status,kernels,pins,first_divergence_step";
   for (int64_t s : r.l2_steps) csv += fmt::format(",l2_step{}", s);
   csv += ",growth_per_step,churn,churn_low,churn_high,weight_l2,acc_mean,acc_std,distinct_weights,replicas,ms_per_step,"

@@ -419,7 +419,7 @@ std::string format_comparison(const TraceComparison& c) {
 }
 
 void write_divergence(const DivergeResult& r, const std::string& dir) {
-  make_folder(dir);
+  make_output_folder(dir);
   std::string csv = "step,differing_tensors,weights_max_ulp,weights_differing,weights_l2,prediction_diffs\n";
   for (const auto& g : r.growth)
     csv += fmt::format("{},{},{},{},{:.6g},{}\n", g.step, g.differing_outputs, g.weights_max_ulp, g.weights_differing,

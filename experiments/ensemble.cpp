@@ -232,7 +232,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
   for (const auto& s : o.settings)
     if (!names.insert(folder_of(s.name)).second)
       throw Error(fmt::format("--setting: two settings are named '{}'", s.name));
-  make_folder(o.out);
+  make_output_folder(o.out);
   if (!o.resume)
     for (const auto& s : o.settings)
       for (int k = 0; k < o.replicas; ++k)
@@ -588,7 +588,7 @@ ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes
   ReportData rep;
   rep.title = fmt::format("Overhead of determinism: {} on {}, {} timed steps after {} warm-up, batch {}", o.base.model,
                           o.base.dataset, steps, warmup, o.base.batch_size);
-  make_folder(o.out);
+  make_output_folder(o.out);
   double heuristic_ms = 0;
   for (const auto& mode : modes) {
     Setting s{mode, false, false, mode, {}, 0};

@@ -892,12 +892,6 @@ std::string format_hms(double seconds) {
                    : fmt::format("{:02}:{:02}", v / 60, v % 60);
 }
 
-void make_folder(const std::string& dir, const std::string& flag) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw IoError(fmt::format("{}: cannot create folder '{}': {}", flag, dir, ec.message()));
-}
-
 std::vector<float> params_to_host(const std::vector<Param>& params) {
   std::vector<float> all;
   for (const auto& p : params) {
