@@ -55,6 +55,7 @@
 #include "engine/tuning.h"
 #include "experiments/cli.h"
 #include "experiments/stats.h"
+#include "experiments/run_dir.h"
 #include "experiments/step.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
@@ -442,7 +443,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     o.device = resolve_device(o.device);
-    make_folder(o.tuning_dir, "--tuning-dir");
+    make_output_folder(o.tuning_dir, "--tuning-dir");
     std::vector<std::string> modes;
     for (const auto& m : kModes)
       if (std::find(o.modes.begin(), o.modes.end(), m) != o.modes.end()) modes.push_back(m);

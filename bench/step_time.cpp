@@ -37,6 +37,7 @@
 #include "engine/tuning.h"
 #include "experiments/cli.h"
 #include "experiments/stats.h"
+#include "experiments/run_dir.h"
 #include "experiments/step.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
   try {
     o.device = resolve_device(o.device);
     if (o.graph != "eager" && o.device == "cpu") throw Error("--graph: CUDA graphs need a CUDA device; use --graph eager");
-    make_folder(o.tuning_dir, "--tuning-dir");
+    make_output_folder(o.tuning_dir, "--tuning-dir");
     std::vector<bool> graph_settings;
     if (o.graph != "graph") graph_settings.push_back(false);
     if (o.graph != "eager") graph_settings.push_back(true);

@@ -18,8 +18,9 @@
 #include "datasets/loader.h"
 #include "engine/context.h"
 #include "engine/error.h"
-#include "experiments/data_parallel.h"
 #include "engine/param.h"
+#include "experiments/data_parallel.h"
+#include "experiments/run_dir.h"
 #include "experiments/scheduler.h"
 #include "experiments/svg.h"
 #include "experiments/task_scoring.h"
@@ -205,17 +206,17 @@ std::vector<std::string> candidate_pins(const Candidate& c, AttributionForm form
   return pins;
 }
 
-AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate>& candidates,
-                            const AttributeOptions& opts) {
-  if (opts.replicas < 2) throw Error(fmt::format("--replicas must be at least 2, got {}", opts.replicas));
-  if (opts.fingerprint_steps < 0) throw Error("--fingerprint-steps must be at least 0");
-  auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+namespace {
 
-  struct Config {
-    ConfigResult row;
-    const Candidate* cand = nullptr;
-  };
-  std::vector<Config> configs;
+// A configuration to train: its report row, and the candidate it tests (none for a baseline).
+struct Configuration {
+  ConfigResult row;
+  const Candidate* cand = nullptr;
+};
+
+// The baselines (with opts.baselines), then one configuration per candidate.
+std::vector<Configuration> configurations(const std::vector<Candidate>& candidates, const AttributeOptions& opts) {
+  std::vector<Configuration> configs;
   if (opts.baselines) {
     configs.push_back({{"all-deterministic", "baseline"}, nullptr});
     configs.back().row.kernels = "deterministic";
@@ -227,7 +228,145 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
     configs.back().row.kernels = form_kernels(opts.form);
     configs.back().row.pins = candidate_pins(c, opts.form);
   }
+  return configs;
+}
 
+// The replicas of one configuration, each with its run folder (under opts.out) recorded in the row.
+std::vector<TrainConfig> replica_configs(const TrainConfig& base, ConfigResult& row, const AttributeOptions& opts) {
+  std::vector<TrainConfig> cfgs;
+  for (int k = 0; k < opts.replicas; ++k) {
+    TrainConfig c = base;
+    c.kernels = row.kernels;
+    // Pins the user gave apply to every configuration, then the candidate's own.
+    c.pins.insert(c.pins.end(), row.pins.begin(), row.pins.end());
+    // CONTROL: the same seeds for every replica, so only kernels can make them differ.
+    c.deterministic_init = c.deterministic_input = true;
+    c.progress = false;
+    c.resume.clear();
+    if (!opts.out.empty()) {
+      c.out = (fs::path(opts.out) / form_name(opts.form) / folder_name(row.name) / fmt::format("r{}", k)).string();
+      row.run_dirs.push_back(c.out);
+    }
+    c.command_line = fmt::format("ditto-attribute {} '{}' replica {}", form_name(opts.form), row.name, k);
+    cfgs.push_back(std::move(c));
+  }
+  return cfgs;
+}
+
+// One line per finished replica over the whole attribution: how many ran, elapsed time, ETA.
+class AttributionProgress {
+ public:
+  AttributionProgress(std::size_t total, std::function<void(const std::string&)> log)
+      : total_(total), log_(std::move(log)), start_(Clock::now()) {}
+  void replica_done(const AttributeOptions& opts, const ConfigResult& row, int k, const std::string& device_note,
+                    const std::string& outcome) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++done_;
+    double el = std::chrono::duration<double>(Clock::now() - start_).count();
+    log_(fmt::format("[{}/{}] {} {} replica {}/{}{}: {}  elapsed {}  ETA {}", done_, total_, form_name(opts.form),
+                     row.name, k + 1, opts.replicas, device_note, outcome, format_hms(el),
+                     format_hms(el / done_ * (total_ - done_))));
+  }
+
+ private:
+  std::size_t total_, done_ = 0;
+  std::function<void(const std::string&)> log_;
+  Clock::time_point start_;
+  std::mutex mu_;
+};
+
+// Trains the replicas at once (opts.concurrent per device, over the devices), each leaving its
+// trace. A variant cuDNN refuses for a layer's shape marks the row "unsupported" (reported, not
+// skipped). Returns the finished replicas in index order.
+std::vector<TrainResult> train_replicas(const std::vector<TrainConfig>& cfgs, ConfigResult& row,
+                                        std::vector<ReplicaTrace>& traces, const std::vector<std::string>& devices,
+                                        const AttributeOptions& opts, const std::shared_ptr<const TrainData>& data,
+                                        AttributionProgress& progress) {
+  std::vector<TrainResult> slots(static_cast<std::size_t>(opts.replicas));
+  std::vector<char> done(static_cast<std::size_t>(opts.replicas), 0);
+  std::mutex mu;
+  run_jobs(opts.replicas, devices, opts.concurrent, [&](int k, const std::string& device) {
+    TrainConfig c = cfgs[static_cast<std::size_t>(k)];
+    c.device = device;
+    ReplicaTrace& tr = traces[static_cast<std::size_t>(k)];
+    TrainHooks hooks;
+    hooks.after_step = [&](const StepView& v) {
+      if (v.step <= opts.fingerprint_steps) tr.step_prints.push_back(params_fingerprint(v.params));
+      if (std::find(opts.l2_steps.begin(), opts.l2_steps.end(), v.step) != opts.l2_steps.end())
+        tr.snapshots[v.step] = params_to_host(v.params);
+    };
+    std::string outcome;
+    try {
+      slots[static_cast<std::size_t>(k)] = train(c, hooks, data);
+      done[static_cast<std::size_t>(k)] = 1;
+      outcome = fmt::format("top-1 {:.4f}", slots[static_cast<std::size_t>(k)].test_top1);
+    } catch (const PolicyError& e) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (row.status == "ok") row.message = e.what();
+      row.status = "unsupported";
+      outcome = "unsupported";
+    }
+    progress.replica_done(opts, row, k, devices.size() > 1 ? " on " + device : "", outcome);
+  });
+  std::vector<TrainResult> results;
+  for (std::size_t k = 0; k < slots.size(); ++k)
+    if (done[k]) results.push_back(std::move(slots[k]));
+  return results;
+}
+
+// The row's end-of-run statistics: accuracy, time per step and epoch, churn, final weight L2,
+// distinct fingerprints.
+void score_results(ConfigResult& row, const std::vector<TrainResult>& results, const TrainConfig& base,
+                   const AttributeOptions& opts) {
+  std::vector<std::vector<int32_t>> preds;
+  std::vector<const std::vector<float>*> finals;
+  std::set<uint64_t> prints;
+  double ms = 0, epoch_s = 0;
+  int epochs_logged = 0;
+  for (const auto& r : results) {
+    preds.push_back(r.predictions);
+    finals.push_back(&r.weights);
+    prints.insert(r.weights_fingerprint);
+    row.accuracy.push_back(r.test_top1);
+    ms += 1000.0 * r.train_seconds / std::max<int64_t>(1, r.steps);
+    if (!base.max_steps)
+      for (const auto& e : r.log) epoch_s += e.seconds, ++epochs_logged;
+  }
+  row.ms_per_step = ms / results.size();
+  row.seconds_per_epoch = epochs_logged ? epoch_s / epochs_logged : 0;
+  // Units (experiments/task_scoring.h): a segmentation's pixels are resampled image by image.
+  row.churn = churn_interval(preds, opts.bootstrap, opts.bootstrap_seed, 0.95,
+                             static_cast<std::size_t>(results.front().units_per_example));
+  row.weight_l2 = mean_pairwise_l2(finals);
+  row.accuracy_std = stddev(row.accuracy);
+  row.distinct_fingerprints = static_cast<int>(prints.size());
+}
+
+// The row's statistics over the steps: the first step after which the replicas' weights differ,
+// their L2 distance at the early steps, and its growth per step.
+void score_traces(ConfigResult& row, const std::vector<ReplicaTrace>& traces, const AttributeOptions& opts) {
+  std::size_t compared = traces.front().step_prints.size();
+  for (const auto& t : traces) compared = std::min(compared, t.step_prints.size());
+  row.first_divergence_step = 0;
+  for (std::size_t s = 0; s < compared && !row.first_divergence_step; ++s)
+    for (const auto& t : traces)
+      if (t.step_prints[s] != traces.front().step_prints[s]) row.first_divergence_step = static_cast<int64_t>(s) + 1;
+  if (!row.first_divergence_step && row.distinct_fingerprints > 1) row.first_divergence_step = opts.fingerprint_steps + 1;
+  for (int64_t s : opts.l2_steps) {
+    std::vector<const std::vector<float>*> snaps;
+    for (const auto& t : traces)
+      if (auto it = t.snapshots.find(s); it != t.snapshots.end()) snaps.push_back(&it->second);
+    if (snaps.size() == traces.size()) row.l2_at.push_back({s, mean_pairwise_l2(snaps)});
+  }
+  std::vector<std::pair<int64_t, double>> nonzero;
+  for (const auto& p : row.l2_at)
+    if (p.second > 0) nonzero.push_back(p);
+  if (nonzero.size() >= 2)
+    row.growth_per_step = (std::log(nonzero.back().second) - std::log(nonzero.front().second)) /
+                          double(nonzero.back().first - nonzero.front().first);
+}
+
+AttributionResult result_header(const TrainConfig& base, const AttributeOptions& opts) {
   AttributionResult result;
   result.form = opts.form;
   result.model = base.model;
@@ -237,122 +376,39 @@ AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate
   result.epochs = base.epochs;
   result.max_steps = base.max_steps;
   result.l2_steps = opts.l2_steps;
+  return result;
+}
+
+}  // namespace
+
+AttributionResult attribute(const TrainConfig& base, const std::vector<Candidate>& candidates,
+                            const AttributeOptions& opts) {
+  if (opts.replicas < 2) throw Error(fmt::format("--replicas must be at least 2, got {}", opts.replicas));
+  if (opts.fingerprint_steps < 0) throw Error("--fingerprint-steps must be at least 0");
+  auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  std::vector<Configuration> configs = configurations(candidates, opts);
+  AttributionResult result = result_header(base, opts);
 
   // One copy of the data for every run (decoding CIFAR-10's JPEGs takes longer than a short run).
   std::shared_ptr<const TrainData> data = load_train_data(base);
   const std::vector<std::string> devices = replica_devices(base.device, opts.gpus);
-  const std::size_t total_runs = configs.size() * static_cast<std::size_t>(opts.replicas);
-  std::size_t runs_done = 0;
-  const auto start = Clock::now();
-  for (auto& cfg_row : configs) {
-    ConfigResult& row = cfg_row.row;
-    std::vector<TrainResult> results;
-    std::vector<ReplicaTrace> traces(static_cast<std::size_t>(opts.replicas));
+  AttributionProgress progress(configs.size() * static_cast<std::size_t>(opts.replicas), log);
+  for (auto& config : configs) {
+    ConfigResult& row = config.row;
     row.status = "ok";
-    std::vector<TrainConfig> cfgs;
-    for (int k = 0; k < opts.replicas; ++k) {
-      TrainConfig c = base;
-      c.kernels = row.kernels;
-      // Pins the user gave apply to every configuration, then the candidate's own.
-      c.pins.insert(c.pins.end(), row.pins.begin(), row.pins.end());
-      // CONTROL: the same seeds for every replica, so only kernels can make them differ.
-      c.deterministic_init = c.deterministic_input = true;
-      c.progress = false;
-      c.resume.clear();
-      if (!opts.out.empty()) {
-        c.out = (fs::path(opts.out) / form_name(opts.form) / folder_name(row.name) / fmt::format("r{}", k)).string();
-        row.run_dirs.push_back(c.out);
-      }
-      c.command_line = fmt::format("ditto-attribute {} '{}' replica {}", form_name(opts.form), row.name, k);
-      cfgs.push_back(std::move(c));
-    }
-    // Replicas at once (opts.concurrent per device, over opts.gpus devices); results by index.
-    std::vector<TrainResult> slots(static_cast<std::size_t>(opts.replicas));
-    std::vector<char> done(static_cast<std::size_t>(opts.replicas), 0);
-    std::mutex mu;
-    run_jobs(opts.replicas, devices, opts.concurrent, [&](int k, const std::string& device) {
-      TrainConfig c = cfgs[static_cast<std::size_t>(k)];
-      c.device = device;
-      ReplicaTrace& tr = traces[static_cast<std::size_t>(k)];
-      TrainHooks hooks;
-      hooks.after_step = [&](const StepView& v) {
-        if (v.step <= opts.fingerprint_steps) tr.step_prints.push_back(params_fingerprint(v.params));
-        if (std::find(opts.l2_steps.begin(), opts.l2_steps.end(), v.step) != opts.l2_steps.end())
-          tr.snapshots[v.step] = params_to_host(v.params);
-      };
-      std::string outcome;
-      try {
-        slots[static_cast<std::size_t>(k)] = train(c, hooks, data);
-        done[static_cast<std::size_t>(k)] = 1;
-        outcome = fmt::format("top-1 {:.4f}", slots[static_cast<std::size_t>(k)].test_top1);
-      } catch (const PolicyError& e) {
-        // A variant cuDNN refuses for a layer's shape: reported, not skipped.
-        std::lock_guard<std::mutex> lk(mu);
-        if (row.status == "ok") row.message = e.what();
-        row.status = "unsupported";
-        outcome = "unsupported";
-      }
-      std::lock_guard<std::mutex> lk(mu);
-      ++runs_done;
-      double el = std::chrono::duration<double>(Clock::now() - start).count();
-      log(fmt::format("[{}/{}] {} {} replica {}/{}{}: {}  elapsed {}  ETA {}", runs_done, total_runs,
-                      form_name(opts.form), row.name, k + 1, opts.replicas,
-                      devices.size() > 1 ? " on " + device : "", outcome, format_hms(el),
-                      format_hms(el / runs_done * (total_runs - runs_done))));
-    });
+    const std::vector<TrainConfig> cfgs = replica_configs(base, row, opts);
+    std::vector<ReplicaTrace> traces(static_cast<std::size_t>(opts.replicas));
+    const std::vector<TrainResult> results = train_replicas(cfgs, row, traces, devices, opts, data, progress);
     if (row.status != "ok") continue;
-    for (std::size_t k = 0; k < slots.size(); ++k)
-      if (done[k]) results.push_back(std::move(slots[k]));
-    if (cfg_row.cand) {
-      std::string why = check_ran(*cfg_row.cand, opts.form, results.front().ops);
+    if (config.cand) {
+      std::string why = check_ran(*config.cand, opts.form, results.front().ops);
       if (!why.empty()) {
         row.status = "not run";
         row.message = why;
       }
     }
-
-    std::vector<std::vector<int32_t>> preds;
-    std::vector<const std::vector<float>*> finals;
-    std::set<uint64_t> prints;
-    double ms = 0, epoch_s = 0;
-    int epochs_logged = 0;
-    for (const auto& r : results) {
-      preds.push_back(r.predictions);
-      finals.push_back(&r.weights);
-      prints.insert(r.weights_fingerprint);
-      row.accuracy.push_back(r.test_top1);
-      ms += 1000.0 * r.train_seconds / std::max<int64_t>(1, r.steps);
-      if (!base.max_steps)
-        for (const auto& e : r.log) epoch_s += e.seconds, ++epochs_logged;
-    }
-    row.ms_per_step = ms / results.size();
-    row.seconds_per_epoch = epochs_logged ? epoch_s / epochs_logged : 0;
-    // Units (experiments/task_scoring.h): a segmentation's pixels are resampled image by image.
-    row.churn = churn_interval(preds, opts.bootstrap, opts.bootstrap_seed, 0.95,
-                               static_cast<std::size_t>(results.front().units_per_example));
-    row.weight_l2 = mean_pairwise_l2(finals);
-    row.accuracy_std = stddev(row.accuracy);
-    row.distinct_fingerprints = static_cast<int>(prints.size());
-
-    std::size_t compared = traces.front().step_prints.size();
-    for (const auto& t : traces) compared = std::min(compared, t.step_prints.size());
-    row.first_divergence_step = 0;
-    for (std::size_t s = 0; s < compared && !row.first_divergence_step; ++s)
-      for (const auto& t : traces)
-        if (t.step_prints[s] != traces.front().step_prints[s]) row.first_divergence_step = static_cast<int64_t>(s) + 1;
-    if (!row.first_divergence_step && prints.size() > 1) row.first_divergence_step = opts.fingerprint_steps + 1;
-    for (int64_t s : opts.l2_steps) {
-      std::vector<const std::vector<float>*> snaps;
-      for (const auto& t : traces)
-        if (auto it = t.snapshots.find(s); it != t.snapshots.end()) snaps.push_back(&it->second);
-      if (snaps.size() == traces.size()) row.l2_at.push_back({s, mean_pairwise_l2(snaps)});
-    }
-    std::vector<std::pair<int64_t, double>> nonzero;
-    for (const auto& p : row.l2_at)
-      if (p.second > 0) nonzero.push_back(p);
-    if (nonzero.size() >= 2)
-      row.growth_per_step = (std::log(nonzero.back().second) - std::log(nonzero.front().second)) /
-                            double(nonzero.back().first - nonzero.front().first);
+    score_results(row, results, base, opts);
+    score_traces(row, traces, opts);
   }
   for (auto& c : configs) result.rows.push_back(std::move(c.row));
   rank_rows(result.rows);
@@ -454,7 +510,7 @@ std::string format_attribution(const AttributionResult& r) {
 }
 
 void write_attribution(const AttributionResult& r, const std::string& dir) {
-  make_folder(dir);
+  make_output_folder(dir);
   std::string csv = "form,rank,configuration,kind,status,kernels,pins,first_divergence_step";
   for (int64_t s : r.l2_steps) csv += fmt::format(",l2_step{}", s);
   csv += ",growth_per_step,churn,churn_low,churn_high,weight_l2,acc_mean,acc_std,distinct_weights,replicas,ms_per_step,"

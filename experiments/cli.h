@@ -102,124 +102,150 @@ inline CLI::Validator real(double low, bool open, double high = std::numeric_lim
 // "--replicas must be at least 2, got 1" rather than CLI11's "not in range 0 to 1.79e308".
 inline CLI::Validator at_least(double low) { return real(low, false); }
 inline CLI::Validator positive() { return real(0, true); }
+
+// The flag groups, one function each.
+
+// The model and the data: which network, which dataset, where it lives, how much of it.
+inline void add_data_flags(CLI::App& app, TrainConfig& c) {
+  constexpr long long kInt = INT_MAX, kInt64 = LLONG_MAX;
+  app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
+      ->check(CLI::IsMember(known_models()))
+      ->capture_default_str();
+  app.add_option("--dataset", c.dataset,
+                 "synthetic | cifar10 | cifar100 | imagefolder | stream-folder (JPEGs of any size decoded on the fly: "
+                 "random-resized-crop with --augment, resize + centre crop otherwise) | celeba | mnist; for the other tasks (datasets/"
+                 "dataset.h): mnist-seg (unet-small), mnist-rt (stn), mnist-strings (ctc-cnn), celeba-attrs "
+                 "(embedding-bag), and their built-in stand-ins synthetic-seg, synthetic-rt, synthetic-strings, "
+                 "synthetic-attrs")
+      ->check(CLI::IsMember(known_datasets()))
+      ->capture_default_str();
+  app.add_option("--data", c.data, "dataset folder (not for synthetic)");
+  app.add_option("--train-size", c.train_size, "use only the first N training examples (0: all)")->check(whole(0, kInt64));
+  app.add_option("--test-size", c.test_size, "use only the first N test examples (0: all)")->check(whole(0, kInt64));
+  app.add_option("--label-attr", c.celeba_label, "celeba, celeba-attrs: the attribute to predict")->capture_default_str();
+  app.add_option("--subgroup-attrs", c.celeba_subgroups, "celeba, celeba-attrs: attributes forming subgroups");
+  app.add_option("--synthetic-train", c.synthetic_train, "synthetic, synthetic-*: training examples")->check(whole(1, kInt))
+      ->capture_default_str();
+  app.add_option("--synthetic-test", c.synthetic_test, "synthetic, synthetic-*: test examples")->check(whole(1, kInt))
+      ->capture_default_str();
+  app.add_option("--synthetic-size", c.synthetic_size,
+                 "synthetic: image height and width (the synthetic-* variants have their real data's size)")->check(whole(8, 4096))
+      ->capture_default_str();
+  app.add_option("--image-size", c.image_size, "stream-folder: the side of the crops")->check(whole(1, 8192))
+      ->capture_default_str();
+  app.add_option("--resize", c.resize, "stream-folder: evaluation's shorter side before the centre crop")
+      ->check(whole(1, 65535))->capture_default_str();
+}
+
+// Data parallelism: the ranks, the example groups, batch norm across them, the gradient buckets.
+inline void add_data_parallel_flags(CLI::App& app, TrainConfig& c, bool gpus_flag) {
+  app.add_option(gpus_flag ? "--gpus,--dp-gpus" : "--dp-gpus", c.gpus,
+                 "data-parallel ranks: GPUs N..N+K-1 after --device cuda:N (simulated ranks on the CPU)")
+      ->check(whole(1, 64))->capture_default_str();
+  app.add_option("--dp-groups", c.dp_groups,
+                 "example groups per global batch, shared by the ranks (a multiple of the ranks; default one per "
+                 "rank); with the fixed-order all-reduce the same groups give the same bits for any rank count")
+      ->check(whole(1, 4096));
+  app.add_option("--batchnorm", c.batchnorm,
+                 "data parallel: local (each group's own statistics, as DDP) | sync (the global batch's)")
+      ->check(CLI::IsMember({"local", "sync"}))->capture_default_str();
+  app.add_option("--bucket-mb", c.bucket_mb,
+                 "data parallel: gradient bucket size (each bucket's all-reduce is a knob: --pin "
+                 "bucketN.algo=fixed-order|ring|nccl-default|nccl-ring-simple|...)")
+      ->check(whole(1, 65536))->capture_default_str();
+}
+
+// The optimization: epochs or steps, batch, learning rate and its schedule, optimizer, augmentation.
+inline void add_optim_flags(CLI::App& app, TrainConfig& c) {
+  constexpr long long kInt64 = LLONG_MAX;
+  app.add_option("--epochs", c.epochs)->check(whole(1, 1000000))->capture_default_str();
+  app.add_option("--steps", c.max_steps, "train this many steps instead of whole epochs (screening), then evaluate")
+      ->check(whole(1, kInt64));
+  app.add_option("--batch-size", c.batch_size)->check(whole(1, int64_t(1) << 31))->capture_default_str();
+  app.add_option("--lr", c.lr)->check(real(0, true))->capture_default_str();
+  app.add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
+  app.add_option("--momentum", c.momentum, "sgd")->check(real(0, false, 1))->capture_default_str();
+  app.add_flag("--nesterov", c.nesterov, "sgd");
+  app.add_option("--weight-decay", c.weight_decay)->check(real(0, false))->capture_default_str();
+  app.add_option("--lr-schedule", c.lr_schedule,
+                 "per step: constant | step (/10 at --milestones) | cosine (to 0) | onecycle (linear to 0; with "
+                 "--warmup-epochs, up then down)")
+      ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}))
+      ->capture_default_str();
+  app.add_option("--milestones", c.milestones, "epochs where the step schedule divides the lr by 10")
+      ->check(whole(1, 1000000));
+  app.add_option("--warmup-epochs", c.warmup_epochs,
+                 "linear warm-up from 0 to --lr over this many epochs (fractional allowed, any schedule); cosine "
+                 "and onecycle decay over the epochs after it")
+      ->check(real(0, false))
+      ->capture_default_str();
+  app.add_flag("--augment", c.augment, "pad-4 random crop + horizontal flip");
+  app.add_flag("--standardize", c.standardize, "per-image standardization instead of channel mean/std");
+}
+
+// How the run executes: the device, loader threads, CUDA graphs, what it prints.
+inline void add_run_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
+  app.add_option("--device", c.device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)")
+      ->capture_default_str();
+  app.add_option("--loader-threads", c.loader_threads)->check(whole(0, 64))->capture_default_str();
+  app.add_flag("--graph", c.graph,
+               "CUDA graphs: capture each batch size's training step once and replay it (bit-identical to "
+               "eager; no tracing)");
+  app.add_flag("--summary", c.summary, "print layer name, op, output shape, parameters");
+  app.add_flag("--quiet", f.quiet, "no progress line");
+}
+
+// The seeds of initialization, example order and augmentation.
+inline void add_seed_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
+  f.seed_init_opt = app.add_option("--seed-init", f.seed_init)->check(detail::seed());
+  f.seed_order_opt = app.add_option("--seed-order", f.seed_order)->check(detail::seed());
+  f.seed_augment_opt = app.add_option("--seed-augment", f.seed_augment)->check(detail::seed());
+  app.add_flag("--deterministic-init", c.deterministic_init, "fix the init seed (0 unless --seed-init)");
+  app.add_flag("--deterministic-input", c.deterministic_input, "fix order and augmentation seeds (0 unless given)");
+}
+
+// Which kernels run: the mode, and the tuning file of deterministic convolutions.
+inline void add_kernel_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
+  auto* dk = app.add_flag("--deterministic-kernels", f.deterministic_kernels, "same as --kernels deterministic");
+  auto* k = app.add_option("--kernels", c.kernels,
+                           "the mode every knob resolves by (engine/knob.h says what each picks): heuristic (what "
+                           "frameworks do) | deterministic | nondeterministic | fastest")
+                ->check(CLI::IsMember(mode_words()))
+                ->capture_default_str();
+  dk->excludes(k);
+  app.add_option("--tuning", c.tuning,
+                 "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
+                 "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
+}
+
+// Kernel pins: given one by one, or every kernel a run recorded.
+inline void add_pin_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
+  app.add_option("--pin", c.pins,
+                 "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0. Knobs by op kind: " + knob_index() +
+                     " (ditto-knobs lists every variant and its guarantee)");
+  app.add_option("--pins-from", f.pins_from, "pin every kernel a run's manifest.json recorded (exact replay)")
+      ->check(CLI::ExistingFile);
+}
+
+// The run folder: where to write, what to resume, whether to replace.
+inline void add_output_flags(CLI::App& app, TrainConfig& c) {
+  app.add_option("--resume", c.resume, "run folder to continue from")->check(CLI::ExistingDirectory);
+  app.add_option("--out", c.out, "run folder to write (default with --resume: continue in the resumed folder)");
+  app.add_flag("--overwrite", c.overwrite,
+               "--out may hold a run: replace it (the old run stays whole until this one has finished an epoch)");
+}
 }  // namespace detail
 
+// Adds the flag groups `groups` names, in one fixed order (which --help keeps).
 inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsigned groups = kFlagsAll) {
-  using detail::real;
-  using detail::whole;
-  constexpr long long kInt = INT_MAX, kInt64 = LLONG_MAX;
-  if (groups & kFlagsData) {
-    app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
-        ->check(CLI::IsMember(known_models()))
-        ->capture_default_str();
-    app.add_option("--dataset", c.dataset,
-                   "synthetic | cifar10 | cifar100 | imagefolder | stream-folder (JPEGs of any size decoded on the fly: "
-                   "random-resized-crop with --augment, resize + centre crop otherwise) | celeba | mnist; for the other tasks (datasets/"
-                   "dataset.h): mnist-seg (unet-small), mnist-rt (stn), mnist-strings (ctc-cnn), celeba-attrs "
-                   "(embedding-bag), and their built-in stand-ins synthetic-seg, synthetic-rt, synthetic-strings, "
-                   "synthetic-attrs")
-        ->check(CLI::IsMember(known_datasets()))
-        ->capture_default_str();
-    app.add_option("--data", c.data, "dataset folder (not for synthetic)");
-    app.add_option("--train-size", c.train_size, "use only the first N training examples (0: all)")->check(whole(0, kInt64));
-    app.add_option("--test-size", c.test_size, "use only the first N test examples (0: all)")->check(whole(0, kInt64));
-    app.add_option("--label-attr", c.celeba_label, "celeba, celeba-attrs: the attribute to predict")->capture_default_str();
-    app.add_option("--subgroup-attrs", c.celeba_subgroups, "celeba, celeba-attrs: attributes forming subgroups");
-    app.add_option("--synthetic-train", c.synthetic_train, "synthetic, synthetic-*: training examples")->check(whole(1, kInt))
-        ->capture_default_str();
-    app.add_option("--synthetic-test", c.synthetic_test, "synthetic, synthetic-*: test examples")->check(whole(1, kInt))
-        ->capture_default_str();
-    app.add_option("--synthetic-size", c.synthetic_size,
-                   "synthetic: image height and width (the synthetic-* variants have their real data's size)")->check(whole(8, 4096))
-        ->capture_default_str();
-    app.add_option("--image-size", c.image_size, "stream-folder: the side of the crops")->check(whole(1, 8192))
-        ->capture_default_str();
-    app.add_option("--resize", c.resize, "stream-folder: evaluation's shorter side before the centre crop")
-        ->check(whole(1, 65535))->capture_default_str();
-  }
-  if (groups & kFlagsDataParallel) {
-    app.add_option((groups & kFlagsGpusFlag) ? "--gpus,--dp-gpus" : "--dp-gpus", c.gpus,
-                   "data-parallel ranks: GPUs N..N+K-1 after --device cuda:N (simulated ranks on the CPU)")
-        ->check(whole(1, 64))->capture_default_str();
-    app.add_option("--dp-groups", c.dp_groups,
-                   "example groups per global batch, shared by the ranks (a multiple of the ranks; default one per "
-                   "rank); with the fixed-order all-reduce the same groups give the same bits for any rank count")
-        ->check(whole(1, 4096));
-    app.add_option("--batchnorm", c.batchnorm,
-                   "data parallel: local (each group's own statistics, as DDP) | sync (the global batch's)")
-        ->check(CLI::IsMember({"local", "sync"}))->capture_default_str();
-    app.add_option("--bucket-mb", c.bucket_mb,
-                   "data parallel: gradient bucket size (each bucket's all-reduce is a knob: --pin "
-                   "bucketN.algo=fixed-order|ring|nccl-default|nccl-ring-simple|...)")
-        ->check(whole(1, 65536))->capture_default_str();
-  }
-  if (groups & kFlagsOptim) {
-    app.add_option("--epochs", c.epochs)->check(whole(1, 1000000))->capture_default_str();
-    app.add_option("--steps", c.max_steps, "train this many steps instead of whole epochs (screening), then evaluate")
-        ->check(whole(1, kInt64));
-    app.add_option("--batch-size", c.batch_size)->check(whole(1, int64_t(1) << 31))->capture_default_str();
-    app.add_option("--lr", c.lr)->check(real(0, true))->capture_default_str();
-    app.add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
-    app.add_option("--momentum", c.momentum, "sgd")->check(real(0, false, 1))->capture_default_str();
-    app.add_flag("--nesterov", c.nesterov, "sgd");
-    app.add_option("--weight-decay", c.weight_decay)->check(real(0, false))->capture_default_str();
-    app.add_option("--lr-schedule", c.lr_schedule,
-                   "per step: constant | step (/10 at --milestones) | cosine (to 0) | onecycle (linear to 0; with "
-                   "--warmup-epochs, up then down)")
-        ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}))
-        ->capture_default_str();
-    app.add_option("--milestones", c.milestones, "epochs where the step schedule divides the lr by 10")
-        ->check(whole(1, 1000000));
-    app.add_option("--warmup-epochs", c.warmup_epochs,
-                   "linear warm-up from 0 to --lr over this many epochs (fractional allowed, any schedule); cosine "
-                   "and onecycle decay over the epochs after it")
-        ->check(real(0, false))
-        ->capture_default_str();
-    app.add_flag("--augment", c.augment, "pad-4 random crop + horizontal flip");
-    app.add_flag("--standardize", c.standardize, "per-image standardization instead of channel mean/std");
-  }
-  if (groups & kFlagsRun) {
-    app.add_option("--device", c.device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)")
-        ->capture_default_str();
-    app.add_option("--loader-threads", c.loader_threads)->check(whole(0, 64))->capture_default_str();
-    app.add_flag("--graph", c.graph,
-                 "CUDA graphs: capture each batch size's training step once and replay it (bit-identical to "
-                 "eager; no tracing)");
-    app.add_flag("--summary", c.summary, "print layer name, op, output shape, parameters");
-    app.add_flag("--quiet", f.quiet, "no progress line");
-  }
-  if (groups & kFlagsSeeds) {
-    f.seed_init_opt = app.add_option("--seed-init", f.seed_init)->check(detail::seed());
-    f.seed_order_opt = app.add_option("--seed-order", f.seed_order)->check(detail::seed());
-    f.seed_augment_opt = app.add_option("--seed-augment", f.seed_augment)->check(detail::seed());
-    app.add_flag("--deterministic-init", c.deterministic_init, "fix the init seed (0 unless --seed-init)");
-    app.add_flag("--deterministic-input", c.deterministic_input, "fix order and augmentation seeds (0 unless given)");
-  }
-  if (groups & kFlagsKernels) {
-    auto* dk = app.add_flag("--deterministic-kernels", f.deterministic_kernels, "same as --kernels deterministic");
-    auto* k = app.add_option("--kernels", c.kernels,
-                             "the mode every knob resolves by (engine/knob.h says what each picks): heuristic (what "
-                             "frameworks do) | deterministic | nondeterministic | fastest")
-                  ->check(CLI::IsMember(mode_words()))
-                  ->capture_default_str();
-    dk->excludes(k);
-    app.add_option("--tuning", c.tuning,
-                   "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
-                   "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
-  }
-  if (groups & kFlagsPins) {
-    app.add_option("--pin", c.pins,
-                   "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0. Knobs by op kind: " + knob_index() +
-                       " (ditto-knobs lists every variant and its guarantee)");
-    app.add_option("--pins-from", f.pins_from, "pin every kernel a run's manifest.json recorded (exact replay)")
-        ->check(CLI::ExistingFile);
-  }
-  if (groups & kFlagsOutput) {
-    app.add_option("--resume", c.resume, "run folder to continue from")->check(CLI::ExistingDirectory);
-    app.add_option("--out", c.out, "run folder to write (default with --resume: continue in the resumed folder)");
-    app.add_flag("--overwrite", c.overwrite,
-                 "--out may hold a run: replace it (the old run stays whole until this one has finished an epoch)");
-  }
+  if (groups & kFlagsData) detail::add_data_flags(app, c);
+  if (groups & kFlagsDataParallel) detail::add_data_parallel_flags(app, c, (groups & kFlagsGpusFlag) != 0);
+  if (groups & kFlagsOptim) detail::add_optim_flags(app, c);
+  if (groups & kFlagsRun) detail::add_run_flags(app, c, f);
+  if (groups & kFlagsSeeds) detail::add_seed_flags(app, c, f);
+  if (groups & kFlagsKernels) detail::add_kernel_flags(app, c, f);
+  if (groups & kFlagsPins) detail::add_pin_flags(app, c, f);
+  if (groups & kFlagsOutput) detail::add_output_flags(app, c);
 }
 
 // After parsing: seeds given by flag, the kernels switch, recorded pins (first, so explicit

@@ -195,7 +195,6 @@ struct DataParallel::Impl {
                 Tensor& correct) {
     Rank& rk = ranks[r];
     Context& ctx = *rk.parts.ctx;
-    Net& net = *rk.parts.net;
     Optimizer& opt = *rk.parts.opt;
     use_device(ctx);
     const int64_t offset = group_start(global_rows, k, r), rows = group_start(global_rows, k, r + 1) - offset;
@@ -203,85 +202,107 @@ struct DataParallel::Impl {
       throw Error(fmt::format("data parallel: rank {} holds {} rows of a batch of {}, but its share is {} (the loaders "
                               "are not sharded alike)",
                               r, images.ndim() ? images.dim(0) : 0, global_rows, rows));
-    const int64_t per_row = rows ? images.numel() / rows : 0;
-    std::vector<TreeAccumulator> acc(buckets.size());
-    std::vector<char> had_grad(rk.params.size(), 0);
+    RankSums sums{std::vector<TreeAccumulator>(buckets.size()), std::vector<char>(rk.params.size(), 0)};
     if (tracer) wait_turn(r);
-    for (int j = 0; j < per_rank; ++j) {
-      const int gi = r * per_rank + j;
-      const int64_t first = group_start(global_rows, g, gi), n = group_start(global_rows, g, gi + 1) - first;
-      if (n < 1)
-        throw Error(fmt::format("data parallel: example group {} of a batch of {} rows is empty", gi, global_rows));
-      Tensor x = images, y = labels;
-      if (per_rank > 1) {
-        Shape xs = images.shape();
-        xs[0] = n;
-        x = ctx.empty(xs);
-        y = ctx.empty({n}, DType::I32);
-        copy_elements(ctx, x, 0, images, (first - offset) * per_row, n * per_row);
-        copy_elements(ctx, y, 0, labels, first - offset, n);
-      }
-      // Local batch norm: the running statistics follow group 0 alone, whatever rank runs it.
-      std::vector<Tensor> kept;
-      if (gi > 0 && opts.batchnorm == "local")
-        for (const auto& b : rk.buffers) kept.push_back(ctx.to_device(*b.tensor));
-      if (tracer) tracer->event("data", "data", "loader", {}, {{"images", &x}, {"labels", &y}});
-      net.begin_step(gi == 0 ? stochastic_seed : mix_key(stochastic_seed, uint64_t(gi)), opt.steps() + 1);
-      Var logits = net.forward(ctx, Var(x), true);
-      Var loss = softmax_cross_entropy(ctx, "loss", logits, y);
-      // The group's mean loss weighted by its share of the batch: the summed gradients are those
-      // of the batch's mean loss. A whole batch (one group) is seeded with 1, as the plain step.
-      Tensor seed;
-      if (n != global_rows) seed = ctx.full(loss.shape(), static_cast<float>(double(n) / double(global_rows)));
-      ctx.tape().backward(ctx, loss, seed);
-      for (std::size_t b = 0; b < kept.size(); ++b) ctx.copy(*rk.buffers[b].tensor, kept[b]);
-      axpy_inplace(ctx, loss_sum, static_cast<float>(n), loss.value());
-      accumulate_correct(ctx, logits.value(), y, correct);
-      for (std::size_t b = 0; b < buckets.size(); ++b) {
-        const GradBucket& bk = buckets[b];
-        Tensor flat = ctx.zeros({bk.elements});
-        for (std::size_t q = 0; q < bk.params.size(); ++q) {
-          const Param& p = rk.params[bk.params[q]];
-          if (!p.var.grad().defined()) continue;
-          had_grad[bk.params[q]] = 1;
-          copy_elements(ctx, flat, bk.offsets[q], p.var.grad(), 0, p.var.grad().numel());
-        }
-        if (tracer) traced_leaves[b][gi] = ctx.to_device(flat);
-        acc[b].push(ctx, std::move(flat));
-      }
-      opt.zero_grad();
-    }
+    for (int j = 0; j < per_rank; ++j)
+      run_group(r, r * per_rank + j, images, labels, global_rows, offset, loss_sum, correct, sums);
     if (tracer) {
       pass_turn(r);
       group->barrier(r);  // every group's leaves exist before rank 0 reports the all-reduces
     }
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const GradBucket& bk = buckets[b];
-      Tensor sum = acc[b].result(ctx);
-      group->all_reduce(r, ctx, sum, configs[b]);
-      record_allreduce(ctx, bk.name, configs[b], ctx.policy());
-      for (std::size_t q = 0; q < bk.params.size(); ++q) {
-        const Param& p = rk.params[bk.params[q]];
-        if (!had_grad[bk.params[q]]) continue;  // a parameter no group reached keeps no gradient
-        Tensor grad = ctx.empty(p.var.value().shape());
-        copy_elements(ctx, grad, 0, sum, bk.offsets[q], grad.numel());
-        p.var.grad() = std::move(grad);
-      }
-      if (tracer && r == 0) {
-        std::vector<TracedTensor> inputs;
-        std::vector<std::string> names;
-        for (int gi = 0; gi < g; ++gi) names.push_back(fmt::format("g{}", gi));
-        for (int gi = 0; gi < g; ++gi) inputs.push_back({names[gi], &traced_leaves[b][gi]});
-        tracer->event("allreduce", bk.name, std::string("allreduce/") + name_of(configs[b].algo), inputs,
-                      {{"sum", &sum}});
-        use_device(ctx);  // reading the other ranks' leaves switched devices
-      }
-    }
+    for (std::size_t b = 0; b < buckets.size(); ++b) all_reduce_bucket(r, b, sums);
     if (tracer && r == 0)
       traced_update(ctx, opt, rk.params, lr, *tracer);
     else
       opt.step(ctx, lr);
     opt.zero_grad();
+  }
+
+  // What a rank's groups leave for the all-reduces: per bucket the tree of the groups' gradients,
+  // and which parameters any group gave a gradient.
+  struct RankSums {
+    std::vector<TreeAccumulator> acc;
+    std::vector<char> had_grad;
+  };
+
+  // Example group gi of the batch on rank r (whose share starts at row `offset`): its forward and
+  // backward pass, its loss and correct count, its gradients pushed into the buckets' trees.
+  void run_group(int r, int gi, const Tensor& images, const Tensor& labels, int64_t global_rows, int64_t offset,
+                 Tensor& loss_sum, Tensor& correct, RankSums& sums) {
+    Rank& rk = ranks[r];
+    Context& ctx = *rk.parts.ctx;
+    Net& net = *rk.parts.net;
+    Optimizer& opt = *rk.parts.opt;
+    const int64_t rows = group_start(global_rows, k, r + 1) - offset;
+    const int64_t per_row = rows ? images.numel() / rows : 0;
+    const int64_t first = group_start(global_rows, g, gi), n = group_start(global_rows, g, gi + 1) - first;
+    if (n < 1)
+      throw Error(fmt::format("data parallel: example group {} of a batch of {} rows is empty", gi, global_rows));
+    Tensor x = images, y = labels;
+    if (per_rank > 1) {
+      Shape xs = images.shape();
+      xs[0] = n;
+      x = ctx.empty(xs);
+      y = ctx.empty({n}, DType::I32);
+      copy_elements(ctx, x, 0, images, (first - offset) * per_row, n * per_row);
+      copy_elements(ctx, y, 0, labels, first - offset, n);
+    }
+    // Local batch norm: the running statistics follow group 0 alone, whatever rank runs it.
+    std::vector<Tensor> kept;
+    if (gi > 0 && opts.batchnorm == "local")
+      for (const auto& b : rk.buffers) kept.push_back(ctx.to_device(*b.tensor));
+    if (tracer) tracer->event("data", "data", "loader", {}, {{"images", &x}, {"labels", &y}});
+    net.begin_step(gi == 0 ? stochastic_seed : mix_key(stochastic_seed, uint64_t(gi)), opt.steps() + 1);
+    Var logits = net.forward(ctx, Var(x), true);
+    Var loss = softmax_cross_entropy(ctx, "loss", logits, y);
+    // The group's mean loss weighted by its share of the batch: the summed gradients are those
+    // of the batch's mean loss. A whole batch (one group) is seeded with 1, as the plain step.
+    Tensor seed;
+    if (n != global_rows) seed = ctx.full(loss.shape(), static_cast<float>(double(n) / double(global_rows)));
+    ctx.tape().backward(ctx, loss, seed);
+    for (std::size_t b = 0; b < kept.size(); ++b) ctx.copy(*rk.buffers[b].tensor, kept[b]);
+    axpy_inplace(ctx, loss_sum, static_cast<float>(n), loss.value());
+    accumulate_correct(ctx, logits.value(), y, correct);
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const GradBucket& bk = buckets[b];
+      Tensor flat = ctx.zeros({bk.elements});
+      for (std::size_t q = 0; q < bk.params.size(); ++q) {
+        const Param& p = rk.params[bk.params[q]];
+        if (!p.var.grad().defined()) continue;
+        sums.had_grad[bk.params[q]] = 1;
+        copy_elements(ctx, flat, bk.offsets[q], p.var.grad(), 0, p.var.grad().numel());
+      }
+      if (tracer) traced_leaves[b][gi] = ctx.to_device(flat);
+      sums.acc[b].push(ctx, std::move(flat));
+    }
+    opt.zero_grad();
+  }
+
+  // Bucket b on rank r: the tree's sum all-reduced across the ranks, then handed back to the
+  // parameters as their gradients; under a tracer rank 0 records the all-reduce with its leaves.
+  void all_reduce_bucket(int r, std::size_t b, RankSums& sums) {
+    Rank& rk = ranks[r];
+    Context& ctx = *rk.parts.ctx;
+    const GradBucket& bk = buckets[b];
+    Tensor sum = sums.acc[b].result(ctx);
+    group->all_reduce(r, ctx, sum, configs[b]);
+    record_allreduce(ctx, bk.name, configs[b], ctx.policy());
+    for (std::size_t q = 0; q < bk.params.size(); ++q) {
+      const Param& p = rk.params[bk.params[q]];
+      if (!sums.had_grad[bk.params[q]]) continue;  // a parameter no group reached keeps no gradient
+      Tensor grad = ctx.empty(p.var.value().shape());
+      copy_elements(ctx, grad, 0, sum, bk.offsets[q], grad.numel());
+      p.var.grad() = std::move(grad);
+    }
+    if (tracer && r == 0) {
+      std::vector<TracedTensor> inputs;
+      std::vector<std::string> names;
+      for (int gi = 0; gi < g; ++gi) names.push_back(fmt::format("g{}", gi));
+      for (int gi = 0; gi < g; ++gi) inputs.push_back({names[gi], &traced_leaves[b][gi]});
+      tracer->event("allreduce", bk.name, std::string("allreduce/") + name_of(configs[b].algo), inputs,
+                    {{"sum", &sum}});
+      use_device(ctx);  // reading the other ranks' leaves switched devices
+    }
   }
 };
 

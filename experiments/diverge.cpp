@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -184,68 +186,83 @@ void RecordingTracer::clear_step() {
   data_.clear();
 }
 
-DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
-  auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-  // Same seeds in both runs: only the kernels may make them differ.
-  TrainConfig base = with_fixed_seeds(cfg);
-  base.progress = false;
-  TrainConfig ca = base, cb = base;
-  if (!cfg.out.empty()) {
-    ca.out = (fs::path(cfg.out) / "a").string();
-    cb.out = (fs::path(cfg.out) / "b").string();
-  }
+namespace {
 
-  std::shared_ptr<const TrainData> data = load_train_data(base);  // one copy, read by both runs
-  std::unique_ptr<TraceWriter> wa, wb;
-  if (!opts.trace_a.empty()) wa = std::make_unique<TraceWriter>(opts.trace_a, meta_of(ca, "a", *data));
-  if (!opts.trace_b.empty()) wb = std::make_unique<TraceWriter>(opts.trace_b, meta_of(cb, "b", *data));
-  RecordingTracer ta(wa.get()), tb(wb.get());
-  ta.set_keep_data(true);
-  tb.set_keep_data(true);
+// What one run shows the other at a meeting: its weights after the step and, at evaluated steps,
+// its test predictions.
+struct Side {
+  std::vector<float> weights;
+  std::vector<int32_t> preds;
+  bool evaluated = false;
+};
 
-  DivergeResult result;
-  Lockstep lockstep;
-  struct Side {
-    std::vector<float> weights;
-    std::vector<int32_t> preds;
-    bool evaluated = false;
-  } side[2];
+// Compares the two runs each time they meet: where their traces first part, where they first
+// part in a way that is read on, and how far their weights and predictions have moved apart.
+class StepComparer {
+ public:
+  StepComparer(RecordingTracer& ta, RecordingTracer& tb, DivergeResult& result,
+               std::function<void(const std::string&)> log)
+      : ta_(ta), tb_(tb), result_(result), log_(std::move(log)) {}
 
-  auto meet = [&](int64_t step) {
-    const auto& ea = ta.step_events();
-    const auto& eb = tb.step_events();
-    if (result.events_per_step == 0) result.events_per_step = static_cast<int64_t>(ea.size());
+  Side side[2];  // filled by each run before it arrives
+
+  void meet(int64_t step) {
+    const auto& ea = ta_.step_events();
+    const auto& eb = tb_.step_events();
+    if (result_.events_per_step == 0) result_.events_per_step = static_cast<int64_t>(ea.size());
     StepGrowth g;
     g.step = step;
     auto per_step = differing_outputs_per_step(ea, eb);
     g.differing_outputs = per_step.empty() ? 0 : per_step.front().second;
-    auto measure = [&](const Divergence& d) {
-      TensorDiff diff;
-      const auto* va = ta.output_values(d.event_a.seq, d.tensor);
-      const auto* vb = tb.output_values(d.event_b.seq, d.tensor);
-      if (va && vb && va->size() == vb->size()) diff = diff_f32(va->data(), vb->data(), va->size());
-      return diff;
-    };
-    if (!result.first.found && !result.first.structure_mismatch) {
+    locate_divergences(ea, eb);
+    compare_sides(step, g);
+    result_.growth.push_back(g);
+    ta_.clear_step();
+    tb_.clear_step();
+    if (step == 1 || step % 50 == 0)
+      log_(fmt::format("step {}: {} traced tensors of {} ops differ; weights max ULP {}, L2 {:.3g}{}", step,
+                       g.differing_outputs, result_.events_per_step, g.weights_max_ulp, g.weights_l2,
+                       g.prediction_diffs >= 0 ? fmt::format(", {} test predictions differ", g.prediction_diffs) : ""));
+  }
+
+ private:
+  // The two runs' values of the divergence's tensor, compared element by element (empty when
+  // they were not kept).
+  TensorDiff measure(const Divergence& d) const {
+    TensorDiff diff;
+    const auto* va = ta_.output_values(d.event_a.seq, d.tensor);
+    const auto* vb = tb_.output_values(d.event_b.seq, d.tensor);
+    if (va && vb && va->size() == vb->size()) diff = diff_f32(va->data(), vb->data(), va->size());
+    return diff;
+  }
+
+  // The first divergence, then the first one read on, each measured once found; the tracers stop
+  // keeping values when nothing is left to measure.
+  void locate_divergences(const std::vector<TraceEvent>& ea, const std::vector<TraceEvent>& eb) {
+    if (!result_.first.found && !result_.first.structure_mismatch) {
       Divergence d = first_divergence(ea, eb);
       if (d.found || d.structure_mismatch) {
-        result.first = d;
-        if (d.found) result.first_diff = measure(d);
+        result_.first = d;
+        if (d.found) result_.first_diff = measure(d);
       }
     }
-    if (result.first.found && !result.source.found && !result.source.structure_mismatch) {
+    if (result_.first.found && !result_.source.found && !result_.source.structure_mismatch) {
       Divergence d = first_read_divergence(ea, eb);
       if (d.found || d.structure_mismatch) {
-        result.source = d;
-        if (d.found) result.source_diff = measure(d);
-        ta.set_keep_data(false);  // the values were kept only to measure these points
-        tb.set_keep_data(false);
+        result_.source = d;
+        if (d.found) result_.source_diff = measure(d);
+        ta_.set_keep_data(false);  // the values were kept only to measure these points
+        tb_.set_keep_data(false);
       }
     }
-    if (result.first.structure_mismatch) {
-      ta.set_keep_data(false);
-      tb.set_keep_data(false);
+    if (result_.first.structure_mismatch) {
+      ta_.set_keep_data(false);
+      tb_.set_keep_data(false);
     }
+  }
+
+  // The weights' distance after the step and, where both runs evaluated, their differing predictions.
+  void compare_sides(int64_t step, StepGrowth& g) {
     TensorDiff w = diff_f32(side[0].weights.data(), side[1].weights.data(),
                             std::min(side[0].weights.size(), side[1].weights.size()));
     g.weights_max_ulp = w.max_ulp;
@@ -254,32 +271,37 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
     if (side[0].evaluated && side[1].evaluated) {
       g.prediction_diffs = 0;
       for (std::size_t i = 0; i < side[0].preds.size(); ++i) g.prediction_diffs += side[0].preds[i] != side[1].preds[i];
-      if (g.prediction_diffs > 0 && !result.first_prediction_step) result.first_prediction_step = step;
+      if (g.prediction_diffs > 0 && !result_.first_prediction_step) result_.first_prediction_step = step;
     }
-    result.growth.push_back(g);
-    ta.clear_step();
-    tb.clear_step();
-    if (step == 1 || step % 50 == 0)
-      log(fmt::format("step {}: {} traced tensors of {} ops differ; weights max ULP {}, L2 {:.3g}{}", step,
-                      g.differing_outputs, result.events_per_step, g.weights_max_ulp, g.weights_l2,
-                      g.prediction_diffs >= 0 ? fmt::format(", {} test predictions differ", g.prediction_diffs) : ""));
-  };
+  }
 
+  RecordingTracer &ta_, &tb_;
+  DivergeResult& result_;
+  std::function<void(const std::string&)> log_;
+};
+
+// Trains configs[0] (on this thread) and configs[1] (on another) in lockstep, meeting after every
+// step to compare. When a run fails, the other stops; the failure that stopped them is rethrown
+// before the other's "stopped" error.
+std::array<TrainResult, 2> train_in_lockstep(const TrainConfig (&configs)[2], RecordingTracer* const (&tracers)[2],
+                                             StepComparer& comparer, const DivergeOptions& opts,
+                                             const std::shared_ptr<const TrainData>& data) {
+  Lockstep lockstep;
   std::exception_ptr err[2];
   bool secondary[2] = {false, false};
-  TrainResult res[2];
+  std::array<TrainResult, 2> res;
   auto run = [&](int k) {
-    RecordingTracer& t = k == 0 ? ta : tb;
     TrainHooks hooks;
-    hooks.tracer = &t;
+    hooks.tracer = tracers[k];
     hooks.after_step = [&, k](const StepView& v) {
-      side[k].weights = params_to_host(v.params);
-      side[k].evaluated = opts.eval_every > 0 && v.step % opts.eval_every == 0;
-      if (side[k].evaluated) side[k].preds = v.predict();
-      lockstep.arrive([&] { meet(v.step); });
+      Side& side = comparer.side[k];
+      side.weights = params_to_host(v.params);
+      side.evaluated = opts.eval_every > 0 && v.step % opts.eval_every == 0;
+      if (side.evaluated) side.preds = v.predict();
+      lockstep.arrive([&] { comparer.meet(v.step); });
     };
     try {
-      res[k] = train(k == 0 ? ca : cb, hooks, data);
+      res[k] = train(configs[k], hooks, data);
     } catch (const Error& e) {
       secondary[k] = std::string(e.what()).rfind("stopped: the other run failed", 0) == 0;
       err[k] = std::current_exception();
@@ -296,6 +318,34 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
     if (err[k] && !secondary[k]) std::rethrow_exception(err[k]);
   for (int k = 0; k < 2; ++k)
     if (err[k]) std::rethrow_exception(err[k]);
+  return res;
+}
+
+}  // namespace
+
+DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
+  auto log = opts.log ? opts.log : [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  // Same seeds in both runs: only the kernels may make them differ.
+  TrainConfig base = with_fixed_seeds(cfg);
+  base.progress = false;
+  TrainConfig configs[2] = {base, base};
+  if (!cfg.out.empty()) {
+    configs[0].out = (fs::path(cfg.out) / "a").string();
+    configs[1].out = (fs::path(cfg.out) / "b").string();
+  }
+
+  std::shared_ptr<const TrainData> data = load_train_data(base);  // one copy, read by both runs
+  std::unique_ptr<TraceWriter> wa, wb;
+  if (!opts.trace_a.empty()) wa = std::make_unique<TraceWriter>(opts.trace_a, meta_of(configs[0], "a", *data));
+  if (!opts.trace_b.empty()) wb = std::make_unique<TraceWriter>(opts.trace_b, meta_of(configs[1], "b", *data));
+  RecordingTracer ta(wa.get()), tb(wb.get());
+  ta.set_keep_data(true);
+  tb.set_keep_data(true);
+
+  DivergeResult result;
+  StepComparer comparer(ta, tb, result, log);
+  RecordingTracer* const tracers[2] = {&ta, &tb};
+  std::array<TrainResult, 2> res = train_in_lockstep(configs, tracers, comparer, opts, data);
   if (wa) wa->close();
   if (wb) wb->close();
   result.run_a = std::move(res[0]);
@@ -419,7 +469,7 @@ std::string format_comparison(const TraceComparison& c) {
 }
 
 void write_divergence(const DivergeResult& r, const std::string& dir) {
-  make_folder(dir);
+  make_output_folder(dir);
   std::string csv = "step,differing_tensors,weights_max_ulp,weights_differing,weights_l2,prediction_diffs\n";
   for (const auto& g : r.growth)
     csv += fmt::format("{},{},{},{},{:.6g},{}\n", g.step, g.differing_outputs, g.weights_max_ulp, g.weights_differing,

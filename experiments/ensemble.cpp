@@ -232,7 +232,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
   for (const auto& s : o.settings)
     if (!names.insert(folder_of(s.name)).second)
       throw Error(fmt::format("--setting: two settings are named '{}'", s.name));
-  make_folder(o.out);
+  make_output_folder(o.out);
   if (!o.resume)
     for (const auto& s : o.settings)
       for (int k = 0; k < o.replicas; ++k)
@@ -304,235 +304,303 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
   return out;
 }
 
-ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOptions& o, const TrainData& data) {
-  ReportData rep;
-  const TrainConfig& b = o.base;
-  rep.title = fmt::format("{} on {}: {} replicas x {} epochs per setting", b.model, b.dataset, o.replicas, b.epochs);
-  const auto& test = data.test;
-  // Predictions are units (experiments/task_scoring.h): examples, or a segmentation's pixels, which the
-  // intervals resample image by image.
-  const Task task = test.task;
-  const std::size_t per = static_cast<std::size_t>(units_per_example(test));
-  const std::vector<int32_t> labels = unit_labels(test);
+namespace {
+
+// Each replica's accuracy over the units `selected` picks: the share of them it predicts as
+// `truth` says (0 where none are picked).
+template <class Selected>
+std::vector<double> accuracy_where(const std::vector<TrainResult>& runs, const std::vector<int32_t>& truth,
+                                   std::size_t n, const Selected& selected) {
+  std::vector<double> v;
+  for (const auto& r : runs) {
+    double hit = 0, cnt = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (selected(i)) cnt += 1, hit += r.predictions[i] == truth[i];
+    v.push_back(cnt ? hit / cnt : 0.0);
+  }
+  return v;
+}
+
+// Test example i's image as a JPEG; a streamed test set decodes its evaluation view
+// (datasets/stream.h).
+std::vector<uint8_t> example_jpeg(const Dataset& test, std::size_t i) {
+  const std::vector<uint8_t> shown =
+      test.streamed() ? test.source->eval_image(static_cast<int64_t>(i)) : std::vector<uint8_t>();
+  return encode_jpeg(test.streamed() ? shown.data() : test.image(static_cast<int64_t>(i)), test.channels, test.height,
+                     test.width);
+}
+
+// The test set as the summary counts it. Predictions are units (experiments/task_scoring.h): examples, or
+// a segmentation's pixels, which the intervals resample image by image.
+struct TestUnits {
+  const Dataset& test;
+  Task task;
+  std::size_t per;              // units per example
+  std::vector<int32_t> labels;  // one per unit
+  std::size_t n;                // units in all
+};
+
+TestUnits test_units(const Dataset& test) {
+  std::vector<int32_t> labels = unit_labels(test);
   const std::size_t n = labels.size();
-  uint64_t seed = 7;
-  for (const auto& sr : settings) {
-    const std::string& name = sr.setting.name;
-    rep.settings.push_back(name);
-    const auto preds = predictions_of(sr);
-    auto metric = [&](const std::string& m, double v) { rep.metrics.push_back({name, m, v, 0, 0, false}); };
-    auto interval = [&](const std::string& m, const Interval& i) {
-      rep.metrics.push_back({name, m, i.value, i.low, i.high, true});
-    };
-    interval("churn", churn_interval(preds, o.bootstrap, seed++, 0.95, per));
-    interval("disagreement", bootstrap_mean(group_means(not_all_agree(preds), per), o.bootstrap, seed++));
+  return {test, test.task, static_cast<std::size_t>(units_per_example(test)), std::move(labels), n};
+}
+
+// One setting's part of the report, added stage by stage. Every bootstrap interval takes the next
+// seed from `seed`, so summarize calls the stages in one fixed order and the intervals repeat.
+class SettingSummary {
+ public:
+  SettingSummary(ReportData& rep, const SettingRuns& sr, const EnsembleOptions& o, const TestUnits& u, uint64_t& seed)
+      : rep_(rep), sr_(sr), o_(o), u_(u), seed_(seed), name_(sr.setting.name), preds_(predictions_of(sr)) {}
+
+  // Churn and the not-all-agree fraction, with bootstrap intervals.
+  void add_agreement() {
+    interval("churn", churn_interval(preds_, o_.bootstrap, seed_++, 0.95, u_.per));
+    interval("disagreement", bootstrap_mean(group_means(not_all_agree(preds_), u_.per), o_.bootstrap, seed_++));
+  }
+
+  // Accuracy mean and std (over replicas), the secondary score, weight L2 between replicas,
+  // distinct fingerprints and seconds per epoch.
+  void add_scores() {
     std::vector<double> acc, top5;
     std::set<uint64_t> prints;
     double secs = 0;
     int epochs = 0;
-    for (const auto& r : sr.runs) {
+    for (const auto& r : sr_.runs) {
       acc.push_back(r.test_top1);
       top5.push_back(r.log.empty() ? 0.0 : r.log.back().test_top5);
       prints.insert(r.weights_fingerprint);
       for (const auto& e : r.log) secs += e.seconds, ++epochs;
     }
     metric("accuracy_mean", mean(acc));
-    interval("accuracy_std", bootstrap_stddev(acc, o.bootstrap, seed++));
-    metric(fmt::format("{}_mean", secondary_score(task)), mean(top5));
+    interval("accuracy_std", bootstrap_stddev(acc, o_.bootstrap, seed_++));
+    metric(fmt::format("{}_mean", secondary_score(u_.task)), mean(top5));
     std::vector<double> l2;
-    for (std::size_t a = 0; a < sr.runs.size(); ++a)
-      for (std::size_t c = a + 1; c < sr.runs.size(); ++c)
-        if (!sr.runs[a].weights.empty() && sr.runs[a].weights.size() == sr.runs[c].weights.size())
-          l2.push_back(l2_distance(sr.runs[a].weights, sr.runs[c].weights));
+    for (std::size_t a = 0; a < sr_.runs.size(); ++a)
+      for (std::size_t c = a + 1; c < sr_.runs.size(); ++c)
+        if (!sr_.runs[a].weights.empty() && sr_.runs[a].weights.size() == sr_.runs[c].weights.size())
+          l2.push_back(l2_distance(sr_.runs[a].weights, sr_.runs[c].weights));
     if (!l2.empty()) metric("weight_l2", mean(l2));
     metric("distinct_fingerprints", static_cast<double>(prints.size()));
     metric("seconds_per_epoch", epochs ? secs / epochs : 0.0);
+  }
 
-    // Curves: per epoch, the mean and the lowest / highest replica.
-    for (const char* m : {primary_score(task), secondary_score(task)}) {
-      ReportCurve cv{name, m, {}, {}, {}, {}};
-      const bool first = std::string(m) == primary_score(task);
-      const std::size_t ne = sr.runs.empty() ? 0 : sr.runs[0].log.size();
+  // Curves of both scores: per epoch, the mean and the lowest / highest replica.
+  void add_curves() {
+    for (const char* m : {primary_score(u_.task), secondary_score(u_.task)}) {
+      ReportCurve cv{name_, m, {}, {}, {}, {}};
+      const bool first = std::string(m) == primary_score(u_.task);
+      const std::size_t ne = sr_.runs.empty() ? 0 : sr_.runs[0].log.size();
       for (std::size_t e = 0; e < ne; ++e) {
         std::vector<double> v;
-        for (const auto& r : sr.runs)
+        for (const auto& r : sr_.runs)
           if (e < r.log.size()) v.push_back(first ? r.log[e].test_top1 : r.log[e].test_top5);
-        cv.epochs.push_back(sr.runs[0].log[e].epoch);
+        cv.epochs.push_back(sr_.runs[0].log[e].epoch);
         cv.mean.push_back(mean(v));
         cv.low.push_back(*std::min_element(v.begin(), v.end()));
         cv.high.push_back(*std::max_element(v.begin(), v.end()));
       }
-      rep.curves.push_back(cv);
+      rep_.curves.push_back(cv);
     }
+  }
 
-    // Per class accuracy (a segmentation's per pixel class; a sequence's per label length), per
-    // subgroup accuracy (and FPR / FNR on two-class data), and per class x subgroup cell: their
-    // spread across replicas.
-    auto spread = [&](const std::string& kind, const std::string& group, const std::string& m,
-                      const std::vector<double>& v) { rep.groups.push_back({name, kind, group, m, mean(v), stddev(v)}); };
-    if (task != Task::Sequence) {
-      for (std::size_t c = 0; c < test.class_names.size(); ++c) {
-        std::vector<double> v;
-        for (const auto& r : sr.runs) {
-          double hit = 0, cnt = 0;
-          for (std::size_t i = 0; i < n; ++i)
-            if (labels[i] == int32_t(c)) cnt += 1, hit += r.predictions[i] == labels[i];
-          v.push_back(cnt ? hit / cnt : 0.0);
-        }
-        spread("class", test.class_names[c], "accuracy", v);
-      }
-    } else {
-      std::set<int32_t> lengths(test.labels.begin(), test.labels.end());
-      for (int32_t len : lengths) {
-        std::vector<double> v;
-        for (const auto& r : sr.runs) {
-          double hit = 0, cnt = 0;
-          for (std::size_t i = 0; i < n; ++i)
-            if (test.labels[i] == len) cnt += 1, hit += r.predictions[i] == labels[i];
-          v.push_back(cnt ? hit / cnt : 0.0);
-        }
-        spread("length", fmt::format("{} symbols", len), "accuracy", v);
-      }
+  // The spread across replicas of per class accuracy (a segmentation's per pixel class; a
+  // sequence's per label length).
+  void add_class_spreads() {
+    const Dataset& test = u_.test;
+    if (u_.task != Task::Sequence) {
+      for (std::size_t c = 0; c < test.class_names.size(); ++c)
+        spread("class", test.class_names[c], "accuracy",
+               accuracy_where(sr_.runs, u_.labels, u_.n, [&](std::size_t i) { return u_.labels[i] == int32_t(c); }));
+      return;
     }
-    if (test.has_subgroups()) {
-      for (std::size_t g = 0; g < test.subgroup_names.size(); ++g) {
-        std::vector<bool> mask(n);
-        for (std::size_t i = 0; i < n; ++i) mask[i] = test.subgroups[i] == int32_t(g);
-        std::vector<double> a, fpr, fnr;
-        for (const auto& r : sr.runs) {
-          double hit = 0, cnt = 0;
-          for (std::size_t i = 0; i < n; ++i)
-            if (mask[i]) cnt += 1, hit += r.predictions[i] == test.labels[i];
-          a.push_back(cnt ? hit / cnt : 0.0);
-          if (test.num_classes == 2) {
-            BinaryRates br = binary_rates(r.predictions, test.labels, mask);
-            fpr.push_back(br.fpr);
-            fnr.push_back(br.fnr);
-          }
-        }
-        spread("subgroup", test.subgroup_names[g], "accuracy", a);
-        if (test.num_classes == 2) {
-          spread("subgroup", test.subgroup_names[g], "fpr", fpr);
-          spread("subgroup", test.subgroup_names[g], "fnr", fnr);
-        }
-        // The cells (the paper's figure 4: Blond_Hair x Male), where the small ones vary most.
-        for (std::size_t c = 0; c < test.class_names.size(); ++c) {
-          std::vector<double> v;
-          for (const auto& r : sr.runs) {
-            double hit = 0, cnt = 0;
-            for (std::size_t i = 0; i < n; ++i)
-              if (mask[i] && test.labels[i] == int32_t(c)) cnt += 1, hit += r.predictions[i] == test.labels[i];
-            v.push_back(cnt ? hit / cnt : 0.0);
-          }
-          spread("subgroup", test.class_names[c] + " & " + test.subgroup_names[g], "accuracy", v);
-        }
-      }
-    }
+    const std::set<int32_t> lengths(test.labels.begin(), test.labels.end());
+    for (int32_t len : lengths)
+      spread("length", fmt::format("{} symbols", len), "accuracy",
+             accuracy_where(sr_.runs, u_.labels, u_.n, [&](std::size_t i) { return test.labels[i] == len; }));
+  }
 
-    // Per-example stability, the least stable examples (with the inputs themselves), and the
-    // ensemble on the examples that move against the rest.
-    rep.stability.push_back({name, stability_counts(preds)});
-    const std::vector<int> agree = majority_agreement(preds);
-    const std::vector<double> pairs = per_example_disagreement(preds);
+  // The spread across replicas of per subgroup accuracy (and FPR / FNR on two-class data), and of
+  // per class x subgroup cell accuracy.
+  void add_subgroup_spreads() {
+    const Dataset& test = u_.test;
+    if (!test.has_subgroups()) return;
+    const std::size_t n = u_.n;
+    for (std::size_t g = 0; g < test.subgroup_names.size(); ++g) {
+      std::vector<bool> mask(n);
+      for (std::size_t i = 0; i < n; ++i) mask[i] = test.subgroups[i] == int32_t(g);
+      const std::string& group = test.subgroup_names[g];
+      spread("subgroup", group, "accuracy",
+             accuracy_where(sr_.runs, test.labels, n, [&](std::size_t i) { return bool(mask[i]); }));
+      if (test.num_classes == 2) {
+        std::vector<double> fpr, fnr;
+        for (const auto& r : sr_.runs) {
+          const BinaryRates br = binary_rates(r.predictions, test.labels, mask);
+          fpr.push_back(br.fpr);
+          fnr.push_back(br.fnr);
+        }
+        spread("subgroup", group, "fpr", fpr);
+        spread("subgroup", group, "fnr", fnr);
+      }
+      // The cells (the paper's figure 4: Blond_Hair x Male), where the small ones vary most.
+      for (std::size_t c = 0; c < test.class_names.size(); ++c)
+        spread("subgroup", test.class_names[c] + " & " + group, "accuracy",
+               accuracy_where(sr_.runs, test.labels, n,
+                              [&](std::size_t i) { return mask[i] && test.labels[i] == int32_t(c); }));
+    }
+  }
+
+  // Per-example stability, and the least stable examples with each replica's prediction (and the
+  // input itself, where it is an image).
+  void add_unstable_examples() {
+    rep_.stability.push_back({name_, stability_counts(preds_)});
+    const std::size_t n = u_.n;
+    const std::vector<int> agree = majority_agreement(preds_);
+    const std::vector<double> pairs = per_example_disagreement(preds_);
     std::vector<std::size_t> order(n);
     for (std::size_t i = 0; i < n; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return pairs[a] > pairs[c]; });
-    const auto class_name = [&](int32_t label) {
-      if (task == Task::Sequence) return "\"" + symbols_text(sequence_symbols(label, test.num_classes)) + "\"";
-      return label >= 0 && std::size_t(label) < test.class_names.size() ? test.class_names[std::size_t(label)]
-                                                                         : std::to_string(label);
-    };
     // Examples are shown where a unit is one (not a segmentation's pixels), with their image
     // where they have one (not category ids).
-    const std::size_t shown = per == 1 ? std::size_t(std::max(0, o.unstable_shown)) : 0;
+    const std::size_t shown = u_.per == 1 ? std::size_t(std::max(0, o_.unstable_shown)) : 0;
     for (std::size_t j = 0; j < std::min<std::size_t>(shown, n); ++j) {
       const std::size_t i = order[j];
       if (pairs[i] == 0) break;  // the rest all agree
-      ReportExample e{name, static_cast<int64_t>(i), class_name(labels[i]), agree[i], static_cast<int>(preds.size()),
-                      {}, {}};
-      for (const auto& r : preds) e.predicted.push_back(class_name(r[i]));
-      if (test.categories == 0) {
-        // A streamed test set decodes its evaluation view (datasets/stream.h).
-        const std::vector<uint8_t> shown =
-            test.streamed() ? test.source->eval_image(static_cast<int64_t>(i)) : std::vector<uint8_t>();
-        e.jpeg = encode_jpeg(test.streamed() ? shown.data() : test.image(static_cast<int64_t>(i)), test.channels,
-                             test.height, test.width);
-      }
-      rep.unstable.push_back(std::move(e));
+      ReportExample e{name_, static_cast<int64_t>(i), class_name(u_.labels[i]), agree[i],
+                      static_cast<int>(preds_.size()), {}, {}};
+      for (const auto& r : preds_) e.predicted.push_back(class_name(r[i]));
+      if (u_.test.categories == 0) e.jpeg = example_jpeg(u_.test, i);
+      rep_.unstable.push_back(std::move(e));
     }
-    const std::vector<int32_t> vote = plurality_vote(preds);
+  }
+
+  // The ensemble (the plurality vote) on the examples that move against the rest, and on those
+  // every replica agrees on.
+  void add_ensemble_accuracy() {
+    const std::vector<int> agree = majority_agreement(preds_);
+    const std::vector<int32_t> vote = plurality_vote(preds_);
     std::vector<double> hit_all, hit_unstable, hit_stable;
     double replica_hits_unstable = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double hit = vote[i] == labels[i] ? 1.0 : 0.0;
+    for (std::size_t i = 0; i < u_.n; ++i) {
+      const double hit = vote[i] == u_.labels[i] ? 1.0 : 0.0;
       hit_all.push_back(hit);
-      if (agree[i] == static_cast<int>(preds.size())) {
+      if (agree[i] == static_cast<int>(preds_.size())) {
         hit_stable.push_back(hit);
       } else {
         hit_unstable.push_back(hit);
-        for (const auto& r : preds) replica_hits_unstable += r[i] == labels[i];
+        for (const auto& r : preds_) replica_hits_unstable += r[i] == u_.labels[i];
       }
     }
-    // Pixels are not independent draws: for a segmentation these are plain means, without a
-    // bootstrap interval over pixels.
-    auto estimate = [&](const std::string& m, const std::vector<double>& v) {
-      if (per == 1) interval(m, bootstrap_mean(v, o.bootstrap, seed++));
-      else metric(m, mean(v));
-    };
-    metric(per == 1 ? "unstable_examples" : fmt::format("unstable_{}s", unit_name(task)), double(hit_unstable.size()));
+    metric(u_.per == 1 ? "unstable_examples" : fmt::format("unstable_{}s", unit_name(u_.task)),
+           double(hit_unstable.size()));
     metric("ensemble_accuracy", mean(hit_all));
     if (!hit_unstable.empty()) {
       estimate("ensemble_acc_unstable", hit_unstable);
-      metric("replica_acc_unstable", replica_hits_unstable / double(hit_unstable.size() * preds.size()));
+      metric("replica_acc_unstable", replica_hits_unstable / double(hit_unstable.size() * preds_.size()));
     }
     if (!hit_stable.empty()) estimate("ensemble_acc_stable", hit_stable);
   }
 
-  // Additive or interacting: the decomposition over the paper's four settings, when they ran.
-  std::map<std::string, const SettingRuns*> by_name;
-  for (const auto& sr : settings) by_name[sr.setting.name] = &sr;
-  bool four = true;
-  for (const char* s : {"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"})
-    four = four && by_name.count(s) && by_name[s]->runs.size() >= 2;
-  if (four) {
-    const SettingRuns *ai = by_name["ALGO+IMPL"], *a = by_name["ALGO"], *im = by_name["IMPL"], *c = by_name["CONTROL"];
-    auto accuracies = [](const SettingRuns* sr) {
-      std::vector<double> v;
-      for (const auto& r : sr->runs) v.push_back(r.test_top1);
-      return v;
-    };
-    rep.decomposition.push_back(report_decomposition(
-        decompose_churn(predictions_of(*ai), predictions_of(*a), predictions_of(*im), predictions_of(*c), o.bootstrap,
-                        seed++, 0.95, per),
-        per == 1 ? fmt::format("a paired bootstrap over the {} test {}s ({} resamples); the replicas are held fixed", n,
-                               unit_name(task), o.bootstrap)
-                 : fmt::format("a paired bootstrap over the {} test images, each with its {} pixels ({} resamples); "
-                               "the replicas are held fixed",
-                               n / per, per, o.bootstrap)));
-    rep.decomposition.push_back(report_decomposition(
-        decompose_accuracy_variance(accuracies(ai), accuracies(a), accuracies(im), accuracies(c), o.bootstrap, seed++),
-        fmt::format("a bootstrap over each setting's replicas ({}, {}, {}, {} of them; {} resamples)", ai->runs.size(),
-                    a->runs.size(), im->runs.size(), c->runs.size(), o.bootstrap)));
+ private:
+  void metric(const std::string& m, double v) { rep_.metrics.push_back({name_, m, v, 0, 0, false}); }
+  void interval(const std::string& m, const Interval& i) {
+    rep_.metrics.push_back({name_, m, i.value, i.low, i.high, true});
+  }
+  // Pixels are not independent draws: for a segmentation these are plain means, without a
+  // bootstrap interval over pixels.
+  void estimate(const std::string& m, const std::vector<double>& v) {
+    if (u_.per == 1) interval(m, bootstrap_mean(v, o_.bootstrap, seed_++));
+    else metric(m, mean(v));
+  }
+  void spread(const std::string& kind, const std::string& group, const std::string& m, const std::vector<double>& v) {
+    rep_.groups.push_back({name_, kind, group, m, mean(v), stddev(v)});
+  }
+  std::string class_name(int32_t label) const {
+    const Dataset& test = u_.test;
+    if (u_.task == Task::Sequence) return "\"" + symbols_text(sequence_symbols(label, test.num_classes)) + "\"";
+    return label >= 0 && std::size_t(label) < test.class_names.size() ? test.class_names[std::size_t(label)]
+                                                                       : std::to_string(label);
   }
 
-  // Manifest summary: the runtime of the first replica, and per setting the kernels it ran.
-  if (!settings.empty() && !settings[0].runs.empty()) {
-    json m = read_json((fs::path(replica_dir(o, settings[0].setting, 0)) / "manifest.json").string());
-    json summary;
-    if (m.contains("runtime")) summary["runtime"] = m["runtime"];
-    if (m.contains("ditto")) summary["ditto"] = m["ditto"];
-    if (m.contains("config")) summary["config"] = m["config"];
-    json kernels = json::object();
-    for (const auto& sr : settings) {
-      std::vector<std::string> rows;
-      for (const auto& e : sr.runs[0].ops)
-        rows.push_back(fmt::format("{}.{}{}={}", e.layer, e.knob, e.shape.empty() ? "" : "@" + e.shape, e.variant));
-      kernels[sr.setting.name] = rows;
-    }
-    summary["kernels"] = kernels;
-    summary["command_line"] = o.base.command_line;
-    rep.manifest = summary;
+  ReportData& rep_;
+  const SettingRuns& sr_;
+  const EnsembleOptions& o_;
+  const TestUnits& u_;
+  uint64_t& seed_;
+  const std::string& name_;
+  const std::vector<std::vector<int32_t>> preds_;
+};
+
+// Additive or interacting: the decomposition of churn and of accuracy variance over the paper's
+// four settings, when each of them ran with two replicas or more.
+void add_decompositions(ReportData& rep, const std::vector<SettingRuns>& settings, const EnsembleOptions& o,
+                        const TestUnits& u, uint64_t& seed) {
+  std::map<std::string, const SettingRuns*> by_name;
+  for (const auto& sr : settings) by_name[sr.setting.name] = &sr;
+  for (const char* s : {"ALGO+IMPL", "ALGO", "IMPL", "CONTROL"})
+    if (!by_name.count(s) || by_name[s]->runs.size() < 2) return;
+  const SettingRuns *ai = by_name["ALGO+IMPL"], *a = by_name["ALGO"], *im = by_name["IMPL"], *c = by_name["CONTROL"];
+  auto accuracies = [](const SettingRuns* sr) {
+    std::vector<double> v;
+    for (const auto& r : sr->runs) v.push_back(r.test_top1);
+    return v;
+  };
+  const std::size_t n = u.n, per = u.per;
+  rep.decomposition.push_back(report_decomposition(
+      decompose_churn(predictions_of(*ai), predictions_of(*a), predictions_of(*im), predictions_of(*c), o.bootstrap,
+                      seed++, 0.95, per),
+      per == 1 ? fmt::format("a paired bootstrap over the {} test {}s ({} resamples); the replicas are held fixed", n,
+                             unit_name(u.task), o.bootstrap)
+               : fmt::format("a paired bootstrap over the {} test images, each with its {} pixels ({} resamples); "
+                             "the replicas are held fixed",
+                             n / per, per, o.bootstrap)));
+  rep.decomposition.push_back(report_decomposition(
+      decompose_accuracy_variance(accuracies(ai), accuracies(a), accuracies(im), accuracies(c), o.bootstrap, seed++),
+      fmt::format("a bootstrap over each setting's replicas ({}, {}, {}, {} of them; {} resamples)", ai->runs.size(),
+                  a->runs.size(), im->runs.size(), c->runs.size(), o.bootstrap)));
+}
+
+// The manifest summary: the runtime, build and configuration the first setting's first replica
+// recorded in its folder, and per setting the kernels its first replica ran.
+json manifest_summary(const std::vector<SettingRuns>& settings, const EnsembleOptions& o) {
+  json m = read_json((fs::path(replica_dir(o, settings[0].setting, 0)) / "manifest.json").string());
+  json summary;
+  if (m.contains("runtime")) summary["runtime"] = m["runtime"];
+  if (m.contains("ditto")) summary["ditto"] = m["ditto"];
+  if (m.contains("config")) summary["config"] = m["config"];
+  json kernels = json::object();
+  for (const auto& sr : settings) {
+    std::vector<std::string> rows;
+    for (const auto& e : sr.runs[0].ops)
+      rows.push_back(fmt::format("{}.{}{}={}", e.layer, e.knob, e.shape.empty() ? "" : "@" + e.shape, e.variant));
+    kernels[sr.setting.name] = rows;
   }
+  summary["kernels"] = kernels;
+  summary["command_line"] = o.base.command_line;
+  return summary;
+}
+
+}  // namespace
+
+ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOptions& o, const TrainData& data) {
+  ReportData rep;
+  const TrainConfig& b = o.base;
+  rep.title = fmt::format("{} on {}: {} replicas x {} epochs per setting", b.model, b.dataset, o.replicas, b.epochs);
+  const TestUnits units = test_units(data.test);
+  uint64_t seed = 7;
+  for (const auto& sr : settings) {
+    rep.settings.push_back(sr.setting.name);
+    SettingSummary s(rep, sr, o, units, seed);
+    s.add_agreement();
+    s.add_scores();
+    s.add_curves();
+    s.add_class_spreads();
+    s.add_subgroup_spreads();
+    s.add_unstable_examples();
+    s.add_ensemble_accuracy();
+  }
+  add_decompositions(rep, settings, o, units, seed);
+  if (!settings.empty() && !settings[0].runs.empty()) rep.manifest = manifest_summary(settings, o);
   return rep;
 }
 
@@ -588,7 +656,7 @@ ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes
   ReportData rep;
   rep.title = fmt::format("Overhead of determinism: {} on {}, {} timed steps after {} warm-up, batch {}", o.base.model,
                           o.base.dataset, steps, warmup, o.base.batch_size);
-  make_folder(o.out);
+  make_output_folder(o.out);
   double heuristic_ms = 0;
   for (const auto& mode : modes) {
     Setting s{mode, false, false, mode, {}, 0};

@@ -8,11 +8,11 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <system_error>
 #include <utility>
 
 #include "engine/error.h"
 #include "engine/manifest.h"
+#include "experiments/run_dir.h"
 #include "experiments/svg.h"
 
 namespace ditto {
@@ -731,9 +731,7 @@ void write_report(const std::string& dir, const ReportData& data) {
   const std::string json_text = dump(report_json(data), 2) + "\n";
   const std::string csv = report_csv(data);
   const std::string html = report_html(data);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("{}: cannot create the report folder: {}", dir, ec.message()));
+  make_output_folder(dir);
   const std::filesystem::path folder(dir);
   write_file_atomic((folder / "report.json").string(), json_text);
   write_file_atomic((folder / "report.csv").string(), csv);

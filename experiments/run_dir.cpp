@@ -343,6 +343,12 @@ void check_out_allowed(const std::string& out, OutIntent intent) {
                               fs::is_directory(probe, ec) ? "not writable" : "not a folder"));
 }
 
+void make_output_folder(const std::string& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw IoError(fmt::format("{}: cannot create folder '{}': {}", flag, dir, ec.message()));
+}
+
 RunDir::RunDir(const std::string& dir, OutIntent intent) : dir_(dir) {
   std::error_code ec;
   const fs::path root(dir);

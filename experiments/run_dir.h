@@ -65,6 +65,12 @@ enum class OutIntent {
 // Read-only: nothing is created.
 void check_out_allowed(const std::string& out, OutIntent intent);
 
+// A folder for the results of many runs (an experiment's, an attribution's, a report's), created
+// with its parents. Throws IoError naming `flag` and the folder when it cannot be made or a
+// non-folder stands in its place. A run folder itself is written through RunDir, which keeps its
+// rules.
+void make_output_folder(const std::string& dir, const std::string& flag = "--out");
+
 // A run folder opened for writing. The constructor creates it, takes its lock (a second writer is
 // refused, naming the process that holds it; a lock left by a killed process is free again, since
 // the kernel drops flock locks with their process) and checks the rules again under the lock. The

@@ -144,6 +144,137 @@ std::string draw_bars(const std::string& title, const std::string& x_label, cons
   return svg + "</svg>\n";
 }
 
+// The extent of a line chart's data, x in decades on a log axis; each series is checked first.
+struct LineExtent {
+  double x_lo = 0, x_hi = 0, y_lo = 0, y_hi = 0;
+  bool integer_x = true;  // every x is whole (epochs): ticks only at whole numbers
+};
+
+LineExtent line_extent(const std::string& title, const std::vector<LineSeries>& series, bool log_x) {
+  LineExtent e;
+  bool any_point = false;
+  for (const LineSeries& s : series) {
+    const std::size_t n = s.x.size();
+    const bool band = !s.band_low.empty() || !s.band_high.empty();
+    if (s.y.size() != n || (band && (s.band_low.size() != n || s.band_high.size() != n)))
+      throw Error(fmt::format("svg_line_chart '{}': series '{}' has {} x, {} y, {} band_low and {} band_high values; "
+                              "y needs one per x, the band none or one per x",
+                              title, s.name, n, s.y.size(), s.band_low.size(), s.band_high.size()));
+    for (std::size_t i = 0; i < n; ++i) {
+      double ys[3] = {s.y[i], band ? s.band_low[i] : s.y[i], band ? s.band_high[i] : s.y[i]};
+      if (!std::isfinite(s.x[i]) || (log_x && s.x[i] <= 0))
+        throw Error(fmt::format("svg_line_chart '{}': series '{}' has x = {}; x must be finite{}", title, s.name,
+                                s.x[i], log_x ? " and > 0 on a log axis" : ""));
+      for (double y : ys)
+        if (!std::isfinite(y))
+          throw Error(fmt::format("svg_line_chart '{}': series '{}' has a non-finite y or band value {} at x = {}",
+                                  title, s.name, y, s.x[i]));
+      const double x = log_x ? std::log10(s.x[i]) : s.x[i];
+      const double lo = std::min({ys[0], ys[1], ys[2]}), hi = std::max({ys[0], ys[1], ys[2]});
+      e.x_lo = any_point ? std::min(e.x_lo, x) : x;
+      e.x_hi = any_point ? std::max(e.x_hi, x) : x;
+      e.y_lo = any_point ? std::min(e.y_lo, lo) : lo;
+      e.y_hi = any_point ? std::max(e.y_hi, hi) : hi;
+      e.integer_x = e.integer_x && s.x[i] == std::round(s.x[i]);
+      any_point = true;
+    }
+  }
+  if (!any_point) e.x_lo = e.y_lo = 0, e.x_hi = e.y_hi = 1;
+  return e;
+}
+
+// A line chart's x axis: where a value lies in [0, 1], and its ticks (position, label). On a log
+// axis positions are in decades and the ticks are the powers of ten around them.
+struct XAxis {
+  std::function<double(double)> pos;
+  std::vector<std::pair<double, std::string>> ticks;
+};
+
+XAxis line_x_axis(const LineExtent& e, bool log_x) {
+  XAxis out;
+  if (log_x) {
+    const int first = int(std::floor(e.x_lo + 1e-9)), last = std::max(first + 1, int(std::ceil(e.x_hi - 1e-9)));
+    out.pos = [first, last](double x) { return (std::log10(x) - first) / double(last - first); };
+    for (int k = first; k <= last; ++k)
+      out.ticks.push_back({double(k - first) / double(last - first), fmt::format("{:g}", std::pow(10.0, k))});
+  } else {
+    const LinearAxis axis = linear_axis(e.x_lo, e.x_hi, e.integer_x);
+    out.pos = [axis](double x) { return axis.pos(x); };
+    for (double t = axis.first; t <= axis.last + axis.step * 1e-9; t += axis.step)
+      out.ticks.push_back({axis.pos(t), tick_label(t, axis.step)});
+  }
+  return out;
+}
+
+// A line chart's plot area and the mapping of data to its pixels.
+struct LinePlot {
+  static constexpr double left = 80, right = kWidth - 30, top = kTitleHeight;
+  static constexpr double bottom = top + kPlotHeight, width = right - left;
+  XAxis x;
+  LinearAxis y;
+  double px(double v) const { return left + width * x.pos(v); }
+  double py(double v) const { return bottom - kPlotHeight * y.pos(v); }
+};
+
+// Grid lines, ticks, the axes and their labels.
+std::string line_chart_axes(const LinePlot& p, const std::string& x_label, const std::string& y_label) {
+  std::string svg;
+  for (const auto& [at, label] : p.x.ticks) {
+    const double x = p.left + p.width * at;
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n"
+        "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"black\"/>\n"
+        "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\">{5}</text>\n",
+        x, p.top, p.bottom, p.bottom + 5, p.bottom + 18, xml_escape(label));
+  }
+  for (double t = p.y.first; t <= p.y.last + p.y.step * 1e-9; t += p.y.step) {
+    const double y = p.py(t);
+    svg += fmt::format(
+        "<line x1=\"{1}\" y1=\"{0:.1f}\" x2=\"{2}\" y2=\"{0:.1f}\" stroke=\"#ddd\"/>\n"
+        "<line x1=\"{3}\" y1=\"{0:.1f}\" x2=\"{1}\" y2=\"{0:.1f}\" stroke=\"black\"/>\n"
+        "<text x=\"{4}\" y=\"{0:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{5}</text>\n",
+        y, p.left, p.right, p.left - 5, p.left - 8, tick_label(t, p.y.step));
+  }
+  svg += fmt::format("<path d=\"M{0},{1}V{2}H{3}\" stroke=\"black\" fill=\"none\"/>\n", p.left, p.top, p.bottom,
+                     p.right);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", p.left + p.width / 2,
+                     p.bottom + 40, xml_escape(x_label));
+  svg += fmt::format("<text x=\"18\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {0})\">{1}</text>\n",
+                     p.top + kPlotHeight / 2, xml_escape(y_label));
+  return svg;
+}
+
+// Each series' band, then its line and a dot at every point, in the colours of `entries`.
+std::string line_chart_series(const LinePlot& p, const std::vector<LineSeries>& series,
+                              const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string svg;
+  // Bands first, so that no band covers another series' line.
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const LineSeries& s = series[k];
+    if (s.band_low.empty() || s.x.empty()) continue;
+    std::string d;
+    for (std::size_t i = 0; i < s.x.size(); ++i)
+      d += fmt::format("{}{:.1f},{:.1f}", i ? "L" : "M", p.px(s.x[i]), p.py(s.band_high[i]));
+    for (std::size_t i = s.x.size(); i-- > 0;) d += fmt::format("L{:.1f},{:.1f}", p.px(s.x[i]), p.py(s.band_low[i]));
+    svg += fmt::format("<path d=\"{}Z\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", d, entries[k].second);
+  }
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const LineSeries& s = series[k];
+    if (s.x.size() >= 2) {
+      std::string points;
+      for (std::size_t i = 0; i < s.x.size(); ++i)
+        points += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", p.px(s.x[i]), p.py(s.y[i]));
+      svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", points,
+                         entries[k].second);
+    }
+    // A dot at every point, so that a one-point series still shows.
+    for (std::size_t i = 0; i < s.x.size(); ++i)
+      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", p.px(s.x[i]), p.py(s.y[i]),
+                         entries[k].second);
+  }
+  return svg;
+}
+
 }  // namespace
 
 std::string xml_escape(const std::string& text) {
@@ -223,111 +354,17 @@ std::string svg_log_bar_chart(const std::string& title, const std::string& x_lab
 
 std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                            const std::vector<LineSeries>& series, bool log_x) {
-  double x_lo = 0, x_hi = 0, y_lo = 0, y_hi = 0;
-  bool any_point = false, integer_x = true;
-  for (const LineSeries& s : series) {
-    const std::size_t n = s.x.size();
-    const bool band = !s.band_low.empty() || !s.band_high.empty();
-    if (s.y.size() != n || (band && (s.band_low.size() != n || s.band_high.size() != n)))
-      throw Error(fmt::format("svg_line_chart '{}': series '{}' has {} x, {} y, {} band_low and {} band_high values; "
-                              "y needs one per x, the band none or one per x",
-                              title, s.name, n, s.y.size(), s.band_low.size(), s.band_high.size()));
-    for (std::size_t i = 0; i < n; ++i) {
-      double ys[3] = {s.y[i], band ? s.band_low[i] : s.y[i], band ? s.band_high[i] : s.y[i]};
-      if (!std::isfinite(s.x[i]) || (log_x && s.x[i] <= 0))
-        throw Error(fmt::format("svg_line_chart '{}': series '{}' has x = {}; x must be finite{}", title, s.name,
-                                s.x[i], log_x ? " and > 0 on a log axis" : ""));
-      for (double y : ys)
-        if (!std::isfinite(y))
-          throw Error(fmt::format("svg_line_chart '{}': series '{}' has a non-finite y or band value {} at x = {}",
-                                  title, s.name, y, s.x[i]));
-      const double x = log_x ? std::log10(s.x[i]) : s.x[i];
-      const double lo = std::min({ys[0], ys[1], ys[2]}), hi = std::max({ys[0], ys[1], ys[2]});
-      x_lo = any_point ? std::min(x_lo, x) : x;
-      x_hi = any_point ? std::max(x_hi, x) : x;
-      y_lo = any_point ? std::min(y_lo, lo) : lo;
-      y_hi = any_point ? std::max(y_hi, hi) : hi;
-      integer_x = integer_x && s.x[i] == std::round(s.x[i]);
-      any_point = true;
-    }
-  }
-  if (!any_point) x_lo = y_lo = 0, x_hi = y_hi = 1;
-
-  // Axes. On a log x axis positions are in decades and the ticks are the powers of ten around them.
-  std::vector<std::pair<double, std::string>> x_ticks;  // (position in [0, 1], label)
-  std::function<double(double)> x_pos;
-  if (log_x) {
-    const int first = int(std::floor(x_lo + 1e-9)), last = std::max(first + 1, int(std::ceil(x_hi - 1e-9)));
-    x_pos = [first, last](double x) { return (std::log10(x) - first) / double(last - first); };
-    for (int e = first; e <= last; ++e)
-      x_ticks.push_back({double(e - first) / double(last - first), fmt::format("{:g}", std::pow(10.0, e))});
-  } else {
-    const LinearAxis axis = linear_axis(x_lo, x_hi, integer_x);
-    x_pos = [axis](double x) { return axis.pos(x); };
-    for (double t = axis.first; t <= axis.last + axis.step * 1e-9; t += axis.step)
-      x_ticks.push_back({axis.pos(t), tick_label(t, axis.step)});
-  }
-  const LinearAxis y_axis = linear_axis(y_lo, y_hi);
-
-  const double plot_left = 80, plot_right = kWidth - 30, plot_top = kTitleHeight;
-  const double plot_bottom = plot_top + kPlotHeight, plot_width = plot_right - plot_left;
-  const double legend_top = plot_bottom + kAxisHeight;
+  const LineExtent extent = line_extent(title, series, log_x);
+  const LinePlot plot{line_x_axis(extent, log_x), linear_axis(extent.y_lo, extent.y_hi)};
+  const double legend_top = plot.bottom + kAxisHeight;
   const double height = legend_top + kLegendRow * double(series.size()) + 10;
-  auto px = [&](double x) { return plot_left + plot_width * x_pos(x); };
-  auto py = [&](double y) { return plot_bottom - kPlotHeight * y_axis.pos(y); };
-
   std::string svg = svg_open(kWidth, height, title);
-  for (const auto& [at, label] : x_ticks) {
-    const double x = plot_left + plot_width * at;
-    svg += fmt::format(
-        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n"
-        "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"black\"/>\n"
-        "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\">{5}</text>\n",
-        x, plot_top, plot_bottom, plot_bottom + 5, plot_bottom + 18, xml_escape(label));
-  }
-  for (double t = y_axis.first; t <= y_axis.last + y_axis.step * 1e-9; t += y_axis.step) {
-    const double y = py(t);
-    svg += fmt::format(
-        "<line x1=\"{1}\" y1=\"{0:.1f}\" x2=\"{2}\" y2=\"{0:.1f}\" stroke=\"#ddd\"/>\n"
-        "<line x1=\"{3}\" y1=\"{0:.1f}\" x2=\"{1}\" y2=\"{0:.1f}\" stroke=\"black\"/>\n"
-        "<text x=\"{4}\" y=\"{0:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{5}</text>\n",
-        y, plot_left, plot_right, plot_left - 5, plot_left - 8, tick_label(t, y_axis.step));
-  }
-  svg += fmt::format("<path d=\"M{0},{1}V{2}H{3}\" stroke=\"black\" fill=\"none\"/>\n", plot_left, plot_top,
-                     plot_bottom, plot_right);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", plot_left + plot_width / 2,
-                     plot_bottom + 40, xml_escape(x_label));
-  svg += fmt::format("<text x=\"18\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {0})\">{1}</text>\n",
-                     plot_top + kPlotHeight / 2, xml_escape(y_label));
-
+  svg += line_chart_axes(plot, x_label, y_label);
   std::vector<std::pair<std::string, std::string>> entries;
   for (std::size_t k = 0; k < series.size(); ++k)
     entries.push_back({series[k].name, series[k].color.empty() ? chart_color(k) : series[k].color});
-  // Bands first, so that no band covers another series' line.
-  for (std::size_t k = 0; k < series.size(); ++k) {
-    const LineSeries& s = series[k];
-    if (s.band_low.empty() || s.x.empty()) continue;
-    std::string d;
-    for (std::size_t i = 0; i < s.x.size(); ++i)
-      d += fmt::format("{}{:.1f},{:.1f}", i ? "L" : "M", px(s.x[i]), py(s.band_high[i]));
-    for (std::size_t i = s.x.size(); i-- > 0;) d += fmt::format("L{:.1f},{:.1f}", px(s.x[i]), py(s.band_low[i]));
-    svg += fmt::format("<path d=\"{}Z\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n", d, entries[k].second);
-  }
-  for (std::size_t k = 0; k < series.size(); ++k) {
-    const LineSeries& s = series[k];
-    if (s.x.size() >= 2) {
-      std::string points;
-      for (std::size_t i = 0; i < s.x.size(); ++i)
-        points += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", px(s.x[i]), py(s.y[i]));
-      svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", points,
-                         entries[k].second);
-    }
-    // A dot at every point, so that a one-point series still shows.
-    for (std::size_t i = 0; i < s.x.size(); ++i)
-      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px(s.x[i]), py(s.y[i]),
-                         entries[k].second);
-  }
-  svg += legend(legend_top, plot_left, entries, true);
+  svg += line_chart_series(plot, series, entries);
+  svg += legend(legend_top, plot.left, entries, true);
   return svg + "</svg>\n";
 }
 

@@ -81,95 +81,126 @@ std::optional<Task> derived_digit_task(const std::string& dataset) {
   return std::nullopt;
 }
 
-TrainData load_data(const TrainConfig& c) {
+// The datasets read from disk need --data to name a folder.
+void require_data_folder(const TrainConfig& c) {
+  if (c.data.empty()) throw Error(fmt::format("--data: dataset '{}' needs a data folder", c.dataset));
+  if (!fs::is_directory(c.data)) throw IoError(fmt::format("--data: '{}' is not a folder", c.data));
+}
+
+// <root>/train/<class>/*.jpg and <root>/test/<class>/*.jpg, with one class list.
+TrainData load_image_folders(const std::string& root) {
   TrainData d;
-  auto need_dir = [&] {
-    if (c.data.empty()) throw Error(fmt::format("--data: dataset '{}' needs a data folder", c.dataset));
-    if (!fs::is_directory(c.data)) throw IoError(fmt::format("--data: '{}' is not a folder", c.data));
-  };
-  auto image_folders = [&] {
-    d.train = load_image_folder(c.data, "train");
-    d.test = load_image_folder(c.data, "test");
-    require_same_classes(d, c.data);
-  };
-  if (c.dataset == "synthetic") {
-    // The data are fixed (seeds 1 and 2): only the training run's own randomness varies.
-    d.train = make_synthetic(c.synthetic_train, c.synthetic_classes, 3, c.synthetic_size, c.synthetic_size, 1);
-    d.test = make_synthetic(c.synthetic_test, c.synthetic_classes, 3, c.synthetic_size, c.synthetic_size, 2);
-  } else if (c.dataset == "cifar10") {
-    need_dir();
-    if (fs::exists(fs::path(c.data) / "data_batch_1.bin")) {
-      d.train = load_cifar10(c.data, Split::Train);
-      d.test = load_cifar10(c.data, Split::Test);
-    } else if (fs::is_directory(fs::path(c.data) / "train")) {
-      image_folders();
-    } else {
-      throw IoError(fmt::format(
-          "--data: '{}' holds neither CIFAR-10's binary version (expected {}, data_batch_2..5.bin and test_batch.bin) "
-          "nor image folders ({}/train/<class>/*.jpg and {}/test/<class>/*.jpg)",
-          c.data, (fs::path(c.data) / "data_batch_1.bin").string(), c.data, c.data));
-    }
-  } else if (c.dataset == "cifar100") {
-    need_dir();
-    d.train = load_cifar100(c.data, Split::Train);
-    d.test = load_cifar100(c.data, Split::Test);
-  } else if (c.dataset == "imagefolder") {
-    need_dir();
-    image_folders();
-  } else if (c.dataset == "stream-folder") {
-    need_dir();
-    StreamTransform t;
-    t.size = c.image_size;
-    t.resize = c.resize;
-    // ImageNet's layout names the evaluation split val/.
-    const std::string eval = fs::is_directory(fs::path(c.data) / "test") ? "test" : "val";
-    d.train = stream_image_folder(c.data, "train", t);
-    d.test = stream_image_folder(c.data, eval, t);
-    require_same_classes(d, c.data);
-  } else if (c.dataset == "celeba" || c.dataset == "celeba-attrs") {
-    need_dir();
-    CelebAOptions o;
-    o.label_attribute = c.celeba_label;
-    o.subgroup_attributes = c.celeba_subgroups;
-    // celeba-attrs: the attributes alone, as categorical fields (no images are read)
-    auto load = c.dataset == "celeba" ? load_celeba : load_celeba_attributes;
-    d.train = load(c.data, Split::Train, o);
-    d.test = load(c.data, Split::Test, o);
-  } else if (c.dataset == "mnist") {
-    need_dir();
-    d.train = load_mnist(c.data, Split::Train);
-    d.test = load_mnist(c.data, Split::Test);
-  } else if (c.dataset == "synthetic-attrs") {
-    d.train = make_synthetic_attributes(c.synthetic_train, kCelebAFields, 1);
-    d.test = make_synthetic_attributes(c.synthetic_test, kCelebAFields, 2);
-  } else if (auto derived = derived_digit_task(c.dataset)) {
-    // The digits (MNIST's, or the procedural stand-ins with the data fixed by seeds 1 and 2), then
-    // the task's data derived from them, deterministically (seeds 1 and 2 again).
-    Dataset digits[2];
-    if (c.dataset.rfind("mnist-", 0) == 0) {
-      need_dir();
-      digits[0] = load_mnist(c.data, Split::Train);
-      digits[1] = load_mnist(c.data, Split::Test);
-    } else {
-      digits[0] = make_synthetic_digits(c.synthetic_train, 1);
-      digits[1] = make_synthetic_digits(c.synthetic_test, 2);
-    }
-    Dataset* out[2] = {&d.train, &d.test};
-    for (int k = 0; k < 2; ++k) {
-      const uint64_t seed = 1 + k;
-      if (*derived == Task::Segmentation) *out[k] = make_digit_segmentation(digits[k]);
-      else if (*derived == Task::Sequence) *out[k] = make_digit_strings(digits[k], digits[k].n, kStringMaxLength, seed);
-      else *out[k] = make_rotated_translated(digits[k], kStnCanvas, kStnMaxDegrees, seed);
-    }
+  d.train = load_image_folder(root, "train");
+  d.test = load_image_folder(root, "test");
+  require_same_classes(d, root);
+  return d;
+}
+
+// CIFAR-10's binary version, or image folders of it.
+TrainData load_cifar10_data(const TrainConfig& c) {
+  require_data_folder(c);
+  if (fs::exists(fs::path(c.data) / "data_batch_1.bin"))
+    return {load_cifar10(c.data, Split::Train), load_cifar10(c.data, Split::Test)};
+  if (fs::is_directory(fs::path(c.data) / "train")) return load_image_folders(c.data);
+  throw IoError(fmt::format(
+      "--data: '{}' holds neither CIFAR-10's binary version (expected {}, data_batch_2..5.bin and test_batch.bin) "
+      "nor image folders ({}/train/<class>/*.jpg and {}/test/<class>/*.jpg)",
+      c.data, (fs::path(c.data) / "data_batch_1.bin").string(), c.data, c.data));
+}
+
+// JPEGs of any size, decoded as batches are drawn (datasets/stream.h).
+TrainData load_stream_folder(const TrainConfig& c) {
+  require_data_folder(c);
+  StreamTransform t;
+  t.size = c.image_size;
+  t.resize = c.resize;
+  // ImageNet's layout names the evaluation split val/.
+  const std::string eval = fs::is_directory(fs::path(c.data) / "test") ? "test" : "val";
+  TrainData d;
+  d.train = stream_image_folder(c.data, "train", t);
+  d.test = stream_image_folder(c.data, eval, t);
+  require_same_classes(d, c.data);
+  return d;
+}
+
+TrainData load_celeba_data(const TrainConfig& c) {
+  require_data_folder(c);
+  CelebAOptions o;
+  o.label_attribute = c.celeba_label;
+  o.subgroup_attributes = c.celeba_subgroups;
+  // celeba-attrs: the attributes alone, as categorical fields (no images are read)
+  auto load = c.dataset == "celeba" ? load_celeba : load_celeba_attributes;
+  TrainData d;
+  d.train = load(c.data, Split::Train, o);
+  d.test = load(c.data, Split::Test, o);
+  return d;
+}
+
+// The digits (MNIST's, or the procedural stand-ins with the data fixed by seeds 1 and 2), then the
+// task's data derived from them, deterministically (seeds 1 and 2 again).
+TrainData load_digit_task(const TrainConfig& c, Task derived) {
+  Dataset digits[2];
+  if (c.dataset.rfind("mnist-", 0) == 0) {
+    require_data_folder(c);
+    digits[0] = load_mnist(c.data, Split::Train);
+    digits[1] = load_mnist(c.data, Split::Test);
   } else {
-    throw Error(fmt::format("--dataset: unknown dataset '{}'; known: {}", c.dataset, fmt::join(known_datasets(), ", ")));
+    digits[0] = make_synthetic_digits(c.synthetic_train, 1);
+    digits[1] = make_synthetic_digits(c.synthetic_test, 2);
   }
+  TrainData d;
+  Dataset* out[2] = {&d.train, &d.test};
+  for (int k = 0; k < 2; ++k) {
+    const uint64_t seed = 1 + k;
+    if (derived == Task::Segmentation) *out[k] = make_digit_segmentation(digits[k]);
+    else if (derived == Task::Sequence) *out[k] = make_digit_strings(digits[k], digits[k].n, kStringMaxLength, seed);
+    else *out[k] = make_rotated_translated(digits[k], kStnCanvas, kStnMaxDegrees, seed);
+  }
+  return d;
+}
+
+// Keeps the first --train-size / --test-size examples (0: all), checked against what the data hold.
+void take_sizes(TrainData& d, const TrainConfig& c) {
   if (c.train_size < 0 || c.train_size > d.train.n)
     throw Error(fmt::format("--train-size: {} is outside 0..{}", c.train_size, d.train.n));
   if (c.test_size < 0 || c.test_size > d.test.n)
     throw Error(fmt::format("--test-size: {} is outside 0..{}", c.test_size, d.test.n));
   if (c.train_size) d.train = take_first(d.train, c.train_size);
   if (c.test_size) d.test = take_first(d.test, c.test_size);
+}
+
+TrainData load_data(const TrainConfig& c) {
+  TrainData d;
+  if (c.dataset == "synthetic") {
+    // The data are fixed (seeds 1 and 2): only the training run's own randomness varies.
+    d.train = make_synthetic(c.synthetic_train, c.synthetic_classes, 3, c.synthetic_size, c.synthetic_size, 1);
+    d.test = make_synthetic(c.synthetic_test, c.synthetic_classes, 3, c.synthetic_size, c.synthetic_size, 2);
+  } else if (c.dataset == "cifar10") {
+    d = load_cifar10_data(c);
+  } else if (c.dataset == "cifar100") {
+    require_data_folder(c);
+    d.train = load_cifar100(c.data, Split::Train);
+    d.test = load_cifar100(c.data, Split::Test);
+  } else if (c.dataset == "imagefolder") {
+    require_data_folder(c);
+    d = load_image_folders(c.data);
+  } else if (c.dataset == "stream-folder") {
+    d = load_stream_folder(c);
+  } else if (c.dataset == "celeba" || c.dataset == "celeba-attrs") {
+    d = load_celeba_data(c);
+  } else if (c.dataset == "mnist") {
+    require_data_folder(c);
+    d.train = load_mnist(c.data, Split::Train);
+    d.test = load_mnist(c.data, Split::Test);
+  } else if (c.dataset == "synthetic-attrs") {
+    d.train = make_synthetic_attributes(c.synthetic_train, kCelebAFields, 1);
+    d.test = make_synthetic_attributes(c.synthetic_test, kCelebAFields, 2);
+  } else if (auto derived = derived_digit_task(c.dataset)) {
+    d = load_digit_task(c, *derived);
+  } else {
+    throw Error(fmt::format("--dataset: unknown dataset '{}'; known: {}", c.dataset, fmt::join(known_datasets(), ", ")));
+  }
+  take_sizes(d, c);
   return d;
 }
 
@@ -326,6 +357,24 @@ class Run {
 
   // ---- Stage 2: data, network, optimizer, loaders, tuning ----
   void set_up() {
+    load_and_check_data();
+    build_net();
+    check_knob_layers();
+    build_optimizer();
+    build_loaders();
+    if (cfg_.summary) print_summary();
+    classes_ = held_->train.num_classes;
+    k5_ = static_cast<int>(std::min<int64_t>(5, classes_));
+    if (task_ != Task::Classification) unit_labels_ = unit_labels(held_->test);
+    if (task_ == Task::Sequence) check_decodable(held_->train);
+    if (!cfg_.tuning.empty()) set_up_tuning();
+    stepper_ = std::make_unique<TrainStep>(*ctx_, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value);
+    if (cfg_.data_parallel()) set_up_ranks();
+  }
+
+  // The data (loaded unless the caller holds them), fit for the batch and, when resuming, the
+  // same as the resumed run's.
+  void load_and_check_data() {
     if (!held_) held_ = load_train_data(cfg_);
     const TrainData& data = *held_;
     if (cfg_.batch_size > data.train.n)
@@ -339,9 +388,13 @@ class Run {
                                   "recorded {}): --data, --train-size/--test-size or the data files changed",
                                   which, cfg_.resume, hex64(now), recorded));
     }
+  }
+
+  // The context and the network, checked against the data it trains on.
+  void build_net() {
+    const TrainData& data = *held_;
     ctx_ = std::make_unique<Context>(device_, policy_);
-    Context& ctx = *ctx_;
-    net_ = make_net(ctx, NetConfig{cfg_.model, data.train.num_classes, data.train.channels, data.train.categories});
+    net_ = make_net(*ctx_, NetConfig{cfg_.model, data.train.num_classes, data.train.channels, data.train.categories});
     check_net_fits_data(*net_, data.train, cfg_.model, cfg_.dataset);
     task_ = net_->task();
     if (cfg_.augment && (task_ != Task::Classification || data.train.categories > 0))
@@ -350,6 +403,13 @@ class Run {
                               cfg_.dataset, data.train.categories > 0 ? "category ids, not pixels" : "per-pixel or per-column targets"));
     if (cfg_.standardize && data.train.categories > 0)
       throw Error(fmt::format("--standardize: --dataset {} holds category ids, not pixels", cfg_.dataset));
+  }
+
+  // Every layer a --pin names exists (the net's, and the data-parallel step's buckets); pins that
+  // cannot choose anything on the CPU are warned about.
+  void check_knob_layers() {
+    const TrainData& data = *held_;
+    Context& ctx = *ctx_;
     params_ = net_->params();
     auto knob_layers = net_->knob_layers();
     if (cfg_.data_parallel()) {
@@ -378,14 +438,22 @@ class Run {
       warn(fmt::format("--pin: {} {} no effect on the CPU, which runs one reference implementation per op "
                        "(recorded in the manifest as policy.pins_not_applied)",
                        fmt::join(pins_not_applied_, ", "), pins_not_applied_.size() == 1 ? "has" : "have"));
+  }
+
+  // The optimizer, and everything a checkpoint holds: parameters, buffers, optimizer state
+  // ("optim.<param>.<slot>").
+  void build_optimizer() {
     buffers_ = net_->buffers();
-    opt_ = make_optimizer(ctx, params_);
+    opt_ = make_optimizer(*ctx_, params_);
     ostate_ = opt_->state();
-    // Everything a checkpoint holds: parameters, buffers, optimizer state ("optim.<param>.<slot>").
     for (auto& p : params_) state_.push_back({p.name, &p.var.value()});
     for (auto& b : buffers_) state_.push_back({b.name, b.tensor});
     for (auto& s : ostate_) state_.push_back({"optim." + s.name, s.tensor});
+  }
 
+  // The training and test loaders (rank 0's shard of each global batch when data parallel).
+  void build_loaders() {
+    const TrainData& data = *held_;
     stats_ = data.train.channel_stats();
     LoaderOptions train_opts;
     train_opts.batch_size = cfg_.batch_size;
@@ -404,42 +472,41 @@ class Run {
     // Data parallel: every rank's loader keeps its rows of each global batch (rank 0's here).
     train_opts.shards = cfg_.data_parallel() ? cfg_.gpus : 1;
     train_opts_ = train_opts;
-    train_loader_ = std::make_unique<Loader>(ctx, data.train, train_opts);
-    test_loader_ = std::make_unique<Loader>(ctx, data.test, test_opts);
+    train_loader_ = std::make_unique<Loader>(*ctx_, data.train, train_opts);
+    test_loader_ = std::make_unique<Loader>(*ctx_, data.test, test_opts);
+  }
 
-    if (cfg_.summary) {
-      SummaryTrace trace;
-      NoGradGuard ng(ctx);
-      Tensor probe = data.train.categories > 0 ? ctx.zeros({1, data.train.width}, DType::I32)
-                                               : ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
-      net_->forward(ctx, Var(probe), false, &trace);
-      ctx.manifest().clear();
-      std::printf("%s", format_summary(trace, net_->param_count()).c_str());
+  // --summary: each layer's name, op, output shape and parameters, from one forward pass.
+  void print_summary() {
+    const TrainData& data = *held_;
+    Context& ctx = *ctx_;
+    SummaryTrace trace;
+    NoGradGuard ng(ctx);
+    Tensor probe = data.train.categories > 0 ? ctx.zeros({1, data.train.width}, DType::I32)
+                                             : ctx.zeros({1, data.train.channels, data.train.height, data.train.width});
+    net_->forward(ctx, Var(probe), false, &trace);
+    ctx.manifest().clear();
+    std::printf("%s", format_summary(trace, net_->param_count()).c_str());
+  }
+
+  // A tuning file is read when it exists (every deterministic conv takes its entry), else filled
+  // while the run meets each problem and written at each epoch's end.
+  void set_up_tuning() {
+    Context& ctx = *ctx_;
+    if (!ctx.is_cuda())
+      throw Error(fmt::format("--tuning: a tuning file chooses cuDNN algorithms; this run is on {}", cfg_.device));
+    if (cfg_.kernels != "deterministic")
+      throw Error(fmt::format("--tuning: applies to --kernels deterministic; this run asks for {}", cfg_.kernels));
+    const RuntimeInfo info = ctx.runtime_info();
+    if (fs::exists(cfg_.tuning)) {
+      tuning_ = std::make_shared<TuningTable>(TuningTable::load(cfg_.tuning, info.gpu_name, info.cudnn));
+      tuning_hash_ = tuning_->file_hash();
+    } else {
+      tuning_ = std::make_shared<TuningTable>();
+      tuning_->gpu = info.gpu_name;
+      tuning_->cudnn = info.cudnn;
     }
-    classes_ = data.train.num_classes;
-    k5_ = static_cast<int>(std::min<int64_t>(5, classes_));
-    if (task_ != Task::Classification) unit_labels_ = unit_labels(data.test);
-    if (task_ == Task::Sequence) check_decodable(data.train);
-    // A tuning file is read when it exists (every deterministic conv takes its entry), else
-    // filled while the run meets each problem and written at each epoch's end.
-    if (!cfg_.tuning.empty()) {
-      if (!ctx.is_cuda())
-        throw Error(fmt::format("--tuning: a tuning file chooses cuDNN algorithms; this run is on {}", cfg_.device));
-      if (cfg_.kernels != "deterministic")
-        throw Error(fmt::format("--tuning: applies to --kernels deterministic; this run asks for {}", cfg_.kernels));
-      const RuntimeInfo info = ctx.runtime_info();
-      if (fs::exists(cfg_.tuning)) {
-        tuning_ = std::make_shared<TuningTable>(TuningTable::load(cfg_.tuning, info.gpu_name, info.cudnn));
-        tuning_hash_ = tuning_->file_hash();
-      } else {
-        tuning_ = std::make_shared<TuningTable>();
-        tuning_->gpu = info.gpu_name;
-        tuning_->cudnn = info.cudnn;
-      }
-      ctx.set_tuning(tuning_);
-    }
-    stepper_ = std::make_unique<TrainStep>(ctx, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value);
-    if (cfg_.data_parallel()) set_up_ranks();
+    ctx.set_tuning(tuning_);
   }
 
   std::unique_ptr<Optimizer> make_optimizer(Context& ctx, const std::vector<Param>& params) const {
@@ -549,26 +616,59 @@ class Run {
   // Trains one epoch (or up to --steps), evaluates, logs. True when --steps ended the run.
   bool run_epoch(int epoch) {
     Context& ctx = *ctx_;
-    const TrainData& data = *held_;
     const float lr = lr_at(schedule_, cfg_.lr, epoch - 1, cfg_.epochs, cfg_.milestones, cfg_.warmup_epochs);
     auto t0 = Clock::now();
     fill(ctx, loss_sum_, 0.0f);
     ctx.copy(correct_, Context().zeros({2}, DType::I32));
-    // Loader epochs are 0-based: epoch e of the run draws order and augmentation for e-1.
-    train_loader_->start_epoch(epoch - 1);
-    if (dp_) dp_->start_epoch(epoch - 1);
-    Batch batch;
-    int64_t b = 0, seen = 0;
-    const int64_t nb = train_loader_->batches_per_epoch();
-    const double mean_epoch = epochs_timed_ ? epoch_seconds_total_ / epochs_timed_ : 0;
-    double hook_seconds = 0;
+    const EpochSteps steps = train_steps(epoch, t0);
+    ctx.synchronize();
+    result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - steps.hook_seconds;
+    const auto [loss_mean, train_acc] = training_scores(steps.seen);
+    double top1 = 0, top5 = 0;
+    score_test(epoch, top1, top5);
+    ctx.synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - steps.hook_seconds;
+    epoch_seconds_total_ += seconds;
+    ++epochs_timed_;
+    EpochLog row{epoch, lr, loss_mean, train_acc, top1, top5, seconds};
+    log_.push_back(row);
+    result_.test_top1 = row.test_top1;
+    result_.weights_fingerprint = state_fingerprint(false);
+    print_epoch(row, steps.seen);
+    return steps.steps_done;
+  }
+
+  // What an epoch's training steps leave for its log.
+  struct EpochSteps {
+    int64_t seen = 0;           // training examples (global rows) stepped on
+    double hook_seconds = 0;    // time in the after_step hook, left out of the timings
+    bool steps_done = false;    // --steps ended the run
+  };
+
+  // The learning rate of each of an epoch's nb steps.
+  std::vector<float> step_lrs(int epoch, int64_t nb) const {
     std::vector<float> lrs;
     for (int64_t i = 0; i < nb; ++i)
       lrs.push_back(lr_at(schedule_, cfg_.lr, epoch - 1 + double(i) / double(nb), cfg_.epochs, cfg_.milestones,
                           cfg_.warmup_epochs));
+    return lrs;
+  }
+
+  // One epoch's training steps (or up to --steps), each followed by the after_step hook and the
+  // progress line.
+  EpochSteps train_steps(int epoch, Clock::time_point t0) {
+    Context& ctx = *ctx_;
+    // Loader epochs are 0-based: epoch e of the run draws order and augmentation for e-1.
+    train_loader_->start_epoch(epoch - 1);
+    if (dp_) dp_->start_epoch(epoch - 1);
+    Batch batch;
+    int64_t b = 0;
+    EpochSteps out;
+    const int64_t nb = train_loader_->batches_per_epoch();
+    const double mean_epoch = epochs_timed_ ? epoch_seconds_total_ / epochs_timed_ : 0;
+    const std::vector<float> lrs = step_lrs(epoch, nb);
     if (!dp_) stepper_->plan(lrs);
     int64_t step = opt_->steps();
-    bool steps_done = false;
     auto predict = [&] { return task_ == Task::Classification ? evaluate_topk(1) : evaluate_units(); };
     while (train_loader_->next(batch)) {
       const float step_lr = lrs[static_cast<std::size_t>(b)];
@@ -578,21 +678,25 @@ class Run {
         dp_->step(batch.images, batch.labels, batch.global_rows, step_lr, loss_sum_, correct_);
       else
         stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_, {batch.targets, batch.target_lengths});
-      seen += batch.global_rows;
+      out.seen += batch.global_rows;
       ++result_.steps;
       if (hooks_.after_step) {
         auto h0 = Clock::now();
         hooks_.after_step(StepView{step, epoch, ctx, params_, predict});
-        hook_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
+        out.hook_seconds += std::chrono::duration<double>(Clock::now() - h0).count();
       }
-      progress_->update(epoch, ++b, nb, seen, t0, mean_epoch);
+      progress_->update(epoch, ++b, nb, out.seen, t0, mean_epoch);
       if (cfg_.max_steps && result_.steps >= cfg_.max_steps) {
-        steps_done = true;
+        out.steps_done = true;
         break;
       }
     }
-    ctx.synchronize();
-    result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
+    return out;
+  }
+
+  // The epoch's mean training loss and training accuracy (NaN where the task has none) over the
+  // `seen` examples of every rank.
+  std::pair<double, double> training_scores(int64_t seen) {
     // Data parallel: the other ranks' sums join rank 0's (for the log; they train nothing).
     const auto [other_loss, other_correct] = dp_ ? dp_->take_other_sums() : std::pair<double, int64_t>{0, 0};
     if (dp_) dp_->check_replicas();
@@ -601,34 +705,33 @@ class Run {
     const double train_acc = task_ == Task::Classification
                                  ? (correct_.to_host_i32()[0] + other_correct) / double(std::max<int64_t>(1, seen))
                                  : std::numeric_limits<double>::quiet_NaN();
-    double top1 = 0, top5 = 0;
+    return {loss_mean, train_acc};
+  }
+
+  // The test set's two scores (experiments/task_scoring.h), with the metrics and predictions behind them.
+  void score_test(int epoch, double& top1, double& top5) {
     if (task_ == Task::Classification) {
       score_classification(epoch, top1, top5);
-    } else {
-      unit_preds_ = evaluate_units();
-      TaskScores scores = score_units(data.test, unit_preds_);
-      top1 = scores.primary;
-      top5 = scores.secondary;
-      metrics_ = std::move(scores.metrics);
-      metrics_["epoch"] = epoch;
-      result_.predictions = unit_preds_;
+      return;
     }
-    ctx.synchronize();
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - hook_seconds;
-    epoch_seconds_total_ += seconds;
-    ++epochs_timed_;
-    EpochLog row{epoch, lr, loss_mean, train_acc, top1, top5, seconds};
-    log_.push_back(row);
-    result_.test_top1 = row.test_top1;
-    result_.weights_fingerprint = state_fingerprint(false);
+    unit_preds_ = evaluate_units();
+    TaskScores scores = score_units(held_->test, unit_preds_);
+    top1 = scores.primary;
+    top5 = scores.secondary;
+    metrics_ = std::move(scores.metrics);
+    metrics_["epoch"] = epoch;
+    result_.predictions = unit_preds_;
+  }
+
+  // The epoch's summary line under the progress bar.
+  void print_epoch(const EpochLog& row, int64_t seen) {
     const std::string scores =
         task_ == Task::Classification
             ? fmt::format("train {:.4f}  test top1 {:.4f} top5 {:.4f}", row.train_acc, row.test_top1, row.test_top5)
             : fmt::format("test {} {:.4f} {} {:.4f}", primary_score(task_), row.test_top1, secondary_score(task_),
                           row.test_top5);
-    progress_->line(fmt::format("epoch {}/{}  loss {:.4f}  {}  {:.1f}s  {:.0f} img/s", epoch, cfg_.epochs, row.loss,
-                                scores, seconds, seen / std::max(1e-9, seconds)));
-    return steps_done;
+    progress_->line(fmt::format("epoch {}/{}  loss {:.4f}  {}  {:.1f}s  {:.0f} img/s", row.epoch, cfg_.epochs, row.loss,
+                                scores, row.seconds, seen / std::max(1e-9, row.seconds)));
   }
 
   // Classification's test scores: top-1 / top-5 accuracy, per class and per subgroup, into
@@ -890,12 +993,6 @@ std::string format_hms(double seconds) {
   long v = static_cast<long>(seconds + 0.5);
   return v >= 3600 ? fmt::format("{}:{:02}:{:02}", v / 3600, (v / 60) % 60, v % 60)
                    : fmt::format("{:02}:{:02}", v / 60, v % 60);
-}
-
-void make_folder(const std::string& dir, const std::string& flag) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw IoError(fmt::format("{}: cannot create folder '{}': {}", flag, dir, ec.message()));
 }
 
 std::vector<float> params_to_host(const std::vector<Param>& params) {

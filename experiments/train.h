@@ -166,9 +166,5 @@ std::vector<float> params_to_host(const std::vector<Param>& params);
 uint64_t params_fingerprint(const std::vector<Param>& params);
 // "mm:ss", or "h:mm:ss" from an hour on: elapsed times and ETAs in progress lines.
 std::string format_hms(double seconds);
-// Creates dir and its parents; IoError naming `flag` and the folder when it cannot. For folders
-// that hold the results of many runs; a run folder itself is written through RunDir
-// (experiments/run_dir.h), which keeps its rules.
-void make_folder(const std::string& dir, const std::string& flag = "--out");
 
 }  // namespace ditto
