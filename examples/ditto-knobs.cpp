@@ -13,8 +13,8 @@
 
 namespace {
 
-const char* kBegin = "<!-- generated:knobs begin (ditto-knobs --update README.md) -->\n";
-const char* kEnd = "<!-- generated:knobs end -->\n";
+const char* kBegin = "<!-- registry:knobs begin (ditto-knobs --update README.md) -->\n";
+const char* kEnd = "<!-- registry:knobs end -->\n";
 
 void print_blocks() {
   for (const ditto::KnobSpec& k : ditto::knobs()) {

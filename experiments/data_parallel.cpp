@@ -27,15 +27,20 @@ namespace ditto {
 
 int64_t group_start(int64_t rows, int groups, int g) { return groups ? g * rows / groups : 0; }
 
-void check_data_parallel(const DataParallelOptions& o, int64_t n, int64_t batch_size, bool drop_last) {
+BnStats batch_norm_stats(const Policy& policy, const std::vector<std::pair<std::string, OpKind>>& layers) {
+  for (const auto& [layer, op] : layers)
+    if (op == op::batchnorm && policy.variant<BnStats>(layer, op::batchnorm) == BnStats::Sync) return BnStats::Sync;
+  return BnStats::Local;
+}
+
+void check_data_parallel(const DataParallelOptions& o, BnStats stats, int64_t n, int64_t batch_size,
+                         bool drop_last) {
   if (o.ranks < 1 || o.ranks > 64) throw Error(fmt::format("--gpus: must be from 1 to 64, got {}", o.ranks));
-  const int groups = o.groups ? o.groups : o.ranks;
+  const int groups = o.group_count();
   if (groups < o.ranks || groups % o.ranks != 0)
     throw Error(fmt::format("--dp-groups: {} example groups cannot be shared by {} ranks; give a multiple of {}",
                             groups, o.ranks, o.ranks));
-  if (o.batchnorm != "local" && o.batchnorm != "sync")
-    throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: local, sync", o.batchnorm));
-  if (o.batchnorm == "sync" && groups != o.ranks)
+  if (stats == BnStats::Sync && groups != o.ranks)
     throw Error(fmt::format("--batchnorm sync: every rank normalizes its share of the batch in one pass, so it needs "
                             "one example group per rank (--dp-groups {}), not {}",
                             o.ranks, groups));
@@ -157,6 +162,7 @@ struct DataParallel::Impl {
   };
 
   DataParallelOptions opts;
+  BnStats stats = BnStats::Local;  // sync where any batch norm merges over the ranks
   int k = 1, g = 1, per_rank = 1;
   uint64_t stochastic_seed = 0;
   Tracer* tracer = nullptr;
@@ -249,7 +255,7 @@ struct DataParallel::Impl {
     }
     // Local batch norm: the running statistics follow group 0 alone, whatever rank runs it.
     std::vector<Tensor> kept;
-    if (gi > 0 && opts.batchnorm == "local")
+    if (gi > 0 && stats == BnStats::Local)
       for (const auto& b : rk.buffers) kept.push_back(ctx.to_device(*b.tensor));
     if (tracer) tracer->event("data", "data", "loader", {}, {{"images", &x}, {"labels", &y}});
     net.begin_step(gi == 0 ? stochastic_seed : mix_key(stochastic_seed, uint64_t(gi)), opt.steps() + 1);
@@ -314,12 +320,14 @@ DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptio
   I.k = static_cast<int>(parts.size());
   if (I.k != opts.ranks)
     throw Error(fmt::format("DataParallel: {} ranks' parts for {} ranks", parts.size(), opts.ranks));
-  I.g = opts.groups ? opts.groups : opts.ranks;
-  if (I.g % I.k != 0 || (opts.batchnorm != "local" && opts.batchnorm != "sync") ||
-      (opts.batchnorm == "sync" && I.g != I.k))
-    throw Error(fmt::format("DataParallel: {} groups over {} ranks with batch norm '{}' (check_data_parallel says why)",
-                            I.g, I.k, opts.batchnorm));
-  if (tracer && opts.batchnorm == "sync" && I.k > 1)
+  I.g = opts.group_count();
+  if (!parts.front().ctx || !parts.front().net) throw Error("DataParallel: a rank's parts are missing");
+  I.stats = batch_norm_stats(parts.front().ctx->policy(), parts.front().net->knob_layers());
+  if (I.g % I.k != 0 || (I.stats == BnStats::Sync && I.g != I.k))
+    throw Error(fmt::format("DataParallel: {} groups over {} ranks with batch norm stats={} (check_data_parallel says "
+                            "why)",
+                            I.g, I.k, name_of(I.stats)));
+  if (tracer && I.stats == BnStats::Sync && I.k > 1)
     throw Error("tracing a data-parallel run with --batchnorm sync: the tracer runs the ranks one after the other, and "
                 "synchronized batch norm needs them all inside each layer at once; trace with --batchnorm local");
   I.per_rank = I.g / I.k;
@@ -350,8 +358,8 @@ DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptio
   const Policy& policy = I.ranks[0].parts.ctx->policy();
   for (const auto& b : I.buckets) I.configs.push_back(allreduce_config(policy, b.name));
   I.group->prepare_nccl(I.configs);
-  if (opts.batchnorm == "sync")
-    for (int r = 0; r < I.k; ++r) set_batch_norm_sync(*I.ranks[r].parts.ctx, I.group, r);
+  // The group stats=sync layers merge over; the layers' knob decides whether they do.
+  for (int r = 0; r < I.k; ++r) set_batch_norm_group(*I.ranks[r].parts.ctx, I.group, r);
   I.traced_leaves.assign(I.buckets.size(), std::vector<Tensor>(static_cast<std::size_t>(I.g)));
   for (int r = 1; r < I.k; ++r) I.workers.push_back(std::make_unique<Worker>());
   use_device(*I.ranks[0].parts.ctx);  // making the other ranks' contexts switched this thread's device
@@ -361,7 +369,7 @@ DataParallel::~DataParallel() {
   Impl& I = *impl_;
   I.workers.clear();  // joins the rank threads
   for (int r = 0; r < I.k; ++r) {
-    if (I.opts.batchnorm == "sync") set_batch_norm_sync(*I.ranks[r].parts.ctx, nullptr, r);
+    set_batch_norm_group(*I.ranks[r].parts.ctx, nullptr, r);
     if (r > 0 && I.tracer) I.ranks[r].parts.ctx->set_tracer(nullptr);
   }
 }
@@ -467,7 +475,7 @@ bool DataParallel::rank_count_independent() const {
   const Impl& I = *impl_;
   for (const auto& c : I.configs)
     if (c.algo != AllReduceAlgo::FixedOrder) return false;
-  return power_of_two(I.per_rank) && I.opts.batchnorm == "local";
+  return power_of_two(I.per_rank) && I.stats == BnStats::Local;
 }
 
 nlohmann::json DataParallel::describe() const {
@@ -497,7 +505,7 @@ nlohmann::json DataParallel::describe() const {
          {"groups", I.g},
          {"groups_per_rank", I.per_rank},
          {"group_rows", "group g of a batch of R rows holds rows [g*R/G, (g+1)*R/G)"},
-         {"batchnorm", I.opts.batchnorm == "local" ? "local: each group's own statistics; running statistics from "
+         {"batchnorm", I.stats == BnStats::Local ? "local: each group's own statistics; running statistics from "
                                                      "group 0"
                                                    : "sync: statistics of the whole global batch"},
          {"bucket_bytes", I.opts.bucket_bytes},

@@ -22,11 +22,13 @@
 // with G = 1 the step is bitwise the plain trainer's), ring (ditto's ring order: reproducible,
 // K-dependent), nccl-default (what frameworks do) and nccl-ALGO-PROTO with pinned channels.
 //
-// Batch norm: `local` normalizes each group by its own statistics (with G = K, each rank's share:
-// what DDP does); the running statistics follow group 0 alone (as DDP's broadcast_buffers makes
-// them follow rank 0), so they too are the same for every K. `sync` normalizes by the statistics of
-// the whole global batch (kernels/sync_batchnorm.h); it needs one group per rank (G = K) and its
-// bits follow K.
+// Batch norm follows each layer's knob batchnorm.stats (kernels/batchnorm.h; ditto-train's
+// --batchnorm VALUE is the rule `*.stats=VALUE`): `local` normalizes each group by its own
+// statistics (with G = K, each rank's share: what DDP does); the running statistics follow group 0
+// alone (as DDP's broadcast_buffers makes them follow rank 0), so they too are the same for every
+// K. `sync` normalizes by the statistics of the whole global batch (kernels/sync_batchnorm.h); it
+// needs one group per rank (G = K) and its bits follow K. Every rank's context gets the rank group
+// that sync layers merge over.
 //
 // The cost of K-independence: G passes of R/G rows instead of K of R/K per step (with G = K they
 // are the same), the groups' gradient flattening, and all-reduces after the backward pass rather
@@ -49,6 +51,7 @@
 #include "engine/collective.h"
 #include "engine/param.h"
 #include "engine/policy.h"
+#include "kernels/batchnorm.h"
 
 namespace ditto {
 
@@ -60,18 +63,25 @@ class Tracer;
 
 struct DataParallelOptions {
   int ranks = 1;                            // K
-  int groups = 0;                           // G example groups per global batch; 0: K
-  std::string batchnorm = "local";          // local | sync
+  int groups = 0;                           // G example groups per global batch; 0: K (group_count)
   int64_t bucket_bytes = int64_t(25) << 20; // gradient bucket size (DDP's default, 25 MiB)
+  // G: --dp-groups, or one group per rank when it is not given. The one place that default is
+  // resolved (the step, its checks, the manifest and the replay line read it).
+  int group_count() const { return groups ? groups : ranks; }
 };
+
+// Sync when any batch-norm layer among `layers` (a net's knob layers) resolves stats=sync under
+// the policy: then every rank must see its whole share in one pass.
+BnStats batch_norm_stats(const Policy& policy, const std::vector<std::pair<std::string, OpKind>>& layers);
 
 // The first row of group g (0 <= g <= groups) of a batch of `rows` rows: floor(g * rows / groups).
 int64_t group_start(int64_t rows, int groups, int g);
 
-// Checks opts against a run: ranks >= 1, groups a multiple of ranks, batchnorm local or sync (sync
-// with groups == ranks), and every batch of an epoch (n examples in batches of batch_size) splits
+// Checks opts against a run: ranks >= 1, groups a multiple of ranks (one per rank where a batch
+// norm is stats=sync), and every batch of an epoch (n examples in batches of batch_size) splits
 // into non-empty groups. Error naming the flag (--gpus, --dp-groups, --batchnorm, --batch-size).
-void check_data_parallel(const DataParallelOptions& opts, int64_t n, int64_t batch_size, bool drop_last);
+void check_data_parallel(const DataParallelOptions& opts, BnStats stats, int64_t n, int64_t batch_size,
+                         bool drop_last);
 
 struct GradBucket {
   std::string name;                   // "bucket0"

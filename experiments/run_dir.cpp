@@ -21,6 +21,7 @@
 #include "engine/error.h"
 #include "engine/optim.h"
 #include "engine/tensor.h"
+#include "experiments/data_parallel.h"
 
 namespace ditto {
 namespace {
@@ -268,7 +269,7 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
     // the kernels do (a trace comparison across rank counts is what finds an all-reduce that
     // changes bits); the groups and batch norm's mode define the training itself.
     add("--gpus", fmt::format("{}", c.gpus), Kind::Kernels);
-    add("--dp-groups", fmt::format("{}", c.dp_groups ? c.dp_groups : c.gpus));
+    add("--dp-groups", fmt::format("{}", DataParallelOptions{c.gpus, c.dp_groups}.group_count()));
     add("--batchnorm", c.batchnorm);
     add("--bucket-mb", fmt::format("{}", c.bucket_mb), Kind::Kernels);
   }

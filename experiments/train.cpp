@@ -236,8 +236,9 @@ void validate_numbers(const TrainConfig& c) {
   whole("gpus", c.gpus, 1, 64);
   whole("dp-groups", c.dp_groups, 0, 4096);
   whole("bucket-mb", c.bucket_mb, 1, 65536);
-  if (c.batchnorm != "local" && c.batchnorm != "sync")
-    throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: local, sync", c.batchnorm));
+  if (bn_stats_knob().index_of(c.batchnorm) == KnobPick::kNone)
+    throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: {}", c.batchnorm,
+                            fmt::join(bn_stats_knob().variant_names(), ", ")));
   if (c.data_parallel() && c.graph)
     throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) meets the other ranks on the "
                 "host between its passes, which a CUDA graph cannot replay; train it without --graph");
@@ -352,6 +353,9 @@ class Run {
       // heuristic cannot change half-way; explicit pins (the same, by check_resume_flags) follow.
       for (const auto& p : pins_from_ops(resumed_->manifest.ops)) policy_.set(p);
     }
+    // --batchnorm VALUE is the rule *.stats=VALUE (kernels/batchnorm.h); a pin for one layer is
+    // more specific and wins. local is every mode's pick already, so only sync adds a rule.
+    if (cfg_.batchnorm != "local") policy_.set("*.stats=" + cfg_.batchnorm);
     for (const auto& p : cfg_.pins) policy_.set(p);
   }
 
@@ -419,8 +423,8 @@ class Run {
                                 cfg_.gpus, cfg_.model, cfg_.dataset,
                                 data.train.categories > 0 ? "reads category ids"
                                                           : fmt::format("is a {} task", task_name(task_))));
-      dp_opts_ = DataParallelOptions{cfg_.gpus, cfg_.dp_groups, cfg_.batchnorm, int64_t(cfg_.bucket_mb) << 20};
-      check_data_parallel(dp_opts_, data.train.n, cfg_.batch_size, false);
+      dp_opts_ = DataParallelOptions{cfg_.gpus, cfg_.dp_groups, int64_t(cfg_.bucket_mb) << 20};
+      check_data_parallel(dp_opts_, batch_norm_stats(ctx.policy(), knob_layers), data.train.n, cfg_.batch_size, false);
       // The buckets are layers of the policy (BUCKET.algo, BUCKET.channels), checked with the net's.
       for (const auto& l : bucket_layers(make_buckets(params_, dp_opts_.bucket_bytes))) knob_layers.push_back(l);
     }

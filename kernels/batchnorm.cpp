@@ -27,7 +27,13 @@ DITTO_KNOB(bn_bwd_knob, {op::batchnorm, "bwd",
                           {"deterministic", kGpu, kOwn, "per-channel sums by a fixed-order tree"}},
                          "cudnn", false, "batch-norm backward's per-channel sums"})
 
+DITTO_KNOB(bn_stats_knob, {op::batchnorm, "stats",
+                           {{"local", kGpu, kOwn, "the statistics of the examples this call sees"},
+                            {"sync", kGpu, kOwn, "every rank's statistics merged in rank order"}},
+                           "local", false, "whose batch statistics normalize in training"})
+
 const char* name_of(BnBwd b) { return variant_name(bn_bwd_knob(), b); }
+const char* name_of(BnStats s) { return variant_name(bn_stats_knob(), s); }
 
 namespace {
 
@@ -75,6 +81,17 @@ void record_bn(Context& ctx, const std::string& layer, BnBwd v, const std::strin
     ctx.manifest().record({layer, kOp, "bwd", "cpu-reference", requested, Determinism::Yes, "", 0, ctx.device().str(), "",
                            guarantee_of(Determinism::Yes, Impl::CpuReference)});
 }
+
+}  // namespace
+
+void detail::record_bn_stats(Context& ctx, const std::string& layer, BnStats s) {
+  const VariantSpec& v = bn_stats_knob().variants[static_cast<std::size_t>(s)];
+  ctx.manifest().record({layer, kOp, "stats", v.name, ctx.policy().requested(layer, "stats", op::batchnorm),
+                         Determinism::Yes, "", 0, ctx.device().str(), "",
+                         ctx.is_cuda() ? v.guarantee : guarantee_of(Determinism::Yes, Impl::CpuReference)});
+}
+
+namespace {
 
 void check_channel_vec(const Context& ctx, const Tensor& t, int64_t c, const std::string& op, const char* what) {
   check_f32_on(ctx, t, op, what);
@@ -223,7 +240,8 @@ void bn_backward(Context& c, const std::string& layer, BnBwd variant, bool train
 
 Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
                BatchNormState& state, bool training, float momentum, float eps) {
-  if (training && batch_norm_synced(ctx)) return sync_batch_norm(ctx, layer, x, gamma, beta, state, momentum, eps);
+  if (training && ctx.policy().variant<BnStats>(layer, op::batchnorm) == BnStats::Sync)
+    return sync_batch_norm(ctx, layer, x, gamma, beta, state, momentum, eps);
   const std::string op = fmt::format("{} (layer '{}')", kOp, layer);
   const cuda::BnDims d = check_bn_operands(ctx, op, x, gamma, beta, state, training, momentum, eps);
   const std::string requested = ctx.policy().requested(layer, "bwd", op::batchnorm);
@@ -238,6 +256,7 @@ Var batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& 
   else bn_forward_own(ctx, x, gamma, beta, state, training, momentum, eps, d, y, saved);
   timed.end();
   record_bn(ctx, layer, variant, requested);
+  if (training) detail::record_bn_stats(ctx, layer, BnStats::Local);
 
   Var out(std::move(y), grad);
   if (grad) {

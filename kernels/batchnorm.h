@@ -47,6 +47,20 @@ enum class BnBwd { Cudnn, Atomic, Deterministic };
 const KnobSpec& bn_bwd_knob();
 const char* name_of(BnBwd b);
 inline const char* knob_name(BnBwd) { return "bwd"; }
+// Knob batchnorm.stats (kernels/batchnorm.cpp): whose batch statistics normalize in training mode.
+//   local  the examples this call sees: one rank's share, or one example group's, in a
+//          data-parallel run (PyTorch DDP's BatchNorm2d)
+//   sync   every rank's examples together (PyTorch's SyncBatchNorm, kernels/sync_batchnorm.h):
+//          needs the rank group a data-parallel run gives the context (set_batch_norm_group)
+// Both are ditto's fixed-order reductions; sync's bits follow the rank count.
+enum class BnStats { Local, Sync };
+const KnobSpec& bn_stats_knob();
+const char* name_of(BnStats s);
+inline const char* knob_name(BnStats) { return "stats"; }
+namespace detail {
+// The manifest entry of a training-mode call's stats knob (batch_norm and sync_batch_norm).
+void record_bn_stats(Context& ctx, const std::string& layer, BnStats s);
+}  // namespace detail
 
 // Per-channel running statistics, owned by the caller (a network keeps one per layer) and
 // updated in place by training-mode forwards. Both f32 of shape {C} on the context's device.

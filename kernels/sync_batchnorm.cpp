@@ -44,18 +44,18 @@ void record(Context& ctx, const std::string& layer, const char* variant, Determi
 
 }  // namespace
 
-void set_batch_norm_sync(Context& ctx, std::shared_ptr<RankGroup> group, int rank) {
+void set_batch_norm_group(Context& ctx, std::shared_ptr<RankGroup> group, int rank) {
   if (!group) {
     ctx.op_state(kKey).reset();
     return;
   }
   if (rank < 0 || rank >= group->size() || group->devices()[rank] != ctx.device())
-    throw Error(fmt::format("set_batch_norm_sync: rank {} of a group of {} does not live on {}", rank, group->size(),
+    throw Error(fmt::format("set_batch_norm_group: rank {} of a group of {} does not live on {}", rank, group->size(),
                             ctx.device().str()));
   ctx.op_state(kKey) = std::make_shared<SyncState>(SyncState{std::move(group), rank});
 }
 
-bool batch_norm_synced(Context& ctx) { return sync_state(ctx) != nullptr; }
+bool has_batch_norm_group(Context& ctx) { return sync_state(ctx) != nullptr; }
 
 namespace {
 
@@ -168,7 +168,12 @@ Var sync_batch_norm(Context& ctx, const std::string& layer, const Var& x, const 
                     BatchNormState& state, float momentum, float eps) {
   SyncState* sync = sync_state(ctx);
   const std::string op = fmt::format("synchronized batchnorm (layer '{}')", layer);
-  if (!sync) throw Error(fmt::format("{}: the context is not synchronized (set_batch_norm_sync)", op));
+  if (!sync)
+    throw PolicyError(fmt::format("{}: stats=sync merges the batch statistics over a data-parallel run's ranks, and "
+                                  "this context belongs to none (ditto-train --batchnorm sync with --gpus or "
+                                  "--dp-groups gives it one; set_batch_norm_group in a program); supported here: "
+                                  "local",
+                                  op));
   const cuda::BnDims d = check_sync_operands(ctx, op, x, gamma, beta, state, eps);
   const std::string requested = ctx.policy().requested(layer, "bwd", op::batchnorm);
   const BnBwd variant = resolve_sync_bwd(ctx, layer, op, requested);
@@ -184,6 +189,7 @@ Var sync_batch_norm(Context& ctx, const std::string& layer, const Var& x, const 
   sync_forward(ctx, x, gamma, beta, state, momentum, eps, d, *group, rank, y, saved);
   timed.end();
   record(ctx, layer, variant_name, det, requested);
+  detail::record_bn_stats(ctx, layer, BnStats::Sync);
 
   const bool grad = needs_grad(ctx, {&x, &gamma, &beta});
   Var out(std::move(y), grad);

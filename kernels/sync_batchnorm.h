@@ -1,8 +1,9 @@
 // Synchronized batch normalization for data-parallel runs: in training mode the mean and
 // variance are those of every rank's examples together (PyTorch's SyncBatchNorm), not of the
-// rank's own. A context is put in this mode by set_batch_norm_sync; kernels/batchnorm's
-// batch_norm then hands its training-mode calls to sync_batch_norm (inference mode is unchanged:
-// the running statistics, which are the same on every rank, normalize).
+// rank's own. A layer runs it where the policy's knob batchnorm.stats says sync
+// (kernels/batchnorm.h); the ranks it merges over are the group set_batch_norm_group gives the
+// context (a data-parallel run does). Inference mode is unchanged: the running statistics, which
+// are the same on every rank, normalize.
 //
 // Forward: each rank's per-channel sum and sum of squares in double (a fixed-order walk and a CUB
 // block reduction on the GPU, one block per channel; plain loops on the CPU), the ranks' records
@@ -19,7 +20,7 @@
 // Determinism: the merge is fixed, so with deterministic reductions a run is bit-reproducible for
 // a fixed rank count (run_to_run with the cuDNN-free kernels on one GPU model); the bits depend on
 // the rank count (each rank sums its own share first), unlike ditto's fixed-order gradient
-// reduce. The manifest entry is batch norm's (layer, "batchnorm", "bwd").
+// reduce. The manifest entries are batch norm's (layer, "batchnorm", "bwd") and ("stats", "sync").
 #pragma once
 #include <memory>
 #include <string>
@@ -30,14 +31,14 @@ namespace ditto {
 
 class RankGroup;
 
-// Every training-mode batch_norm on ctx (rank `rank` of group) synchronizes over the group's
-// ranks; a null group switches it off. Every rank of the group must make the same batch-norm
-// calls in the same order.
-void set_batch_norm_sync(Context& ctx, std::shared_ptr<RankGroup> group, int rank);
-bool batch_norm_synced(Context& ctx);
+// The rank group whose examples stats=sync layers of ctx (rank `rank` of group) merge over; a
+// null group takes it away. Every rank of the group must make the same batch-norm calls in the
+// same order.
+void set_batch_norm_group(Context& ctx, std::shared_ptr<RankGroup> group, int rank);
+bool has_batch_norm_group(Context& ctx);
 
-// What batch_norm runs in training mode on a synchronized context (same arguments; Error when ctx
-// is not synchronized).
+// What batch_norm runs in training mode for a stats=sync layer (same arguments; Error naming the
+// layer when ctx has no rank group).
 Var sync_batch_norm(Context& ctx, const std::string& layer, const Var& x, const Var& gamma, const Var& beta,
                     BatchNormState& state, float momentum, float eps);
 

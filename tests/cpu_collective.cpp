@@ -318,8 +318,8 @@ SyncResult sync_bn(int ranks, const std::vector<float>& x, const std::vector<flo
   out.dx.resize(x.size());
   std::vector<std::vector<float>> dg(ranks), db(ranks), rm(ranks), rv(ranks);
   on_ranks(ranks, [&](int r) {
-    Context ctx;
-    set_batch_norm_sync(ctx, group, r);
+    Context ctx(Device::cpu(), Policy::parse({"*.stats=sync"}));
+    set_batch_norm_group(ctx, group, r);
     const int64_t lo = r * n / ranks, hi = (r + 1) * n / ranks;
     std::vector<float> xs(x.begin() + lo * per_row, x.begin() + hi * per_row);
     std::vector<float> ws(w.begin() + lo * per_row, w.begin() + hi * per_row);
@@ -390,9 +390,9 @@ TEST_CASE("synchronized batch norm: K ranks normalize as batch norm over the who
   }
   // Inference mode is batch norm's own (the running statistics), synchronized or not.
   auto group = std::make_shared<RankGroup>(std::vector<Device>(1, Device::cpu()));
-  Context one;
-  set_batch_norm_sync(one, group, 0);
-  CHECK(batch_norm_synced(one));
+  Context one(Device::cpu(), Policy::parse({"*.stats=sync"}));
+  set_batch_norm_group(one, group, 0);
+  CHECK(has_batch_norm_group(one));
   BatchNormState s2 = batch_norm_state(one, c);
   Var yi = batch_norm(one, "bn", Var(one.from_host(x, {n, c, h, h})), Var(one.from_host(gamma, {c})),
                       Var(one.from_host(beta, {c})), s2, false);
@@ -401,9 +401,24 @@ TEST_CASE("synchronized batch norm: K ranks normalize as batch norm over the who
   Var yp = batch_norm(plain, "bn", Var(plain.from_host(x, {n, c, h, h})), Var(plain.from_host(gamma, {c})),
                       Var(plain.from_host(beta, {c})), s3, false);
   CHECK(same_bits(yi.value().to_host_f32(), yp.value().to_host_f32()));
-  set_batch_norm_sync(one, nullptr, 0);
-  CHECK_FALSE(batch_norm_synced(one));
-  CHECK_THROWS_AS(set_batch_norm_sync(one, group, 1), Error);
+  // The knob decides; the group only says whom to merge with. stats=sync without one is an error
+  // naming the layer; a group with stats=local changes nothing.
+  set_batch_norm_group(one, nullptr, 0);
+  CHECK_FALSE(has_batch_norm_group(one));
+  BatchNormState s4 = batch_norm_state(one, c);
+  CHECK_THROWS_WITH(batch_norm(one, "bn", Var(one.from_host(x, {n, c, h, h})), Var(one.from_host(gamma, {c})),
+                               Var(one.from_host(beta, {c})), s4, true),
+                    Catch::Matchers::Contains("layer 'bn'") && Catch::Matchers::Contains("stats=sync"));
+  Context local;
+  set_batch_norm_group(local, group, 0);
+  BatchNormState s5 = batch_norm_state(local, c), s6 = batch_norm_state(plain, c);
+  Var yl = batch_norm(local, "bn", Var(local.from_host(x, {n, c, h, h})), Var(local.from_host(gamma, {c})),
+                      Var(local.from_host(beta, {c})), s5, true);
+  Var yq = batch_norm(plain, "bn", Var(plain.from_host(x, {n, c, h, h})), Var(plain.from_host(gamma, {c})),
+                      Var(plain.from_host(beta, {c})), s6, true);
+  CHECK(same_bits(yl.value().to_host_f32(), yq.value().to_host_f32()));
+  CHECK(local.manifest().find("bn", "stats")->variant == std::string("local"));
+  CHECK_THROWS_AS(set_batch_norm_group(one, group, 1), Error);
 }
 
 TEST_CASE("synchronized batch norm: central-difference gradient check in double over two ranks") {

@@ -21,6 +21,8 @@
 #include "nets/nets.h"
 #include "dp_support.h"
 #include "train_support.h"
+#include "kernels/conv2d.h"
+#include "kernels/batchnorm.h"
 
 using namespace ditto;
 
@@ -101,22 +103,29 @@ TEST_CASE("data parallel: groups, buckets and the checks of a configuration") {
 
   DataParallelOptions o;
   o.ranks = 2;
+  CHECK(o.group_count() == 2);  // --dp-groups not given: one group per rank
   o.groups = 3;
-  CHECK(test::error_of([&] { check_data_parallel(o, 64, 16, false); }).find("--dp-groups") == 0);
+  const BnStats local = BnStats::Local, sync = BnStats::Sync;
+  CHECK(test::error_of([&] { check_data_parallel(o, local, 64, 16, false); }).find("--dp-groups") == 0);
   o.groups = 4;
-  CHECK_NOTHROW(check_data_parallel(o, 64, 16, false));
-  CHECK(test::error_of([&] { check_data_parallel(o, 66, 16, false); }).find("last batch of an epoch has 2 rows") !=
+  CHECK_NOTHROW(check_data_parallel(o, local, 64, 16, false));
+  CHECK(test::error_of([&] { check_data_parallel(o, local, 66, 16, false); }).find("last batch of an epoch has 2 rows") !=
         std::string::npos);
-  CHECK_NOTHROW(check_data_parallel(o, 66, 16, true));
-  o.batchnorm = "sync";
-  CHECK(test::error_of([&] { check_data_parallel(o, 64, 16, false); }).find("--batchnorm sync") == 0);
+  CHECK_NOTHROW(check_data_parallel(o, local, 66, 16, true));
+  CHECK(test::error_of([&] { check_data_parallel(o, sync, 64, 16, false); }).find("--batchnorm sync") == 0);
   o.groups = 2;
-  CHECK_NOTHROW(check_data_parallel(o, 64, 16, false));
-  o.batchnorm = "ghost";
-  CHECK_THROWS_AS(check_data_parallel(o, 64, 16, false), Error);
-  o.batchnorm = "local";
+  CHECK_NOTHROW(check_data_parallel(o, sync, 64, 16, false));
   o.ranks = 0;
-  CHECK(test::error_of([&] { check_data_parallel(o, 64, 16, false); }).find("--gpus") == 0);
+  CHECK(test::error_of([&] { check_data_parallel(o, local, 64, 16, false); }).find("--gpus") == 0);
+
+  // Whether a run synchronizes is its batch norms' stats knob: one sync layer is enough.
+  const std::vector<std::pair<std::string, OpKind>> layers = {{"conv1", op::conv2d}, {"bn1", op::batchnorm},
+                                                              {"bn2", op::batchnorm}};
+  CHECK(batch_norm_stats(Policy(), layers) == BnStats::Local);
+  CHECK(batch_norm_stats(Policy::parse({"*.stats=sync"}), layers) == BnStats::Sync);
+  CHECK(batch_norm_stats(Policy::parse({"bn2.stats=sync"}), layers) == BnStats::Sync);
+  CHECK(batch_norm_stats(Policy::parse({"*.stats=sync", "bn1.stats=local", "bn2.stats=local"}), layers) ==
+        BnStats::Local);
 }
 
 TEST_CASE("data parallel fixed-order: 1, 2 and 4 ranks give the same bits; one group is the plain step") {
@@ -190,17 +199,17 @@ TEST_CASE("data parallel: synchronized batch norm keeps the ranks equal and repl
   Setup s;
   s.dp.ranks = 2;
   s.dp.groups = 2;
-  s.dp.batchnorm = "sync";
+  s.policy = {"*=deterministic", "*.stats=sync"};
   const Outcome a = run(s), b = run(s);
   CHECK(same_bits(a.weights, b.weights));
   CHECK(same_bits(a.buffers, b.buffers));
   CHECK(a.described["batchnorm"].get<std::string>().rfind("sync", 0) == 0);
   CHECK(a.described["rank_count_independent"] == false);
   // Local batch norm normalizes each rank's half alone: other statistics, other weights.
-  s.dp.batchnorm = "local";
+  s.policy = {"*=deterministic"};
   CHECK_FALSE(same_bits(run(s).weights, a.weights));
   // Tracing would serialize the ranks that synchronized batch norm needs together.
-  s.dp.batchnorm = "sync";
+  s.policy = {"*=deterministic", "*.stats=sync"};
   RecordingTracer t;
   CHECK(test::error_of([&] { run(s, &t); }).find("--batchnorm sync") != std::string::npos);
 }

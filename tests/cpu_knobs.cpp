@@ -31,7 +31,7 @@ void check_enum_names(const KnobSpec& k, int count) {
 }  // namespace
 
 TEST_CASE("knobs: every mode pick follows the one rule") {
-  REQUIRE(knobs().size() >= 24);
+  REQUIRE(knobs().size() >= 25);
   for (const KnobSpec& k : knobs()) {
     INFO(k.op.name << "." << k.name);
     if (k.selected_at_run_time) {
@@ -72,6 +72,7 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
       {"linear.cublas_atomics", {"off", "off", "on"}},
       {"maxpool2d.bwd", {"cudnn", "gather", "atomic-scatter"}},
       {"batchnorm.bwd", {"cudnn", "deterministic", "atomic"}},
+      {"batchnorm.stats", {"local", "local", "local"}},
       {"softmax_xent.reduce", {"atomic", "deterministic", "atomic"}},
       {"pixel_xent.reduce", {"atomic", "deterministic", "atomic"}},
       {"reduce.reduce", {"atomic", "deterministic", "atomic"}},
@@ -113,6 +114,7 @@ TEST_CASE("knobs: each family's enum names its registered variants in order") {
   check_enum_names<CublasAtomics>(linear_cublas_atomics_knob(), 2);
   check_enum_names<PoolBwd>(pool_bwd_knob(), 4);
   check_enum_names<BnBwd>(bn_bwd_knob(), 3);
+  check_enum_names<BnStats>(bn_stats_knob(), 2);
   check_enum_names<Reduction>(reduce_knob(), 3);
   check_enum_names<Reduction>(knob_spec(op::softmax_xent, "reduce"), 2);  // the prefix without cub
   check_enum_names<Reduction>(knob_spec(op::pixel_xent, "reduce"), 2);
@@ -170,8 +172,8 @@ TEST_CASE("knobs: README's knob table is the registry's") {
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();
-  const std::string begin = "<!-- generated:knobs begin (ditto-knobs --update README.md) -->\n";
-  const auto b = text.find(begin), e = text.find("<!-- generated:knobs end -->");
+  const std::string begin = "<!-- registry:knobs begin (ditto-knobs --update README.md) -->\n";
+  const auto b = text.find(begin), e = text.find("<!-- registry:knobs end -->");
   REQUIRE(b != std::string::npos);
   REQUIRE(e != std::string::npos);
   INFO("regenerate with: build/examples/ditto-knobs --update README.md");

@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "kernels/loss.h"
 #include "kernels/pixel_xent.h"
+#include "kernels/pool.h"
 #include "kernels/pixel_xent_ref.h"
 #include "kernels/reduction.h"
 #include "kernels/reduction_ref.h"

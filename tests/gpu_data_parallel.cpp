@@ -162,8 +162,8 @@ TEST_CASE("gpu synchronized batch norm: two ranks on one GPU normalize as batch 
     for (int r = 0; r < 2; ++r)
       th.emplace_back([&, r] {
         try {
-          Context ctx(Device::cuda(0), Policy::parse({"*=deterministic"}));
-          set_batch_norm_sync(ctx, group, r);
+          Context ctx(Device::cuda(0), Policy::parse({"*=deterministic", "*.stats=sync"}));
+          set_batch_norm_group(ctx, group, r);
           std::vector<float> xs(x.begin() + r * half, x.begin() + (r + 1) * half);
           std::vector<float> ws(w.begin() + r * half, w.begin() + (r + 1) * half);
           Var xr(ctx.from_host(xs, {n / 2, c, h, h}), true);
