@@ -223,6 +223,34 @@ BinaryRates binary_rates(const std::vector<int32_t>& predicted, const std::vecto
   return {fp + tn > 0 ? fp / (fp + tn) : 0.0, fn + tp > 0 ? fn / (fn + tp) : 0.0};
 }
 
+namespace {
+
+// --tuning: when a setting takes its convolutions from the tuning file and the file does not exist
+// yet, one epoch on `device` writes it before any replica starts. One epoch meets every problem
+// the replicas will (full batches, the final partial batch, evaluation); the replicas then only
+// read the file, so they choose alike.
+void tune_once(const EnsembleOptions& o, const std::string& device, const std::shared_ptr<const TrainData>& data) {
+  bool any = false;
+  for (const auto& s : o.settings) any = any || (s.kernels == "deterministic" && s.pins.empty());
+  if (!any || fs::exists(o.tuning)) return;
+  if (o.base.device == "cpu")
+    throw Error("--tuning: a tuning file chooses cuDNN algorithms; this experiment runs on the CPU");
+  TrainConfig t = o.base;
+  t.device = device;
+  t.kernels = "deterministic";
+  t.tuning = o.tuning;
+  t.epochs = 1;
+  t.warmup_epochs = 0;  // the schedule does not change which problems an epoch meets
+  t.max_steps = 0;
+  t.out.clear();
+  t.progress = false;
+  t.deterministic_init = t.deterministic_input = true;
+  if (o.verbose) std::printf("tuning the deterministic convolutions into %s (one epoch)\n", o.tuning.c_str());
+  train(t, {}, data);
+}
+
+}  // namespace
+
 std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::shared_ptr<const TrainData>& data,
                                       double* wall_seconds) {
   if (o.settings.empty()) throw Error("ditto-experiment: no settings to run");
@@ -241,28 +269,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
                                   "continue the others, or choose another folder",
                                   o.out, k, s.name));
   const std::vector<std::string> devices = replica_devices(o.base.device, o.gpus);
-  if (!o.tuning.empty()) {
-    bool any = false;
-    for (const auto& s : o.settings) any = any || (s.kernels == "deterministic" && s.pins.empty());
-    if (any && !fs::exists(o.tuning)) {
-      if (o.base.device == "cpu")
-        throw Error("--tuning: a tuning file chooses cuDNN algorithms; this experiment runs on the CPU");
-      // One epoch meets every problem the replicas will (full batches, the final partial
-      // batch, evaluation); the replicas then only read the file, so they choose alike.
-      TrainConfig t = o.base;
-      t.device = devices.front();
-      t.kernels = "deterministic";
-      t.tuning = o.tuning;
-      t.epochs = 1;
-      t.warmup_epochs = 0;  // the schedule does not change which problems an epoch meets
-      t.max_steps = 0;
-      t.out.clear();
-      t.progress = false;
-      t.deterministic_init = t.deterministic_input = true;
-      if (o.verbose) std::printf("tuning the deterministic convolutions into %s (one epoch)\n", o.tuning.c_str());
-      train(t, {}, data);
-    }
-  }
+  if (!o.tuning.empty()) tune_once(o, devices.front(), data);
 
   const int jobs = static_cast<int>(o.settings.size()) * o.replicas;
   std::vector<TrainResult> all(static_cast<std::size_t>(jobs));
