@@ -31,8 +31,9 @@ VariantSpec nccl_pinned(const char* name, const char* summary) {
 
 DITTO_KNOB(allreduce_algo_knob,
            {op::allreduce, "algo",
-            {{"fixed-order", Guarantee::GpuToGpu, Impl::Ditto, "fixed example groups, the same bits for any rank count"},
-             {"ring", Guarantee::GpuToGpu, Impl::Ditto, "ditto's ring order (for a fixed rank count)"},
+            {{"fixed-order", Guarantee::GpuToGpu, Impl::Ditto, "fixed example groups, the same bits for any rank count",
+              true},
+             {"ring", Guarantee::GpuToGpu, Impl::Ditto, "ditto's ring order (for a fixed rank count)", true},
              {"nccl-default", Guarantee::Unknown, Impl::Library, "ncclAllReduce, NCCL's own choice"},
              nccl_pinned("nccl-ring-simple", "NCCL ring, Simple protocol"),
              nccl_pinned("nccl-ring-ll", "NCCL ring, LL protocol"),

@@ -175,6 +175,14 @@ std::vector<OpKind> knob_ops() {
   return out;
 }
 
+bool runs_on_cpu(const std::string& knob, const std::string& value) {
+  for (const auto& k : knobs())
+    if (k.name == knob)
+      for (const auto& v : k.variants)
+        if (v.on_cpu && value == v.name) return true;
+  return false;
+}
+
 std::string knob_index() {
   std::vector<std::string> parts;
   for (OpKind op : knob_ops()) {

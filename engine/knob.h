@@ -51,6 +51,9 @@ struct VariantSpec {
   Guarantee guarantee;    // what the variant promises across runs and GPUs (engine/manifest.h)
   Impl impl;              // ditto's own kernel, or a library's
   const char* summary;    // one line: what it does
+  // The CPU runs this variant itself (a choice of order between ranks, or of statistics), where
+  // for every other variant it runs the op's one double-accumulating reference.
+  bool on_cpu = false;
 };
 
 struct KnobSpec {
@@ -86,6 +89,9 @@ const KnobSpec* find_knob(OpKind op, const std::string& knob);
 const KnobSpec& knob_spec(OpKind op, const std::string& knob);
 // Every op kind that has at least one knob, in registration order.
 std::vector<OpKind> knob_ops();
+// Whether a pin's value takes effect on the CPU: some knob named `knob` has a variant `value` that
+// the CPU runs itself (VariantSpec::on_cpu). Mode words and every other variant run the reference.
+bool runs_on_cpu(const std::string& knob, const std::string& value);
 // Every op kind with its knobs: "conv2d: fwd, bwd_data, ...; linear: math, ...".
 std::string knob_index();
 // The variant names of `knob` grouped by op: "conv2d: algo0, algo1, ...; spmm: ditto, ...".

@@ -432,11 +432,15 @@ class Run {
     // The CPU runs one reference implementation per op, so a pin cannot choose anything there.
     // A warning, not an error: replaying a GPU run's pins (--pins-from) on the CPU reference is
     // how one compares the two, and what ran is in the manifest either way.
-    // The all-reduce's own variants (fixed-order, ring) do run on simulated CPU ranks.
+    // Variants the CPU runs itself (VariantSpec::on_cpu: the all-reduce's orders on simulated
+    // ranks, batch norm's statistics) do take effect there.
     for (const auto& p : cfg_.pins) {
-      const std::string value = p.substr(p.find('=') + 1);
-      if (!device_.is_cuda() && value != name_of(AllReduceAlgo::FixedOrder) && value != name_of(AllReduceAlgo::Ring))
-        pins_not_applied_.push_back(p);
+      // "LAYER.KNOB[@SHAPE]=VALUE"; the policy has checked its form.
+      const std::string lhs = p.substr(0, p.find('=')), value = p.substr(p.find('=') + 1);
+      const std::string knob = lhs.substr(lhs.rfind('.') + 1, lhs.find('@') == std::string::npos
+                                                                  ? std::string::npos
+                                                                  : lhs.find('@') - lhs.rfind('.') - 1);
+      if (!device_.is_cuda() && !runs_on_cpu(knob, value)) pins_not_applied_.push_back(p);
     }
     if (!pins_not_applied_.empty())
       warn(fmt::format("--pin: {} {} no effect on the CPU, which runs one reference implementation per op "

@@ -28,8 +28,8 @@ DITTO_KNOB(bn_bwd_knob, {op::batchnorm, "bwd",
                          "cudnn", false, "batch-norm backward's per-channel sums"})
 
 DITTO_KNOB(bn_stats_knob, {op::batchnorm, "stats",
-                           {{"local", kGpu, kOwn, "the statistics of the examples this call sees"},
-                            {"sync", kGpu, kOwn, "every rank's statistics merged in rank order"}},
+                           {{"local", kGpu, kOwn, "the statistics of the examples this call sees", true},
+                            {"sync", kGpu, kOwn, "every rank's statistics merged in rank order", true}},
                            "local", false, "whose batch statistics normalize in training"})
 
 const char* name_of(BnBwd b) { return variant_name(bn_bwd_knob(), b); }

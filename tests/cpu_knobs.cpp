@@ -149,6 +149,17 @@ TEST_CASE("knobs: a bad variant lists the valid ones per op kind, and a layer's 
   }
 }
 
+TEST_CASE("knobs: the variants the CPU runs itself, for the trainer's pins-not-applied warning") {
+  CHECK(runs_on_cpu("algo", "fixed-order"));
+  CHECK(runs_on_cpu("algo", "ring"));
+  CHECK(runs_on_cpu("stats", "sync"));
+  CHECK(runs_on_cpu("stats", "local"));
+  CHECK_FALSE(runs_on_cpu("algo", "nccl-default"));
+  CHECK_FALSE(runs_on_cpu("bwd_filter", "algo0"));
+  CHECK_FALSE(runs_on_cpu("bwd", "gather"));
+  CHECK_FALSE(runs_on_cpu("stats", "deterministic"));  // a mode word: the reference runs
+}
+
 TEST_CASE("knobs: a declaration that breaks the rule's assumptions is refused") {
   const OpKind test_op{"knob_test_op"};
   CHECK_THROWS_AS(register_knob({test_op, "k", {}, "a", false, ""}), Error);
