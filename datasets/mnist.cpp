@@ -75,6 +75,20 @@ class IdxReader {
   const char* where_ = "";
 };
 
+// n bytes of `in`, the buffer grown as they arrive: a header that claims more than the file holds
+// (up to 2^32 images of 4096x4096) fails at the truncation, having allocated only what was there.
+std::vector<uint8_t> read_grown(IdxReader& in, uint64_t n, const char* what) {
+  constexpr uint64_t kChunk = uint64_t(1) << 24;
+  std::vector<uint8_t> out;
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t step = std::min(kChunk, n - done);
+    out.resize(static_cast<std::size_t>(done + step));
+    in.read(out.data() + done, static_cast<std::size_t>(step), what);
+    done += step;
+  }
+  return out;
+}
+
 std::string resolve(const fs::path& dir, const std::string& name) {
   std::error_code ec;
   if (fs::exists(dir / name, ec)) return (dir / name).string();
@@ -116,12 +130,10 @@ Dataset load_mnist(const std::string& dir, Split split) {
   ds.width = static_cast<int>(cols);
   ds.num_classes = 10;
   for (int k = 0; k < 10; ++k) ds.class_names.push_back(std::to_string(k));
-  ds.images.resize(static_cast<std::size_t>(count) * rows * cols);
-  images.read(ds.images.data(), ds.images.size(), "the pixel data");
+  ds.images = read_grown(images, uint64_t(count) * rows * cols, "the pixel data");
   images.expect_end();
-  std::vector<uint8_t> raw(count);
   const uint64_t label_start = labels.offset();
-  labels.read(raw.data(), raw.size(), "the labels");
+  const std::vector<uint8_t> raw = read_grown(labels, count, "the labels");
   labels.expect_end();
   ds.labels.resize(count);
   for (uint32_t i = 0; i < count; ++i) {

@@ -511,6 +511,22 @@ TEST_CASE("mnist: magic, truncation, corruption, labels, counts, missing files")
   write_gz(img, cut);
   CHECK_THAT(error_message([&] { load_mnist(dir.str(), Split::Train); }),
              Contains("train-images-idx3-ubyte.gz") && Contains("byte offset 76"));
+  // A header claiming 2^31 images of 4096x4096 over 60 pixels: an error at the truncation, not
+  // an allocation of what the header claims.
+  auto huge = idx_images(3, 5, 5);
+  huge.resize(16 + 60);
+  huge[4] = 0x80, huge[5] = huge[6] = huge[7] = 0;
+  huge[8] = 0, huge[9] = 0, huge[10] = 0x10, huge[11] = 0;
+  huge[12] = 0, huge[13] = 0, huge[14] = 0x10, huge[15] = 0;
+  write_gz(img, huge);
+  write_gz(lab, idx_labels(std::vector<uint8_t>(3, 1)));
+  CHECK_THAT(error_message([&] { load_mnist(dir.str(), Split::Train); }), Contains("counts 3 labels"));
+  auto huge_labels = idx_labels({1, 2, 3});
+  huge_labels[4] = 0x80, huge_labels[5] = huge_labels[6] = huge_labels[7] = 0;
+  write_gz(lab, huge_labels);
+  CHECK_THAT(error_message([&] { load_mnist(dir.str(), Split::Train); }),
+             Contains("train-images-idx3-ubyte.gz") && Contains("byte offset 76"));
+  write_gz(lab, idx_labels({1, 2, 3}));
   // A corrupt gzip stream (deflate data overwritten).
   write_gz(img, idx_images(3, 5, 5));
   auto gzbytes = file_bytes(img);
