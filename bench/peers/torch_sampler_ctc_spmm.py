@@ -48,6 +48,8 @@ import warnings  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from peer_common import percentile, short_error  # noqa: E402
+
 try:
     import torchvision  # noqa: E402
 except ImportError:
@@ -66,15 +68,6 @@ def apply_mode(mode, warn_only=False):
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-
-
-def percentile(sorted_values, q):
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def fingerprint(t):
@@ -215,11 +208,6 @@ def build_spmm(gen):
 
 BUILDERS = {"grid_sample": build_grid_sample, "affine_grid": build_affine_grid, "roi_align": build_roi_align,
             "ctc_loss": build_ctc_loss, "spmm": build_spmm}
-
-
-def short_error(exc):
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:400]
 
 
 def run_variant(step, args):
