@@ -13,7 +13,7 @@
 //   engine  cuDNN's backend engine configurations for the operation graph, as heuristic modes A
 //           and FALLBACK list them (engine global index and knob choices), with their numerical
 //           notes; those noted TENSOR_CORE or DOWN_CONVERT_INPUTS are listed but not run under
-//           --math fma (FMA math allows neither).
+//           --precision fp32 (fp32 allows neither).
 // A candidate gets one warm-up call, --runs timed calls (CUDA events; the median is reported)
 // and --repeat calls whose outputs are fingerprinted: `distinct` is how many different results
 // the repeats gave (1: the same bits every call).
@@ -59,7 +59,7 @@ struct Options {
   int64_t batch = 128;
   int image_size = 0;  // 0: the model's own
   int runs = 5, repeat = 3;
-  std::string math = "fma";
+  std::string precision = "fp32";  // fp32 | tf32: the backend graphs here are float
   std::string out;
   bool engines = true;
   int max_engines = 0;  // 0: every configuration the heuristics list
@@ -350,7 +350,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--image-size", o.image_size, "image side (0: the model's own)")->check(ditto::detail::at_least(0));
   app.add_option("--runs", o.runs, "timed calls per candidate (median)")->check(ditto::detail::at_least(1));
   app.add_option("--repeat", o.repeat, "fingerprinted calls per candidate")->check(ditto::detail::at_least(2));
-  app.add_option("--math", o.math, "fma | tf32")->check(CLI::IsMember({"fma", "tf32"}));
+  app.add_option("--precision", o.precision, "fp32 | tf32")->check(CLI::IsMember({"fp32", "tf32"}));
   app.add_option("--budget-s", o.budget_s, "skip models that would start after this many seconds (0: none)");
   app.add_flag("!--no-engines", o.engines, "leave out cuDNN's backend engine configurations");
   app.add_option("--max-engines", o.max_engines, "run at most this many engine configurations per problem, in "
@@ -391,7 +391,7 @@ std::map<std::string, int> layers_per_problem(const Manifest& manifest, const st
 // The problems: one deterministic training step with an empty tuning table.
 ModelProblems model_problems(const Options& o, const std::string& model, int size, int classes) {
   ModelProblems mp;
-  Context ctx(Device::cuda(0), Policy::parse({"*=deterministic", "*.math=" + o.math}));
+  Context ctx(Device::cuda(0), Policy::parse({"*=deterministic", "*.precision=" + o.precision}));
   auto table = std::make_shared<TuningTable>();
   ctx.set_tuning(table);
   auto net = make_net(ctx, {model, classes, 3});
@@ -432,7 +432,7 @@ struct ProblemRun {
            {"direction", e.direction}, {"problem", key}, {"x", e.x}, {"w", e.w},
            {"stride", {e.stride_h, e.stride_w}}, {"pad", {e.pad_h, e.pad_w}},
            {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups}, {"layers", layers},
-           {"math", o.math}, {"family", family}, {"candidate", cand}, {"labelled", label}, {"notes", notes},
+           {"precision", o.precision}, {"family", family}, {"candidate", cand}, {"labelled", label}, {"notes", notes},
            {"workspace_bytes", ws}, {"gpu", info.gpu_name}, {"cudnn", info.cudnn}, {"commit", info.git_commit}};
     if (t.error.empty()) j["ms"] = t.ms, j["distinct"] = t.distinct;
     else j["error"] = t.error.substr(0, 400);
@@ -450,7 +450,7 @@ struct ProblemRun {
 void library_candidates(Context& ctx, const ProblemRun& r) {
   const TuningEntry& e = r.e;
   for (const auto& info_a : conv_algos(ctx, e.direction, e.x, e.w, r.p,
-                                       r.o.math == "tf32" ? MathMode::Tf32 : MathMode::Fma)) {
+                                       parse_precision(r.o.precision))) {
     ctx.policy().set("bench." + e.direction + "=" + info_a.name);
     Timing t = measure(ctx, r.o, [&] {
       return r.data ? conv2d_backward_data(ctx, "bench", r.dy, r.w, e.x, r.p)
@@ -494,7 +494,7 @@ void run_engine_cfg(Context& ctx, const ProblemRun& r, const EngineProblem& ep, 
   r.line("engine", c.name(), label, notes, t, std::size_t(ws_bytes));
 }
 
-// cuDNN's backend engine configurations, in heuristic order; those fma math forbids are listed,
+// cuDNN's backend engine configurations, in heuristic order; those fp32 forbids are listed,
 // not run.
 void engine_candidates(Context& ctx, const ProblemRun& r) {
   try {
@@ -505,9 +505,9 @@ void engine_candidates(Context& ctx, const ProblemRun& r) {
       std::vector<std::string> notes;
       for (int n : c.notes) notes.push_back(note_name(n));
       const std::string label = c.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ? "no" : "yes";
-      if (r.o.math == "fma" &&
+      if (r.o.precision == "fp32" &&
           (c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) || c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))) {
-        r.not_run(c.name(), label, notes, "not run: tensor-core or down-converting engine under fma math", 0);
+        r.not_run(c.name(), label, notes, "not run: tensor-core or down-converting engine under fp32", 0);
         continue;
       }
       if (r.o.max_engines > 0 && tried >= r.o.max_engines) break;
@@ -524,7 +524,7 @@ void engine_candidates(Context& ctx, const ProblemRun& r) {
 // Every candidate of every backward problem of one model.
 void model_candidates(const Options& o, const std::string& model, int size, const ModelProblems& mp,
                       std::ofstream& out) {
-  Context ctx(Device::cuda(0), Policy::parse({"*.math=" + o.math}));
+  Context ctx(Device::cuda(0), Policy::parse({"*.precision=" + o.precision}));
   const RuntimeInfo info = ctx.runtime_info();
   for (const auto& e : mp.problems) {
     if (e.direction == "fwd") continue;

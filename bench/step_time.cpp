@@ -53,8 +53,8 @@ const std::vector<std::string> kModes = {"heuristic", "deterministic", "determin
 
 std::vector<std::string> mode_rules(const std::string& mode) {
   if (mode == "deterministic-tuned") return {"*=deterministic"};
-  if (mode == "tf32") return {"*=heuristic", "*.math=tf32"};
-  if (mode == "tf32-deterministic") return {"*=deterministic", "*.math=tf32"};
+  if (mode == "tf32") return {"*=heuristic", "*.precision=tf32"};
+  if (mode == "tf32-deterministic") return {"*=deterministic", "*.precision=tf32"};
   return {"*=" + mode};
 }
 

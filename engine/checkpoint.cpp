@@ -9,10 +9,32 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "engine/detail/half_bits.h"
 #include "engine/detail/json_error.h"
 #include "engine/error.h"
 
 namespace ditto {
+
+namespace {
+// safetensors' dtype names, and ditto's dtype for each it reads.
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::I32: return "I32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+  }
+  return "?";
+}
+bool dtype_from_safetensors(const std::string& name, DType* out) {
+  for (DType t : {DType::F32, DType::I32, DType::BF16, DType::F16})
+    if (name == safetensors_dtype(t)) {
+      *out = t;
+      return true;
+    }
+  return false;
+}
+}  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
@@ -21,7 +43,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   std::size_t offset = 0;
   for (const auto& t : tensors) {
     if (header.contains(t.name)) throw Error(fmt::format("{}: duplicate tensor name '{}'", path, t.name));
-    header[t.name] = {{"dtype", t.tensor.dtype() == DType::F32 ? "F32" : "I32"},
+    header[t.name] = {{"dtype", safetensors_dtype(t.tensor.dtype())},
                       {"shape", t.tensor.shape()},
                       {"data_offsets", {offset, offset + t.tensor.nbytes()}}};
     offset += t.tensor.nbytes();
@@ -41,6 +63,13 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
     if (t.tensor.dtype() == DType::F32) {
       auto v = t.tensor.to_host_f32();
       std::memcpy(&out[at], v.data(), t.tensor.nbytes());
+    } else if (t.tensor.dtype() != DType::I32) {
+      // Widened on the way to the host, narrowed back here: exact both ways.
+      const auto v = t.tensor.to_host_f32();
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const uint16_t bits = detail::float_to_half_bits(t.tensor.dtype(), v[i]);
+        std::memcpy(&out[at + 2 * i], &bits, 2);
+      }
     } else {
       auto v = t.tensor.to_host_i32();
       std::memcpy(&out[at], v.data(), t.tensor.nbytes());
@@ -143,8 +172,9 @@ TensorEntry check_tensor_entry(const std::string& path, const std::string& name,
                                std::size_t data_start, std::size_t file_size) {
   const nlohmann::json& dtype_json = entry_field(path, name, d, "dtype");
   const std::string dtype = dtype_json.is_string() ? dtype_json.get<std::string>() : dtype_json.dump();
-  if (dtype != "F32" && dtype != "I32")
-    throw DataError(fmt::format("{}: tensor '{}' has dtype {}; ditto reads F32 and I32", path, name, dtype));
+  DType dt = DType::F32;
+  if (!dtype_from_safetensors(dtype, &dt))
+    throw DataError(fmt::format("{}: tensor '{}' has dtype {}; ditto reads F32, I32, BF16 and F16", path, name, dtype));
   const Shape shape = parse_shape(path, name, entry_field(path, name, d, "shape"));
   const nlohmann::json& off_json = entry_field(path, name, d, "data_offsets");
   if (!off_json.is_array() || off_json.size() != 2 || !off_json[0].is_number_unsigned() ||
@@ -152,7 +182,6 @@ TensorEntry check_tensor_entry(const std::string& path, const std::string& name,
     throw DataError(fmt::format("{}: tensor '{}' has data_offsets {}; expected [begin, end] byte offsets", path, name,
                                 off_json.dump()));
   const uint64_t begin = off_json[0].get<uint64_t>(), end = off_json[1].get<uint64_t>();
-  DType dt = dtype == "F32" ? DType::F32 : DType::I32;
   // No overflow; the offsets checks below then bound the size by the file's, before anything
   // is allocated.
   std::size_t need = dtype_size(dt);

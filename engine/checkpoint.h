@@ -14,7 +14,7 @@ namespace ditto {
 
 struct NamedTensor {
   std::string name;
-  Tensor tensor;  // any device; f32 or i32
+  Tensor tensor;  // any device; f32, i32, bf16 or f16
 };
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

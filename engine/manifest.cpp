@@ -31,6 +31,8 @@ const char* guarantee_name(Guarantee g) {
   return "?";
 }
 
+std::string legacy_precision(const std::string& math) { return math == "fma" ? "fp32" : math; }
+
 Guarantee guarantee_of(Determinism d, Impl impl) {
   switch (d) {
     case Determinism::No: return Guarantee::NotGuaranteed;
@@ -86,7 +88,7 @@ std::string Manifest::to_json(int indent) const {
                    {"requested", e.requested},
                    {"deterministic", determinism_name(e.deterministic)},
                    {"guarantee", guarantee_name(e.guarantee)},
-                   {"math", e.math},
+                   {"precision", e.precision},
                    {"workspace_bytes", e.workspace_bytes},
                    {"device", e.device}});
     if (!e.shape.empty()) ops.back()["shape"] = e.shape;

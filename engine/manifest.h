@@ -1,5 +1,5 @@
 // Manifest: what every op actually ran. Each (layer, knob) is recorded once per run with the
-// variant that was used, what was asked for, whether the variant is deterministic, the math
+// variant that was used, what was asked for, whether the variant is deterministic, the precision
 // mode and the workspace it took. Together with the seeds and versions a trainer adds, it is
 // what lets a run be replayed exactly.
 #pragma once
@@ -35,6 +35,11 @@ const char* guarantee_name(Guarantee g);
 enum class Impl { Ditto, Library, CpuReference };
 Guarantee guarantee_of(Determinism d, Impl impl);
 
+// Manifests and tuning files written before the precision knob recorded a "math" mode (and
+// linear layers a `math` knob): fma is today's fp32, tf32 is tf32. Anything else is returned as
+// it is, for the reader's own check to name.
+std::string legacy_precision(const std::string& math);
+
 struct ManifestEntry {
   std::string layer;         // layer name as given to the op
   std::string op;            // conv2d, linear, maxpool2d, ...
@@ -42,7 +47,7 @@ struct ManifestEntry {
   std::string variant;       // what ran: "algo1", "gather", "cudnn-deterministic", ...
   std::string requested;     // the policy's ask: "pinned", "deterministic", "heuristic", ...
   Determinism deterministic = Determinism::Unknown;  // cuDNN's own label for cuDNN algorithms
-  std::string math;          // "fma", "tf32" or "" where no math mode applies
+  std::string precision;     // "fp32", "tf32", "bf16", "fp16" (kernels/precision.h), or "" where none applies
   std::size_t workspace_bytes = 0;
   std::string device;        // "cpu" or "cuda:0"
   std::string shape;         // conv knobs: the input shape ("NxCxHxW"), since choices depend on it
@@ -59,7 +64,7 @@ class Manifest {
   std::vector<ManifestEntry> entries() const;  // in first-recorded order
   void clear();
 
-  // {"ops": [ {layer, op, knob, variant, requested, deterministic, guarantee, math,
+  // {"ops": [ {layer, op, knob, variant, requested, deterministic, guarantee, precision,
   //           workspace_bytes, device, shape (conv only)}, ...]}
   std::string to_json(int indent = 2) const;
 

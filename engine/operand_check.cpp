@@ -19,6 +19,10 @@ void check_f32_on(const Context& ctx, const Tensor& t, const std::string& op, co
   check_dtype_on(ctx, t, DType::F32, op, what);
 }
 
+void check_float_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what) {
+  check_dtype_on(ctx, t, t.defined() && is_float(t.dtype()) ? t.dtype() : DType::F32, op, what);
+}
+
 void check_i32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what) {
   check_dtype_on(ctx, t, DType::I32, op, what);
 }

@@ -10,6 +10,8 @@ namespace ditto {
 
 // t is a defined f32 tensor on ctx's device; throws ShapeError naming op and operand.
 void check_f32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what);
+// t is a defined f32, bf16 or f16 tensor on ctx's device (the inputs of reduced-precision ops).
+void check_float_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what);
 // t is a defined i32 tensor (indices, labels) on ctx's device; throws ShapeError naming op and operand.
 void check_i32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what);
 // t has exactly `ndim` dimensions.

@@ -6,12 +6,22 @@
 #include <cstring>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/half_bits.h"
 #include "engine/error.h"
 
 namespace ditto {
 
-std::size_t dtype_size(DType t) { return t == DType::F32 ? sizeof(float) : sizeof(int32_t); }
-const char* dtype_name(DType t) { return t == DType::F32 ? "f32" : "i32"; }
+std::size_t dtype_size(DType t) { return t == DType::BF16 || t == DType::F16 ? 2 : 4; }
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::I32: return "i32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+  }
+  return "?";
+}
+bool is_float(DType t) { return t != DType::I32; }
 
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return cpu();
@@ -74,12 +84,12 @@ void* Tensor::raw() const {
 }
 
 float* Tensor::f32() {
-  if (dtype_ != DType::F32) throw ShapeError("tensor is i32, f32 access requested");
+  if (dtype_ != DType::F32) throw ShapeError(fmt::format("tensor is {}, f32 access requested", dtype_name(dtype_)));
   return static_cast<float*>(raw());
 }
 const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
 int32_t* Tensor::i32() {
-  if (dtype_ != DType::I32) throw ShapeError("tensor is f32, i32 access requested");
+  if (dtype_ != DType::I32) throw ShapeError(fmt::format("tensor is {}, i32 access requested", dtype_name(dtype_)));
   return static_cast<int32_t*>(raw());
 }
 const int32_t* Tensor::i32() const { return const_cast<Tensor*>(this)->i32(); }
@@ -105,14 +115,20 @@ void copy_to_host(const Tensor& t, void* dst) {
 }  // namespace
 
 std::vector<float> Tensor::to_host_f32() const {
-  if (dtype_ != DType::F32) throw ShapeError("to_host_f32 on an i32 tensor");
+  if (dtype_ == DType::I32) throw ShapeError("to_host_f32 on an i32 tensor");
   std::vector<float> out(static_cast<std::size_t>(numel()));
-  copy_to_host(*this, out.data());
+  if (dtype_ == DType::F32) {
+    copy_to_host(*this, out.data());
+    return out;
+  }
+  std::vector<uint16_t> bits(out.size());
+  copy_to_host(*this, bits.data());
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = detail::half_bits_to_float(dtype_, bits[i]);
   return out;
 }
 
 std::vector<int32_t> Tensor::to_host_i32() const {
-  if (dtype_ != DType::I32) throw ShapeError("to_host_i32 on an f32 tensor");
+  if (dtype_ != DType::I32) throw ShapeError(fmt::format("to_host_i32 on an {} tensor", dtype_name(dtype_)));
   std::vector<int32_t> out(static_cast<std::size_t>(numel()));
   copy_to_host(*this, out.data());
   return out;

@@ -1,4 +1,5 @@
-// Tensor: a dense NCHW array of float32 (or int32 for labels) on the CPU or one CUDA device.
+// Tensor: a dense NCHW array of float32 (int32 for labels; bfloat16 or float16 where a layer computes
+// in reduced precision, kernels/precision.h) on the CPU or one CUDA device.
 // Device memory comes from the owning Context's stream-ordered caching arena; a tensor keeps
 // that arena alive, so it may outlive the Context that made it.
 #pragma once
@@ -9,9 +10,13 @@
 
 namespace ditto {
 
-enum class DType { F32, I32 };
+// BF16 and F16 hold the bits of CUDA's __nv_bfloat16 and __half (2 bytes each); the engine converts
+// to and from them with the toolkit's own round-to-nearest-even conversions on both CPU and GPU
+// (engine/tensor_ops.h, to_dtype), so a CPU run rounds exactly where and how a GPU run does.
+enum class DType { F32, I32, BF16, F16 };
 std::size_t dtype_size(DType t);
-const char* dtype_name(DType t);
+const char* dtype_name(DType t);  // "f32", "i32", "bf16", "f16"
+bool is_float(DType t);           // F32, BF16 or F16
 
 struct Device {
   enum class Kind { Cpu, Cuda };
@@ -65,7 +70,8 @@ class Tensor {
   Tensor reshape(Shape s) const;
 
   // Copies to host memory. For CUDA tensors this waits for the producing stream:
-  // for inspection and tests, never called from op paths.
+  // for inspection and tests, never called from op paths. to_host_f32 widens bf16 and f16
+  // (exactly: every bf16/f16 value is a float).
   std::vector<float> to_host_f32() const;
   std::vector<int32_t> to_host_i32() const;
 

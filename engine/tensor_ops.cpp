@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/operand_check.h"
+#include "engine/detail/half_bits.h"
 #include "engine/detail/tensor_ops_cuda.h"
 
 namespace ditto {
@@ -32,6 +33,47 @@ void scale_inplace(Context& ctx, Tensor& t, float alpha) {
   if (ctx.is_cuda()) return cuda::scale(ctx, t.f32(), alpha, t.numel());
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] *= alpha;
+}
+
+namespace {
+void check_convertible(const Context& ctx, const Tensor& t, DType to) {
+  if (!t.defined() || !is_float(t.dtype()) || !is_float(to) || t.device() != ctx.device())
+    throw ShapeError(fmt::format("to_dtype: converts float tensors on the context's device ({}) between f32, bf16 "
+                                 "and f16; got {} {} on {} to {}",
+                                 ctx.device().str(), t.defined() ? dtype_name(t.dtype()) : "an undefined tensor",
+                                 shape_str(t.shape()), t.device().str(), dtype_name(to)));
+}
+
+Tensor narrow(Context& ctx, const Tensor& t, DType dtype) {
+  Tensor out = ctx.empty(t.shape(), dtype);
+  auto* dst = static_cast<uint16_t*>(out.raw());
+  if (ctx.is_cuda()) {
+    cuda::narrow(ctx, t.f32(), dst, t.numel(), dtype == DType::BF16);
+    return out;
+  }
+  const float* src = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = detail::float_to_half_bits(dtype, src[i]);
+  return out;
+}
+
+Tensor widen(Context& ctx, const Tensor& t) {
+  Tensor out = ctx.empty(t.shape(), DType::F32);
+  const auto* src = static_cast<const uint16_t*>(t.raw());
+  if (ctx.is_cuda()) {
+    cuda::widen(ctx, src, out.f32(), t.numel(), t.dtype() == DType::BF16);
+    return out;
+  }
+  float* dst = out.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = detail::half_bits_to_float(t.dtype(), src[i]);
+  return out;
+}
+}  // namespace
+
+Tensor to_dtype(Context& ctx, const Tensor& t, DType dtype) {
+  check_convertible(ctx, t, dtype);
+  if (t.dtype() == dtype) return t;
+  if (dtype == DType::F32) return widen(ctx, t);
+  return narrow(ctx, t.dtype() == DType::F32 ? t : widen(ctx, t), dtype);
 }
 
 }  // namespace ditto

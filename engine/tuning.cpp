@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/knob.h"
 #include "engine/manifest.h"
 #include "engine/policy.h"
 #include "engine/tensor.h"
@@ -35,7 +36,7 @@ std::string TuningEntry::key() const {
   // Convolution keys read as they always have, so older files keep their keys.
   return fmt::format("{}{}|x{}|w{}|s{},{}|p{},{}|d{},{}|g{}|{}", op == "conv2d" ? "" : op + ":", direction,
                      fmt::join(x, "x"), fmt::join(w, "x"), stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w,
-                     groups, math);
+                     groups, precision);
 }
 
 TuningTable TuningTable::load(const std::string& path, const std::string& expect_gpu, const std::string& expect_cudnn) {
@@ -86,7 +87,9 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
       pair("pad", e.pad_h, e.pad_w);
       pair("dilation", e.dilation_h, e.dilation_w);
       e.groups = j.at("groups").get<int>();
-      e.math = j.at("math").get<std::string>();
+      // Files written before precisions had "math": fma (now fp32) or tf32.
+      e.precision = j.contains("precision") ? j.at("precision").get<std::string>()
+                                            : legacy_precision(j.at("math").get<std::string>());
       e.algo = j.at("algo").get<std::string>();
       e.time_ms = j.value("time_ms", 0.0);
       e.layer = j.value("layer", "");
@@ -99,10 +102,12 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
                                   "maxpool2d bwd and bias_add bias_bwd",
                                   where(), e.direction, e.op));
     const bool conv = e.op == "conv2d";
-    if (conv && e.math != "fma" && e.math != "tf32")
-      throw DataError(fmt::format("{}: unknown math mode '{}'; modes are fma, tf32", where(), e.math));
-    if (!conv && !e.math.empty())
-      throw DataError(fmt::format("{}: math mode '{}' applies to convolutions only", where(), e.math));
+    const auto& precisions = knob_spec(OpKind{"conv2d"}, "precision").variant_names();
+    if (conv && std::find(precisions.begin(), precisions.end(), e.precision) == precisions.end())
+      throw DataError(fmt::format("{}: unknown precision '{}'; precisions are {}", where(), e.precision,
+                                  fmt::join(precisions, ", ")));
+    if (!conv && !e.precision.empty())
+      throw DataError(fmt::format("{}: precision '{}' applies to convolutions only", where(), e.precision));
     if (std::find(algos.begin(), algos.end(), e.algo) == algos.end())
       throw DataError(fmt::format("{}: '{}' is not a {}{} {}; valid: {}", where(), e.algo, conv ? "" : e.op + " ",
                                   e.direction, conv ? "algorithm" : "variant", fmt::join(algos, ", ")));
@@ -122,7 +127,7 @@ uint64_t TuningTable::save(const std::string& path) const {
   for (const auto& e : entries_)
     list.push_back({{"op", e.op}, {"direction", e.direction}, {"x", e.x}, {"w", e.w}, {"stride", {e.stride_h, e.stride_w}},
                     {"pad", {e.pad_h, e.pad_w}}, {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups},
-                    {"math", e.math}, {"algo", e.algo}, {"time_ms", e.time_ms}, {"layer", e.layer}});
+                    {"precision", e.precision}, {"algo", e.algo}, {"time_ms", e.time_ms}, {"layer", e.layer}});
   json doc{{"ditto_tuning", 1}, {"gpu", gpu}, {"cudnn", cudnn}, {"entries", list}};
   const std::string text = doc.dump(1);
   write_file_atomic(path, text);

@@ -10,7 +10,7 @@
 // `deterministic` mode takes the heuristic's first deterministic algorithm, because a choice by
 // timing could differ between two runs. A tuning table makes the timed choice safe: with an
 // empty table (tuning), each convolution problem the run meets — direction, input and filter
-// shapes, strides, padding, dilation, groups, math mode — gets the fastest algorithm that cuDNN
+// shapes, strides, padding, dilation, groups, precision — gets the fastest algorithm that cuDNN
 // labels deterministic in Find, and the choice is written down; with a loaded table (reading),
 // every problem takes exactly the algorithm its entry names, through the pinned path (no Find),
 // and a problem without an entry is an error. Two runs that read one file choose alike, so they
@@ -34,7 +34,7 @@ struct TuningEntry {
   std::vector<int64_t> x, w;      // conv2d: input NCHW and filter KCRS; maxpool2d: input NCHW and
                                   // window {kh, kw}; bias_add: dy's shape and w empty
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
-  std::string math;               // fma | tf32 (conv2d); "" for the others
+  std::string precision;          // fp32 | tf32 | bf16 | fp16 (conv2d); "" for the others
   std::string algo;               // the variant's name, as policy strings write it
   double time_ms = 0;             // what was measured for it
   std::string layer;              // the first layer that met the problem (for people; not a key)
@@ -46,7 +46,7 @@ class TuningTable {
   TuningTable() = default;
   // Reads a tuning file. Throws IoError when it cannot be opened and DataError naming the file
   // and the entry (index and key) for malformed JSON, a missing field, an unknown direction or
-  // math mode, an algorithm that is not one of the direction's, or two entries for one key.
+  // precision, an algorithm that is not one of the direction's, or two entries for one key.
   // With expect_gpu / expect_cudnn non-empty, a file tuned on another GPU or cuDNN is a
   // DataError naming both.
   static TuningTable load(const std::string& path, const std::string& expect_gpu = "",

@@ -213,6 +213,12 @@ inline void add_kernel_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
                 ->check(CLI::IsMember(mode_words()))
                 ->capture_default_str();
   dk->excludes(k);
+  app.add_option("--precision", c.precision,
+                 "where convolutions and linear layers round (kernels/precision.h): fp32 | tf32 | bf16 | fp16 "
+                 "(inputs and outputs rounded, fp32 accumulation on tensor cores); a --pin LAYER.precision=... "
+                 "for one layer wins")
+      ->check(CLI::IsMember(knob_spec(OpKind{"conv2d"}, "precision").variant_names()))
+      ->capture_default_str();
   app.add_option("--tuning", c.tuning,
                  "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
                  "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");

@@ -177,7 +177,12 @@ std::vector<ManifestEntry> parse_ops(const json& m, const std::string& path) {
     e.variant = text("variant", true);
     e.op = text("op", false);
     e.requested = text("requested", false);
-    e.math = text("math", false);
+    // Manifests written before the precision knob say "math" (and linear layers had a math knob).
+    e.precision = op.contains("precision") ? text("precision", false) : legacy_precision(text("math", false));
+    if (e.knob == "math") {
+      e.knob = "precision";
+      e.variant = legacy_precision(e.variant);
+    }
     e.device = text("device", false);
     e.shape = text("shape", false);
     ops.push_back(std::move(e));
@@ -261,6 +266,8 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
   add("--standardize", on_off(c.standardize), Kind::Training, Form::Switch);
   add("--device", c.device, Kind::Kernels);
   add("--kernels", c.kernels, Kind::Kernels);
+  // Only where it is not the default, so replay lines of fp32 runs read as they always have.
+  if (c.precision != "fp32") add("--precision", c.precision, Kind::Kernels);
   add("--pin", joined(c.pins), Kind::Kernels, Form::Repeated);
   if (!c.tuning.empty()) add("--tuning", c.tuning, Kind::Location);
   add("--graph", on_off(c.graph), Kind::Location, Form::Switch);
@@ -566,10 +573,13 @@ std::vector<std::string> pins_from_manifest(const std::string& path) {
 std::vector<std::string> pins_from_ops(const std::vector<ManifestEntry>& ops) {
   std::vector<std::string> pins;
   for (const auto& op : ops) {
-    if (op.variant.empty() || op.variant == "cpu-reference" || op.variant == "reference") continue;
-    pins.push_back(fmt::format("{}.{}{}={}", op.layer, op.knob, op.shape.empty() ? "" : "@" + op.shape, op.variant));
-    // Convolution entries carry their math mode rather than a knob entry of its own.
-    if (!op.math.empty() && op.knob != "math") pins.push_back(fmt::format("{}.math={}", op.layer, op.math));
+    // Convolution entries carry their precision rather than a knob entry of its own (on the CPU
+    // too, whose reference rounds where bf16/fp16 say).
+    const bool reference = op.variant == "cpu-reference" || op.variant == "reference";
+    if (!op.variant.empty() && !reference)
+      pins.push_back(fmt::format("{}.{}{}={}", op.layer, op.knob, op.shape.empty() ? "" : "@" + op.shape, op.variant));
+    if (!op.precision.empty() && op.knob != "precision")
+      pins.push_back(fmt::format("{}.precision={}", op.layer, op.precision));
   }
   return pins;
 }

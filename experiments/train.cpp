@@ -236,6 +236,10 @@ void validate_numbers(const TrainConfig& c) {
   whole("gpus", c.gpus, 1, 64);
   whole("dp-groups", c.dp_groups, 0, 4096);
   whole("bucket-mb", c.bucket_mb, 1, 65536);
+  const KnobSpec& precision = knob_spec(OpKind{"conv2d"}, "precision");
+  if (precision.index_of(c.precision) == KnobPick::kNone)
+    throw Error(fmt::format("--precision: unknown precision '{}'; valid: {}", c.precision,
+                            fmt::join(precision.variant_names(), ", ")));
   if (bn_stats_knob().index_of(c.batchnorm) == KnobPick::kNone)
     throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: {}", c.batchnorm,
                             fmt::join(bn_stats_knob().variant_names(), ", ")));
@@ -356,6 +360,8 @@ class Run {
     // --batchnorm VALUE is the rule *.stats=VALUE (kernels/batchnorm.h); a pin for one layer is
     // more specific and wins. local is every mode's pick already, so only sync adds a rule.
     if (cfg_.batchnorm != "local") policy_.set("*.stats=" + cfg_.batchnorm);
+    // --precision VALUE is the rule *.precision=VALUE likewise (fp32 is every mode's pick).
+    if (cfg_.precision != "fp32") policy_.set("*.precision=" + cfg_.precision);
     for (const auto& p : cfg_.pins) policy_.set(p);
   }
 
@@ -870,7 +876,7 @@ class Run {
                    {"max_steps", c.max_steps}, {"batch_size", c.batch_size}, {"lr", c.lr}, {"optimizer", c.optimizer},
                    {"momentum", c.momentum}, {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay},
                    {"lr_schedule", c.lr_schedule}, {"warmup_epochs", c.warmup_epochs}, {"augment", c.augment},
-                   {"standardize", c.standardize},
+                   {"standardize", c.standardize}, {"precision", c.precision},
                    {"device", c.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
                    {"resumed_from", c.resume}};
     auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };

@@ -50,6 +50,7 @@ struct TrainConfig {
   bool deterministic_init = false;    // seed_init fixed (0 unless given)
   bool deterministic_input = false;   // seed_order and seed_augment fixed (0 unless given)
   std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
+  std::string precision = "fp32";     // fp32 | tf32 | bf16 | fp16: the rule *.precision=VALUE (kernels/precision.h)
   std::string tuning;                 // deterministic convs: read this tuning file, or tune and
                                       // write it when it does not exist (engine/tuning.h)
   bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager

@@ -1,10 +1,10 @@
 // conv2d: operand checks, algorithm selection through one traits-driven path for the three
 // cuDNN directions, manifest records, CPU/CUDA dispatch and the tape entry.
 //
-// Selection (per direction, shape, math mode and policy ask; cached in ctx.op_state("conv2d")):
+// Selection (per direction, shape, precision and policy ask; cached in ctx.op_state("conv2d")):
 //   pinned            that algorithm, or PolicyError listing what cuDNN supports for the shape
 //   heuristic         cuDNN's pick: first successful result of cudnnGetConvolution*Algorithm_v7
-//                     (skipping results whose math type the layer's math mode forbids)
+//                     (skipping results whose math type the layer's precision forbids)
 //   deterministic     the first algorithm in cuDNN's heuristic ranking (cudnnGetConvolution*
 //                     Algorithm_v7) that cuDNN labels CUDNN_DETERMINISTIC and whose workspace can
 //                     be allocated; with a tuning table on the context (engine/tuning.h): the
@@ -34,6 +34,7 @@
 #include "engine/timer.h"
 #include "engine/tuning.h"
 #include "engine/operand_check.h"
+#include "engine/tensor_ops.h"
 #include "kernels/conv2d_ref.h"
 #include "kernels/detail/conv2d_own.h"
 
@@ -106,9 +107,9 @@ DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                    {"ditto-gemm", kRun, kOwn, "per-item GEMMs on cuBLAS, folded in item order"},
                                    {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"}},
                                   "", true, "the weight-gradient algorithm"})
-DITTO_KNOB(conv_math_knob, {op::conv2d, "math", math_mode_variants(), "fma", false,
-                            "fp32 FMA or TF32 tensor cores (PyTorch's cuDNN default is TF32; ditto's modes never "
-                            "change precision)"})
+DITTO_KNOB(conv_precision_knob, {op::conv2d, "precision", precision_variants(), "fp32", false,
+                                 "where the convolution rounds: fp32, tf32, bf16, fp16 (PyTorch's cuDNN default is "
+                                 "tf32; ditto's modes never change precision)"})
 
 const char* name_of(ConvFwdAlgo a) { return variant_name(conv_fwd_knob(), a); }
 const char* name_of(ConvBwdDataAlgo a) { return variant_name(conv_bwd_data_knob(), a); }
@@ -133,8 +134,8 @@ class FilterDesc {
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d_); }
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
-  void set(const Shape& s) {
-    DITTO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(s[0]), int(s[1]),
+  void set(const Shape& s, DType t) {
+    DITTO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, detail::cudnn_type(t), CUDNN_TENSOR_NCHW, int(s[0]), int(s[1]),
                                                  int(s[2]), int(s[3])));
   }
   cudnnFilterDescriptor_t get() const { return d_; }
@@ -143,10 +144,11 @@ class FilterDesc {
   cudnnFilterDescriptor_t d_ = nullptr;
 };
 
-cudnnMathType_t cudnn_math(MathMode m) {
+cudnnMathType_t cudnn_math(Precision p) {
   // FMA_MATH keeps tensor cores out entirely; DEFAULT_MATH lets cuDNN use TF32 tensor cores
-  // for float data on Ampere and later.
-  return m == MathMode::Fma ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  // for float data on Ampere and later; bf16/f16 data ask for tensor cores outright.
+  if (p == Precision::Fp32) return CUDNN_FMA_MATH;
+  return p == Precision::Tf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
 class ConvDesc {
@@ -155,11 +157,13 @@ class ConvDesc {
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d_); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
-  void set(const Conv2dParams& p, MathMode math) {
+  // The compute type is float under every precision: bf16/f16 data with float compute is cuDNN's
+  // PSEUDO_BFLOAT16 / PSEUDO_HALF configuration (fp32 accumulation), never TRUE_HALF.
+  void set(const Conv2dParams& p, Precision precision) {
     DITTO_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d_, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
                                                       p.dilation_w, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     DITTO_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d_, p.groups));
-    DITTO_CUDNN_CHECK(cudnnSetConvolutionMathType(d_, cudnn_math(math)));
+    DITTO_CUDNN_CHECK(cudnnSetConvolutionMathType(d_, cudnn_math(precision)));
   }
   cudnnConvolutionDescriptor_t get() const { return d_; }
 
@@ -193,11 +197,12 @@ struct ConvDescs {
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
-  ConvDescs(const ConvSpec& s, MathMode math) {
-    x.set(s.x);
-    y.set(s.y);
-    w.set(s.w);
-    conv.set(s.p, math);
+  ConvDescs(const ConvSpec& s, Precision precision) {
+    const DType t = precision_dtype(precision);
+    x.set(s.x, t);
+    y.set(s.y, t);
+    w.set(s.w, t);
+    conv.set(s.p, precision);
   }
 };
 
@@ -210,6 +215,14 @@ struct ConvOperands {
 };
 
 // ---- the traits table: everything that differs between the three directions ---------------
+
+// ditto's own backward algorithms read and write float: under bf16/fp16 they would not round
+// where the layer's precision says, so they are not offered (pinned, an error listing the rest).
+bool own_precision_supported(Precision p, std::string* why) {
+  if (!is_reduced(p)) return true;
+  *why = fmt::format("ditto's own algorithms compute in fp32 or tf32, not {}", name_of(p));
+  return false;
+}
 
 struct FwdTraits {
   using Algo = ConvFwdAlgo;
@@ -233,7 +246,7 @@ struct FwdTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), a, bytes);
   }
-  static bool own_supports(int, const own::ConvGeom&, std::string* why) {
+  static bool own_supports(int, const own::ConvGeom&, Precision, std::string* why) {
     *why = "no algorithm of ditto's own";
     return false;
   }
@@ -271,7 +284,8 @@ struct BwdDataTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), a, bytes);
   }
-  static bool own_supports(int a, const own::ConvGeom& g, std::string* why) {
+  static bool own_supports(int a, const own::ConvGeom& g, Precision p, std::string* why) {
+    if (!own_precision_supported(p, why)) return false;
     return a == int(ConvBwdDataAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, false, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
@@ -319,7 +333,8 @@ struct BwdFilterTraits {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), a,
                                                           bytes);
   }
-  static bool own_supports(int a, const own::ConvGeom& g, std::string* why) {
+  static bool own_supports(int a, const own::ConvGeom& g, Precision p, std::string* why) {
+    if (!own_precision_supported(p, why)) return false;
     return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, true, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
@@ -359,7 +374,7 @@ struct Selection {
   Determinism det = Determinism::Unknown;
 };
 
-// Per-context cache (ctx.op_state("conv2d")). Keys: problem = shapes+params+math;
+// Per-context cache (ctx.op_state("conv2d")). Keys: problem = shapes+params+precision;
 // list = direction+problem; selection = list+policy ask.
 struct ConvState {
   std::map<std::string, std::unique_ptr<ConvDescs>> descs;
@@ -373,18 +388,18 @@ ConvState& conv_state(Context& ctx) {
   return *static_cast<ConvState*>(slot.get());
 }
 
-const ConvDescs& descs_for(ConvState& st, const ConvSpec& spec, MathMode math) {
-  std::string key = spec.key() + "|" + name_of(math);
+const ConvDescs& descs_for(ConvState& st, const ConvSpec& spec, Precision precision) {
+  std::string key = spec.key() + "|" + name_of(precision);
   auto it = st.descs.find(key);
-  if (it == st.descs.end()) it = st.descs.emplace(key, std::make_unique<ConvDescs>(spec, math)).first;
+  if (it == st.descs.end()) it = st.descs.emplace(key, std::make_unique<ConvDescs>(spec, precision)).first;
   return *it->second;
 }
 
-// An algorithm whose math cuDNN reports as tensor-op is not one the fma policy allows; one that
-// converts float inputs to half is not what tf32 means either.
-bool math_allowed(int perf_math, MathMode mode) {
+// An algorithm whose math cuDNN reports as tensor-op is not one fp32 allows; one that converts
+// float inputs to half rounds where no precision of ditto's says (not even tf32's).
+bool math_allowed(int perf_math, Precision precision) {
   if (perf_math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
-  return mode == MathMode::Tf32 || perf_math != CUDNN_TENSOR_OP_MATH;
+  return precision != Precision::Fp32 || perf_math != CUDNN_TENSOR_OP_MATH;
 }
 
 // Runs a perf query (v7 heuristic or Find). The array is pre-filled with 0xff bytes, so a
@@ -422,12 +437,12 @@ struct Problem {
   ConvState& st;
   const ConvSpec& spec;
   const ConvDescs& d;
-  MathMode math;
+  Precision precision;
   std::string list_key;  // direction + problem
 
-  Problem(Context& c, const ConvSpec& s, MathMode m)
-      : ctx(c), st(conv_state(c)), spec(s), d(descs_for(st, s, m)), math(m),
-        list_key(fmt::format("{}|{}|{}", T::kKnob, s.key(), name_of(m))) {}
+  Problem(Context& c, const ConvSpec& s, Precision p)
+      : ctx(c), st(conv_state(c)), spec(s), d(descs_for(st, s, p)), precision(p),
+        list_key(fmt::format("{}|{}|{}", T::kKnob, s.key(), name_of(p))) {}
 
   cudnnHandle_t handle() const { return detail::cuda_state(ctx).cudnn; }
   static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
@@ -442,7 +457,7 @@ struct Problem {
     std::string reason;
     if (is_own(algo)) {
       const own::ConvGeom g = spec.geom();
-      if (!T::own_supports(algo, g, why ? why : &reason)) return false;
+      if (!T::own_supports(algo, g, precision, why ? why : &reason)) return false;
       *bytes = T::own_workspace(algo, g);
       return true;
     }
@@ -469,7 +484,7 @@ struct Problem {
       IntervalTimer timer(ctx);
       for (int rep = 0; rep < 4; ++rep) {
         if (rep) timer.start();
-        T::run_own(ctx, a, g, ops, ws.get(), math == MathMode::Tf32);
+        T::run_own(ctx, a, g, ops, ws.get(), precision == Precision::Tf32);
         if (rep) timer.stop();
       }
       std::vector<double> ms = timer.milliseconds();
@@ -478,7 +493,7 @@ struct Problem {
       r.algo = a;
       r.status = CUDNN_STATUS_SUCCESS;
       r.time_ms = float(ms[ms.size() / 2]);
-      r.math = math == MathMode::Tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+      r.math = precision == Precision::Tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
       r.det = Determinism::Yes;
       out.push_back(r);
     }
@@ -533,7 +548,7 @@ struct Problem {
     return s.empty() ? "none" : s;
   }
   std::string where(const std::string& layer) const {
-    return fmt::format("{} {}: {}, math {}", op_name(layer), T::kKnob, spec.str(), name_of(math));
+    return fmt::format("{} {}: {}, precision {}", op_name(layer), T::kKnob, spec.str(), name_of(precision));
   }
 
   // A pinned algorithm is checked and labelled without running cuDNN's Find: Find autotunes
@@ -564,7 +579,7 @@ struct Problem {
     e.w = spec.w;
     e.stride_h = spec.p.stride_h, e.stride_w = spec.p.stride_w, e.pad_h = spec.p.pad_h, e.pad_w = spec.p.pad_w;
     e.dilation_h = spec.p.dilation_h, e.dilation_w = spec.p.dilation_w, e.groups = spec.p.groups;
-    e.math = name_of(math);
+    e.precision = name_of(precision);
     if (const TuningEntry* have = table.find(e.key())) {
       int algo = -1;
       for (int a = 0; a < T::kVariants; ++a)
@@ -581,7 +596,7 @@ struct Problem {
                                     "the file) or add the entry",
                                     where(layer), table.path(), e.key()));
     for (const auto& r : finds()) {  // fastest first
-      if (!r.ok() || !math_allowed(r.math, math) || r.det != Determinism::Yes) continue;
+      if (!r.ok() || !math_allowed(r.math, precision) || r.det != Determinism::Yes) continue;
       std::size_t bytes = 0;
       if (!workspace_of(r.algo, &bytes)) continue;
       detail::Workspace probe(detail::cuda_state(ctx), bytes);
@@ -617,7 +632,7 @@ struct Problem {
         break;
       case SelectMode::Heuristic: {
         const auto& list = heuristics();
-        auto it = std::find_if(list.begin(), list.end(), [&](const AlgoPerf& r) { return r.ok() && math_allowed(r.math, math); });
+        auto it = std::find_if(list.begin(), list.end(), [&](const AlgoPerf& r) { return r.ok() && math_allowed(r.math, precision); });
         if (it == list.end())
           throw PolicyError(fmt::format("{}: cuDNN's heuristic returned no usable algorithm; supported: {}",
                                         where(layer), supported_str()));
@@ -635,7 +650,7 @@ struct Problem {
         bool found = false;
         const auto& ranked = mode == SelectMode::Deterministic ? heuristics() : finds();
         for (const auto& r : ranked) {  // best first
-          if (!r.ok() || !math_allowed(r.math, math)) continue;
+          if (!r.ok() || !math_allowed(r.math, precision)) continue;
           if (mode == SelectMode::Deterministic && r.det != Determinism::Yes) continue;
           std::size_t bytes = 0;
           if (!workspace_of(r.algo, &bytes)) continue;
@@ -659,12 +674,13 @@ struct Problem {
 };
 
 // Resolves the layer's policy for direction T, runs it, records what ran.
+// The operands are in the precision's dtype (ConvDescs says so to cuDNN).
 template <class T>
-void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec, const ConvOperands& ops) {
-  const MathMode math = ctx.policy().variant<MathMode>(layer, op::conv2d);
+void run_direction(Context& ctx, const std::string& layer, Precision precision, const ConvSpec& spec,
+                   const ConvOperands& ops) {
   const std::string shape = shape_key(spec.x);
   const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer, shape);
-  Problem<T> prob(ctx, spec, math);
+  Problem<T> prob(ctx, spec, precision);
   const Selection sel = prob.select(layer, choice);
   // Timed after selection: a first call's heuristic queries and Find are not the op's cost.
   ProfileScope timed(ctx, T::kProfile, Problem<T>::name(sel.algo));
@@ -676,7 +692,7 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
   // deterministic algorithms are); ditto-direct uses no library (gpu_to_gpu).
   Impl impl = Impl::Library;
   if (Problem<T>::is_own(sel.algo)) {
-    T::run_own(ctx, sel.algo, spec.geom(), ops, ws.get(), math == MathMode::Tf32);
+    T::run_own(ctx, sel.algo, spec.geom(), ops, ws.get(), precision == Precision::Tf32);
     if (sel.algo == T::kCount + 1) impl = Impl::Ditto;
   } else {
     const cudnnStatus_t status =
@@ -690,13 +706,42 @@ void run_direction(Context& ctx, const std::string& layer, const ConvSpec& spec,
     DITTO_CUDNN_CHECK(status);
   }
   ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
-                         name_of(math), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, impl)});
+                         name_of(precision), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, impl)});
 }
 
-void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested) {
-  // The CPU has one path, whatever the policy asks: the deterministic double-accumulating reference.
-  ctx.manifest().record({layer, "conv2d", knob, "cpu-reference", select_mode_name(requested), Determinism::Yes, "", 0,
-                         ctx.device().str(), "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
+void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested, Precision precision) {
+  // The CPU has one path, whatever the policy asks: the deterministic double-accumulating
+  // reference, rounding where bf16/fp16 round (tf32's rounding it does not emulate).
+  ctx.manifest().record({layer, "conv2d", knob, "cpu-reference", select_mode_name(requested), Determinism::Yes,
+                         is_reduced(precision) ? name_of(precision) : "", 0, ctx.device().str(), "",
+                         guarantee_of(Determinism::Yes, Impl::CpuReference)});
+}
+
+Precision layer_precision(const Context& ctx, const std::string& layer) {
+  return ctx.policy().variant<Precision>(layer, op::conv2d);
+}
+
+// Forward on operands already in the precision's dtype; y in that dtype.
+Tensor forward_rounded(Context& ctx, const std::string& layer, Precision precision, const Tensor& x, const Tensor& w,
+                       const Conv2dParams& p) {
+  const Shape ys = conv2d_output_shape(layer, x.shape(), w.shape(), p);
+  const DType dtype = precision_dtype(precision);
+  if (!ctx.is_cuda()) {
+    ProfileScope timed(ctx, ProfileKind::ConvFwd, "cpu-reference");
+    Tensor y = rounded_reference(ctx, dtype, ys, [&](float* out) {
+      ref::conv2d_fwd(ref::conv2d_geom(x.shape(), w.shape(), p), to_dtype(ctx, x, DType::F32).f32(),
+                      to_dtype(ctx, w, DType::F32).f32(), out);
+    });
+    record_cpu(ctx, layer, "fwd", conv_choice<ConvFwdAlgo>(ctx.policy(), layer).mode, precision);
+    return y;
+  }
+  Tensor y = ctx.empty(ys, dtype);
+  ConvOperands ops;
+  ops.x = x.raw();
+  ops.w = w.raw();
+  ops.out = y.raw();
+  run_direction<FwdTraits>(ctx, layer, precision, ConvSpec{x.shape(), w.shape(), ys, p}, ops);
+  return y;
 }
 
 template <class Fn>
@@ -735,22 +780,12 @@ Shape conv2d_output_shape(const std::string& layer, const Shape& x, const Shape&
 }
 
 Tensor conv2d_forward(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  check_f32_on(ctx, x, op_name(layer), "x");
-  check_f32_on(ctx, w, op_name(layer), "w");
-  const Shape ys = conv2d_output_shape(layer, x.shape(), w.shape(), p);
-  Tensor y = ctx.empty(ys);
-  if (ctx.is_cuda()) {
-    ConvOperands ops;
-    ops.x = x.raw();
-    ops.w = w.raw();
-    ops.out = y.raw();
-    run_direction<FwdTraits>(ctx, layer, ConvSpec{x.shape(), w.shape(), ys, p}, ops);
-  } else {
-    ProfileScope timed(ctx, ProfileKind::ConvFwd, "cpu-reference");
-    ref::conv2d_fwd(ref::conv2d_geom(x.shape(), w.shape(), p), x.f32(), w.f32(), y.f32());
-    record_cpu(ctx, layer, "fwd", conv_choice<ConvFwdAlgo>(ctx.policy(), layer).mode);
-  }
-  return y;
+  check_float_on(ctx, x, op_name(layer), "x");
+  check_float_on(ctx, w, op_name(layer), "w");
+  const Precision precision = layer_precision(ctx, layer);
+  const DType dtype = precision_dtype(precision);
+  return to_dtype(ctx, forward_rounded(ctx, layer, precision, to_dtype(ctx, x, dtype), to_dtype(ctx, w, dtype), p),
+                  DType::F32);
 }
 
 namespace {
@@ -761,56 +796,77 @@ void check_dy(const std::string& layer, const Tensor& dy, const Shape& want) {
 }
 }  // namespace
 
-Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& w,
+Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor& dy_in, const Tensor& w_in,
                             const Shape& x_shape, const Conv2dParams& p) {
-  check_f32_on(ctx, dy, op_name(layer), "dy");
-  check_f32_on(ctx, w, op_name(layer), "w");
-  const Shape ys = conv2d_output_shape(layer, x_shape, w.shape(), p);
-  check_dy(layer, dy, ys);
-  Tensor dx = ctx.empty(x_shape);
+  check_float_on(ctx, dy_in, op_name(layer), "dy");
+  check_float_on(ctx, w_in, op_name(layer), "w");
+  const Shape ys = conv2d_output_shape(layer, x_shape, w_in.shape(), p);
+  check_dy(layer, dy_in, ys);
+  const Precision precision = layer_precision(ctx, layer);
+  const DType dtype = precision_dtype(precision);
+  const Tensor dy = to_dtype(ctx, dy_in, dtype), w = to_dtype(ctx, w_in, dtype);
+  Tensor dx;
   if (ctx.is_cuda()) {
+    dx = ctx.empty(x_shape, dtype);
     ConvOperands ops;
     ops.w = w.raw();
     ops.dy = dy.raw();
     ops.out = dx.raw();
-    run_direction<BwdDataTraits>(ctx, layer, ConvSpec{x_shape, w.shape(), ys, p}, ops);
+    run_direction<BwdDataTraits>(ctx, layer, precision, ConvSpec{x_shape, w.shape(), ys, p}, ops);
   } else {
     ProfileScope timed(ctx, ProfileKind::ConvBwdData, "cpu-reference");
-    ref::conv2d_bwd_data(ref::conv2d_geom(x_shape, w.shape(), p), dy.f32(), w.f32(), dx.f32());
-    record_cpu(ctx, layer, "bwd_data", conv_choice<ConvBwdDataAlgo>(ctx.policy(), layer).mode);
+    dx = rounded_reference(ctx, dtype, x_shape, [&](float* out) {
+      ref::conv2d_bwd_data(ref::conv2d_geom(x_shape, w.shape(), p), to_dtype(ctx, dy, DType::F32).f32(),
+                           to_dtype(ctx, w, DType::F32).f32(), out);
+    });
+    record_cpu(ctx, layer, "bwd_data", conv_choice<ConvBwdDataAlgo>(ctx.policy(), layer).mode, precision);
   }
-  return dx;
+  return to_dtype(ctx, dx, DType::F32);
 }
 
-Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& dy,
+Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tensor& x_in, const Tensor& dy_in,
                               const Shape& w_shape, const Conv2dParams& p) {
-  check_f32_on(ctx, x, op_name(layer), "x");
-  check_f32_on(ctx, dy, op_name(layer), "dy");
-  const Shape ys = conv2d_output_shape(layer, x.shape(), w_shape, p);
-  check_dy(layer, dy, ys);
-  Tensor dw = ctx.empty(w_shape);
+  check_float_on(ctx, x_in, op_name(layer), "x");
+  check_float_on(ctx, dy_in, op_name(layer), "dy");
+  const Shape ys = conv2d_output_shape(layer, x_in.shape(), w_shape, p);
+  check_dy(layer, dy_in, ys);
+  const Precision precision = layer_precision(ctx, layer);
+  const DType dtype = precision_dtype(precision);
+  const Tensor x = to_dtype(ctx, x_in, dtype), dy = to_dtype(ctx, dy_in, dtype);
+  Tensor dw;
   if (ctx.is_cuda()) {
+    dw = ctx.empty(w_shape, dtype);
     ConvOperands ops;
     ops.x = x.raw();
     ops.dy = dy.raw();
     ops.out = dw.raw();
-    run_direction<BwdFilterTraits>(ctx, layer, ConvSpec{x.shape(), w_shape, ys, p}, ops);
+    run_direction<BwdFilterTraits>(ctx, layer, precision, ConvSpec{x.shape(), w_shape, ys, p}, ops);
   } else {
     ProfileScope timed(ctx, ProfileKind::ConvBwdFilter, "cpu-reference");
-    ref::conv2d_bwd_filter(ref::conv2d_geom(x.shape(), w_shape, p), x.f32(), dy.f32(), dw.f32());
-    record_cpu(ctx, layer, "bwd_filter", conv_choice<ConvBwdFilterAlgo>(ctx.policy(), layer).mode);
+    dw = rounded_reference(ctx, dtype, w_shape, [&](float* out) {
+      ref::conv2d_bwd_filter(ref::conv2d_geom(x.shape(), w_shape, p), to_dtype(ctx, x, DType::F32).f32(),
+                             to_dtype(ctx, dy, DType::F32).f32(), out);
+    });
+    record_cpu(ctx, layer, "bwd_filter", conv_choice<ConvBwdFilterAlgo>(ctx.policy(), layer).mode, precision);
   }
-  return dw;
+  return to_dtype(ctx, dw, DType::F32);
 }
 
 Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, const Conv2dParams& p) {
-  Tensor y = conv2d_forward(ctx, layer, x.value(), w.value(), p);
+  check_float_on(ctx, x.value(), op_name(layer), "x");
+  check_float_on(ctx, w.value(), op_name(layer), "w");
+  // Rounded once: the forward reads these, and backward reads the same rounded tensors (in
+  // bf16/fp16 they also take half the memory of the float values).
+  const Precision precision = layer_precision(ctx, layer);
+  const DType dtype = precision_dtype(precision);
+  const Tensor xr = to_dtype(ctx, x.value(), dtype), wr = to_dtype(ctx, w.value(), dtype);
+  Tensor y = to_dtype(ctx, forward_rounded(ctx, layer, precision, xr, wr, p), DType::F32);
   const bool grad = needs_grad(ctx, {&x, &w});
   Var out(std::move(y), grad);
   if (grad) {
     // dW reads x, dX reads w: each is kept only when that gradient is wanted.
-    Tensor saved_x = w.requires_grad() ? x.value() : Tensor();
-    Tensor saved_w = x.requires_grad() ? w.value() : Tensor();
+    Tensor saved_x = w.requires_grad() ? xr : Tensor();
+    Tensor saved_w = x.requires_grad() ? wr : Tensor();
     ctx.tape().record("conv2d", layer, {{"x", x}, {"w", w}}, out,
                       [saved_x, saved_w, xs = x.shape(), ws = w.shape(), xr = x.grad_ref(), wr = w.grad_ref(),
                        outr = out.grad_ref(), p, layer](Context& c) {
@@ -829,27 +885,27 @@ namespace {
 // allow_find: also take determinism labels from cuDNN's Find where the heuristic query does
 // not report the algorithm as usable (Find runs the algorithms; the names alone do not need it).
 std::vector<ConvAlgoInfo> algos_impl(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
-                                     const Conv2dParams& p, MathMode math, bool allow_find) {
+                                     const Conv2dParams& p, Precision precision, bool allow_find) {
   const Shape ys = conv2d_output_shape("conv_algos", x, w, p);
   if (!ctx.is_cuda())
     throw Error(fmt::format("conv_algos: cuDNN algorithms need a CUDA context; this one is on {}", ctx.device().str()));
   const ConvSpec spec{x, w, ys, p};
   return with_direction(direction, [&](auto traits) {
     using T = decltype(traits);
-    return Problem<T>(ctx, spec, math).supported(allow_find);
+    return Problem<T>(ctx, spec, precision).supported(allow_find);
   });
 }
 }  // namespace
 
 std::vector<ConvAlgoInfo> conv_algos(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
-                                     const Conv2dParams& p, MathMode math) {
-  return algos_impl(ctx, direction, x, w, p, math, true);
+                                     const Conv2dParams& p, Precision precision) {
+  return algos_impl(ctx, direction, x, w, p, precision, true);
 }
 
 std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& direction, const Shape& x,
-                                              const Shape& w, const Conv2dParams& p, MathMode math) {
+                                              const Shape& w, const Conv2dParams& p, Precision precision) {
   std::vector<std::string> names;
-  for (const auto& i : algos_impl(ctx, direction, x, w, p, math, false)) names.push_back(i.name);
+  for (const auto& i : algos_impl(ctx, direction, x, w, p, precision, false)) names.push_back(i.name);
   return names;
 }
 

@@ -6,8 +6,15 @@
 // written into the manifest with cuDNN's own determinism label. The atomics algorithms
 // (bwd_data algo0, bwd_filter algo0 and algo3) add partial sums in whatever order the
 // hardware schedules them, so they can differ in the last bits from run to run; the others
-// reduce in a fixed order. Math mode per layer: fma (no tensor cores) or tf32.
-// The CPU path is the double-accumulating reference: deterministic.
+// reduce in a fixed order.
+//
+// Precision per layer (conv2d.precision, kernels/precision.h): fp32 (no tensor cores), tf32, or
+// bf16/fp16: x and w are read rounded to bf16/fp16 (cuDNN's PSEUDO_BFLOAT16/PSEUDO_HALF
+// configuration: bf16/f16 tensors, fp32 accumulation on tensor cores), and the direction's
+// result (y, dx, dw) is rounded to bf16/fp16 by cuDNN, then handed on widened to fp32. Inputs
+// that are already bf16/f16 (the tape keeps x and w rounded for backward) are not rounded again.
+// ditto's own algorithms compute in fp32 or tf32 only: pinned under bf16/fp16 they are an error.
+// The CPU path is the double-accumulating reference, with the same rounding points: deterministic.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -17,7 +24,7 @@
 #include "engine/manifest.h"
 #include "engine/policy.h"
 #include "engine/tape.h"
-#include "kernels/math_mode.h"
+#include "kernels/precision.h"
 
 namespace ditto {
 
@@ -93,9 +100,10 @@ struct ConvAlgoInfo {
 // direction: "fwd", "bwd_data" or "bwd_filter" (anything else throws PolicyError). Needs a
 // CUDA context (throws Error on a CPU one). The shapes are checked as by conv2d_output_shape.
 std::vector<ConvAlgoInfo> conv_algos(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
-                                     const Conv2dParams& p, MathMode math = MathMode::Fma);
+                                     const Conv2dParams& p, Precision precision = Precision::Fp32);
 // Just the names of conv_algos(...), in cuDNN's enum order.
 std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& direction, const Shape& x,
-                                              const Shape& w, const Conv2dParams& p, MathMode math = MathMode::Fma);
+                                              const Shape& w, const Conv2dParams& p,
+                                              Precision precision = Precision::Fp32);
 
 }  // namespace ditto

@@ -8,6 +8,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/profiler.h"
 #include "engine/operand_check.h"
+#include "engine/tensor_ops.h"
 #include "kernels/detail/cublas_modes.h"
 #include "kernels/linear_ref.h"
 
@@ -18,8 +19,8 @@ constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun,
 constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
 }  // namespace
 
-DITTO_KNOB(linear_math_knob, {op::linear, "math", math_mode_variants(), "fma", false,
-                              "fp32 FMA or TF32 tensor cores for the GEMMs (PyTorch's matmul default is fma)"})
+DITTO_KNOB(linear_precision_knob, {op::linear, "precision", precision_variants(), "fp32", false,
+                                   "where the GEMMs round: fp32, tf32, bf16, fp16 (PyTorch's matmul default is fp32)"})
 DITTO_KNOB(linear_cublas_atomics_knob,
            {op::linear, "cublas_atomics",
             {{"off", kRun, kLib, "cuBLAS with atomics disallowed, its default"},
@@ -31,9 +32,13 @@ const char* name_of(CublasAtomics c) { return variant_name(linear_cublas_atomics
 namespace {
 
 struct GemmModes {
-  MathMode math;
+  Precision precision;
   CublasAtomics atomics;
 };
+
+cudaDataType_t cuda_type(Precision p) {
+  return p == Precision::Bf16 ? CUDA_R_16BF : p == Precision::Fp16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 int as_int(int64_t v, const std::string& layer, const char* what) {
   if (v > INT_MAX)
@@ -41,60 +46,90 @@ int as_int(int64_t v, const std::string& layer, const char* what) {
   return static_cast<int>(v);
 }
 
-// Column-major C (m x n, leading dimension ldc) = op(A) op(B), op = transpose when ta / tb.
+// Column-major C (m x n, leading dimension ldc) = op(A) op(B), op = transpose when ta / tb. A, B
+// and C are in the precision's dtype; the sum is fp32 in every precision (COMPUTE_32F: bf16/f16
+// products accumulate in fp32, and C is rounded once, at the end).
 void gemm(Context& ctx, const std::string& layer, GemmModes modes, bool ta, bool tb, int64_t m, int64_t n,
-          int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+          int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
   if (m == 0 || n == 0) return;
   auto& cs = detail::cuda_state(ctx);
+  const DType dtype = precision_dtype(modes.precision);
   if (k == 0) {  // an empty sum: cuBLAS's k = 0 behaviour with beta = 0 is not something to lean on
-    DITTO_CUDA_CHECK(cudaMemsetAsync(C, 0, sizeof(float) * static_cast<size_t>(m * n), cs.stream));
+    DITTO_CUDA_CHECK(cudaMemsetAsync(C, 0, dtype_size(dtype) * static_cast<size_t>(m * n), cs.stream));
     return;
   }
   detail::CublasModes guard(cs.cublas, modes.atomics == CublasAtomics::On);
   const float alpha = 1.0f, beta = 0.0f;
-  cublasComputeType_t compute = modes.math == MathMode::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute =
+      modes.precision == Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t type = cuda_type(modes.precision);
   DITTO_CUBLAS_CHECK(cublasGemmEx(cs.cublas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   as_int(m, layer, "m"), as_int(n, layer, "n"), as_int(k, layer, "k"), &alpha, A,
-                                  CUDA_R_32F, as_int(lda, layer, "lda"), B, CUDA_R_32F, as_int(ldb, layer, "ldb"),
-                                  &beta, C, CUDA_R_32F, as_int(ldc, layer, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
+                                  type, as_int(lda, layer, "lda"), B, type, as_int(ldb, layer, "ldb"), &beta, C, type,
+                                  as_int(ldc, layer, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
 }
 
 // A row-major {r, c} matrix is the column-major {c, r} matrix of its transpose (ld = c), so each
 // row-major product below is written as the column-major product of transposes.
 
 // y {N,out} = x {N,in} w^T:  y^T (out x N) = w_cm^T (out x in) * x_cm (in x N)
-void gemm_fwd(Context& ctx, const std::string& layer, GemmModes md, const float* x, const float* w, float* y,
+void gemm_fwd(Context& ctx, const std::string& layer, GemmModes md, const void* x, const void* w, void* y,
               int64_t n, int64_t in, int64_t out) {
   gemm(ctx, layer, md, true, false, out, n, in, w, in, x, in, y, out);
 }
 // dx {N,in} = dy {N,out} w {out,in}:  dx^T (in x N) = w_cm (in x out) * dy_cm (out x N)
-void gemm_bwd_x(Context& ctx, const std::string& layer, GemmModes md, const float* dy, const float* w, float* dx,
+void gemm_bwd_x(Context& ctx, const std::string& layer, GemmModes md, const void* dy, const void* w, void* dx,
                 int64_t n, int64_t in, int64_t out) {
   gemm(ctx, layer, md, false, false, in, n, out, w, in, dy, out, dx, in);
 }
 // dw {out,in} = dy^T x:  dw^T (in x out) = x_cm (in x N) * dy_cm^T (N x out)
-void gemm_bwd_w(Context& ctx, const std::string& layer, GemmModes md, const float* dy, const float* x, float* dw,
+void gemm_bwd_w(Context& ctx, const std::string& layer, GemmModes md, const void* dy, const void* x, void* dw,
                 int64_t n, int64_t in, int64_t out) {
   gemm(ctx, layer, md, false, true, in, out, n, x, in, dy, out, dw, in);
+}
+
+// An operand widened to float for the CPU reference (exact; the tensor itself when f32). The
+// pointer stays valid to the end of the full expression that made it: the reference call.
+const float* as_f32(Context& ctx, const Tensor& t, Tensor&& widened = Tensor()) {
+  widened = to_dtype(ctx, t, DType::F32);
+  return widened.f32();
+}
+
+// One product in the precision's dtype, handed on as fp32: on CUDA `gpu` writes it (cuBLAS
+// rounds its output), on the CPU `reference` writes it in float and it is rounded where cuBLAS
+// rounds.
+template <class Gpu, class Ref>
+Tensor product(Context& ctx, DType dtype, const Shape& shape, Gpu&& gpu, Ref&& reference) {
+  if (!ctx.is_cuda()) return to_dtype(ctx, rounded_reference(ctx, dtype, shape, reference), DType::F32);
+  Tensor out = ctx.empty(shape, dtype);
+  gpu(out.raw());
+  return to_dtype(ctx, out, DType::F32);
 }
 
 void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
   const Policy& p = ctx.policy();
   const std::string dev = ctx.device().str();
   if (!ctx.is_cuda()) {
-    for (const char* knob : {"math", "cublas_atomics"})
-      ctx.manifest().record({layer, "linear", knob, "reference", p.requested(layer, knob, op::linear),
-                             Determinism::Yes, "", 0, dev, "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
+    // The reference rounds where bf16/fp16 say (it does not emulate tf32).
+    const bool rounds = is_reduced(md.precision);
+    ctx.manifest().record({layer, "linear", "precision", rounds ? name_of(md.precision) : "reference",
+                           p.requested(layer, "precision", op::linear), Determinism::Yes,
+                           rounds ? name_of(md.precision) : "", 0, dev, "",
+                           guarantee_of(Determinism::Yes, Impl::CpuReference)});
+    ctx.manifest().record({layer, "linear", "cublas_atomics", "reference",
+                           p.requested(layer, "cublas_atomics", op::linear), Determinism::Yes, "", 0, dev, "",
+                           guarantee_of(Determinism::Yes, Impl::CpuReference)});
     return;
   }
-  // Both math modes are run-to-run deterministic on one GPU (TF32 changes the bits, not their
+  // Every precision is run-to-run deterministic on one GPU (it changes the bits, not their
   // reproducibility); atomics allowed: cuBLAS promises nothing (see linear.h).
-  ctx.manifest().record({layer, "linear", "math", name_of(md.math), p.requested(layer, "math", op::linear),
-                         Determinism::Yes, name_of(md.math), 0, dev, "", Guarantee::RunToRun});
+  ctx.manifest().record({layer, "linear", "precision", name_of(md.precision),
+                         p.requested(layer, "precision", op::linear), Determinism::Yes, name_of(md.precision), 0, dev,
+                         "", Guarantee::RunToRun});
   ctx.manifest().record({layer, "linear", "cublas_atomics", name_of(md.atomics),
                          p.requested(layer, "cublas_atomics", op::linear),
                          md.atomics == CublasAtomics::Off ? Determinism::Yes : Determinism::Unknown,
-                         name_of(md.math), 0, dev, "",
+                         name_of(md.precision), 0, dev, "",
                          md.atomics == CublasAtomics::Off ? Guarantee::RunToRun : Guarantee::NotGuaranteed});
 }
 
@@ -102,8 +137,8 @@ void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
 
 Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
   const std::string op = fmt::format("linear (layer '{}')", layer);
-  check_f32_on(ctx, x.value(), op, "x");
-  check_f32_on(ctx, w.value(), op, "w");
+  check_float_on(ctx, x.value(), op, "x");
+  check_float_on(ctx, w.value(), op, "w");
   check_ndim(x.value(), 2, op, "x");
   check_ndim(w.value(), 2, op, "w");
   if (x.shape()[1] != w.shape()[1])
@@ -111,55 +146,49 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
                                  "w's dim 1",
                                  op, shape_str(x.shape()), shape_str(w.shape())));
   const int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  const GemmModes md{ctx.policy().variant<MathMode>(layer, op::linear), ctx.policy().variant<CublasAtomics>(layer, op::linear)};
+  const GemmModes md{ctx.policy().variant<Precision>(layer, op::linear),
+                     ctx.policy().variant<CublasAtomics>(layer, op::linear)};
   // NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside NVIDIA's libraries: a pinned tf32 would silently
-  // run as fma while the manifest said tf32.
-  if (ctx.is_cuda() && md.math == MathMode::Tf32) {
+  // run as fp32 while the manifest said tf32.
+  if (ctx.is_cuda() && md.precision == Precision::Tf32) {
     const char* env = std::getenv("NVIDIA_TF32_OVERRIDE");
     if (env && std::string(env) == "0")
-      throw PolicyError(fmt::format("{}: math=tf32 cannot run while NVIDIA_TF32_OVERRIDE=0 disables TF32 in "
-                                    "cuBLAS; unset it or use math=fma",
+      throw PolicyError(fmt::format("{}: precision=tf32 cannot run while NVIDIA_TF32_OVERRIDE=0 disables TF32 in "
+                                    "cuBLAS; unset it or use precision=fp32",
                                     op));
   }
   record_manifest(ctx, layer, md);
 
-  Tensor y = ctx.empty({n, out});
+  // Rounded once: the forward reads these, backward the same (kernels/precision.h's rules).
+  const DType dtype = precision_dtype(md.precision);
+  const Tensor xr = to_dtype(ctx, x.value(), dtype), wr = to_dtype(ctx, w.value(), dtype);
+  Tensor y;
   {
     ProfileScope timed(ctx, ProfileKind::LinearFwd);
-    if (ctx.is_cuda())
-      gemm_fwd(ctx, layer, md, x.value().f32(), w.value().f32(), y.f32(), n, in, out);
-    else
-      ref::linear_fwd(x.value().f32(), w.value().f32(), y.f32(), n, in, out);
+    y = product(ctx, dtype, {n, out}, [&](void* yp) { gemm_fwd(ctx, layer, md, xr.raw(), wr.raw(), yp, n, in, out); },
+                [&](float* yp) { ref::linear_fwd(as_f32(ctx, xr), as_f32(ctx, wr), yp, n, in, out); });
   }
 
   bool grad = needs_grad(ctx, {&x, &w});
   Var result(std::move(y), grad);
   if (grad) {
     // dW reads x, dX reads w: each is kept only when that gradient is wanted.
-    Tensor saved_x = w.requires_grad() ? x.value() : Tensor();
-    Tensor saved_w = x.requires_grad() ? w.value() : Tensor();
+    Tensor saved_x = w.requires_grad() ? xr : Tensor();
+    Tensor saved_w = x.requires_grad() ? wr : Tensor();
     ctx.tape().record("linear", layer, {{"x", x}, {"w", w}}, result,
                       [saved_x, saved_w, xr = x.grad_ref(), wr = w.grad_ref(), outr = result.grad_ref(), layer, md, n,
-                       in, o = out](Context& c) {
+                       in, o = out, dtype](Context& c) {
       if (!outr.grad().defined()) return;
-      const float* dy = outr.grad().f32();
       Tensor dx, dw;
       {
         ProfileScope timed(c, ProfileKind::LinearBwd);
-        if (xr.requires_grad()) {
-          dx = c.empty({n, in});
-          if (c.is_cuda())
-            gemm_bwd_x(c, layer, md, dy, saved_w.f32(), dx.f32(), n, in, o);
-          else
-            ref::linear_bwd_x(dy, saved_w.f32(), dx.f32(), n, in, o);
-        }
-        if (wr.requires_grad()) {
-          dw = c.empty({o, in});
-          if (c.is_cuda())
-            gemm_bwd_w(c, layer, md, dy, saved_x.f32(), dw.f32(), n, in, o);
-          else
-            ref::linear_bwd_w(dy, saved_x.f32(), dw.f32(), n, in, o);
-        }
+        const Tensor dy = to_dtype(c, outr.grad(), dtype);
+        if (xr.requires_grad())
+          dx = product(c, dtype, {n, in}, [&](void* p) { gemm_bwd_x(c, layer, md, dy.raw(), saved_w.raw(), p, n, in, o); },
+                       [&](float* p) { ref::linear_bwd_x(as_f32(c, dy), as_f32(c, saved_w), p, n, in, o); });
+        if (wr.requires_grad())
+          dw = product(c, dtype, {o, in}, [&](void* p) { gemm_bwd_w(c, layer, md, dy.raw(), saved_x.raw(), p, n, in, o); },
+                       [&](float* p) { ref::linear_bwd_w(as_f32(c, dy), as_f32(c, saved_x), p, n, in, o); });
       }
       accumulate_grad(c, xr, std::move(dx));
       accumulate_grad(c, wr, std::move(dw));

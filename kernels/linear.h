@@ -3,19 +3,23 @@
 // x is {N, in}, w is {out, in} (row-major, as stored by every ditto tensor), y is {N, out}.
 // Backward: dx = dy w ({N, in}), dw = dy^T x ({out, in}); each only when its input requires grad.
 //
-// On CUDA all three products run through cublasGemmEx (float in, float out, on the context's
-// stream), with two knobs resolved per layer through the Policy and written to the Manifest:
-//   math            fma  -> CUBLAS_COMPUTE_32F with the handle's math mode set to
-//                           CUBLAS_DEFAULT_MATH: IEEE fp32 multiply-adds, no TF32 down-conversion.
-//                           (Not CUBLAS_COMPUTE_32F_PEDANTIC: pedantic mode is meant for numerical
-//                           debugging and may force slower kernels; DEFAULT_MATH with COMPUTE_32F
-//                           already excludes TF32, and the mode is set explicitly on every call so
-//                           another user of the shared handle cannot leave TF32 switched on.)
-//                   tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to TF32 (10-bit mantissa)
-//                           on tensor cores, fp32 accumulation. Deterministic run to run, but its
-//                           bits differ from fma. With NVIDIA_TF32_OVERRIDE=0 in the environment
-//                           (which turns TF32 off inside cuBLAS) a tf32 layer throws PolicyError
-//                           rather than run fma under a tf32 label.
+// On CUDA all three products run through cublasGemmEx on the context's stream, with two knobs
+// resolved per layer through the Policy and written to the Manifest:
+//   precision fp32 -> float operands, CUBLAS_COMPUTE_32F with the handle's math mode set to
+//                     CUBLAS_DEFAULT_MATH: IEEE fp32 multiply-adds, no TF32 down-conversion.
+//                     (Not CUBLAS_COMPUTE_32F_PEDANTIC: pedantic mode is meant for numerical
+//                     debugging and may force slower kernels; DEFAULT_MATH with COMPUTE_32F
+//                     already excludes TF32, and the mode is set explicitly on every call so
+//                     another user of the shared handle cannot leave TF32 switched on.)
+//             tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to TF32 (10-bit mantissa)
+//                     on tensor cores, fp32 accumulation. Deterministic run to run, but its
+//                     bits differ from fp32. With NVIDIA_TF32_OVERRIDE=0 in the environment
+//                     (which turns TF32 off inside cuBLAS) a tf32 layer throws PolicyError
+//                     rather than run fp32 under a tf32 label.
+//        bf16/fp16 -> operands rounded to bf16/f16 (x and w once per forward, dy once per
+//                     backward), CUBLAS_COMPUTE_32F: tensor-core products accumulated in fp32,
+//                     the result rounded to bf16/f16 by cuBLAS and handed on widened to fp32
+//                     (kernels/precision.h's rules).
 //   cublas_atomics  off  -> CUBLAS_ATOMICS_NOT_ALLOWED (the context default). cuBLAS documents that
 //                           with atomics disallowed every routine gives the same bits from run to
 //                           run for identical parameters on the same hardware: Determinism yes.
@@ -27,15 +31,16 @@
 // Every GEMM of one layer runs on the context's single stream (cuBLAS's multi-stream workspace
 // caveat does not apply).
 //
-// On the CPU the products are the double-accumulating reference (kernels/linear_ref.h); the knobs
-// do not apply there and the manifest records variant "reference", math "".
+// On the CPU the products are the double-accumulating reference (kernels/linear_ref.h), rounding
+// its operands and results where bf16/fp16 say; cublas_atomics and tf32 do not apply there, and
+// the manifest records variant "reference" for them.
 #pragma once
 #include <string>
 
 #include "engine/context.h"
 #include "engine/tape.h"
 #include "engine/knob.h"
-#include "kernels/math_mode.h"
+#include "kernels/precision.h"
 
 namespace ditto {
 

@@ -357,7 +357,7 @@ TEST_CASE("conv2d: the tape delivers dx and dw, only where they are asked for") 
 }
 
 TEST_CASE("conv2d on the CPU: a pinned policy still runs the one CPU path and says so") {
-  Policy pol = Policy::parse({"conv1.fwd=fft", "conv1.bwd_data=algo0", "conv1.bwd_filter=deterministic", "conv1.math=tf32"});
+  Policy pol = Policy::parse({"conv1.fwd=fft", "conv1.bwd_data=algo0", "conv1.bwd_filter=deterministic", "conv1.precision=tf32"});
   Context ctx(Device::cpu(), pol);
   Var x(ctx.full({1, 2, 5, 5}, 1.f), true), w(ctx.full({3, 2, 3, 3}, 0.5f), true);
   Conv2dParams p;
@@ -370,7 +370,7 @@ TEST_CASE("conv2d on the CPU: a pinned policy still runs the one CPU path and sa
   CHECK(f->variant == "cpu-reference");
   CHECK(f->requested == "pinned");
   CHECK(f->deterministic == Determinism::Yes);
-  CHECK(f->math == "");
+  CHECK(f->precision == "");  // tf32 is not emulated on the CPU
   CHECK(f->workspace_bytes == 0);
   CHECK(ctx.manifest().find("conv1", "bwd_data")->requested == "pinned");
   CHECK(ctx.manifest().find("conv1", "bwd_filter")->requested == "deterministic");

@@ -300,7 +300,7 @@ TEST_CASE("ditto's own conv variants are policy values and tuning-file algorithm
   e.direction = "bwd_filter";
   e.x = {128, 64, 56, 56};
   e.w = {256, 64, 1, 1};
-  e.math = "fma";
+  e.precision = "fp32";
   e.algo = "ditto-gemm";
   e.time_ms = 0.5;
   t.add(e);

@@ -218,7 +218,7 @@ TEST_CASE("manifest: each variant's guarantee in CCCL's words, and every CPU op'
   CHECK(std::string(guarantee_name(Guarantee::NotGuaranteed)) == "not_guaranteed");
   CHECK(std::string(guarantee_name(Guarantee::GpuToGpu)) == "gpu_to_gpu");
   Manifest m;
-  m.record({"l", "linear", "math", "fma", "pinned", Determinism::Yes, "fma", 0, "cuda:0", "", Guarantee::RunToRun});
+  m.record({"l", "linear", "precision", "fp32", "pinned", Determinism::Yes, "fp32", 0, "cuda:0", "", Guarantee::RunToRun});
   CHECK(nlohmann::json::parse(m.to_json())["ops"][0]["guarantee"] == "run_to_run");
 
 }

@@ -65,9 +65,9 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
   // heuristic / deterministic / nondeterministic for each knob: a change here changes the bits of
   // runs made under a mode, so it must be deliberate.
   const std::map<std::string, std::vector<std::string>> expected = {
-      {"conv2d.math", {"fma", "fma", "fma"}},
+      {"conv2d.precision", {"fp32", "fp32", "fp32"}},
       {"conv2d.bias_bwd", {"cudnn", "deterministic", "atomic"}},
-      {"linear.math", {"fma", "fma", "fma"}},
+      {"linear.precision", {"fp32", "fp32", "fp32"}},
       {"linear.bias_bwd", {"atomic", "deterministic", "atomic"}},
       {"linear.cublas_atomics", {"off", "off", "on"}},
       {"maxpool2d.bwd", {"cudnn", "gather", "atomic-scatter"}},
@@ -107,8 +107,8 @@ TEST_CASE("knobs: each family's enum names its registered variants in order") {
   check_enum_names<ConvFwdAlgo>(conv_fwd_knob(), 8);
   check_enum_names<ConvBwdDataAlgo>(conv_bwd_data_knob(), 8);
   check_enum_names<ConvBwdFilterAlgo>(conv_bwd_filter_knob(), 9);
-  check_enum_names<MathMode>(knob_spec(op::conv2d, "math"), 2);
-  check_enum_names<MathMode>(knob_spec(op::linear, "math"), 2);
+  check_enum_names<Precision>(knob_spec(op::conv2d, "precision"), 4);
+  check_enum_names<Precision>(knob_spec(op::linear, "precision"), 4);
   check_enum_names<BiasBwd>(conv_bias_bwd_knob(), 3);
   check_enum_names<BiasBwd>(linear_bias_bwd_knob(), 2);  // the prefix without cudnn
   check_enum_names<CublasAtomics>(linear_cublas_atomics_knob(), 2);

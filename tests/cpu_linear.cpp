@@ -74,13 +74,13 @@ TEST_CASE("linear: operand errors name the layer and the shapes") {
 }
 
 TEST_CASE("linear: manifest records both knobs; policy errors surface at the forward call") {
-  Context ctx(Device::cpu(), Policy::parse({"fc1.math=tf32"}));
+  Context ctx(Device::cpu(), Policy::parse({"fc1.precision=tf32"}));
   Var x(ctx.zeros({2, 3})), w(ctx.zeros({4, 3}));
   linear(ctx, "fc1", x, w);
-  const ManifestEntry* m = ctx.manifest().find("fc1", "math");
+  const ManifestEntry* m = ctx.manifest().find("fc1", "precision");
   REQUIRE(m);
   CHECK(m->op == "linear");
-  CHECK(m->variant == "reference");  // the CPU has one path; GPU knobs do not apply
+  CHECK(m->variant == "reference");  // the CPU does not emulate tf32; GPU knobs do not apply
   CHECK(m->requested == "pinned");
   CHECK(m->device == "cpu");
   const ManifestEntry* a = ctx.manifest().find("fc1", "cublas_atomics");

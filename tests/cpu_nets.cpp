@@ -100,7 +100,7 @@ TEST_CASE("mnist-cnn: Keras's parameter count, layer names, knob layers") {
   CHECK(std::find(known.begin(), known.end(), "mnist-cnn") != known.end());
 
   Policy ok = Policy::parse({"conv2.bwd_filter=algo0", "pool1.bwd=gather", "fc1.bias_bwd=deterministic",
-                             "fc2.math=fma", "loss.reduce=deterministic"});
+                             "fc2.precision=fp32", "loss.reduce=deterministic"});
   CHECK_NOTHROW(ok.check_layers(net->knob_layers()));
   Policy bad = Policy::parse({"conv3.fwd=implicit_gemm"});
   CHECK_THROWS_WITH(bad.check_layers(net->knob_layers()), Contains("conv2"));

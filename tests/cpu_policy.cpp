@@ -15,7 +15,7 @@ TEST_CASE("policy: defaults are what frameworks do") {
   CHECK(p.variant<PoolBwd>("pool", op::maxpool2d) == PoolBwd::Cudnn);
   CHECK(p.variant<BnBwd>("bn", op::batchnorm) == BnBwd::Cudnn);
   CHECK(p.variant<Reduction>("loss", op::softmax_xent) == Reduction::Atomic);
-  CHECK(p.variant<MathMode>("c", op::conv2d) == MathMode::Fma);
+  CHECK(p.variant<Precision>("c", op::conv2d) == Precision::Fp32);
   CHECK(p.variant<CublasAtomics>("fc", op::linear) == CublasAtomics::Off);
 }
 
@@ -52,12 +52,12 @@ TEST_CASE("policy: specificity beats order, last wins among equals") {
 TEST_CASE("policy: typed pins equal their strings") {
   Policy p;
   p.pin("conv2", ConvBwdFilterAlgo::Algo0).pin("conv1", ConvFwdAlgo::Winograd).pin("pool1", PoolBwd::Gather);
-  p.pin("bn1", BnBwd::Atomic).pin("fc", MathMode::Tf32).pin("loss", Reduction::Deterministic);
+  p.pin("bn1", BnBwd::Atomic).pin("fc", Precision::Tf32).pin("loss", Reduction::Deterministic);
   CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv2").algo == ConvBwdFilterAlgo::Algo0);
   CHECK(conv_choice<ConvFwdAlgo>(p, "conv1").algo == ConvFwdAlgo::Winograd);
   CHECK(p.variant<PoolBwd>("pool1", op::maxpool2d) == PoolBwd::Gather);
   CHECK(p.variant<BnBwd>("bn1", op::batchnorm) == BnBwd::Atomic);
-  CHECK(p.variant<MathMode>("fc", op::linear) == MathMode::Tf32);
+  CHECK(p.variant<Precision>("fc", op::linear) == Precision::Tf32);
   CHECK(p.variant<Reduction>("loss", op::softmax_xent) == Reduction::Deterministic);
   CHECK(p.rules().at(0) == "conv2.bwd_filter=algo0");
 }
@@ -111,9 +111,9 @@ TEST_CASE("policy: rules are checked against the network's layers") {
 }
 
 TEST_CASE("policy: requested() reports pinned or the mode word, for manifests") {
-  Policy p = Policy::parse({"fc1.bias_bwd=deterministic", "fc2.math=tf32", "*=nondeterministic"});
+  Policy p = Policy::parse({"fc1.bias_bwd=deterministic", "fc2.precision=tf32", "*=nondeterministic"});
   CHECK(p.requested("fc1", "bias_bwd", op::linear) == "deterministic");
-  CHECK(p.requested("fc2", "math", op::linear) == "pinned");
+  CHECK(p.requested("fc2", "precision", op::linear) == "pinned");
   CHECK(p.requested("fc3", "cublas_atomics", op::linear) == "nondeterministic");
   CHECK(Policy{}.requested("loss", "reduce", op::softmax_xent) == "heuristic");
 }

@@ -221,11 +221,11 @@ TEST_CASE("run_dir: manifests, logs and pins files name the file and the field")
 TEST_CASE("run_dir: defining flags, the replay line and the resume check") {
   TrainConfig c = test::synthetic_config("smallcnn", 128, 32, 16, 32);
   c.data = "/data/my cifar";
-  c.pins = {"conv1.bwd_filter=algo1", "fc1.math=fma"};
+  c.pins = {"conv1.bwd_filter=algo1", "fc1.precision=fp32"};
   c.augment = true;
   const std::string line = replay_line(c, 1, 2, 3);
   CHECK_THAT(line, Contains("--data '/data/my cifar'") && Contains("--synthetic-train 128") && Contains("--augment") &&
-                       Contains("--pin conv1.bwd_filter=algo1 --pin fc1.math=fma") &&
+                       Contains("--pin conv1.bwd_filter=algo1 --pin fc1.precision=fp32") &&
                        Contains("--seed-init 1 --seed-order 2 --seed-augment 3") && !Contains("--nesterov") &&
                        !Contains("--graph"));
 

@@ -179,20 +179,31 @@ TEST_CASE("train: bad flags and data are errors naming the flag") {
 
 TEST_CASE("pins_from_manifest: every recorded kernel becomes a pin the policy accepts") {
   nlohmann::json m = {{"ops",
-                       {{{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo0"}, {"math", "tf32"}},
-                        {{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo1"}, {"math", "tf32"},
+                       {{{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo0"}, {"precision", "tf32"}},
+                        {{"layer", "conv1"}, {"knob", "bwd_filter"}, {"variant", "algo1"}, {"precision", "tf32"},
                          {"shape", "80x3x32x32"}},
-                        {{"layer", "pool1"}, {"knob", "bwd"}, {"variant", "gather"}, {"math", ""}},
-                        {{"layer", "fc1"}, {"knob", "math"}, {"variant", "fma"}, {"math", "fma"}},
-                        {{"layer", "conv2"}, {"knob", "fwd"}, {"variant", "cpu-reference"}, {"math", ""}}}}};
+                        {{"layer", "pool1"}, {"knob", "bwd"}, {"variant", "gather"}, {"precision", ""}},
+                        {{"layer", "fc1"}, {"knob", "precision"}, {"variant", "fp32"}, {"precision", "fp32"}},
+                        {{"layer", "conv2"}, {"knob", "fwd"}, {"variant", "cpu-reference"}, {"precision", ""}},
+                        {{"layer", "conv3"}, {"knob", "fwd"}, {"variant", "cpu-reference"}, {"precision", "bf16"}}}}};
   write_file_atomic("m.json", m.dump());
   auto pins = pins_from_manifest("m.json");
-  CHECK(pins == std::vector<std::string>{"conv1.bwd_filter=algo0", "conv1.math=tf32", "conv1.bwd_filter@80x3x32x32=algo1",
-                                         "conv1.math=tf32", "pool1.bwd=gather", "fc1.math=fma"});
+  CHECK(pins == std::vector<std::string>{"conv1.bwd_filter=algo0", "conv1.precision=tf32",
+                                         "conv1.bwd_filter@80x3x32x32=algo1", "conv1.precision=tf32",
+                                         "pool1.bwd=gather", "fc1.precision=fp32", "conv3.precision=bf16"});
   Policy p = Policy::parse(pins);
   CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::Algo0);
   CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1", "80x3x32x32").algo == ConvBwdFilterAlgo::Algo1);
-  CHECK(p.variant<MathMode>("conv1", op::conv2d) == MathMode::Tf32);
+  CHECK(p.variant<Precision>("conv1", op::conv2d) == Precision::Tf32);
+  CHECK(p.variant<Precision>("conv3", op::conv2d) == Precision::Bf16);
+  // Manifests written before the precision knob: "math" fma is fp32, and linear's math knob is
+  // the precision knob.
+  nlohmann::json old = {{"ops",
+                         {{{"layer", "conv1"}, {"knob", "fwd"}, {"variant", "gemm"}, {"math", "fma"}},
+                          {{"layer", "fc1"}, {"knob", "math"}, {"variant", "tf32"}, {"math", "tf32"}}}}};
+  write_file_atomic("old.json", old.dump());
+  CHECK(pins_from_manifest("old.json") ==
+        std::vector<std::string>{"conv1.fwd=gemm", "conv1.precision=fp32", "fc1.precision=tf32"});
   write_file_atomic("bad.json", "{\"ops\": [");
   CHECK_THROWS_WITH(pins_from_manifest("bad.json"), Catch::Matchers::Contains("bad.json"));
   CHECK_THROWS_AS(pins_from_manifest("none.json"), IoError);

@@ -26,7 +26,7 @@ TuningTable sample() {
   a.x = {128, 16, 16, 16};
   a.w = {32, 16, 3, 3};
   a.pad_h = a.pad_w = 1;
-  a.math = "fma";
+  a.precision = "fp32";
   a.algo = "winograd_nonfused";
   a.time_ms = 0.042;
   a.layer = "conv2";
@@ -97,8 +97,13 @@ TEST_CASE("tuning file: hand edits and mismatches are errors naming the entry") 
   CHECK(err.find("'winograd_fused' is not a bwd_filter algorithm") != std::string::npos);
 
   sample().save(path);
-  edit(path, "\"fma\"", "\"fp16\"");
-  CHECK(error_of(path).find("unknown math mode 'fp16'") != std::string::npos);
+  edit(path, "\"fp32\"", "\"fp8\"");
+  CHECK(error_of(path).find("unknown precision 'fp8'") != std::string::npos);
+
+  // A file written before precisions says "math": "fma", which reads as fp32.
+  sample().save(path);
+  edit(path, "\"precision\": \"fp32\"", "\"math\": \"fma\"");
+  CHECK(TuningTable::load(path, "NVIDIA H100 80GB HBM3", "9.14.0").find(sample().entries()[0].key()));
 
   sample().save(path);
   edit(path, "\"fwd\"", "\"bwd_filter\"");  // now entry 1 repeats entry 0's problem

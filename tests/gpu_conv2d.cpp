@@ -148,7 +148,7 @@ bool is_transform(const std::string& algo) {
 }
 
 // The bound of the header comment; returns "" when every element is within it.
-std::string compare(const std::vector<float>& got, const Problem& pr, Dir d, const std::string& algo, MathMode math) {
+std::string compare(const std::vector<float>& got, const Problem& pr, Dir d, const std::string& algo, Precision math) {
   const auto& want = pr.want[int(d)];
   const auto& a = pr.abs_sum[int(d)];
   if (got.size() != want.size()) return "size mismatch";
@@ -157,7 +157,7 @@ std::string compare(const std::vector<float>& got, const Problem& pr, Dir d, con
   const double gamma = n * u / (1 - n * u);
   double scale = 0;
   for (double v : a) scale = std::max(scale, v);
-  const bool tf32 = math == MathMode::Tf32;
+  const bool tf32 = math == Precision::Tf32;
   const double per_elem = gamma + (tf32 ? 1.01 * std::ldexp(1.0, -9) : 0.0);
   const double global = is_transform(algo) ? (tf32 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -12)) * scale : 0.0;
   double worst = 0;
@@ -178,8 +178,8 @@ std::string compare(const std::vector<float>& got, const Problem& pr, Dir d, con
   return buf;
 }
 
-Policy pin_policy(const std::string& layer, Dir d, const std::string& value, MathMode math = MathMode::Fma) {
-  return Policy::parse({layer + "." + knob(d) + "=" + value, layer + ".math=" + name_of(math)});
+Policy pin_policy(const std::string& layer, Dir d, const std::string& value, Precision math = Precision::Fp32) {
+  return Policy::parse({layer + "." + knob(d) + "=" + value, layer + ".precision=" + name_of(math)});
 }
 
 double micros_per_call(Context& ctx, const std::function<Tensor()>& fn) {
@@ -202,7 +202,7 @@ TEST_CASE("conv2d GPU: every supported algorithm of every direction matches the 
     INFO("case " << c.name);
     Problem pr(ctx, c, seed);
     for (Dir d : kDirs) {
-      auto algos = conv_algos(ctx, knob(d), c.x, c.w, c.p, MathMode::Fma);
+      auto algos = conv_algos(ctx, knob(d), c.x, c.w, c.p, Precision::Fp32);
       std::string names;
       for (const auto& i : algos) names += i.name + " ";
       std::printf("conv2d %s %s supported (fma): %s\n", c.name, knob(d).c_str(), names.c_str());
@@ -211,14 +211,14 @@ TEST_CASE("conv2d GPU: every supported algorithm of every direction matches the 
         INFO(knob(d) << "=" << info.name);
         ctx.policy() = pin_policy("c", d, info.name);
         Tensor out = run(ctx, "c", d, pr);
-        std::string bad = compare(out.to_host_f32(), pr, d, info.name, MathMode::Fma);
+        std::string bad = compare(out.to_host_f32(), pr, d, info.name, Precision::Fp32);
         CHECK(bad == "");
         const ManifestEntry* e = ctx.manifest().find("c", knob(d));
         REQUIRE(e != nullptr);
         CHECK(e->op == "conv2d");
         CHECK(e->variant == info.name);
         CHECK(e->requested == "pinned");
-        CHECK(e->math == "fma");
+        CHECK(e->precision == "fp32");
         CHECK(e->deterministic == info.deterministic);
         CHECK(e->workspace_bytes == info.workspace_bytes);
         CHECK(e->device == "cuda:0");
@@ -237,16 +237,16 @@ TEST_CASE("conv2d GPU: TF32 math, every supported algorithm on one shape, looser
   Context ctx(Device::cuda(0));
   Problem pr(ctx, cases()[0], seed);
   for (Dir d : kDirs) {
-    auto algos = conv_algos(ctx, knob(d), pr.c.x, pr.c.w, pr.c.p, MathMode::Tf32);
+    auto algos = conv_algos(ctx, knob(d), pr.c.x, pr.c.w, pr.c.p, Precision::Tf32);
     REQUIRE(!algos.empty());
     for (const auto& info : algos) {
       INFO(knob(d) << "=" << info.name << " tf32");
-      ctx.policy() = pin_policy("t", d, info.name, MathMode::Tf32);
+      ctx.policy() = pin_policy("t", d, info.name, Precision::Tf32);
       Tensor out = run(ctx, "t", d, pr);
-      CHECK(compare(out.to_host_f32(), pr, d, info.name, MathMode::Tf32) == "");
+      CHECK(compare(out.to_host_f32(), pr, d, info.name, Precision::Tf32) == "");
       const ManifestEntry* e = ctx.manifest().find("t", knob(d));
       REQUIRE(e != nullptr);
-      CHECK(e->math == "tf32");
+      CHECK(e->precision == "tf32");
       CHECK(e->variant == info.name);
     }
   }
@@ -269,7 +269,7 @@ TEST_CASE("conv2d GPU: selection modes resolve as documented and are recorded") 
         const ManifestEntry* e = ctx.manifest().find("m", knob(d));
         REQUIRE(e != nullptr);
         CHECK(e->requested == mode);
-        CHECK(compare(out.to_host_f32(), pr, d, e->variant, MathMode::Fma) == "");
+        CHECK(compare(out.to_host_f32(), pr, d, e->variant, Precision::Fp32) == "");
         auto supported = conv_supported_algos(ctx, knob(d), c.x, c.w, c.p);
         CHECK(std::find(supported.begin(), supported.end(), e->variant) != supported.end());
         std::printf("conv2d %s %s=%s -> %s (deterministic: %s, workspace %zu bytes)\n", c.name, knob(d).c_str(), mode,
@@ -306,7 +306,7 @@ TEST_CASE("conv2d GPU: grouped and depthwise through every selection mode; deter
         const ManifestEntry* e = ctx.manifest().find("g", knob(d));
         REQUIRE(e != nullptr);
         CHECK(e->requested == mode);
-        CHECK(compare(out.to_host_f32(), pr, d, e->variant, MathMode::Fma) == "");
+        CHECK(compare(out.to_host_f32(), pr, d, e->variant, Precision::Fp32) == "");
         std::printf("conv2d %s %s=%s -> %s (deterministic: %s, workspace %zu bytes)\n", c.name, knob(d).c_str(), mode,
                     e->variant.c_str(), determinism_name(e->deterministic), e->workspace_bytes);
         if (std::string(mode) == "nondeterministic" && d != Dir::Fwd) CHECK(e->variant == "algo0");
@@ -338,7 +338,7 @@ TEST_CASE("conv2d GPU: a tuning table records the real group count") {
     for (Dir d : kDirs) {
       INFO(knob(d));
       Tensor out = run(ctx, "t", d, pr);
-      CHECK(compare(out.to_host_f32(), pr, d, ctx.manifest().find("t", knob(d))->variant, MathMode::Fma) == "");
+      CHECK(compare(out.to_host_f32(), pr, d, ctx.manifest().find("t", knob(d))->variant, Precision::Fp32) == "");
       CHECK(test::distinct_results(5, [&] { return run(ctx, "t", d, pr); }) == 1);
       bool found = false;
       for (const auto& e : table->entries())
@@ -368,12 +368,12 @@ TEST_CASE("conv2d GPU: a depthwise Conv2d layer's forward and tape gradients mat
     Var x(pr.x, true);
     Var y = layer(ctx, x);
     REQUIRE(y.shape() == pr.ys);
-    CHECK(compare(y.value().to_host_f32(), pr, Dir::Fwd, ctx.manifest().find("dw", "fwd")->variant, MathMode::Fma) == "");
+    CHECK(compare(y.value().to_host_f32(), pr, Dir::Fwd, ctx.manifest().find("dw", "fwd")->variant, Precision::Fp32) == "");
     ctx.tape().backward(ctx, y, pr.dy);
     CHECK(compare(x.grad().to_host_f32(), pr, Dir::BwdData, ctx.manifest().find("dw", "bwd_data")->variant,
-                  MathMode::Fma) == "");
+                  Precision::Fp32) == "");
     CHECK(compare(layer.weight.grad().to_host_f32(), pr, Dir::BwdFilter, ctx.manifest().find("dw", "bwd_filter")->variant,
-                  MathMode::Fma) == "");
+                  Precision::Fp32) == "");
   }
 }
 
@@ -415,7 +415,7 @@ TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat b
         ++ran;
         ctx.policy() = pin_policy("own", d, algo);
         Tensor out = run(ctx, "own", d, pr);
-        CHECK(compare(out.to_host_f32(), pr, d, algo, MathMode::Fma) == "");
+        CHECK(compare(out.to_host_f32(), pr, d, algo, Precision::Fp32) == "");
         const ManifestEntry* e = ctx.manifest().find("own", knob(d));
         REQUIRE(e != nullptr);
         CHECK(e->variant == algo);
@@ -427,8 +427,8 @@ TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat b
         Problem pr2(again, c, seed, /*with_reference=*/false);
         CHECK(run(again, "own", d, pr2).fingerprint() == first);
         // TF32: the same plan with tensor-core GEMMs (ditto-direct has no GEMM: fma either way).
-        ctx.policy() = pin_policy("own", d, algo, MathMode::Tf32);
-        CHECK(compare(run(ctx, "own", d, pr).to_host_f32(), pr, d, algo, MathMode::Tf32) == "");
+        ctx.policy() = pin_policy("own", d, algo, Precision::Tf32);
+        CHECK(compare(run(ctx, "own", d, pr).to_host_f32(), pr, d, algo, Precision::Tf32) == "");
       }
     }
   }
@@ -501,7 +501,7 @@ TEST_CASE("conv2d GPU: DETERMINISM table on N=32,C=64,H=W=32,K=64, 3x3 pad 1") {
   Problem pr(ctx, v, seed, /*with_reference=*/false);  // the small shapes above check values
 
   for (Dir d : kDirs) {
-    auto algos = conv_algos(ctx, knob(d), v.x, v.w, v.p, MathMode::Fma);
+    auto algos = conv_algos(ctx, knob(d), v.x, v.w, v.p, Precision::Fp32);
     REQUIRE(!algos.empty());
     bool atomics_seen = false;
     for (const auto& info : algos) {

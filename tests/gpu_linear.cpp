@@ -69,7 +69,7 @@ LinearRun run_linear(Context& ctx, const std::string& layer, const std::vector<f
 TEST_CASE("gpu linear: fma and tf32 against the CPU reference") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
-  Context ctx(Device::cuda(0), Policy::parse({"fc_fma.math=fma", "fc_tf32.math=tf32"}));
+  Context ctx(Device::cuda(0), Policy::parse({"fc_fma.precision=fp32", "fc_tf32.precision=tf32"}));
   // A square-ish shape and a tall one whose dw sums over 4096 rows (where cuBLAS may split K).
   for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 128}, {4096, 40, 24}}) {
     INFO("N " << n << " in " << in << " out " << out);
@@ -123,10 +123,10 @@ TEST_CASE("gpu linear: fma and tf32 against the CPU reference") {
     // products of every output, so the forward outputs cannot all agree bit for bit.
     if (in >= 512) CHECK(fma_run.y_print != tf_run.y_print);
   }
-  const ManifestEntry* m = ctx.manifest().find("fc_tf32", "math");
+  const ManifestEntry* m = ctx.manifest().find("fc_tf32", "precision");
   REQUIRE(m);
   CHECK(m->variant == "tf32");
-  CHECK(m->math == "tf32");
+  CHECK(m->precision == "tf32");
   CHECK(m->requested == "pinned");
   CHECK(m->device == "cuda:0");
   CHECK(ctx.manifest().find("fc_fma", "cublas_atomics")->deterministic == Determinism::Yes);
@@ -135,7 +135,8 @@ TEST_CASE("gpu linear: fma and tf32 against the CPU reference") {
 TEST_CASE("gpu linear: bit-equal over 10 runs with cuBLAS atomics off; atomics on reported") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
-  Context ctx(Device::cuda(0), Policy::parse({"fc_fma.math=fma", "fc_tf32.math=tf32", "fc_atomics.cublas_atomics=on"}));
+  Context ctx(Device::cuda(0), Policy::parse({"fc_fma.precision=fp32", "fc_tf32.precision=tf32", "fc_bf16.precision=bf16",
+                                                 "fc_fp16.precision=fp16", "fc_atomics.cublas_atomics=on"}));
   // dw reduces over N = 8192 rows into a 32 x 128 matrix: the shape where cuBLAS splits K.
   const int64_t n = 8192, in = 128, out = 32;
   auto xv = test::random_vec(n * in, seed), wv = test::random_vec(out * in, seed + 1);
@@ -151,7 +152,8 @@ TEST_CASE("gpu linear: bit-equal over 10 runs with cuBLAS atomics off; atomics o
     const char* layer;
     const char* label;
   };
-  for (Row r : {Row{"fc_fma", "math=fma"}, Row{"fc_tf32", "math=tf32"}, Row{"fc_fma", "cublas_atomics=off"},
+  for (Row r : {Row{"fc_fma", "precision=fp32"}, Row{"fc_tf32", "precision=tf32"},
+                Row{"fc_bf16", "precision=bf16"}, Row{"fc_fp16", "precision=fp16"}, Row{"fc_fma", "cublas_atomics=off"},
                 Row{"fc_atomics", "cublas_atomics=on"}}) {
     std::size_t distinct = distinct_of(10, [&] { return step(r.layer); });
     double us = us_per_call(ctx, [&] { step(r.layer); });
@@ -169,5 +171,5 @@ TEST_CASE("gpu linear: bit-equal over 10 runs with cuBLAS atomics off; atomics o
   REQUIRE(a);
   CHECK(a->variant == "on");
   CHECK(a->deterministic == Determinism::Unknown);
-  CHECK(ctx.manifest().find("fc_fma", "math")->deterministic == Determinism::Yes);
+  CHECK(ctx.manifest().find("fc_fma", "precision")->deterministic == Determinism::Yes);
 }

@@ -1,5 +1,6 @@
 // Internal: the RAII cuDNN tensor descriptor every op family uses (cudnn.h stays out of the
-// public headers). Float NCHW, the only layout ditto hands to cuDNN.
+// public headers). NCHW, the only layout ditto hands to cuDNN; float, or bf16/f16 where a
+// convolution computes in reduced precision.
 #pragma once
 #include <cstdint>
 
@@ -7,6 +8,10 @@
 #include "engine/tensor.h"
 
 namespace ditto::detail {
+
+inline cudnnDataType_t cudnn_type(DType t) {
+  return t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
 
 struct CudnnTensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
@@ -17,10 +22,10 @@ struct CudnnTensorDesc {
   CudnnTensorDesc(const CudnnTensorDesc&) = delete;
   CudnnTensorDesc& operator=(const CudnnTensorDesc&) = delete;
 
-  void set(int64_t n, int64_t c, int64_t h, int64_t w) {
-    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c), int(h), int(w)));
+  void set(int64_t n, int64_t c, int64_t h, int64_t w, DType t = DType::F32) {
+    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(t), int(n), int(c), int(h), int(w)));
   }
-  void set(const Shape& s) { set(s[0], s[1], s[2], s[3]); }
+  void set(const Shape& s, DType t = DType::F32) { set(s[0], s[1], s[2], s[3], t); }
   cudnnTensorDescriptor_t get() const { return d; }
 };
 

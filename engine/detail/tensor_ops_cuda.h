@@ -8,4 +8,7 @@ namespace ditto::cuda {
 void fill(Context& ctx, float* p, int64_t n, float v);
 void axpy(Context& ctx, float* dst, float alpha, const float* x, int64_t n);
 void scale(Context& ctx, float* p, float alpha, int64_t n);
+// float -> bf16/f16 bits (round to nearest even) and back (exact); bf16 picks the format (else f16).
+void narrow(Context& ctx, const float* src, uint16_t* dst, int64_t n, bool bf16);
+void widen(Context& ctx, const uint16_t* src, float* dst, int64_t n, bool bf16);
 }  // namespace ditto::cuda

@@ -46,7 +46,7 @@
 #include "kernels/grid_sample.h"
 #include "kernels/linear.h"
 #include "kernels/loss.h"
-#include "kernels/math_mode.h"
+#include "kernels/precision.h"
 #include "kernels/metrics.h"
 #include "kernels/pixel_xent.h"
 #include "kernels/pool.h"
