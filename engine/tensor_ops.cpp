@@ -69,6 +69,49 @@ Tensor widen(Context& ctx, const Tensor& t) {
 }
 }  // namespace
 
+namespace {
+float read_float(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::F32) return static_cast<const float*>(t.raw())[i];
+  return detail::half_bits_to_float(t.dtype(), static_cast<const uint16_t*>(t.raw())[i]);
+}
+void write_float(Tensor& t, int64_t i, float v) {
+  if (t.dtype() == DType::F32) static_cast<float*>(t.raw())[i] = v;
+  else static_cast<uint16_t*>(t.raw())[i] = detail::float_to_half_bits(t.dtype(), v);
+}
+
+// {batch, rows, cols} -> {batch, cols, rows}, converted to dtype.
+Tensor transpose_convert(Context& ctx, const Tensor& t, DType dtype, int64_t batch, int64_t rows, int64_t cols,
+                         Shape out_shape) {
+  Tensor out = ctx.empty(out_shape, dtype);
+  if (ctx.is_cuda()) {
+    cuda::transpose_convert(ctx, t.raw(), t.dtype(), out.raw(), dtype, batch, rows, cols);
+    return out;
+  }
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        write_float(out, (b * cols + c) * rows + r, read_float(t, (b * rows + r) * cols + c));
+  return out;
+}
+
+void check_4d(const Context& ctx, const Tensor& t, DType to, const char* op) {
+  check_convertible(ctx, t, to);
+  if (t.ndim() != 4) throw ShapeError(fmt::format("{}: needs a 4-D tensor, got {}", op, shape_str(t.shape())));
+}
+}  // namespace
+
+Tensor to_channels_last(Context& ctx, const Tensor& nchw, DType dtype) {
+  check_4d(ctx, nchw, dtype, "to_channels_last");
+  const Shape& s = nchw.shape();
+  return transpose_convert(ctx, nchw, dtype, s[0], s[1], s[2] * s[3], {s[0], s[2], s[3], s[1]});
+}
+
+Tensor from_channels_last(Context& ctx, const Tensor& nhwc, DType dtype) {
+  check_4d(ctx, nhwc, dtype, "from_channels_last");
+  const Shape& s = nhwc.shape();
+  return transpose_convert(ctx, nhwc, dtype, s[0], s[1] * s[2], s[3], {s[0], s[3], s[1], s[2]});
+}
+
 Tensor to_dtype(Context& ctx, const Tensor& t, DType dtype) {
   check_convertible(ctx, t, dtype);
   if (t.dtype() == dtype) return t;

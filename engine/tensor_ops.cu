@@ -29,7 +29,47 @@ __global__ void widen_f16_kernel(const __half* src, float* dst, int64_t n) {
   DITTO_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
 }
 
+// One 32x32 tile of a batched transpose through shared memory, so that both the reads and the
+// writes of a warp are contiguous; the conversion happens on the way through (float in between).
+constexpr int kTile = 32;
+
+__device__ float load_as_float(const void* p, DType t, int64_t i) {
+  if (t == DType::F32) return static_cast<const float*>(p)[i];
+  if (t == DType::BF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return __half2float(static_cast<const __half*>(p)[i]);
+}
+__device__ void store_from_float(void* p, DType t, int64_t i, float v) {
+  if (t == DType::F32) static_cast<float*>(p)[i] = v;
+  else if (t == DType::BF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else static_cast<__half*>(p)[i] = __float2half_rn(v);
+}
+
+// grid: (col tiles, row tiles, batch); block: 32 x 8 threads, each thread 4 rows of the tile.
+__global__ void transpose_convert_kernel(const void* src, DType from, void* dst, DType to, int64_t rows,
+                                         int64_t cols) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t b = blockIdx.z, r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int64_t base = b * rows * cols;
+  for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = load_as_float(src, from, base + r * cols + c);
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) store_from_float(dst, to, base + c * rows + r, tile[threadIdx.x][k]);
+  }
+}
+
 }  // namespace
+
+void transpose_convert(Context& ctx, const void* src, DType from, void* dst, DType to, int64_t batch, int64_t rows,
+                       int64_t cols) {
+  if (batch == 0 || rows == 0 || cols == 0) return;
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile), unsigned(batch));
+  transpose_convert_kernel<<<grid, dim3(kTile, 8), 0, detail::stream_of(ctx)>>>(src, from, dst, to, rows, cols);
+  DITTO_CHECK_LAUNCH(ctx);
+}
 
 void fill(Context& ctx, float* p, int64_t n, float v) {
   if (n == 0) return;

@@ -19,4 +19,11 @@ void scale_inplace(Context& ctx, Tensor& t, float alpha);                   // t
 // GPU); bf16/f16 -> f32 is exact; bf16 <-> f16 goes through f32. The same dtype returns t itself.
 Tensor to_dtype(Context& ctx, const Tensor& t, DType dtype);
 
+// Channels-last copies for the tensor-core convolutions (kernels/conv2d.h's layout knob), each one
+// pass that also converts to `dtype` (rounding as to_dtype does): a 4-D {N,C,H,W} tensor becomes
+// {N,H,W,C} (a filter {K,C,R,S} becomes {K,R,S,C}), and back. Float dtypes only; pure data
+// movement besides the rounding, so deterministic.
+Tensor to_channels_last(Context& ctx, const Tensor& nchw, DType dtype);
+Tensor from_channels_last(Context& ctx, const Tensor& nhwc, DType dtype);
+
 }  // namespace ditto

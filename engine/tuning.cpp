@@ -34,9 +34,9 @@ std::vector<std::string> algos_of(const std::string& op, const std::string& dire
 
 std::string TuningEntry::key() const {
   // Convolution keys read as they always have, so older files keep their keys.
-  return fmt::format("{}{}|x{}|w{}|s{},{}|p{},{}|d{},{}|g{}|{}", op == "conv2d" ? "" : op + ":", direction,
+  return fmt::format("{}{}|x{}|w{}|s{},{}|p{},{}|d{},{}|g{}|{}{}", op == "conv2d" ? "" : op + ":", direction,
                      fmt::join(x, "x"), fmt::join(w, "x"), stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w,
-                     groups, precision);
+                     groups, precision, layout.empty() ? "" : "|" + layout);
 }
 
 TuningTable TuningTable::load(const std::string& path, const std::string& expect_gpu, const std::string& expect_cudnn) {
@@ -90,6 +90,7 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
       // Files written before precisions had "math": fma (now fp32) or tf32.
       e.precision = j.contains("precision") ? j.at("precision").get<std::string>()
                                             : legacy_precision(j.at("math").get<std::string>());
+      e.layout = j.value("layout", "");
       e.algo = j.at("algo").get<std::string>();
       e.time_ms = j.value("time_ms", 0.0);
       e.layer = j.value("layer", "");
@@ -106,6 +107,9 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
     if (conv && std::find(precisions.begin(), precisions.end(), e.precision) == precisions.end())
       throw DataError(fmt::format("{}: unknown precision '{}'; precisions are {}", where(), e.precision,
                                   fmt::join(precisions, ", ")));
+    if (!e.layout.empty() && (e.layout != "nhwc" || !conv))
+      throw DataError(fmt::format("{}: layout '{}': convolutions may say \"nhwc\", nothing else has a layout", where(),
+                                  e.layout));
     if (!conv && !e.precision.empty())
       throw DataError(fmt::format("{}: precision '{}' applies to convolutions only", where(), e.precision));
     if (std::find(algos.begin(), algos.end(), e.algo) == algos.end())
@@ -124,10 +128,12 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
 
 uint64_t TuningTable::save(const std::string& path) const {
   json list = json::array();
-  for (const auto& e : entries_)
+  for (const auto& e : entries_) {
     list.push_back({{"op", e.op}, {"direction", e.direction}, {"x", e.x}, {"w", e.w}, {"stride", {e.stride_h, e.stride_w}},
                     {"pad", {e.pad_h, e.pad_w}}, {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups},
                     {"precision", e.precision}, {"algo", e.algo}, {"time_ms", e.time_ms}, {"layer", e.layer}});
+    if (!e.layout.empty()) list.back()["layout"] = e.layout;
+  }
   json doc{{"ditto_tuning", 1}, {"gpu", gpu}, {"cudnn", cudnn}, {"entries", list}};
   const std::string text = doc.dump(1);
   write_file_atomic(path, text);

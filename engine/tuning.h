@@ -35,6 +35,7 @@ struct TuningEntry {
                                   // window {kh, kw}; bias_add: dy's shape and w empty
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
   std::string precision;          // fp32 | tf32 | bf16 | fp16 (conv2d); "" for the others
+  std::string layout;             // "nhwc" for channels-last convolutions; "" otherwise (NCHW)
   std::string algo;               // the variant's name, as policy strings write it
   double time_ms = 0;             // what was measured for it
   std::string layer;              // the first layer that met the problem (for people; not a key)

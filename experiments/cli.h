@@ -219,6 +219,9 @@ inline void add_kernel_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
                  "for one layer wins")
       ->check(CLI::IsMember(knob_spec(OpKind{"conv2d"}, "precision").variant_names()))
       ->capture_default_str();
+  app.add_flag("--channels-last", c.channels_last,
+               "convolutions compute channels-last (the rule *.layout=nhwc): the copies are made in the pass that "
+               "rounds to the precision, where cuDNN's tensor-core kernels want them");
   app.add_option("--tuning", c.tuning,
                  "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
                  "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");

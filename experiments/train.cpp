@@ -362,6 +362,7 @@ class Run {
     if (cfg_.batchnorm != "local") policy_.set("*.stats=" + cfg_.batchnorm);
     // --precision VALUE is the rule *.precision=VALUE likewise (fp32 is every mode's pick).
     if (cfg_.precision != "fp32") policy_.set("*.precision=" + cfg_.precision);
+    if (cfg_.channels_last) policy_.set("*.layout=nhwc");
     for (const auto& p : cfg_.pins) policy_.set(p);
   }
 
@@ -876,7 +877,7 @@ class Run {
                    {"max_steps", c.max_steps}, {"batch_size", c.batch_size}, {"lr", c.lr}, {"optimizer", c.optimizer},
                    {"momentum", c.momentum}, {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay},
                    {"lr_schedule", c.lr_schedule}, {"warmup_epochs", c.warmup_epochs}, {"augment", c.augment},
-                   {"standardize", c.standardize}, {"precision", c.precision},
+                   {"standardize", c.standardize}, {"precision", c.precision}, {"channels_last", c.channels_last},
                    {"device", c.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
                    {"resumed_from", c.resume}};
     auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };

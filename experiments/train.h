@@ -51,6 +51,7 @@ struct TrainConfig {
   bool deterministic_input = false;   // seed_order and seed_augment fixed (0 unless given)
   std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
   std::string precision = "fp32";     // fp32 | tf32 | bf16 | fp16: the rule *.precision=VALUE (kernels/precision.h)
+  bool channels_last = false;         // the rule *.layout=nhwc: convolutions compute channels-last (kernels/conv2d.h)
   std::string tuning;                 // deterministic convs: read this tuning file, or tune and
                                       // write it when it does not exist (engine/tuning.h)
   bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager

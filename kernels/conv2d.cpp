@@ -111,7 +111,14 @@ DITTO_KNOB(conv_precision_knob, {op::conv2d, "precision", precision_variants(), 
                                  "where the convolution rounds: fp32, tf32, bf16, fp16 (PyTorch's cuDNN default is "
                                  "tf32; ditto's modes never change precision)"})
 
+DITTO_KNOB(conv_layout_knob, {op::conv2d, "layout",
+                              {{"nchw", kRun, kLib, "cuDNN reads ditto's NCHW tensors"},
+                               {"nhwc", kRun, kLib,
+                                "channels-last copies made in the rounding pass, results transposed back"}},
+                              "nchw", false, "the memory layout cuDNN computes in"})
+
 const char* name_of(ConvFwdAlgo a) { return variant_name(conv_fwd_knob(), a); }
+const char* name_of(ConvLayout l) { return variant_name(conv_layout_knob(), l); }
 const char* name_of(ConvBwdDataAlgo a) { return variant_name(conv_bwd_data_knob(), a); }
 const char* name_of(ConvBwdFilterAlgo a) { return variant_name(conv_bwd_filter_knob(), a); }
 
@@ -134,9 +141,11 @@ class FilterDesc {
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d_); }
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
-  void set(const Shape& s, DType t) {
-    DITTO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, detail::cudnn_type(t), CUDNN_TENSOR_NCHW, int(s[0]), int(s[1]),
-                                                 int(s[2]), int(s[3])));
+  // Dimensions K, C, R, S; channels_last says the memory is K, R, S, C.
+  void set(const Shape& s, DType t, bool channels_last) {
+    DITTO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d_, detail::cudnn_type(t),
+                                                 channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, int(s[0]),
+                                                 int(s[1]), int(s[2]), int(s[3])));
   }
   cudnnFilterDescriptor_t get() const { return d_; }
 
@@ -171,6 +180,15 @@ class ConvDesc {
   cudnnConvolutionDescriptor_t d_ = nullptr;
 };
 
+// How a layer's operands reach cuDNN: rounded to the precision's dtype, in NCHW or channels-last.
+struct ConvForm {
+  Precision precision = Precision::Fp32;
+  ConvLayout layout = ConvLayout::Nchw;
+  DType dtype() const { return precision_dtype(precision); }
+  bool nhwc() const { return layout == ConvLayout::Nhwc; }
+  std::string key() const { return nhwc() ? std::string(name_of(precision)) + "+nhwc" : name_of(precision); }
+};
+
 // One convolution problem: shapes (checked) and parameters.
 struct ConvSpec {
   Shape x, w, y;
@@ -197,12 +215,11 @@ struct ConvDescs {
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
-  ConvDescs(const ConvSpec& s, Precision precision) {
-    const DType t = precision_dtype(precision);
-    x.set(s.x, t);
-    y.set(s.y, t);
-    w.set(s.w, t);
-    conv.set(s.p, precision);
+  ConvDescs(const ConvSpec& s, const ConvForm& f) {
+    x.set(s.x, f.dtype(), f.nhwc());
+    y.set(s.y, f.dtype(), f.nhwc());
+    w.set(s.w, f.dtype(), f.nhwc());
+    conv.set(s.p, f.precision);
   }
 };
 
@@ -216,12 +233,18 @@ struct ConvOperands {
 
 // ---- the traits table: everything that differs between the three directions ---------------
 
-// ditto's own backward algorithms read and write float: under bf16/fp16 they would not round
+// ditto's own backward algorithms read and write float NCHW: under bf16/fp16 they would not round
 // where the layer's precision says, so they are not offered (pinned, an error listing the rest).
-bool own_precision_supported(Precision p, std::string* why) {
-  if (!is_reduced(p)) return true;
-  *why = fmt::format("ditto's own algorithms compute in fp32 or tf32, not {}", name_of(p));
-  return false;
+bool own_form_supported(const ConvForm& f, std::string* why) {
+  if (is_reduced(f.precision)) {
+    *why = fmt::format("ditto's own algorithms compute in fp32 or tf32, not {}", name_of(f.precision));
+    return false;
+  }
+  if (f.nhwc()) {
+    *why = "ditto's own algorithms read NCHW, not the nhwc layout";
+    return false;
+  }
+  return true;
 }
 
 struct FwdTraits {
@@ -246,7 +269,7 @@ struct FwdTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), a, bytes);
   }
-  static bool own_supports(int, const own::ConvGeom&, Precision, std::string* why) {
+  static bool own_supports(int, const own::ConvGeom&, const ConvForm&, std::string* why) {
     *why = "no algorithm of ditto's own";
     return false;
   }
@@ -284,8 +307,8 @@ struct BwdDataTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), a, bytes);
   }
-  static bool own_supports(int a, const own::ConvGeom& g, Precision p, std::string* why) {
-    if (!own_precision_supported(p, why)) return false;
+  static bool own_supports(int a, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
+    if (!own_form_supported(f, why)) return false;
     return a == int(ConvBwdDataAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, false, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
@@ -333,8 +356,8 @@ struct BwdFilterTraits {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), a,
                                                           bytes);
   }
-  static bool own_supports(int a, const own::ConvGeom& g, Precision p, std::string* why) {
-    if (!own_precision_supported(p, why)) return false;
+  static bool own_supports(int a, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
+    if (!own_form_supported(f, why)) return false;
     return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, true, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
@@ -388,10 +411,10 @@ ConvState& conv_state(Context& ctx) {
   return *static_cast<ConvState*>(slot.get());
 }
 
-const ConvDescs& descs_for(ConvState& st, const ConvSpec& spec, Precision precision) {
-  std::string key = spec.key() + "|" + name_of(precision);
+const ConvDescs& descs_for(ConvState& st, const ConvSpec& spec, const ConvForm& form) {
+  std::string key = spec.key() + "|" + form.key();
   auto it = st.descs.find(key);
-  if (it == st.descs.end()) it = st.descs.emplace(key, std::make_unique<ConvDescs>(spec, precision)).first;
+  if (it == st.descs.end()) it = st.descs.emplace(key, std::make_unique<ConvDescs>(spec, form)).first;
   return *it->second;
 }
 
@@ -437,12 +460,13 @@ struct Problem {
   ConvState& st;
   const ConvSpec& spec;
   const ConvDescs& d;
+  ConvForm form;
   Precision precision;
   std::string list_key;  // direction + problem
 
-  Problem(Context& c, const ConvSpec& s, Precision p)
-      : ctx(c), st(conv_state(c)), spec(s), d(descs_for(st, s, p)), precision(p),
-        list_key(fmt::format("{}|{}|{}", T::kKnob, s.key(), name_of(p))) {}
+  Problem(Context& c, const ConvSpec& s, const ConvForm& f)
+      : ctx(c), st(conv_state(c)), spec(s), d(descs_for(st, s, f)), form(f), precision(f.precision),
+        list_key(fmt::format("{}|{}|{}", T::kKnob, s.key(), f.key())) {}
 
   cudnnHandle_t handle() const { return detail::cuda_state(ctx).cudnn; }
   static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
@@ -457,7 +481,7 @@ struct Problem {
     std::string reason;
     if (is_own(algo)) {
       const own::ConvGeom g = spec.geom();
-      if (!T::own_supports(algo, g, precision, why ? why : &reason)) return false;
+      if (!T::own_supports(algo, g, form, why ? why : &reason)) return false;
       *bytes = T::own_workspace(algo, g);
       return true;
     }
@@ -548,7 +572,8 @@ struct Problem {
     return s.empty() ? "none" : s;
   }
   std::string where(const std::string& layer) const {
-    return fmt::format("{} {}: {}, precision {}", op_name(layer), T::kKnob, spec.str(), name_of(precision));
+    return fmt::format("{} {}: {}, precision {}{}", op_name(layer), T::kKnob, spec.str(), name_of(precision),
+                       form.nhwc() ? ", layout nhwc" : "");
   }
 
   // A pinned algorithm is checked and labelled without running cuDNN's Find: Find autotunes
@@ -580,6 +605,7 @@ struct Problem {
     e.stride_h = spec.p.stride_h, e.stride_w = spec.p.stride_w, e.pad_h = spec.p.pad_h, e.pad_w = spec.p.pad_w;
     e.dilation_h = spec.p.dilation_h, e.dilation_w = spec.p.dilation_w, e.groups = spec.p.groups;
     e.precision = name_of(precision);
+    e.layout = form.nhwc() ? "nhwc" : "";
     if (const TuningEntry* have = table.find(e.key())) {
       int algo = -1;
       for (int a = 0; a < T::kVariants; ++a)
@@ -676,11 +702,12 @@ struct Problem {
 // Resolves the layer's policy for direction T, runs it, records what ran.
 // The operands are in the precision's dtype (ConvDescs says so to cuDNN).
 template <class T>
-void run_direction(Context& ctx, const std::string& layer, Precision precision, const ConvSpec& spec,
+void run_direction(Context& ctx, const std::string& layer, const ConvForm& form, const ConvSpec& spec,
                    const ConvOperands& ops) {
+  const Precision precision = form.precision;
   const std::string shape = shape_key(spec.x);
   const AlgoChoice<typename T::Algo> choice = T::choice(ctx.policy(), layer, shape);
-  Problem<T> prob(ctx, spec, precision);
+  Problem<T> prob(ctx, spec, form);
   const Selection sel = prob.select(layer, choice);
   // Timed after selection: a first call's heuristic queries and Find are not the op's cost.
   ProfileScope timed(ctx, T::kProfile, Problem<T>::name(sel.algo));
@@ -717,31 +744,81 @@ void record_cpu(Context& ctx, const std::string& layer, const char* knob, Select
                          guarantee_of(Determinism::Yes, Impl::CpuReference)});
 }
 
-Precision layer_precision(const Context& ctx, const std::string& layer) {
-  return ctx.policy().variant<Precision>(layer, op::conv2d);
+// The layer's form under the policy. The CPU reference reads NCHW whatever the layout knob says.
+ConvForm layer_form(const Context& ctx, const std::string& layer) {
+  return {ctx.policy().variant<Precision>(layer, op::conv2d),
+          ctx.is_cuda() ? ctx.policy().variant<ConvLayout>(layer, op::conv2d) : ConvLayout::Nchw};
 }
 
-// Forward on operands already in the precision's dtype; y in that dtype.
-Tensor forward_rounded(Context& ctx, const std::string& layer, Precision precision, const Tensor& x, const Tensor& w,
-                       const Conv2dParams& p) {
-  const Shape ys = conv2d_output_shape(layer, x.shape(), w.shape(), p);
-  const DType dtype = precision_dtype(precision);
+// An NCHW operand (any float dtype) in the form cuDNN reads: one pass, or none when it is already.
+Tensor prepare(Context& ctx, const Tensor& t, const ConvForm& f) {
+  return f.nhwc() ? to_channels_last(ctx, t, f.dtype()) : to_dtype(ctx, t, f.dtype());
+}
+// A result in the form cuDNN wrote, as the fp32 NCHW tensor the next op reads.
+Tensor finish(Context& ctx, const Tensor& t, const ConvForm& f) {
+  return f.nhwc() ? from_channels_last(ctx, t, DType::F32) : to_dtype(ctx, t, DType::F32);
+}
+Shape stored_shape(const Shape& nchw, const ConvForm& f) {
+  return f.nhwc() ? Shape{nchw[0], nchw[2], nchw[3], nchw[1]} : nchw;
+}
+
+// One direction on prepared operands (prepare()): the CPU's rounded reference, or cuDNN; the
+// result (out_shape, logical NCHW / KCRS) as fp32 NCHW, rounded where the precision says.
+template <class T, class Ref>
+Tensor direction_prepared(Context& ctx, const std::string& layer, const ConvForm& f, const ConvSpec& spec,
+                          const Shape& out_shape, ConvOperands ops, Ref&& reference) {
   if (!ctx.is_cuda()) {
-    ProfileScope timed(ctx, ProfileKind::ConvFwd, "cpu-reference");
-    Tensor y = rounded_reference(ctx, dtype, ys, [&](float* out) {
-      ref::conv2d_fwd(ref::conv2d_geom(x.shape(), w.shape(), p), to_dtype(ctx, x, DType::F32).f32(),
-                      to_dtype(ctx, w, DType::F32).f32(), out);
-    });
-    record_cpu(ctx, layer, "fwd", conv_choice<ConvFwdAlgo>(ctx.policy(), layer).mode, precision);
-    return y;
+    ProfileScope timed(ctx, T::kProfile, "cpu-reference");
+    const Tensor out = rounded_reference(ctx, f.dtype(), out_shape, reference);
+    record_cpu(ctx, layer, T::kKnob, conv_choice<typename T::Algo>(ctx.policy(), layer).mode, f.precision);
+    return to_dtype(ctx, out, DType::F32);
   }
-  Tensor y = ctx.empty(ys, dtype);
+  const Tensor out = ctx.empty(stored_shape(out_shape, f), f.dtype());
+  ops.out = out.raw();
+  run_direction<T>(ctx, layer, f, spec, ops);
+  return finish(ctx, out, f);
+}
+
+// The three directions on prepared operands; xs, ws are the logical NCHW / KCRS shapes.
+Tensor forward_prepared(Context& ctx, const std::string& layer, const ConvForm& f, const Tensor& x, const Tensor& w,
+                        const Shape& xs, const Shape& ws, const Conv2dParams& p) {
+  const ConvSpec spec{xs, ws, conv2d_output_shape(layer, xs, ws, p), p};
   ConvOperands ops;
   ops.x = x.raw();
   ops.w = w.raw();
-  ops.out = y.raw();
-  run_direction<FwdTraits>(ctx, layer, precision, ConvSpec{x.shape(), w.shape(), ys, p}, ops);
+  Tensor y = direction_prepared<FwdTraits>(ctx, layer, f, spec, spec.y, ops, [&](float* out) {
+    ref::conv2d_fwd(ref::conv2d_geom(xs, ws, p), to_dtype(ctx, x, DType::F32).f32(), to_dtype(ctx, w, DType::F32).f32(),
+                    out);
+  });
+  if (ctx.is_cuda())
+    ctx.manifest().record({layer, "conv2d", "layout", name_of(f.layout),
+                           ctx.policy().requested(layer, "layout", op::conv2d), Determinism::Yes, name_of(f.precision),
+                           0, ctx.device().str(), "", Guarantee::RunToRun});
   return y;
+}
+
+Tensor backward_data_prepared(Context& ctx, const std::string& layer, const ConvForm& f, const Tensor& dy,
+                              const Tensor& w, const Shape& xs, const Shape& ws, const Conv2dParams& p) {
+  const ConvSpec spec{xs, ws, conv2d_output_shape(layer, xs, ws, p), p};
+  ConvOperands ops;
+  ops.w = w.raw();
+  ops.dy = dy.raw();
+  return direction_prepared<BwdDataTraits>(ctx, layer, f, spec, xs, ops, [&](float* out) {
+    ref::conv2d_bwd_data(ref::conv2d_geom(xs, ws, p), to_dtype(ctx, dy, DType::F32).f32(),
+                         to_dtype(ctx, w, DType::F32).f32(), out);
+  });
+}
+
+Tensor backward_filter_prepared(Context& ctx, const std::string& layer, const ConvForm& f, const Tensor& x,
+                                const Tensor& dy, const Shape& xs, const Shape& ws, const Conv2dParams& p) {
+  const ConvSpec spec{xs, ws, conv2d_output_shape(layer, xs, ws, p), p};
+  ConvOperands ops;
+  ops.x = x.raw();
+  ops.dy = dy.raw();
+  return direction_prepared<BwdFilterTraits>(ctx, layer, f, spec, ws, ops, [&](float* out) {
+    ref::conv2d_bwd_filter(ref::conv2d_geom(xs, ws, p), to_dtype(ctx, x, DType::F32).f32(),
+                           to_dtype(ctx, dy, DType::F32).f32(), out);
+  });
 }
 
 template <class Fn>
@@ -782,10 +859,9 @@ Shape conv2d_output_shape(const std::string& layer, const Shape& x, const Shape&
 Tensor conv2d_forward(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   check_float_on(ctx, x, op_name(layer), "x");
   check_float_on(ctx, w, op_name(layer), "w");
-  const Precision precision = layer_precision(ctx, layer);
-  const DType dtype = precision_dtype(precision);
-  return to_dtype(ctx, forward_rounded(ctx, layer, precision, to_dtype(ctx, x, dtype), to_dtype(ctx, w, dtype), p),
-                  DType::F32);
+  conv2d_output_shape(layer, x.shape(), w.shape(), p);
+  const ConvForm f = layer_form(ctx, layer);
+  return forward_prepared(ctx, layer, f, prepare(ctx, x, f), prepare(ctx, w, f), x.shape(), w.shape(), p);
 }
 
 namespace {
@@ -796,86 +872,47 @@ void check_dy(const std::string& layer, const Tensor& dy, const Shape& want) {
 }
 }  // namespace
 
-Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor& dy_in, const Tensor& w_in,
+Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& w,
                             const Shape& x_shape, const Conv2dParams& p) {
-  check_float_on(ctx, dy_in, op_name(layer), "dy");
-  check_float_on(ctx, w_in, op_name(layer), "w");
-  const Shape ys = conv2d_output_shape(layer, x_shape, w_in.shape(), p);
-  check_dy(layer, dy_in, ys);
-  const Precision precision = layer_precision(ctx, layer);
-  const DType dtype = precision_dtype(precision);
-  const Tensor dy = to_dtype(ctx, dy_in, dtype), w = to_dtype(ctx, w_in, dtype);
-  Tensor dx;
-  if (ctx.is_cuda()) {
-    dx = ctx.empty(x_shape, dtype);
-    ConvOperands ops;
-    ops.w = w.raw();
-    ops.dy = dy.raw();
-    ops.out = dx.raw();
-    run_direction<BwdDataTraits>(ctx, layer, precision, ConvSpec{x_shape, w.shape(), ys, p}, ops);
-  } else {
-    ProfileScope timed(ctx, ProfileKind::ConvBwdData, "cpu-reference");
-    dx = rounded_reference(ctx, dtype, x_shape, [&](float* out) {
-      ref::conv2d_bwd_data(ref::conv2d_geom(x_shape, w.shape(), p), to_dtype(ctx, dy, DType::F32).f32(),
-                           to_dtype(ctx, w, DType::F32).f32(), out);
-    });
-    record_cpu(ctx, layer, "bwd_data", conv_choice<ConvBwdDataAlgo>(ctx.policy(), layer).mode, precision);
-  }
-  return to_dtype(ctx, dx, DType::F32);
+  check_float_on(ctx, dy, op_name(layer), "dy");
+  check_float_on(ctx, w, op_name(layer), "w");
+  check_dy(layer, dy, conv2d_output_shape(layer, x_shape, w.shape(), p));
+  const ConvForm f = layer_form(ctx, layer);
+  return backward_data_prepared(ctx, layer, f, prepare(ctx, dy, f), prepare(ctx, w, f), x_shape, w.shape(), p);
 }
 
-Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tensor& x_in, const Tensor& dy_in,
+Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& dy,
                               const Shape& w_shape, const Conv2dParams& p) {
-  check_float_on(ctx, x_in, op_name(layer), "x");
-  check_float_on(ctx, dy_in, op_name(layer), "dy");
-  const Shape ys = conv2d_output_shape(layer, x_in.shape(), w_shape, p);
-  check_dy(layer, dy_in, ys);
-  const Precision precision = layer_precision(ctx, layer);
-  const DType dtype = precision_dtype(precision);
-  const Tensor x = to_dtype(ctx, x_in, dtype), dy = to_dtype(ctx, dy_in, dtype);
-  Tensor dw;
-  if (ctx.is_cuda()) {
-    dw = ctx.empty(w_shape, dtype);
-    ConvOperands ops;
-    ops.x = x.raw();
-    ops.dy = dy.raw();
-    ops.out = dw.raw();
-    run_direction<BwdFilterTraits>(ctx, layer, precision, ConvSpec{x.shape(), w_shape, ys, p}, ops);
-  } else {
-    ProfileScope timed(ctx, ProfileKind::ConvBwdFilter, "cpu-reference");
-    dw = rounded_reference(ctx, dtype, w_shape, [&](float* out) {
-      ref::conv2d_bwd_filter(ref::conv2d_geom(x.shape(), w_shape, p), to_dtype(ctx, x, DType::F32).f32(),
-                             to_dtype(ctx, dy, DType::F32).f32(), out);
-    });
-    record_cpu(ctx, layer, "bwd_filter", conv_choice<ConvBwdFilterAlgo>(ctx.policy(), layer).mode, precision);
-  }
-  return to_dtype(ctx, dw, DType::F32);
+  check_float_on(ctx, x, op_name(layer), "x");
+  check_float_on(ctx, dy, op_name(layer), "dy");
+  check_dy(layer, dy, conv2d_output_shape(layer, x.shape(), w_shape, p));
+  const ConvForm f = layer_form(ctx, layer);
+  return backward_filter_prepared(ctx, layer, f, prepare(ctx, x, f), prepare(ctx, dy, f), x.shape(), w_shape, p);
 }
 
 Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, const Conv2dParams& p) {
   check_float_on(ctx, x.value(), op_name(layer), "x");
   check_float_on(ctx, w.value(), op_name(layer), "w");
-  // Rounded once: the forward reads these, and backward reads the same rounded tensors (in
-  // bf16/fp16 they also take half the memory of the float values).
-  const Precision precision = layer_precision(ctx, layer);
-  const DType dtype = precision_dtype(precision);
-  const Tensor xr = to_dtype(ctx, x.value(), dtype), wr = to_dtype(ctx, w.value(), dtype);
-  Tensor y = to_dtype(ctx, forward_rounded(ctx, layer, precision, xr, wr, p), DType::F32);
+  conv2d_output_shape(layer, x.shape(), w.shape(), p);
+  // Prepared once: the forward reads these, and backward reads the same rounded (and, for nhwc,
+  // transposed) tensors; in bf16/fp16 they also take half the memory of the float values.
+  const ConvForm f = layer_form(ctx, layer);
+  const Tensor xp = prepare(ctx, x.value(), f), wp = prepare(ctx, w.value(), f);
+  Tensor y = forward_prepared(ctx, layer, f, xp, wp, x.shape(), w.shape(), p);
   const bool grad = needs_grad(ctx, {&x, &w});
   Var out(std::move(y), grad);
   if (grad) {
     // dW reads x, dX reads w: each is kept only when that gradient is wanted.
-    Tensor saved_x = w.requires_grad() ? xr : Tensor();
-    Tensor saved_w = x.requires_grad() ? wr : Tensor();
+    Tensor saved_x = w.requires_grad() ? xp : Tensor();
+    Tensor saved_w = x.requires_grad() ? wp : Tensor();
     ctx.tape().record("conv2d", layer, {{"x", x}, {"w", w}}, out,
                       [saved_x, saved_w, xs = x.shape(), ws = w.shape(), xr = x.grad_ref(), wr = w.grad_ref(),
-                       outr = out.grad_ref(), p, layer](Context& c) {
+                       outr = out.grad_ref(), p, layer, f](Context& c) {
       if (!outr.grad().defined()) return;
+      const Tensor dy = prepare(c, outr.grad(), f);
       // Only the gradients someone asked for: dx costs as much as the forward pass.
-      if (xr.requires_grad())
-        accumulate_grad(c, xr, conv2d_backward_data(c, layer, outr.grad(), saved_w, xs, p));
-      if (wr.requires_grad())
-        accumulate_grad(c, wr, conv2d_backward_filter(c, layer, saved_x, outr.grad(), ws, p));
+      if (xr.requires_grad()) accumulate_grad(c, xr, backward_data_prepared(c, layer, f, dy, saved_w, xs, ws, p));
+      if (wr.requires_grad()) accumulate_grad(c, wr, backward_filter_prepared(c, layer, f, saved_x, dy, xs, ws, p));
     });
   }
   return out;
@@ -885,27 +922,29 @@ namespace {
 // allow_find: also take determinism labels from cuDNN's Find where the heuristic query does
 // not report the algorithm as usable (Find runs the algorithms; the names alone do not need it).
 std::vector<ConvAlgoInfo> algos_impl(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
-                                     const Conv2dParams& p, Precision precision, bool allow_find) {
+                                     const Conv2dParams& p, const ConvForm& form, bool allow_find) {
   const Shape ys = conv2d_output_shape("conv_algos", x, w, p);
   if (!ctx.is_cuda())
     throw Error(fmt::format("conv_algos: cuDNN algorithms need a CUDA context; this one is on {}", ctx.device().str()));
   const ConvSpec spec{x, w, ys, p};
   return with_direction(direction, [&](auto traits) {
     using T = decltype(traits);
-    return Problem<T>(ctx, spec, precision).supported(allow_find);
+    return Problem<T>(ctx, spec, form).supported(allow_find);
   });
 }
 }  // namespace
 
 std::vector<ConvAlgoInfo> conv_algos(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
-                                     const Conv2dParams& p, Precision precision) {
-  return algos_impl(ctx, direction, x, w, p, precision, true);
+                                     const Conv2dParams& p, Precision precision, ConvLayout layout) {
+  return algos_impl(ctx, direction, x, w, p, ConvForm{precision, layout}, true);
 }
 
 std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& direction, const Shape& x,
-                                              const Shape& w, const Conv2dParams& p, Precision precision) {
+                                              const Shape& w, const Conv2dParams& p, Precision precision,
+                                              ConvLayout layout) {
   std::vector<std::string> names;
-  for (const auto& i : algos_impl(ctx, direction, x, w, p, precision, false)) names.push_back(i.name);
+  for (const auto& i : algos_impl(ctx, direction, x, w, p, ConvForm{precision, layout}, false))
+    names.push_back(i.name);
   return names;
 }
 

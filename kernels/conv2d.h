@@ -13,7 +13,8 @@
 // configuration: bf16/f16 tensors, fp32 accumulation on tensor cores), and the direction's
 // result (y, dx, dw) is rounded to bf16/fp16 by cuDNN, then handed on widened to fp32. Inputs
 // that are already bf16/f16 (the tape keeps x and w rounded for backward) are not rounded again.
-// ditto's own algorithms compute in fp32 or tf32 only: pinned under bf16/fp16 they are an error.
+// ditto's own algorithms compute in fp32 or tf32 and NCHW only: pinned under bf16/fp16 or the nhwc
+// layout they are an error.
 // The CPU path is the double-accumulating reference, with the same rounding points: deterministic.
 #pragma once
 #include <cstddef>
@@ -50,6 +51,16 @@ const char* name_of(ConvBwdFilterAlgo a);
 inline const char* knob_name(ConvFwdAlgo) { return "fwd"; }
 inline const char* knob_name(ConvBwdDataAlgo) { return "bwd_data"; }
 inline const char* knob_name(ConvBwdFilterAlgo) { return "bwd_filter"; }
+
+// Knob conv2d.layout: the memory layout cuDNN computes in. nchw hands cuDNN ditto's own tensors
+// (its bf16/fp16 tensor-core kernels may transpose inside); nhwc hands it channels-last copies,
+// made in the same pass that rounds them to the precision (engine/tensor_ops.h), and transposes
+// each result back in the pass that widens it. The layout changes which kernels cuDNN runs, so
+// the bits; not what they promise. Between layers tensors stay NCHW.
+enum class ConvLayout { Nchw, Nhwc };
+const KnobSpec& conv_layout_knob();
+const char* name_of(ConvLayout l);
+inline const char* knob_name(ConvLayout) { return "layout"; }
 
 // A convolution algorithm choice: a selection mode, and the algorithm when pinned.
 template <class Algo>
@@ -100,10 +111,12 @@ struct ConvAlgoInfo {
 // direction: "fwd", "bwd_data" or "bwd_filter" (anything else throws PolicyError). Needs a
 // CUDA context (throws Error on a CPU one). The shapes are checked as by conv2d_output_shape.
 std::vector<ConvAlgoInfo> conv_algos(Context& ctx, const std::string& direction, const Shape& x, const Shape& w,
-                                     const Conv2dParams& p, Precision precision = Precision::Fp32);
+                                     const Conv2dParams& p, Precision precision = Precision::Fp32,
+                                     ConvLayout layout = ConvLayout::Nchw);
 // Just the names of conv_algos(...), in cuDNN's enum order.
 std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& direction, const Shape& x,
                                               const Shape& w, const Conv2dParams& p,
-                                              Precision precision = Precision::Fp32);
+                                              Precision precision = Precision::Fp32,
+                                              ConvLayout layout = ConvLayout::Nchw);
 
 }  // namespace ditto

@@ -67,6 +67,7 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
   const std::map<std::string, std::vector<std::string>> expected = {
       {"conv2d.precision", {"fp32", "fp32", "fp32"}},
       {"conv2d.bias_bwd", {"cudnn", "deterministic", "atomic"}},
+      {"conv2d.layout", {"nchw", "nchw", "nchw"}},
       {"linear.precision", {"fp32", "fp32", "fp32"}},
       {"linear.bias_bwd", {"atomic", "deterministic", "atomic"}},
       {"linear.cublas_atomics", {"off", "off", "on"}},
@@ -110,6 +111,7 @@ TEST_CASE("knobs: each family's enum names its registered variants in order") {
   check_enum_names<Precision>(knob_spec(op::conv2d, "precision"), 4);
   check_enum_names<Precision>(knob_spec(op::linear, "precision"), 4);
   check_enum_names<BiasBwd>(conv_bias_bwd_knob(), 3);
+  check_enum_names<ConvLayout>(conv_layout_knob(), 2);
   check_enum_names<BiasBwd>(linear_bias_bwd_knob(), 2);  // the prefix without cudnn
   check_enum_names<CublasAtomics>(linear_cublas_atomics_knob(), 2);
   check_enum_names<PoolBwd>(pool_bwd_knob(), 4);

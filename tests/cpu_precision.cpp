@@ -89,6 +89,30 @@ TEST_CASE("to_dtype: narrowing rounds, widening is exact, the same dtype is the 
   CHECK_THROWS_WITH(to_dtype(ctx, t, DType::BF16).f32(), Contains("tensor is bf16, f32 access requested"));
 }
 
+TEST_CASE("channels-last copies: each element moves to its NHWC place, rounded once, and back") {
+  Context ctx;
+  const Shape s{2, 3, 4, 5};
+  const std::vector<float> v = random_floats(shape_numel(s), test::fresh_seed());
+  const Tensor t = ctx.from_host(v, s);
+  for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+    const Tensor nhwc = to_channels_last(ctx, t, d);
+    REQUIRE(nhwc.shape() == Shape{2, 4, 5, 3});
+    CHECK(nhwc.dtype() == d);
+    const std::vector<float> got = nhwc.to_host_f32();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t w = 0; w < 5; ++w)
+            REQUIRE(got[((n * 4 + h) * 5 + w) * 3 + c] ==
+                    (d == DType::F32 ? v[((n * 3 + c) * 4 + h) * 5 + w]
+                                     : detail::round_through(d, v[((n * 3 + c) * 4 + h) * 5 + w])));
+    const Tensor back = from_channels_last(ctx, nhwc, DType::F32);
+    CHECK(back.shape() == s);
+    CHECK(back.to_host_f32() == (d == DType::F32 ? v : rounded(d, v)));
+  }
+  CHECK_THROWS_WITH(to_channels_last(ctx, ctx.zeros({2, 3}), DType::BF16), Contains("4-D"));
+}
+
 TEST_CASE("bf16 and f16 tensors: fingerprints see the dtype, safetensors round-trips them") {
   Context ctx;
   Tensor t = ctx.from_host(random_floats(64, 7), {8, 8});
@@ -121,6 +145,8 @@ TEST_CASE("precision knob: names, dtypes, every mode picks fp32") {
   CHECK(runs_on_cpu("precision", "fp16"));
   CHECK_FALSE(runs_on_cpu("precision", "tf32"));
   CHECK_THROWS_WITH(Policy::parse({"c1.math=tf32"}), Contains("precision"));
+  // The CPU reference reads NCHW whatever the layout: a layout pin changes nothing there.
+  CHECK_FALSE(runs_on_cpu("layout", "nhwc"));
 }
 
 TEST_CASE("conv2d in bf16/fp16 on the CPU rounds its operands and results exactly where the GPU does") {

@@ -120,10 +120,24 @@ TEST_CASE("gpu precision: the conversion kernels round exactly as the host does"
   }
 }
 
+TEST_CASE("gpu precision: channels-last copies on the GPU equal the host's, bit for bit") {
+  Context gpu(Device::cuda(0)), cpu;
+  // Odd sizes: partial 32x32 tiles on both axes.
+  const Shape s{3, 37, 9, 11};
+  const Tensor host = cpu.from_host(test::random_vec<float>(shape_numel(s), test::fresh_seed()), s);
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    INFO(dtype_name(t));
+    const Tensor a = to_channels_last(cpu, host, t), b = to_channels_last(gpu, gpu.to_device(host), t);
+    CHECK(a.fingerprint() == b.fingerprint());
+    CHECK(from_channels_last(cpu, a, DType::F32).fingerprint() == from_channels_last(gpu, b, DType::F32).fingerprint());
+  }
+}
+
 TEST_CASE("gpu precision: conv2d in bf16/fp16, every supported algorithm of every direction, against the rounded reference") {
   const Precision precision = GENERATE(Precision::Bf16, Precision::Fp16);
+  const ConvLayout layout = GENERATE(ConvLayout::Nchw, ConvLayout::Nhwc);
   const DType t = dtype_of(precision);
-  INFO(name_of(precision));
+  INFO(name_of(precision) << " " << name_of(layout));
   const uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   Context ctx(Device::cuda(0));
@@ -149,12 +163,13 @@ TEST_CASE("gpu precision: conv2d in bf16/fp16, every supported algorithm of ever
   const int64_t products[3] = {16 * 9, 32 * 9, 8 * 12 * 12};
   const Tensor xd = ctx.from_host(x, xs), wd = ctx.from_host(w, ws), dyd = ctx.from_host(dy, ys);
   for (int d = 0; d < 3; ++d) {
-    const auto algos = conv_algos(ctx, kDirections[d], xs, ws, p, precision);
+    const auto algos = conv_algos(ctx, kDirections[d], xs, ws, p, precision, layout);
     CHECK_FALSE(algos.empty());
     for (const auto& info : algos) {
       INFO(kDirections[d] << " " << info.name);
       ctx.policy() = Policy::parse({std::string("c.") + kDirections[d] + "=" + info.name,
-                                    std::string("c.precision=") + name_of(precision)});
+                                    std::string("c.precision=") + name_of(precision),
+                                    std::string("c.layout=") + name_of(layout)});
       auto run = [&] {
         return d == 0   ? conv2d_forward(ctx, "c", xd, wd, p)
                : d == 1 ? conv2d_backward_data(ctx, "c", dyd, wd, xs, p)
@@ -170,9 +185,9 @@ TEST_CASE("gpu precision: conv2d in bf16/fp16, every supported algorithm of ever
       REQUIRE(m);
       CHECK(m->precision == name_of(precision));
       const std::size_t distinct = test::distinct_results(10, run);
-      std::printf("DETERMINISM | conv2d %s | %s %s | %zu/10 | labelled %s | worst error %.1f output ulps\n",
-                  name_of(precision), kDirections[d], info.name.c_str(), distinct, determinism_name(info.deterministic),
-                  worst_ulps);
+      std::printf("DETERMINISM | conv2d %s %s | %s %s | %zu/10 | labelled %s | worst error %.1f output ulps\n",
+                  name_of(precision), name_of(layout), kDirections[d], info.name.c_str(), distinct,
+                  determinism_name(info.deterministic), worst_ulps);
       if (info.deterministic == Determinism::Yes) CHECK(distinct == 1);
     }
   }
@@ -202,6 +217,9 @@ TEST_CASE("gpu precision: deterministic selection in bf16 repeats bit for bit; d
   ctx.policy() = Policy::parse({"c.bwd_filter=ditto-gemm", "c.precision=bf16"});
   CHECK_THROWS_WITH(conv2d_backward_filter(ctx, "c", ctx.zeros(xs), ctx.zeros({16, 64, 16, 16}), ws, p),
                     Contains("'c'") && Contains("ditto's own algorithms compute in fp32 or tf32"));
+  ctx.policy() = Policy::parse({"c.bwd_filter=ditto-direct", "c.layout=nhwc"});
+  CHECK_THROWS_WITH(conv2d_backward_filter(ctx, "c", ctx.zeros(xs), ctx.zeros({16, 64, 16, 16}), ws, p),
+                    Contains("'c'") && Contains("ditto's own algorithms read NCHW"));
 }
 
 TEST_CASE("gpu precision: linear in bf16/fp16 against the rounded reference, repeats bit for bit") {
@@ -228,11 +246,13 @@ TEST_CASE("gpu precision: linear in bf16/fp16 against the rounded reference, rep
 
 TEST_CASE("gpu precision: bf16 and fp16 SmallCNN-BN trainings repeat bit for bit, graphed as eager") {
   const std::string precision = GENERATE(as<std::string>{}, "bf16", "fp16");
-  INFO(precision);
+  const bool channels_last = GENERATE(false, true);
+  INFO(precision << (channels_last ? " channels-last" : ""));
   TrainConfig c = test::synthetic_config("smallcnn-bn", 512, 128, 32, 64, "cuda");
   c.deterministic_init = c.deterministic_input = true;
   c.kernels = "deterministic";
   c.precision = precision;
+  c.channels_last = channels_last;
   c.epochs = 2;
   const TrainResult a = train(c), b = train(c);
   CHECK(a.weights_fingerprint == b.weights_fingerprint);
@@ -242,7 +262,8 @@ TEST_CASE("gpu precision: bf16 and fp16 SmallCNN-BN trainings repeat bit for bit
   CHECK(graphed.predictions == a.predictions);
   c.graph = false;
   c.precision = "fp32";
+  c.channels_last = false;
   CHECK(train(c).weights_fingerprint != a.weights_fingerprint);
-  std::printf("PRECISION smallcnn-bn %s: fingerprint %016llx, test accuracy %.4f\n", precision.c_str(),
-              (unsigned long long)a.weights_fingerprint, a.log.back().test_top1);
+  std::printf("PRECISION smallcnn-bn %s%s: fingerprint %016llx, test accuracy %.4f\n", precision.c_str(),
+              channels_last ? " channels-last" : "", (unsigned long long)a.weights_fingerprint, a.log.back().test_top1);
 }

@@ -1,6 +1,6 @@
 // Internal: the RAII cuDNN tensor descriptor every op family uses (cudnn.h stays out of the
-// public headers). NCHW, the only layout ditto hands to cuDNN; float, or bf16/f16 where a
-// convolution computes in reduced precision.
+// public headers). NCHW, or channels-last where a convolution's layout knob asks; float, or
+// bf16/f16 where a convolution computes in reduced precision.
 #pragma once
 #include <cstdint>
 
@@ -22,10 +22,14 @@ struct CudnnTensorDesc {
   CudnnTensorDesc(const CudnnTensorDesc&) = delete;
   CudnnTensorDesc& operator=(const CudnnTensorDesc&) = delete;
 
-  void set(int64_t n, int64_t c, int64_t h, int64_t w, DType t = DType::F32) {
-    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(t), int(n), int(c), int(h), int(w)));
+  // Dimensions are always given as N, C, H, W; channels_last says the memory is N, H, W, C.
+  void set(int64_t n, int64_t c, int64_t h, int64_t w, DType t = DType::F32, bool channels_last = false) {
+    DITTO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                 cudnn_type(t), int(n), int(c), int(h), int(w)));
   }
-  void set(const Shape& s, DType t = DType::F32) { set(s[0], s[1], s[2], s[3], t); }
+  void set(const Shape& s, DType t = DType::F32, bool channels_last = false) {
+    set(s[0], s[1], s[2], s[3], t, channels_last);
+  }
   cudnnTensorDescriptor_t get() const { return d; }
 };
 

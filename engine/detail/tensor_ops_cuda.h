@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/tensor.h"
+
 namespace ditto { class Context; }
 
 namespace ditto::cuda {
@@ -11,4 +13,8 @@ void scale(Context& ctx, float* p, float alpha, int64_t n);
 // float -> bf16/f16 bits (round to nearest even) and back (exact); bf16 picks the format (else f16).
 void narrow(Context& ctx, const float* src, uint16_t* dst, int64_t n, bool bf16);
 void widen(Context& ctx, const uint16_t* src, float* dst, int64_t n, bool bf16);
+// dst[n][j][i] = src[n][i][j] for each of `batch` rows x cols matrices, converted between float
+// dtypes (DType's values: F32, BF16, F16).
+void transpose_convert(Context& ctx, const void* src, DType from, void* dst, DType to, int64_t batch, int64_t rows,
+                       int64_t cols);
 }  // namespace ditto::cuda
