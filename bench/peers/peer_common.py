@@ -92,19 +92,24 @@ class Precision:
         return out
 
 
-def train_step(model, opt, x, y, precision, scaler):
-    """One eager training step: forward and cross-entropy under the precision's autocast, backward
-    (on the scaled loss with a GradScaler), optimizer step (through the scaler with one),
-    zero_grad(set_to_none=True). Returns the loss."""
+def forward_backward(model, x, y, precision, scaler):
+    """Forward and cross-entropy under the precision's autocast, then backward outside it (on the
+    scaled loss with a GradScaler). Returns the loss."""
     import torch.nn.functional as F
 
     with precision.autocast():
         loss = F.cross_entropy(model(x), y)
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    return loss
+
+
+def train_step(model, opt, x, y, precision, scaler):
+    """One eager training step: forward_backward, the optimizer step (through the GradScaler, then
+    its update, with one), zero_grad(set_to_none=True). Returns the loss."""
+    loss = forward_backward(model, x, y, precision, scaler)
     if scaler is None:
-        loss.backward()
         opt.step()
     else:
-        scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
     opt.zero_grad(set_to_none=True)

@@ -53,7 +53,8 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_common import PRECISIONS, Precision, parse_precisions, percentile, short_error, train_step  # noqa: E402
+from peer_common import (PRECISIONS, Precision, forward_backward, parse_precisions, percentile, short_error,  # noqa: E402
+                         train_step)
 from torch_train import ResNet18, SmallCNN  # noqa: E402
 
 # PyTorch >= 2.9 warns that allow_tf32 will give way to fp32_precision. We set only the legacy
@@ -134,13 +135,9 @@ def capture_step(model, opt, x, y, precision, scaler):
     graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)
     with torch.cuda.graph(graph):
-        with precision.autocast():
-            static_loss = F.cross_entropy(model(x), y)
+        static_loss = forward_backward(model, x, y, precision, scaler)
         if scaler is None:
-            static_loss.backward()
             opt.step()
-        else:
-            scaler.scale(static_loss).backward()
     return graph, static_loss
 
 
