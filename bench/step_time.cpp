@@ -13,7 +13,9 @@
 // of their own ("tf32", "tf32-deterministic") are `--precisions tf32` under heuristic and
 // deterministic. Every configuration starts from the same initial weights, so for a deterministic
 // mode the eager and graphed runs must end with the same weights fingerprint; the program checks
-// that per precision and exits 1 when they differ.
+// that per precision and exits 1 when they differ. A configuration that fails is recorded as a line
+// with its error (tool, model, mode, precision, graph, batch, error), the others still run, and the
+// exit status is 1.
 //
 // Each configuration is one JSON line (--out appends; bench/step_time_table.py renders them with
 // the PyTorch peer's lines): tool, model, mode, precision, loss_scale (fp16 only), graph, batch,
@@ -242,17 +244,30 @@ int main(int argc, char** argv) {
       out.open(o.out, std::ios::app);
       if (!out) throw IoError(fmt::format("--out: cannot open '{}' for appending", o.out));
     }
-    int mismatches = 0;
+    int mismatches = 0, failures = 0;
     for (const auto& model : o.models)
       for (const auto& precision : o.precisions)
         for (const auto& mode : o.modes) {
           std::map<bool, std::string> fingerprint;
           for (bool g : graph_settings) {
-            json line = measure(o, model, mode, precision, g);
-            fingerprint[g] = line["weights_fingerprint"];
+            json line;
+            try {
+              line = measure(o, model, mode, precision, g);
+            } catch (const std::exception& e) {
+              // Recorded, and the study goes on: one precision a model cannot run loses no other line.
+              ++failures;
+              line = {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"precision", precision}, {"graph", g},
+                      {"batch", o.batch}, {"error", e.what()}};
+            }
             std::printf("%s\n", line.dump().c_str());
             std::fflush(stdout);
             if (out) out << line.dump() << "\n" << std::flush;
+            if (line.contains("error")) {
+              std::fprintf(stderr, "%-12s %-20s %-5s %-6s %s\n", model.c_str(), mode.c_str(), precision.c_str(),
+                           g ? "graph" : "eager", line["error"].get<std::string>().substr(0, 300).c_str());
+              continue;
+            }
+            fingerprint[g] = line["weights_fingerprint"];
             std::fprintf(stderr, "%-12s %-20s %-5s %-6s %8.3f ms/step (p10 %.3f, p90 %.3f, wall %.3f) peak %.1f MiB\n",
                          model.c_str(), mode.c_str(), precision.c_str(), g ? "graph" : "eager",
                          line["ms_median"].get<double>(), line["ms_p10"].get<double>(), line["ms_p90"].get<double>(),
@@ -266,7 +281,7 @@ int main(int argc, char** argv) {
             if (deterministic && !same) ++mismatches;
           }
         }
-    return mismatches ? 1 : 0;
+    return mismatches || failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "step_time: %s\n", e.what());
     return 2;
