@@ -1,43 +1,42 @@
 // overhead: the cost of determinism per model (the paper's figure 6). For each zoo model, kernel
 // mode and precision (--precisions, default fp32; each the rule `*.precision=VALUE` after the
-// mode's, bench/precision_runs.h): the median milliseconds of a training step (experiments/step.h: forward, softmax
-// cross-entropy, backward, SGD with momentum 0.9, device-side loss and accuracy sums) on one
-// fixed synthetic batch (fp32, --batch images of 3x224x224, 3x299x299 for inception-v3, 1000
-// classes), eager; the pool's peak memory over the timed steps; the ratios to `heuristic` and
-// `fastest`; where the time goes, per op kind and algorithm (engine/profiler.h); and the
-// algorithms chosen.
+// mode's, bench/precision_runs.h): the median milliseconds of a training step (experiments/step.h:
+// forward, softmax cross-entropy, backward, SGD with momentum 0.9, device-side loss and accuracy
+// sums) on one fixed synthetic batch (fp32, --batch images of 3x224x224, 3x299x299 for
+// inception-v3, 1000 classes), eager; the pool's peak memory over the timed steps; the ratios to
+// `heuristic` and `fastest`; where the time goes, per op kind and algorithm (engine/profiler.h);
+// and the algorithms chosen.
 //
-// Per model x mode, in a context of its own: `--warmup` untimed steps (the first selects the
-// algorithms: cuDNN's heuristic or Find), then `--steps` steps each timed by a pair of CUDA
-// events (no profiler attached: nothing between the ops; 100 by default, as the paper
-// profiled 100 iterations; bench/overhead_steps.py compares a run with fewer), then
-// `--profile-steps` further steps with the profiler attached, whose per-kind times are reported
-// separately (events between ops cost a little, so they are not the median's steps). deterministic-tuned reads a tuning file
+// Per model x mode x precision, in a context of its own: `--warmup` untimed steps (the first selects the
+// algorithms: cuDNN's heuristic or Find), then `--steps` steps each timed by a pair of CUDA events
+// (no profiler attached: nothing between the ops; 100 by default, as the paper profiled 100
+// iterations; bench/overhead_steps.py compares a run with fewer), then `--profile-steps` further
+// steps with the profiler attached, whose per-kind times are reported separately (events between
+// ops cost a little, so they are not the median's steps). deterministic-tuned reads a tuning file
 // made once per model, batch and precision under --tuning-dir by a tuning step in a context of its
 // own (engine/tuning.h: tune in a run of its own, then read); the tuning time is reported.
 //
 // Per model and precision, modes run in the order heuristic, fastest, deterministic,
 // deterministic-tuned, nondeterministic, so a record can carry its ratios to heuristic and fastest
-// in its own precision. Models that
-// make_net does not know are skipped with a note on stderr. A configuration that fails (e.g.
-// out of device memory at batch 128) is recorded with its error and the study goes on; with
-// --budget-s, configurations that would start after that many seconds are recorded as skipped;
-// with --resume, configurations (model, mode, precision; a line without a precision is fp32) --out
-// already holds a measurement or an out-of-memory failure of (at any other settings: keep one file
-// per setting) are not run again, so a study cut by its budget is completed by running the same
-// command again.
+// in its own precision. Models that make_net does not know are skipped with a note on stderr. A
+// configuration that fails (e.g. out of device memory at batch 128) is recorded with its error and
+// the study goes on; with --budget-s, configurations that would start after that many seconds are
+// recorded as skipped; with --resume, configurations (model, mode, precision; a line without a
+// precision is fp32) --out already holds a measurement or an out-of-memory failure of (at any other
+// settings: keep one file per setting) are not run again, so a study cut by its budget is completed
+// by running the same command again.
 //
 // One JSON line per model x mode x precision (--out appends; bench/overhead_table.py renders them
 // with the PyTorch peer's): tool, model, mode, precision, loss_scale (fp16 only), batch,
-// image_size, classes, dtype (the input batch's), optimizer, warmup,
-// steps, ms_median, ms_p10, ms_p90, ms_min, ms_wall, ratio_vs_heuristic, ratio_vs_fastest,
-// peak_mem_bytes, peak_mem_warmup_bytes, mem_source, profile_steps, profile_ms,
-// breakdown_ms {kind: ms per step}, breakdown [{kind, variant, ms, calls} per step],
-// conv_algos {direction: {algorithm: layers}}, variants {op.knob: {variant: layers}}, kernels
-// ["layer.knob=algo"], tuning_file, tuning_s, warmup_s, params, weights_fingerprint, device,
-// gpu, cudnn, commit, date; a failed one: tool, model, mode, precision, batch, image_size, error,
-// oom (and skipped when the budget ran out).
-//   overhead --models resnet50,vgg16 --modes heuristic,deterministic --precisions fp32,bf16 --out overhead.jsonl
+// image_size, classes, dtype (the input batch's), optimizer, warmup, steps, ms_median, ms_p10,
+// ms_p90, ms_min, ms_wall, ratio_vs_heuristic, ratio_vs_fastest, peak_mem_bytes,
+// peak_mem_warmup_bytes, mem_source, profile_steps, profile_ms, breakdown_ms {kind: ms per step},
+// breakdown [{kind, variant, ms, calls} per step], conv_algos {direction: {algorithm: layers}},
+// variants {op.knob: {variant: layers}}, kernels ["layer.knob=algo"], tuning_file, tuning_s,
+// warmup_s, params, weights_fingerprint, device, gpu, cudnn, commit, date; a failed one: tool,
+// model, mode, precision, batch, image_size, error, oom (and skipped when the budget ran out).
+//   overhead --models resnet50,vgg16 --modes heuristic,deterministic --precisions fp32,bf16
+//       --out overhead.jsonl
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 

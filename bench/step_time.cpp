@@ -23,7 +23,7 @@
 // (a graphed step's own temporaries live in the graph's memory, not the pool's: compare eager
 // lines), flops_per_step (conv and linear, forward + backward), weights_fingerprint, graph_nodes,
 // kernels (the conv algorithms the run chose), gpu, cudnn, commit, date.
-//   step_time --models smallcnn,resnet18 --modes deterministic-tuned,fastest --precisions fp32,bf16 \
+//   step_time --models smallcnn,resnet18 --modes deterministic-tuned,fastest --precisions fp32,bf16
 //       --out step_time.jsonl
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -219,7 +219,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ms per training step, eager and CUDA-graphed, per model and kernel mode"};
+  CLI::App app{"ms per training step, eager and CUDA-graphed, per model, kernel mode and precision"};
   Options o;
   app.add_option("--models", o.models, "comma list")->delimiter(',')->check(CLI::IsMember(known_models()));
   app.add_option("--modes", o.modes, "comma list")->delimiter(',')->check(CLI::IsMember(kModes));
