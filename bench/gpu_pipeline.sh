@@ -11,6 +11,8 @@
 # Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
 # racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
 # The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS].
+# Reduced precision, ditto against PyTorch's AMP: precision (fp32, bf16, fp16; CIFAR shapes and a few
+# zoo models; under $R/precision).
 # The paper's figure S4 and main table: fig-s4[:MOMENTUM] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
 # exp-resnet18 (each says its wall time and the env vars that scale it); zoo-overhead times
 # OVERHEAD_STEPS (100) steps.
@@ -79,11 +81,14 @@ pipeline() {
       graphtest)
         $B/tests/gpu_graph > $R/gpu_graph.log 2>&1; grep -E "^GRAPH|passed|failed" $R/gpu_graph.log ;;
       steptime)
-        # ditto and the PyTorch peer in the same call; the table script renders both.
+        # ditto and the PyTorch peer in the same call; the table script renders both. TF32, once modes
+        # of their own, is a precision (STEPTIME_PRECISIONS, default fp32,tf32).
         rm -f $R/step_time.jsonl $R/torch_step_time.jsonl
-        $B/bench/step_time --out $R/step_time.jsonl --tuning-dir $R/tuning > /dev/null 2> $R/step_time.err
+        local sp=${STEPTIME_PRECISIONS:-fp32,tf32}
+        $B/bench/step_time --precisions $sp --out $R/step_time.jsonl --tuning-dir $R/tuning > /dev/null 2> $R/step_time.err
         echo "step_time rc=$?"; grep -E "^BITS" $R/step_time.err
-        python3 bench/peers/torch_step_time.py --out $R/torch_step_time.jsonl > /dev/null 2> $R/torch_step_time.err
+        python3 bench/peers/torch_step_time.py --precisions $sp --out $R/torch_step_time.jsonl > /dev/null \
+          2> $R/torch_step_time.err
         echo "torch_step_time rc=$?"; tail -2 $R/torch_step_time.err
         python3 bench/step_time_table.py $R/step_time.jsonl $R/torch_step_time.jsonl --out $R/step_time.md \
           --csv $R/step_time.csv; sed -n '/## Targets/,/## Roofline/p' $R/step_time.md ;;
@@ -391,6 +396,42 @@ for l in open('$R/torch_ddp.jsonl'):
         if ls $R/overhead-*steps.jsonl > /dev/null 2>&1 && [ -f $R/overhead.jsonl ]; then
           python3 bench/overhead_steps.py $R/overhead*.jsonl $R/torch_overhead*.jsonl --out $R/overhead_steps.md | tail -3
         fi ;;
+      precision)
+        # ditto's modes heuristic, deterministic and fastest under *.precision=fp32|bf16|fp16 against
+        # PyTorch's default, benchmark and deterministic modes in fp32 and AMP (autocast, channels-last,
+        # GradScaler for fp16), as step times and peak memory. (1) CIFAR shapes, bench/step_time and
+        # torch_step_time.py: resnet18 and smallcnn, batch 128, eager and graphed, PRECISION_STEPS (50)
+        # timed steps after 10; (2) zoo models, bench/overhead and torch_overhead.py: PRECISION_ZOO
+        # (resnet50,mobilenet-v2,efficientnet-b0) at PRECISION_ZOO_BATCH (64), 224x224, eager, 10 timed
+        # steps after 3. Then both tables (their "Precisions" sections: det / fastest, det / PyTorch
+        # default, peak memory ditto / PyTorch). Files under $R/precision; (1) starts over each time,
+        # (2) --resumes (rm $R/precision/*overhead.jsonl to start over). Wall (estimate from the
+        # steptime and zoo-overhead steps): (1) 36 + 36 configurations, about 1.5 min; (2) 27 + 27, about
+        # 2.5 min; each program is cut by its budget or timeout (90, 70, 110, 85 s): at most 6 min in all.
+        local P=$R/precision steps=${PRECISION_STEPS:-50} zoo=${PRECISION_ZOO:-resnet50,mobilenet-v2,efficientnet-b0}
+        mkdir -p $P; rm -f $P/step_time.jsonl $P/torch_step_time.jsonl
+        timeout 90 $B/bench/step_time --models resnet18,smallcnn --modes heuristic,deterministic,fastest \
+          --precisions fp32,bf16,fp16 --warmup 10 --steps $steps --out $P/step_time.jsonl --tuning-dir $P/tuning \
+          > /dev/null 2> $P/step_time.err
+        echo "step_time rc=$? ($(grep -c . $P/step_time.jsonl) lines)"; grep -E "^BITS" $P/step_time.err
+        timeout 70 python3 bench/peers/torch_step_time.py --models resnet18,smallcnn --modes default,benchmark,deterministic \
+          --precisions fp32,bf16,fp16 --warmup 10 --steps $steps --out $P/torch_step_time.jsonl > /dev/null \
+          2> $P/torch_step_time.err
+        echo "torch_step_time rc=$? ($(grep -c . $P/torch_step_time.jsonl) lines)"; tail -n 1 $P/torch_step_time.err
+        timeout 110 $B/bench/overhead --models $zoo --modes heuristic,fastest,deterministic --precisions fp32,bf16,fp16 \
+          --batch ${PRECISION_ZOO_BATCH:-64} --warmup 3 --steps 10 --profile-steps 0 --budget-s 85 --resume \
+          --tuning-dir $P/overhead-tuning --out $P/overhead.jsonl > /dev/null 2> $P/overhead.err
+        echo "overhead rc=$? ($(grep -c . $P/overhead.jsonl) lines, $(grep -c '"error"' $P/overhead.jsonl) failed or skipped)"
+        timeout 85 python3 bench/peers/torch_overhead.py --models $zoo --modes default,benchmark,deterministic \
+          --precisions fp32,bf16,fp16 --batch ${PRECISION_ZOO_BATCH:-64} --warmup 3 --steps 10 --budget-s 60 --resume \
+          --out $P/torch_overhead.jsonl > /dev/null 2> $P/torch_overhead.err
+        echo "torch_overhead rc=$?"; tail -n 1 $P/torch_overhead.err
+        python3 bench/step_time_table.py $P/step_time.jsonl $P/torch_step_time.jsonl --out $P/step_time.md \
+          --csv $P/step_time.csv 2> $P/step_time_table.err
+        echo "step_time_table rc=$?"; sed -n '/^## Precisions/,/^## Roofline/p' $P/step_time.md
+        python3 bench/overhead_table.py $P/overhead.jsonl $P/torch_overhead.jsonl --out $P/overhead.md \
+          2> $P/overhead_table.err
+        echo "overhead_table rc=$?"; sed -n '/^## Precisions/,/^## Which op/p' $P/overhead.md ;;
       where)
         echo "git: $(git rev-parse --short=12 HEAD 2>&1 | head -1); .ditto-commit: $(cat .ditto-commit)"; ls -a | head -30 ;;
     esac
@@ -402,7 +443,8 @@ case $cmd in
   start)
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
-      EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS
+      EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

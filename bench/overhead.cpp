@@ -1,39 +1,42 @@
-// overhead: the cost of determinism per model (the paper's figure 6). For each zoo model and
-// kernel mode: the median milliseconds of a training step (experiments/step.h: forward, softmax
-// cross-entropy, backward, SGD with momentum 0.9, device-side loss and accuracy sums) on one
-// fixed synthetic batch (fp32, --batch images of 3x224x224, 3x299x299 for inception-v3, 1000
-// classes), eager; the pool's peak memory over the timed steps; the ratios to `heuristic` and
-// `fastest`; where the time goes, per op kind and algorithm (engine/profiler.h); and the
-// algorithms chosen.
+// overhead: the cost of determinism per model (the paper's figure 6). For each zoo model, kernel
+// mode and precision (--precisions, default fp32; each the rule `*.precision=VALUE` after the
+// mode's, bench/precision_runs.h): the median milliseconds of a training step (experiments/step.h:
+// forward, softmax cross-entropy, backward, SGD with momentum 0.9, device-side loss and accuracy
+// sums) on one fixed synthetic batch (fp32, --batch images of 3x224x224, 3x299x299 for
+// inception-v3, 1000 classes), eager; the pool's peak memory over the timed steps; the ratios to
+// `heuristic` and `fastest`; where the time goes, per op kind and algorithm (engine/profiler.h);
+// and the algorithms chosen.
 //
-// Per model x mode, in a context of its own: `--warmup` untimed steps (the first selects the
-// algorithms: cuDNN's heuristic or Find), then `--steps` steps each timed by a pair of CUDA
-// events (no profiler attached: nothing between the ops; 100 by default, as the paper
-// profiled 100 iterations; bench/overhead_steps.py compares a run with fewer), then
-// `--profile-steps` further steps with the profiler attached, whose per-kind times are reported
-// separately (events between ops cost a little, so they are not the median's steps). deterministic-tuned reads a tuning file
-// made once per model and batch under --tuning-dir by a tuning step in a context of its own
-// (engine/tuning.h: tune in a run of its own, then read); the tuning time is reported.
+// Per model x mode x precision, in a context of its own: `--warmup` untimed steps (the first selects the
+// algorithms: cuDNN's heuristic or Find), then `--steps` steps each timed by a pair of CUDA events
+// (no profiler attached: nothing between the ops; 100 by default, as the paper profiled 100
+// iterations; bench/overhead_steps.py compares a run with fewer), then `--profile-steps` further
+// steps with the profiler attached, whose per-kind times are reported separately (events between
+// ops cost a little, so they are not the median's steps). deterministic-tuned reads a tuning file
+// made once per model, batch and precision under --tuning-dir by a tuning step in a context of its
+// own (engine/tuning.h: tune in a run of its own, then read); the tuning time is reported.
 //
-// Modes run in the order heuristic, fastest, deterministic, deterministic-tuned,
-// nondeterministic, so a record can carry its ratios to heuristic and fastest. Models that
-// make_net does not know are skipped with a note on stderr. A configuration that fails (e.g.
-// out of device memory at batch 128) is recorded with its error and the study goes on; with
-// --budget-s, configurations that would start after that many seconds are recorded as skipped;
-// with --resume, configurations --out already holds a measurement or an out-of-memory failure
-// of (at any settings: keep one file per setting) are not run again, so a study cut by its
-// budget is completed by running the same command again.
+// Per model and precision, modes run in the order heuristic, fastest, deterministic,
+// deterministic-tuned, nondeterministic, so a record can carry its ratios to heuristic and fastest
+// in its own precision. Models that make_net does not know are skipped with a note on stderr. A
+// configuration that fails (e.g. out of device memory at batch 128) is recorded with its error and
+// the study goes on; with --budget-s, configurations that would start after that many seconds are
+// recorded as skipped; with --resume, configurations (model, mode, precision; a line without a
+// precision is fp32) --out already holds a measurement or an out-of-memory failure of (at any other
+// settings: keep one file per setting) are not run again, so a study cut by its budget is completed
+// by running the same command again.
 //
-// One JSON line per model x mode (--out appends; bench/overhead_table.py renders them with the
-// PyTorch peer's): tool, model, mode, batch, image_size, classes, dtype, optimizer, warmup,
-// steps, ms_median, ms_p10, ms_p90, ms_min, ms_wall, ratio_vs_heuristic, ratio_vs_fastest,
-// peak_mem_bytes, peak_mem_warmup_bytes, mem_source, profile_steps, profile_ms,
-// breakdown_ms {kind: ms per step}, breakdown [{kind, variant, ms, calls} per step],
-// conv_algos {direction: {algorithm: layers}}, variants {op.knob: {variant: layers}}, kernels
-// ["layer.knob=algo"], tuning_file, tuning_s, warmup_s, params, weights_fingerprint, device,
-// gpu, cudnn, commit, date; a failed one: tool, model, mode, batch, image_size, error, oom
-// (and skipped when the budget ran out).
-//   overhead --models resnet50,vgg16 --modes heuristic,deterministic --out overhead.jsonl
+// One JSON line per model x mode x precision (--out appends; bench/overhead_table.py renders them
+// with the PyTorch peer's): tool, model, mode, precision, loss_scale (fp16 only), batch,
+// image_size, classes, dtype (the input batch's), optimizer, warmup, steps, ms_median, ms_p10,
+// ms_p90, ms_min, ms_wall, ratio_vs_heuristic, ratio_vs_fastest, peak_mem_bytes,
+// peak_mem_warmup_bytes, mem_source, profile_steps, profile_ms, breakdown_ms {kind: ms per step},
+// breakdown [{kind, variant, ms, calls} per step], conv_algos {direction: {algorithm: layers}},
+// variants {op.knob: {variant: layers}}, kernels ["layer.knob=algo"], tuning_file, tuning_s,
+// warmup_s, params, weights_fingerprint, device, gpu, cudnn, commit, date; a failed one: tool,
+// model, mode, precision, batch, image_size, error, oom (and skipped when the budget ran out).
+//   overhead --models resnet50,vgg16 --modes heuristic,deterministic --precisions fp32,bf16
+//       --out overhead.jsonl
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -46,6 +49,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "engine/context.h"
 #include "engine/error.h"
@@ -59,6 +63,7 @@
 #include "experiments/step.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
+#include "precision_runs.h"
 
 using namespace ditto;
 using json = nlohmann::json;
@@ -84,6 +89,7 @@ std::vector<std::string> mode_rules(const std::string& mode) {
 struct Options {
   std::vector<std::string> models = kZoo;
   std::vector<std::string> modes = kModes;
+  std::vector<std::string> precisions = {"fp32"};
   std::string device = "auto";
   std::string out, tuning_dir = "overhead_tuning";
   int64_t batch = 128;
@@ -94,16 +100,20 @@ struct Options {
   bool resume = false;
 };
 
-// The (model, mode) pairs --out already holds a measurement of, with their medians (the last
-// line wins), and those that ran out of memory (median -1: the same batch would again).
-std::map<std::pair<std::string, std::string>, double> measured_in(const std::string& path) {
-  std::map<std::pair<std::string, std::string>, double> done;
+// A configuration as --resume finds it in --out: model, mode, precision.
+using ConfigKey = std::tuple<std::string, std::string, std::string>;
+
+// The configurations --out already holds a measurement of, with their medians (the last line
+// wins), and those that ran out of memory (median -1: the same batch would again). A line
+// without a precision was written before precisions: fp32.
+std::map<ConfigKey, double> measured_in(const std::string& path) {
+  std::map<ConfigKey, double> done;
   std::ifstream in(path);
   std::string text;
   while (std::getline(in, text)) {
     const json j = json::parse(text, nullptr, false);
     if (!j.is_object() || j.value("tool", "") != "ditto" || !j.contains("model") || !j.contains("mode")) continue;
-    const std::pair<std::string, std::string> key{j["model"].get<std::string>(), j["mode"].get<std::string>()};
+    const ConfigKey key{j["model"].get<std::string>(), j["mode"].get<std::string>(), j.value("precision", "fp32")};
     if (!j.contains("error") && j.contains("ms_median") && j["ms_median"].is_number())
       done[key] = j["ms_median"].get<double>();
     else if (j.value("oom", false) && !j.value("skipped", false))
@@ -177,12 +187,13 @@ Setup make_setup(Context& ctx, const Options& o, const std::string& model, const
   return s;
 }
 
-// The tuning file of a model: made by one step in a context of its own when it does not exist.
-// Returns the seconds spent tuning (0 when the file was there).
-double ensure_tuning(const Options& o, const std::string& model, const std::string& path, const HostBatch& hb) {
+// The tuning file of a model in a precision: made by one step in a context of its own when it
+// does not exist. Returns the seconds spent tuning (0 when the file was there).
+double ensure_tuning(const Options& o, const std::string& model, const std::string& precision,
+                     const std::string& path, const HostBatch& hb) {
   if (fs::exists(path)) return 0;
   const auto t0 = Clock::now();
-  Context ctx(Device::parse(o.device), Policy::parse({"*=deterministic"}));
+  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision({"*=deterministic"}, precision)));
   const RuntimeInfo info = ctx.runtime_info();
   auto table = std::make_shared<TuningTable>();
   table->gpu = info.gpu_name;
@@ -287,14 +298,23 @@ void add_kernel_choices(json& j, Context& ctx) {
   j["kernels"] = kernels;
 }
 
-json measure(const Options& o, const std::string& model, const std::string& mode, const HostBatch& hb) {
+// The tuning file of a model, batch, image size and precision (fp32 keeps the name it had before
+// precisions).
+std::string tuning_file(const Options& o, const std::string& model, const std::string& precision) {
+  std::string name = fmt::format("{}-b{}-s{}", model, o.batch, image_size(o, model));
+  if (precision != "fp32") name += "-" + precision;
+  return (fs::path(o.tuning_dir) / (name + ".json")).string();
+}
+
+json measure(const Options& o, const std::string& model, const std::string& mode, const std::string& precision,
+             const HostBatch& hb) {
   const int size = image_size(o, model);
-  Context ctx(Device::parse(o.device), Policy::parse(mode_rules(mode)));
+  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision(mode_rules(mode), precision)));
   std::string tuning_path;
   double tuning_s = 0;
   if (mode == "deterministic-tuned") {
-    tuning_path = (fs::path(o.tuning_dir) / fmt::format("{}-b{}-s{}.json", model, o.batch, size)).string();
-    tuning_s = ensure_tuning(o, model, tuning_path, hb);
+    tuning_path = tuning_file(o, model, precision);
+    tuning_s = ensure_tuning(o, model, precision, tuning_path, hb);
     const RuntimeInfo info = ctx.runtime_info();
     ctx.set_tuning(std::make_shared<TuningTable>(TuningTable::load(tuning_path, info.gpu_name, info.cudnn)));
   }
@@ -320,10 +340,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
          {"ms_wall", st.wall_ms},
          {"peak_mem_bytes", st.peak},
          {"peak_mem_warmup_bytes", st.peak_warmup},
-         {"mem_source", ctx.is_cuda() ? "context pool high-water mark (tensors and workspaces; not cuDNN/cuBLAS "
-                                        "internals): timed steps after a reset; warmup: context creation "
-                                        "through the warm-up steps"
-                                      : "none on the CPU"},
+         {"mem_source", bench::pool_mem_source(ctx.is_cuda())},
          {"tuning_file", tuning_path},
          {"tuning_s", tuning_s},
          {"warmup_s", st.warmup_s},
@@ -334,6 +351,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
          {"cudnn", info.cudnn},
          {"commit", info.git_commit},
          {"date", today()}};
+  bench::add_precision_fields(j, precision);
   add_breakdown(j, prof);
   add_kernel_choices(j, ctx);
   return j;
@@ -349,6 +367,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--models", o.models, "comma list (default: the 17 zoo models; unknown ones are skipped)")
       ->delimiter(',');
   app.add_option("--modes", o.modes, "comma list")->delimiter(',')->check(CLI::IsMember(kModes));
+  bench::add_precisions_option(app, o.precisions);
   app.add_option("--batch", o.batch, "batch size")->check(detail::at_least(1));
   app.add_option("--classes", o.classes, "classes of the synthetic labels")->check(detail::at_least(2));
   app.add_option("--image-size", o.image_size, "image side (0: 224, 299 for inception-v3)")->check(detail::at_least(0));
@@ -361,34 +380,35 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--budget-s", o.budget_s, "start no configuration after this many seconds (0: no limit)")
       ->check(detail::at_least(0));
   app.add_flag("--resume", o.resume,
-               "skip the model x mode pairs --out already holds a measurement (or an out-of-memory failure) of");
+               "skip the model x mode x precision configurations --out already holds a measurement (or an "
+               "out-of-memory failure) of");
   app.add_option("--device", o.device, "auto | cpu | cuda | cuda:N");
-  app.add_option("--out", o.out, "append one JSON line per model x mode to this file");
+  app.add_option("--out", o.out, "append one JSON line per model x mode x precision to this file");
   app.add_option("--tuning-dir", o.tuning_dir, "where deterministic-tuned keeps its tuning files");
 }
 
 // The run: its options, where it appends, and what it has measured so far.
 struct Run {
   const Options& o;
-  std::map<std::pair<std::string, std::string>, double> done;  // by --resume: already in --out
+  std::map<ConfigKey, double> done;  // by --resume: already in --out
   std::ofstream out;
   HostBatches batches;
   Clock::time_point t_start = Clock::now();
   int failures = 0;
 };
 
-// One model x mode's line: its measurement with its ratios to the model's heuristic and fastest
-// medians measured before it (`median`, by mode, gets its own), the error it failed with, or that
-// --budget-s was spent.
-json model_mode_line(Run& run, const std::string& model, const std::string& mode,
+// One model x mode x precision's line: its measurement with its ratios to the model's heuristic
+// and fastest medians in the same precision measured before it (`median`, by mode, gets its own),
+// the error it failed with, or that --budget-s was spent.
+json model_mode_line(Run& run, const std::string& model, const std::string& mode, const std::string& precision,
                      std::map<std::string, double>& median) {
   const Options& o = run.o;
   if (o.budget_s > 0 && seconds_since(run.t_start) > o.budget_s)
-    return {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"batch", o.batch},
+    return {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"precision", precision}, {"batch", o.batch},
             {"image_size", image_size(o, model)}, {"skipped", true}, {"oom", false},
             {"error", fmt::format("skipped: --budget-s {} spent", o.budget_s)}};
   try {
-    json line = measure(o, model, mode, host_batch(run.batches, o, image_size(o, model)));
+    json line = measure(o, model, mode, precision, host_batch(run.batches, o, image_size(o, model)));
     const double m = line["ms_median"].get<double>();
     median[mode] = m;
     if (median.count("heuristic")) line["ratio_vs_heuristic"] = m / median["heuristic"];
@@ -396,22 +416,25 @@ json model_mode_line(Run& run, const std::string& model, const std::string& mode
     return line;
   } catch (const std::exception& e) {
     ++run.failures;
-    return {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"batch", o.batch},
+    return {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"precision", precision}, {"batch", o.batch},
             {"image_size", image_size(o, model)}, {"error", e.what()}, {"oom", is_oom(e.what())}};
   }
 }
 
 // The line on stdout and to --out, and a one-line summary on stderr.
-void report_line(Run& run, const json& line, const std::string& model, const std::string& mode) {
+void report_line(Run& run, const json& line, const std::string& model, const std::string& mode,
+                 const std::string& precision) {
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
   if (run.out) run.out << line.dump() << "\n" << std::flush;
   if (line.contains("error")) {
-    std::fprintf(stderr, "%-16s %-20s %s\n", model.c_str(), mode.c_str(),
+    std::fprintf(stderr, "%-16s %-20s %-5s %s\n", model.c_str(), mode.c_str(), precision.c_str(),
                  line["error"].get<std::string>().substr(0, 300).c_str());
   } else {
-    std::fprintf(stderr, "%-16s %-20s %9.2f ms/step (p10 %.2f, p90 %.2f) peak %.2f GiB x heur %s x fastest %s  [%.0f s]\n",
-                 model.c_str(), mode.c_str(), line["ms_median"].get<double>(), line["ms_p10"].get<double>(),
+    std::fprintf(stderr,
+                 "%-16s %-20s %-5s %9.2f ms/step (p10 %.2f, p90 %.2f) peak %.2f GiB x heur %s x fastest %s  [%.0f s]\n",
+                 model.c_str(), mode.c_str(), precision.c_str(), line["ms_median"].get<double>(),
+                 line["ms_p10"].get<double>(),
                  line["ms_p90"].get<double>(), double(line["peak_mem_bytes"].get<std::size_t>()) / (1 << 30),
                  line.contains("ratio_vs_heuristic") ? fmt::format("{:.2f}", line["ratio_vs_heuristic"].get<double>()).c_str() : "-",
                  line.contains("ratio_vs_fastest") ? fmt::format("{:.2f}", line["ratio_vs_fastest"].get<double>()).c_str() : "-",
@@ -419,17 +442,20 @@ void report_line(Run& run, const json& line, const std::string& model, const std
   }
 }
 
-// Every mode of one model, in kModes' order; those --resume finds in --out are not run again.
+// Every mode of one model in each precision, modes in kModes' order; those --resume finds in --out
+// are not run again.
 void measure_model(Run& run, const std::string& model, const std::vector<std::string>& modes) {
-  std::map<std::string, double> median;  // this model's, by mode
-  for (const auto& mode : modes) {
-    if (auto it = run.done.find({model, mode}); it != run.done.end()) {
-      if (it->second >= 0) median[mode] = it->second;
-      std::fprintf(stderr, "%-16s %-20s %s in %s already (--resume)\n", model.c_str(), mode.c_str(),
-                   it->second >= 0 ? "measured" : "out of memory", run.o.out.c_str());
-      continue;
+  for (const auto& precision : run.o.precisions) {
+    std::map<std::string, double> median;  // this model's in this precision, by mode
+    for (const auto& mode : modes) {
+      if (auto it = run.done.find({model, mode, precision}); it != run.done.end()) {
+        if (it->second >= 0) median[mode] = it->second;
+        std::fprintf(stderr, "%-16s %-20s %-5s %s in %s already (--resume)\n", model.c_str(), mode.c_str(),
+                     precision.c_str(), it->second >= 0 ? "measured" : "out of memory", run.o.out.c_str());
+        continue;
+      }
+      report_line(run, model_mode_line(run, model, mode, precision, median), model, mode, precision);
     }
-    report_line(run, model_mode_line(run, model, mode, median), model, mode);
   }
 }
 

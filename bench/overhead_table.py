@@ -3,21 +3,26 @@ r"""The cost of determinism per model (the paper's figure 6): ditto's bench/over
 PyTorch peer bench/peers/torch_overhead.py, as markdown tables and an SVG bar chart.
 
 Reads JSON-lines files (lines with "tool": "ditto" or "pytorch"; others are skipped with a note on
-stderr; when a (tool, model, mode) repeats, the last line read wins) and writes:
+stderr; a line without a precision is fp32; when a (tool, model, mode, precision) repeats, the last
+line read wins) and writes:
   1. a header: GPU, dates, ditto commit, torch / torchvision / cuDNN versions;
-  2. the main table, one row per model: ditto's median ms/step under heuristic, fastest,
+  2. the main table, one row per model and precision: ditto's median ms/step under heuristic, fastest,
      deterministic, deterministic-tuned and nondeterministic; deterministic / heuristic,
      deterministic / fastest and deterministic-tuned / fastest; PyTorch's default and
      deterministic ms (marked "w" where strict mode raised and the run is warn_only) and their
      ratio; ditto deterministic / PyTorch deterministic; peak memory (GiB) of ditto deterministic
      and PyTorch deterministic. A failed cell reads OOM or err (the errors are listed below);
-  3. which op pays for determinism: per model and op kind, ms per step of deterministic minus
+  3. per model and precision: ditto deterministic / ditto fastest, ditto deterministic / PyTorch
+     default in that precision (AMP for bf16 and fp16), and peak memory ditto deterministic /
+     PyTorch default (bench/precision_compare.py);
+  4. which op pays for determinism: per model, precision and op kind, ms per step of deterministic minus
      fastest (from ditto's profiled steps; linear = fwd + bwd, pool, batchnorm, bias, activation
      and loss likewise), and the op kind that pays most;
-  4. the convolution algorithms behind it: per model and direction, ms per step per algorithm
-     under deterministic and under fastest;
-  5. --svg: grouped bars per model: ditto deterministic / fastest, ditto deterministic-tuned /
-     fastest, PyTorch deterministic / default, with a line at 1 (hand-written SVG).
+  5. the convolution algorithms behind it: per model, precision and direction, ms per step per
+     algorithm under deterministic and under fastest;
+  6. --svg: grouped bars per model (and precision, other than fp32): ditto deterministic / fastest,
+     ditto deterministic-tuned / fastest, PyTorch deterministic / default, with a line at 1
+     (hand-written SVG).
 
   python3 bench/overhead_table.py overhead.jsonl torch_overhead.jsonl --out overhead.md --svg overhead.svg
 
@@ -28,6 +33,7 @@ import sys
 from xml.sax.saxutils import escape
 
 from jsonl_records import iter_records
+from precision_compare import Row, note_lines, precision_of, precision_rank, table_lines
 
 MODEL_ORDER = ["vgg16", "vgg19", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169",
                "densenet201", "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception",
@@ -42,28 +48,39 @@ ERROR_WIDTH = 160
 
 
 def load(paths):
+    """{(tool, model, mode, precision): record}, the last line winning in its own reading position."""
     records = {}
     for path, lineno, rec in iter_records(paths):
         if rec["tool"] not in ("ditto", "pytorch"):
             print(f"{path}:{lineno}: tool {rec['tool']!r}, skipped", file=sys.stderr)
             continue
-        key = (rec["tool"], rec["model"], rec["mode"])
-        records.pop(key, None)  # the last line wins, in its own reading position
+        key = (rec["tool"], rec["model"], rec["mode"], precision_of(rec))
+        records.pop(key, None)
         records[key] = rec
     return records
 
 
 def models_of(records):
-    seen = {m for (_, m, _) in records}
+    seen = {k[1] for k in records}
     return [m for m in MODEL_ORDER if m in seen] + sorted(seen - set(MODEL_ORDER))
+
+
+def model_precisions(records, models):
+    """(model, precision) in table order: the models' order, then fp32, tf32, bf16, fp16."""
+    have = {(k[1], k[3]) for k in records}
+    return [(m, p) for m in models for p in sorted({p for mm, p in have if mm == m}, key=precision_rank)]
+
+
+def get(records, tool, model, mode, precision="fp32"):
+    return records.get((tool, model, mode, precision))
 
 
 def ok(rec):
     return rec is not None and not rec.get("error") and isinstance(rec.get("ms_median"), (int, float))
 
 
-def ms(records, tool, model, mode):
-    rec = records.get((tool, model, mode))
+def ms(records, tool, model, mode, precision="fp32"):
+    rec = get(records, tool, model, mode, precision)
     return float(rec["ms_median"]) if ok(rec) else None
 
 
@@ -91,13 +108,13 @@ class Cells:
     def __init__(self):
         self.errors = []
 
-    def ms(self, records, tool, model, mode, mark_warn_only=False):
-        rec = records.get((tool, model, mode))
+    def ms(self, records, tool, model, mode, precision, mark_warn_only=False):
+        rec = get(records, tool, model, mode, precision)
         if rec is None:
             return "–"
         if not ok(rec):
             err = str(rec.get("error") or "no time")
-            self.errors.append((tool, model, mode, err))
+            self.errors.append((tool, model, mode, precision, err))
             if rec.get("skipped"):
                 return "skipped"
             return "OOM" if rec.get("oom") else "err"
@@ -110,7 +127,7 @@ class Cells:
 def header(records):
     def distinct(field, tool=None):
         vals = []
-        for (t, _, _), rec in records.items():
+        for (t, _, _, _), rec in records.items():
             if tool and t != tool:
                 continue
             v = rec.get(field)
@@ -125,7 +142,9 @@ def header(records):
         f"cuDNN (ditto): {distinct('cudnn', 'ditto')} · torch: {distinct('torch', 'pytorch')} · torchvision: "
         f"{distinct('torchvision', 'pytorch')} · cuDNN (torch): {distinct('cudnn', 'pytorch')}",
         "",
-        f"fp32 (FMA: TF32 off in both), SGD momentum 0.9, synthetic data, batch {distinct('batch')}, images "
+        f"Precisions: {', '.join(sorted({k[3] for k in records}, key=precision_rank))}. fp32: FMA (TF32 off in "
+        "both); tf32: TF32 on in both; bf16, fp16: ditto's rule `*.precision=VALUE` against PyTorch's automatic "
+        f"mixed precision. SGD momentum 0.9, synthetic data, batch {distinct('batch')}, images "
         f"{distinct('image_size')} px, {distinct('classes')} classes, eager; median of {distinct('steps')} timed "
         f"steps after {distinct('warmup')} warm-up steps. Peak memory: ditto's context pool high-water mark, "
         "PyTorch's max_memory_allocated, both over the timed steps.",
@@ -136,35 +155,55 @@ def header(records):
 def main_table(records, models):
     cells = Cells()
     lines = ["## ms per step and overhead ratios", "",
-             "| model | heuristic | fastest | det | det-tuned | nondet | det ÷ heur | det ÷ fastest | tuned ÷ fastest "
-             "| torch default | torch det | torch det ÷ default | ditto det ÷ torch det | peak GiB ditto det | "
-             "peak GiB torch det |",
-             "|---|" + "---:|" * 14]
-    for m in models:
-        row = [m] + [cells.ms(records, "ditto", m, mode) for mode in DITTO_MODES]
-        heur, fast = ms(records, "ditto", m, "heuristic"), ms(records, "ditto", m, "fastest")
-        det, tuned = ms(records, "ditto", m, "deterministic"), ms(records, "ditto", m, "deterministic-tuned")
-        tdef, tdet = ms(records, "pytorch", m, "default"), ms(records, "pytorch", m, "deterministic")
+             "| model | precision | heuristic | fastest | det | det-tuned | nondet | det ÷ heur | det ÷ fastest | "
+             "tuned ÷ fastest | torch default | torch det | torch det ÷ default | ditto det ÷ torch det | "
+             "peak GiB ditto det | peak GiB torch det |",
+             "|---|---|" + "---:|" * 14]
+    for m, p in model_precisions(records, models):
+        row = [m, p] + [cells.ms(records, "ditto", m, mode, p) for mode in DITTO_MODES]
+        heur, fast = ms(records, "ditto", m, "heuristic", p), ms(records, "ditto", m, "fastest", p)
+        det, tuned = ms(records, "ditto", m, "deterministic", p), ms(records, "ditto", m, "deterministic-tuned", p)
+        tdef, tdet = ms(records, "pytorch", m, "default", p), ms(records, "pytorch", m, "deterministic", p)
         row += [fmt_ratio(ratio(det, heur)), fmt_ratio(ratio(det, fast)), fmt_ratio(ratio(tuned, fast))]
-        row += [cells.ms(records, "pytorch", m, "default"), cells.ms(records, "pytorch", m, "deterministic", True)]
+        row += [cells.ms(records, "pytorch", m, "default", p), cells.ms(records, "pytorch", m, "deterministic", p, True)]
         row += [fmt_ratio(ratio(tdet, tdef)), fmt_ratio(ratio(det, tdet))]
-        row += [fmt_gib(records.get(("ditto", m, "deterministic"))), fmt_gib(records.get(("pytorch", m, "deterministic")))]
+        row += [fmt_gib(get(records, "ditto", m, "deterministic", p)), fmt_gib(get(records, "pytorch", m, "deterministic", p))]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    strict = [(m, rec.get("strict_error")) for (t, m, mode), rec in records.items()
+    strict = [(m, p, rec.get("strict_error")) for (t, m, mode, p), rec in records.items()
               if t == "pytorch" and mode == "deterministic" and rec.get("strict_error")]
     if strict:
         lines.append("w: PyTorch's strict deterministic mode raised (an op without a deterministic implementation); "
                      "the time is of a warn_only run, in which that op stays nondeterministic:")
         lines.append("")
-    for m, err in strict:
-        lines.append(f"- {m}: {escape_md(shorten(err))}")
+    for m, p, err in strict:
+        lines.append(f"- {m} {p}: {escape_md(shorten(err))}")
     if cells.errors:
         lines += ["", "Failed or skipped:", ""]
-        for tool, m, mode, err in cells.errors:
-            lines.append(f"- {tool} {m} {mode}: {escape_md(shorten(err))}")
+        for tool, m, mode, p, err in cells.errors:
+            lines.append(f"- {tool} {m} {mode} {p}: {escape_md(shorten(err))}")
     lines.append("")
     return lines
+
+
+def peak_bytes(records, tool, model, mode, precision):
+    rec = get(records, tool, model, mode, precision)
+    return rec["peak_mem_bytes"] if ok(rec) and rec.get("peak_mem_bytes") else None
+
+
+def precision_lines(records, models):
+    """Per model and precision: ditto deterministic against ditto fastest and PyTorch default, time and memory."""
+    rows = []
+    for m, p in model_precisions(records, models):
+        row = Row(m, p, ms(records, "ditto", m, "deterministic", p), ms(records, "ditto", m, "fastest", p),
+                  ms(records, "pytorch", m, "default", p), peak_bytes(records, "ditto", m, "deterministic", p),
+                  peak_bytes(records, "pytorch", m, "default", p))
+        if any(v is not None for v in (row.det, row.fastest, row.torch_default)):
+            rows.append(row)
+    if not rows:
+        return ["No model has a ditto deterministic, ditto fastest or PyTorch default step."]
+    return table_lines(rows, fmt_ms) + note_lines(((k[0], rec) for k, rec in records.items()),
+                                                  "Peak memory over the timed steps.")
 
 
 def shorten(text, width=ERROR_WIDTH):
@@ -185,23 +224,23 @@ def breakdown_table(records, models):
     lines = ["## Which op pays for determinism", "",
              "ms per step, deterministic minus fastest, from ditto's profiled steps (CUDA events around each op's "
              "launch; the time between ops is \"other\"). Positive: determinism costs time there.", "",
-             "| model | " + " | ".join(k for k, _ in KIND_GROUPS) + " | Δ profiled | Δ median | pays most |",
-             "|---|" + "---:|" * (len(KIND_GROUPS) + 3)]
+             "| model | precision | " + " | ".join(k for k, _ in KIND_GROUPS) + " | Δ profiled | Δ median | pays most |",
+             "|---|---|" + "---:|" * (len(KIND_GROUPS) + 3)]
     any_row = False
-    for m in models:
-        det, fast = records.get(("ditto", m, "deterministic")), records.get(("ditto", m, "fastest"))
+    for m, p in model_precisions(records, models):
+        det, fast = get(records, "ditto", m, "deterministic", p), get(records, "ditto", m, "fastest", p)
         if not (ok(det) and ok(fast) and det.get("breakdown_ms") and fast.get("breakdown_ms")):
             continue
         any_row = True
         deltas = [(k, kind_ms(det, kinds) - kind_ms(fast, kinds)) for k, kinds in KIND_GROUPS]
         top = max(deltas, key=lambda kv: kv[1])
-        row = [m] + [f"{d:+.2f}" for _, d in deltas]
+        row = [m, p] + [f"{d:+.2f}" for _, d in deltas]
         row += [f"{float(det.get('profile_ms', 0)) - float(fast.get('profile_ms', 0)):+.2f}",
                 f"{float(det['ms_median']) - float(fast['ms_median']):+.2f}",
                 top[0] if top[1] > 0.01 else "–"]
         lines.append("| " + " | ".join(row) + " |")
     if not any_row:
-        lines.append("| (no model has both a deterministic and a fastest breakdown) |" + " |" * (len(KIND_GROUPS) + 3))
+        lines.append("| (no model has both a deterministic and a fastest breakdown) |" + " |" * (len(KIND_GROUPS) + 4))
     lines.append("")
     return lines
 
@@ -215,13 +254,13 @@ def algo_summary(rec, kind):
 def algo_table(records, models):
     lines = ["## Convolution algorithms behind it", "",
              "ms per step per cuDNN algorithm (profiled), deterministic | fastest.", "",
-             "| model | direction | deterministic | fastest |", "|---|---|---|---|"]
-    for m in models:
-        det, fast = records.get(("ditto", m, "deterministic")), records.get(("ditto", m, "fastest"))
+             "| model | precision | direction | deterministic | fastest |", "|---|---|---|---|---|"]
+    for m, p in model_precisions(records, models):
+        det, fast = get(records, "ditto", m, "deterministic", p), get(records, "ditto", m, "fastest", p)
         if not (ok(det) and ok(fast)):
             continue
         for kind in ("conv.fwd", "conv.bwd_data", "conv.bwd_filter"):
-            lines.append(f"| {m} | {kind} | {algo_summary(det, kind)} | {algo_summary(fast, kind)} |")
+            lines.append(f"| {m} | {p} | {kind} | {algo_summary(det, kind)} | {algo_summary(fast, kind)} |")
     lines.append("")
     return lines
 
@@ -231,14 +270,15 @@ SERIES = [("ditto deterministic ÷ fastest", "#1f77b4"), ("ditto deterministic-t
 
 
 def chart_values(records, models):
+    """[(label, values)] per model and precision; the label names the precision unless it is fp32."""
     rows = []
-    for m in models:
-        fast = ms(records, "ditto", m, "fastest")
-        vals = [ratio(ms(records, "ditto", m, "deterministic"), fast),
-                ratio(ms(records, "ditto", m, "deterministic-tuned"), fast),
-                ratio(ms(records, "pytorch", m, "deterministic"), ms(records, "pytorch", m, "default"))]
+    for m, p in model_precisions(records, models):
+        fast = ms(records, "ditto", m, "fastest", p)
+        vals = [ratio(ms(records, "ditto", m, "deterministic", p), fast),
+                ratio(ms(records, "ditto", m, "deterministic-tuned", p), fast),
+                ratio(ms(records, "pytorch", m, "deterministic", p), ms(records, "pytorch", m, "default", p))]
         if any(v is not None for v in vals):
-            rows.append((m, vals))
+            rows.append((m if p == "fp32" else f"{m} {p}", vals))
     return rows
 
 
@@ -295,7 +335,9 @@ def main():
     if not records:
         sys.exit("overhead_table.py: no records")
     models = models_of(records)
-    lines = header(records) + main_table(records, models) + breakdown_table(records, models) + algo_table(records, models)
+    lines = (header(records) + main_table(records, models)
+             + ["## Precisions: ditto deterministic against ditto fastest and PyTorch default", ""]
+             + precision_lines(records, models) + [""] + breakdown_table(records, models) + algo_table(records, models))
     if args.svg:
         with open(args.svg, "w") as f:
             f.write(svg_chart(records, models))

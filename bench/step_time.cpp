@@ -1,22 +1,30 @@
 // step_time: milliseconds per training step, the same step ditto-train runs (experiments/step.h:
 // forward, loss, backward, Adam update, device-side loss and accuracy sums), for each model under
-// each kernel mode, eager and CUDA-graphed. Per configuration: `--warmup` untimed steps, then
-// `--steps` steps each timed by a pair of CUDA events on the context's stream (no host
+// each kernel mode and precision, eager and CUDA-graphed. Per configuration: `--warmup` untimed
+// steps, then `--steps` steps each timed by a pair of CUDA events on the context's stream (no host
 // synchronization while timing); the median, 10th and 90th percentiles, and the wall time per
-// step over the timed loop. The input is one fixed synthetic batch on the device, so the data
-// loader is not measured.
+// step over the timed loop; the context pool's peak memory through the warm-up and over the timed
+// steps. The input is one fixed synthetic batch on the device, so the data loader is not measured.
 //
 // Modes: heuristic, deterministic, deterministic-tuned (deterministic with a tuning file, written
-// on first use under --tuning-dir and read afterwards), fastest, nondeterministic, tf32 (heuristic
-// with TF32 math), tf32-deterministic. Every configuration starts from the same initial weights,
-// so for a deterministic mode the eager and graphed runs must end with the same weights
-// fingerprint; the program checks that and exits 1 when they differ.
+// on first use under --tuning-dir and read afterwards, one per model, batch and precision),
+// fastest, nondeterministic. Precisions (--precisions, default fp32): fp32, tf32, bf16, fp16, each
+// the rule `*.precision=VALUE` after the mode's (bench/precision_runs.h); TF32 runs that were modes
+// of their own ("tf32", "tf32-deterministic") are `--precisions tf32` under heuristic and
+// deterministic. Every configuration starts from the same initial weights, so for a deterministic
+// mode the eager and graphed runs must end with the same weights fingerprint; the program checks
+// that per precision and exits 1 when they differ. A configuration that fails is recorded as a line
+// with its error (tool, model, mode, precision, graph, batch, error), the others still run, and the
+// exit status is 1.
 //
 // Each configuration is one JSON line (--out appends; bench/step_time_table.py renders them with
-// the PyTorch peer's lines): tool, model, mode, graph, batch, ms_median, ms_p10, ms_p90, ms_wall,
-// steps, flops_per_step (conv and linear, forward + backward), weights_fingerprint, graph_nodes,
+// the PyTorch peer's lines): tool, model, mode, precision, loss_scale (fp16 only), graph, batch,
+// ms_median, ms_p10, ms_p90, ms_wall, steps, peak_mem_bytes, peak_mem_warmup_bytes, mem_source
+// (a graphed step's own temporaries live in the graph's memory, not the pool's: compare eager
+// lines), flops_per_step (conv and linear, forward + backward), weights_fingerprint, graph_nodes,
 // kernels (the conv algorithms the run chose), gpu, cudnn, commit, date.
-//   step_time --models smallcnn,resnet18 --modes deterministic-tuned,fastest --out step_time.jsonl
+//   step_time --models smallcnn,resnet18 --modes deterministic-tuned,fastest --precisions fp32,bf16
+//       --out step_time.jsonl
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -41,6 +49,7 @@
 #include "experiments/step.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
+#include "precision_runs.h"
 
 using namespace ditto;
 using json = nlohmann::json;
@@ -49,12 +58,10 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::vector<std::string> kModes = {"heuristic", "deterministic", "deterministic-tuned", "fastest",
-                                         "nondeterministic", "tf32", "tf32-deterministic"};
+                                         "nondeterministic"};
 
 std::vector<std::string> mode_rules(const std::string& mode) {
   if (mode == "deterministic-tuned") return {"*=deterministic"};
-  if (mode == "tf32") return {"*=heuristic", "*.precision=tf32"};
-  if (mode == "tf32-deterministic") return {"*=deterministic", "*.precision=tf32"};
   return {"*=" + mode};
 }
 
@@ -105,6 +112,7 @@ std::string today() {
 struct Options {
   std::vector<std::string> models = {"smallcnn", "smallcnn-bn", "resnet18"};
   std::vector<std::string> modes = kModes;
+  std::vector<std::string> precisions = {"fp32"};
   std::string graph = "both";
   std::string device = "auto";
   std::string out, tuning_dir = "step_time_tuning";
@@ -112,13 +120,21 @@ struct Options {
   int warmup = 20, steps = 100;
 };
 
-json measure(const Options& o, const std::string& model, const std::string& mode, bool graphed) {
-  Context ctx(Device::parse(o.device), Policy::parse(mode_rules(mode)));
+// The tuning file of a model, batch and precision (fp32 keeps the name it had before precisions).
+std::string tuning_file(const Options& o, const std::string& model, const std::string& precision) {
+  const std::string name = precision == "fp32" ? fmt::format("{}-b{}.json", model, o.batch)
+                                               : fmt::format("{}-b{}-{}.json", model, o.batch, precision);
+  return (fs::path(o.tuning_dir) / name).string();
+}
+
+json measure(const Options& o, const std::string& model, const std::string& mode, const std::string& precision,
+             bool graphed) {
+  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision(mode_rules(mode), precision)));
   std::shared_ptr<TuningTable> tuning;
   std::string tuning_path;
   if (mode == "deterministic-tuned") {
     const RuntimeInfo info = ctx.runtime_info();
-    tuning_path = (fs::path(o.tuning_dir) / fmt::format("{}-b{}.json", model, o.batch)).string();
+    tuning_path = tuning_file(o, model, precision);
     if (fs::exists(tuning_path)) {
       tuning = std::make_shared<TuningTable>(TuningTable::load(tuning_path, info.gpu_name, info.cudnn));
     } else {
@@ -141,6 +157,8 @@ json measure(const Options& o, const std::string& model, const std::string& mode
   step.plan(std::vector<float>(static_cast<std::size_t>(o.warmup + o.steps), lr));
   for (int i = 0; i < o.warmup; ++i) step.run(batch.images, batch.labels, lr, loss_sum, correct);
   ctx.synchronize();
+  const std::size_t peak_warmup = ctx.memory_peak();
+  ctx.reset_memory_peak();
   IntervalTimer timer(ctx);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) {
@@ -151,8 +169,10 @@ json measure(const Options& o, const std::string& model, const std::string& mode
   ctx.synchronize();
   const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const std::vector<double> ms = timer.milliseconds();
+  const std::size_t peak = ctx.memory_peak();
   if (tuning && !tuning->reading()) tuning->save(tuning_path);
 
+  // The FLOPs of the step are the same in every precision: counted under the mode's rules alone.
   FlopCounter counter;
   {
     Context fctx(ctx.device(), Policy::parse(mode_rules(mode == "deterministic-tuned" ? "deterministic" : mode)));
@@ -170,33 +190,40 @@ json measure(const Options& o, const std::string& model, const std::string& mode
     if (e.op == "conv2d" && (e.knob == "fwd" || e.knob == "bwd_data" || e.knob == "bwd_filter"))
       kernels.push_back(fmt::format("{}.{}={}", e.layer, e.knob, e.variant));
   const RuntimeInfo info = ctx.runtime_info();
-  return json{{"tool", "ditto"},
-              {"model", model},
-              {"mode", mode},
-              {"graph", graphed},
-              {"batch", o.batch},
-              {"ms_median", percentile(ms, 0.5)},
-              {"ms_p10", percentile(ms, 0.1)},
-              {"ms_p90", percentile(ms, 0.9)},
-              {"ms_wall", wall / o.steps},
-              {"steps", o.steps},
-              {"flops_per_step", counter.flops},
-              {"weights_fingerprint", hex64(params_fingerprint(params))},
-              {"graph_nodes", step.graph_nodes()},
-              {"kernels", kernels},
-              {"gpu", info.gpu_name},
-              {"cudnn", info.cudnn},
-              {"commit", info.git_commit},
-              {"date", today()}};
+  json line{{"tool", "ditto"},
+            {"model", model},
+            {"mode", mode},
+            {"graph", graphed},
+            {"batch", o.batch},
+            {"ms_median", percentile(ms, 0.5)},
+            {"ms_p10", percentile(ms, 0.1)},
+            {"ms_p90", percentile(ms, 0.9)},
+            {"ms_wall", wall / o.steps},
+            {"steps", o.steps},
+            {"peak_mem_bytes", peak},
+            {"peak_mem_warmup_bytes", peak_warmup},
+            {"mem_source", bench::pool_mem_source(ctx.is_cuda()) +
+                               (graphed ? "; graphed: the graph's own memory (the step's temporaries) left out" : "")},
+            {"flops_per_step", counter.flops},
+            {"weights_fingerprint", hex64(params_fingerprint(params))},
+            {"graph_nodes", step.graph_nodes()},
+            {"kernels", kernels},
+            {"gpu", info.gpu_name},
+            {"cudnn", info.cudnn},
+            {"commit", info.git_commit},
+            {"date", today()}};
+  bench::add_precision_fields(line, precision);
+  return line;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ms per training step, eager and CUDA-graphed, per model and kernel mode"};
+  CLI::App app{"ms per training step, eager and CUDA-graphed, per model, kernel mode and precision"};
   Options o;
   app.add_option("--models", o.models, "comma list")->delimiter(',')->check(CLI::IsMember(known_models()));
   app.add_option("--modes", o.modes, "comma list")->delimiter(',')->check(CLI::IsMember(kModes));
+  bench::add_precisions_option(app, o.precisions);
   app.add_option("--graph", o.graph, "eager | graph | both")->check(CLI::IsMember({"eager", "graph", "both"}));
   app.add_option("--batch", o.batch, "batch size")->check(detail::at_least(1));
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(detail::at_least(1));
@@ -217,29 +244,44 @@ int main(int argc, char** argv) {
       out.open(o.out, std::ios::app);
       if (!out) throw IoError(fmt::format("--out: cannot open '{}' for appending", o.out));
     }
-    int mismatches = 0;
+    int mismatches = 0, failures = 0;
     for (const auto& model : o.models)
-      for (const auto& mode : o.modes) {
-        std::map<bool, std::string> fingerprint;
-        for (bool g : graph_settings) {
-          json line = measure(o, model, mode, g);
-          fingerprint[g] = line["weights_fingerprint"];
-          std::printf("%s\n", line.dump().c_str());
-          std::fflush(stdout);
-          if (out) out << line.dump() << "\n" << std::flush;
-          std::fprintf(stderr, "%-12s %-20s %-6s %8.3f ms/step (p10 %.3f, p90 %.3f, wall %.3f)\n", model.c_str(),
-                       mode.c_str(), g ? "graph" : "eager", line["ms_median"].get<double>(),
-                       line["ms_p10"].get<double>(), line["ms_p90"].get<double>(), line["ms_wall"].get<double>());
+      for (const auto& precision : o.precisions)
+        for (const auto& mode : o.modes) {
+          std::map<bool, std::string> fingerprint;
+          for (bool g : graph_settings) {
+            json line;
+            try {
+              line = measure(o, model, mode, precision, g);
+            } catch (const std::exception& e) {
+              // Recorded, and the study goes on: one precision a model cannot run loses no other line.
+              ++failures;
+              line = {{"tool", "ditto"}, {"model", model}, {"mode", mode}, {"precision", precision}, {"graph", g},
+                      {"batch", o.batch}, {"error", e.what()}};
+            }
+            std::printf("%s\n", line.dump().c_str());
+            std::fflush(stdout);
+            if (out) out << line.dump() << "\n" << std::flush;
+            if (line.contains("error")) {
+              std::fprintf(stderr, "%-12s %-20s %-5s %-6s %s\n", model.c_str(), mode.c_str(), precision.c_str(),
+                           g ? "graph" : "eager", line["error"].get<std::string>().substr(0, 300).c_str());
+              continue;
+            }
+            fingerprint[g] = line["weights_fingerprint"];
+            std::fprintf(stderr, "%-12s %-20s %-5s %-6s %8.3f ms/step (p10 %.3f, p90 %.3f, wall %.3f) peak %.1f MiB\n",
+                         model.c_str(), mode.c_str(), precision.c_str(), g ? "graph" : "eager",
+                         line["ms_median"].get<double>(), line["ms_p10"].get<double>(), line["ms_p90"].get<double>(),
+                         line["ms_wall"].get<double>(), double(line["peak_mem_bytes"].get<std::size_t>()) / (1 << 20));
+          }
+          const bool deterministic = mode.find("deterministic") != std::string::npos && mode != "nondeterministic";
+          if (fingerprint.size() == 2) {
+            const bool same = fingerprint[false] == fingerprint[true];
+            std::fprintf(stderr, "BITS %s %s %s eager %s graphed: %s\n", model.c_str(), mode.c_str(), precision.c_str(),
+                         same ? "==" : "!=", deterministic ? (same ? "ok" : "MISMATCH") : "(not a deterministic mode)");
+            if (deterministic && !same) ++mismatches;
+          }
         }
-        const bool deterministic = mode.find("deterministic") != std::string::npos && mode != "nondeterministic";
-        if (fingerprint.size() == 2) {
-          const bool same = fingerprint[false] == fingerprint[true];
-          std::fprintf(stderr, "BITS %s %s eager %s graphed: %s\n", model.c_str(), mode.c_str(),
-                       same ? "==" : "!=", deterministic ? (same ? "ok" : "MISMATCH") : "(not a deterministic mode)");
-          if (deterministic && !same) ++mismatches;
-        }
-      }
-    return mismatches ? 1 : 0;
+    return mismatches || failures ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "step_time: %s\n", e.what());
     return 2;

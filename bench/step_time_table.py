@@ -5,13 +5,19 @@ Reads JSON-lines files (lines of bench/step_time, "tool": "ditto", and of
 bench/peers/torch_step_time.py, "tool": "pytorch"; other lines are skipped with a note on stderr)
 and writes, in markdown:
   1. a header with the GPU, date, ditto commit, torch and cuDNN versions found in the lines;
-  2. one table per model: rows (tool, mode), columns eager ms, graphed ms (medians) and the graph
-     speedup eager / graphed; a failed measurement shows its error, shortened;
-  3. the performance targets, each PASS or MISS with its numbers (n/a where data are missing);
-  4. a roofline table: achieved TFLOP/s = flops_per_step / step time, and its fraction of the GPU's
-     peak (fp32 FMA peak, or the dense TF32 tensor-core peak for modes whose name contains "tf32").
-     PyTorch rows borrow ditto's flops_per_step for the same model (the networks are the same).
-When the same (tool, model, mode, graph) appears more than once, the last line read wins.
+  2. one table per model: rows (precision, tool, mode), columns eager ms, graphed ms (medians), the
+     graph speedup eager / graphed and the eager step's peak memory; a failed measurement shows its
+     error, shortened;
+  3. the performance targets (fp32), each PASS or MISS with its numbers (n/a where data are missing);
+  4. per model and precision, eager and graphed: ditto deterministic / ditto fastest, ditto
+     deterministic / PyTorch default in that precision (AMP for bf16 and fp16), and peak memory
+     ditto deterministic / PyTorch default (eager steps: a graphed step's temporaries are the
+     graph's own memory, which neither tool's counter sees); bench/precision_compare.py;
+  5. a roofline table: achieved TFLOP/s = flops_per_step / step time, and its fraction of the GPU's
+     dense peak in the line's precision (fp32 FMA; TF32, BF16 or FP16 tensor cores). PyTorch rows
+     borrow ditto's flops_per_step for the same model (the networks are the same).
+A line without a precision reads as fp32 (the former "tf32" modes as tf32: precision_compare.py).
+When the same (tool, model, mode, graph, precision) appears more than once, the last line read wins.
 
   python3 bench/step_time_table.py /tmp/step_time_ditto.jsonl /tmp/step_time_torch.jsonl \
       --out bench/results/step_time.md --csv bench/results/step_time.csv
@@ -23,23 +29,25 @@ import csv
 import sys
 
 from jsonl_records import iter_records
+from precision_compare import Row, note_lines, precision_of, precision_rank, table_lines
 
 TOOL_ORDER = ["ditto", "pytorch"]
 MODE_ORDER = {
     "ditto": ["heuristic", "deterministic", "deterministic-tuned", "fastest", "nondeterministic", "tf32",
-              "tf32-deterministic"],
+              "tf32-deterministic"],  # the last two: modes of files written before precisions
     "pytorch": ["default", "benchmark", "deterministic", "deterministic-benchmark", "tf32", "tf32-deterministic"],
 }
 MODEL_ORDER = ["smallcnn", "smallcnn-bn", "two-conv", "resnet18", "resnet18-imagenet"]
 MODEL_TITLES = {"smallcnn": "SmallCNN", "smallcnn-bn": "SmallCNN-BN", "two-conv": "two-conv",
                 "resnet18": "ResNet-18 (CIFAR)", "resnet18-imagenet": "ResNet-18 (ImageNet stem)"}
 
-# Dense peaks in TFLOP/s (NVIDIA's H100 SXM figures; the H200 has the same SMs and clocks).
-# Matched by substring of the GPU name, first match wins.
-PEAKS = [("H100", {"fp32": 66.9, "tf32": 494.7}), ("H200", {"fp32": 66.9, "tf32": 494.7})]
+# Dense peaks in TFLOP/s by precision (NVIDIA's H100 SXM figures; the H200 has the same SMs and
+# clocks). Matched by substring of the GPU name, first match wins.
+H100_PEAKS = {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}
+PEAKS = [("H100", H100_PEAKS), ("H200", H100_PEAKS)]
 
 ERROR_WIDTH = 60
-MS_FIELDS = ("ms_median", "ms_p10", "ms_p90", "ms_wall")
+MS_FIELDS = ("ms_median", "ms_p10", "ms_p90", "ms_wall", "peak_mem_bytes")
 
 
 def _float_or_none(v):
@@ -52,15 +60,16 @@ def _float_or_none(v):
 
 
 def load(paths):
-    """Returns {(tool, model, mode, graph): record}, last line wins, in reading order."""
+    """Returns {(tool, model, mode, graph, precision): record}, last line wins, in reading order."""
     records = {}
     for path, lineno, raw in iter_records(paths):
         rec = dict(raw)
         rec["graph"] = bool(raw.get("graph", False))
+        rec["precision"] = precision_of(raw)
         for k in MS_FIELDS + ("flops_per_step",):
             rec[k] = _float_or_none(raw.get(k))
         rec["error"] = str(raw["error"]) if raw.get("error") else None
-        key = (str(raw["tool"]), str(raw["model"]), str(raw["mode"]), rec["graph"])
+        key = (str(raw["tool"]), str(raw["model"]), str(raw["mode"]), rec["graph"], rec["precision"])
         if key in records:
             print(f"{path}:{lineno}: repeats {key}, this line replaces the earlier one", file=sys.stderr)
             del records[key]
@@ -73,8 +82,9 @@ def _rank(order, value):
 
 
 def sort_key(key):
-    tool, model, mode, graph = key
-    return (_rank(MODEL_ORDER, model), _rank(TOOL_ORDER, tool), _rank(MODE_ORDER.get(tool, []), mode), graph)
+    tool, model, mode, graph, precision = key
+    return (_rank(MODEL_ORDER, model), precision_rank(precision), _rank(TOOL_ORDER, tool),
+            _rank(MODE_ORDER.get(tool, []), mode), graph)
 
 
 def distinct(records, field, tool=None):
@@ -112,28 +122,41 @@ class Data:
     def __init__(self, records):
         self.records = records
 
-    def get(self, tool, model, mode, graph):
-        return self.records.get((tool, model, mode, graph))
+    def get(self, tool, model, mode, graph, precision="fp32"):
+        return self.records.get((tool, model, mode, graph, precision))
 
-    def ms(self, tool, model, mode, graph):
+    def ms(self, tool, model, mode, graph, precision="fp32"):
         """Median ms of a successful measurement, else None."""
-        rec = self.get(tool, model, mode, graph)
+        rec = self.get(tool, model, mode, graph, precision)
         if rec is None or rec["error"] or rec["ms_median"] is None:
             return None
         return rec["ms_median"]
 
-    def best(self, tool, model, mode):
+    def peak(self, tool, model, mode, graph, precision="fp32"):
+        """Peak memory in bytes of a successful measurement that recorded one (and not 0), else None."""
+        rec = self.get(tool, model, mode, graph, precision)
+        if rec is None or rec["error"] or not rec["peak_mem_bytes"]:
+            return None
+        return rec["peak_mem_bytes"]
+
+    def best(self, tool, model, mode, precision="fp32"):
         """(ms, graph) of the faster of eager and graphed, or (None, None)."""
-        found = [(ms, g) for g in (False, True) if (ms := self.ms(tool, model, mode, g)) is not None]
+        found = [(ms, g) for g in (False, True) if (ms := self.ms(tool, model, mode, g, precision)) is not None]
         return min(found) if found else (None, None)
+
+    def models(self):
+        return sorted({k[1] for k in self.records}, key=lambda m: _rank(MODEL_ORDER, m))
+
+    def precisions(self, model=None):
+        return sorted({k[4] for k in self.records if model is None or k[1] == model}, key=precision_rank)
 
 
 def setting(graph):
     return "graphed" if graph else "eager"
 
 
-def cell(data, tool, model, mode, graph):
-    rec = data.get(tool, model, mode, graph)
+def cell(data, tool, model, mode, graph, precision):
+    rec = data.get(tool, model, mode, graph, precision)
     if rec is None:
         return "—"
     if rec["error"]:
@@ -143,20 +166,26 @@ def cell(data, tool, model, mode, graph):
     return f"{rec['ms_median']:.3f}"
 
 
+def mib(v):
+    return "—" if v is None else f"{v / 2**20:.1f}"
+
+
 def model_tables(data, out):
-    models = sorted({k[1] for k in data.records}, key=lambda m: _rank(MODEL_ORDER, m))
-    for model in models:
+    for model in data.models():
         out.append(f"## {MODEL_TITLES.get(model, model)}")
         out.append("")
-        out.append("| tool | mode | eager ms (median) | graphed ms (median) | graph speedup |")
-        out.append("|---|---|---:|---:|---:|")
-        rows = sorted({(k[0], k[2]) for k in data.records if k[1] == model},
-                      key=lambda tm: (_rank(TOOL_ORDER, tm[0]), _rank(MODE_ORDER.get(tm[0], []), tm[1])))
-        for tool, mode in rows:
-            eager, graphed = data.ms(tool, model, mode, False), data.ms(tool, model, mode, True)
+        out.append("| precision | tool | mode | eager ms (median) | graphed ms (median) | graph speedup | "
+                   "peak MiB (eager) |")
+        out.append("|---|---|---|---:|---:|---:|---:|")
+        rows = sorted({(k[4], k[0], k[2]) for k in data.records if k[1] == model},
+                      key=lambda ptm: (precision_rank(ptm[0]), _rank(TOOL_ORDER, ptm[1]),
+                                       _rank(MODE_ORDER.get(ptm[1], []), ptm[2])))
+        for precision, tool, mode in rows:
+            eager, graphed = data.ms(tool, model, mode, False, precision), data.ms(tool, model, mode, True, precision)
             speedup = f"{eager / graphed:.2f}×" if eager and graphed else "—"
-            out.append(f"| {tool} | {mode} | {cell(data, tool, model, mode, False)} | "
-                       f"{cell(data, tool, model, mode, True)} | {speedup} |")
+            out.append(f"| {precision} | {tool} | {mode} | {cell(data, tool, model, mode, False, precision)} | "
+                       f"{cell(data, tool, model, mode, True, precision)} | {speedup} | "
+                       f"{mib(data.peak(tool, model, mode, False, precision))} |")
         out.append("")
 
 
@@ -225,56 +254,84 @@ def target_lines(data):
     return lines
 
 
-def peak_for(gpu, mode, args):
-    kind = "tf32" if "tf32" in mode else "fp32"
-    override = args.peak_tf32 if kind == "tf32" else args.peak_fp32
-    if override is not None:
-        return override, kind
+def peak_for(gpu, precision, args):
+    override = {"fp32": args.peak_fp32, "tf32": args.peak_tf32, "bf16": args.peak_half, "fp16": args.peak_half}
+    if override.get(precision) is not None:
+        return override[precision], precision
     for tag, peaks in PEAKS:
         if gpu and tag in gpu:
-            return peaks[kind], kind
-    return None, kind
+            return peaks.get(precision), precision
+    return None, precision
 
 
 def roofline_lines(data, args):
     flops_by_model = {}
-    for (tool, model, _, _), rec in data.records.items():
+    for (tool, model, _, _, _), rec in data.records.items():
         if tool == "ditto" and rec["flops_per_step"]:
             flops_by_model.setdefault(model, rec["flops_per_step"])
     if not flops_by_model:
         return ["No ditto line carries flops_per_step."]
     header_gpu = (distinct(data.records, "gpu") or [None])[0]
-    lines = ["| tool | model | mode | graph | GFLOP/step | ms | TFLOP/s | peak TFLOP/s | % of peak |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| tool | model | precision | mode | graph | GFLOP/step | ms | TFLOP/s | peak TFLOP/s | % of peak |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for key in sorted(data.records, key=sort_key):
-        tool, model, mode, graph = key
+        tool, model, mode, graph, precision = key
         rec = data.records[key]
         flops = rec["flops_per_step"] if tool == "ditto" and rec["flops_per_step"] else flops_by_model.get(model)
-        ms = data.ms(tool, model, mode, graph)
+        ms = data.ms(tool, model, mode, graph, precision)
         if flops is None or ms is None or ms <= 0:
             continue
         achieved = flops / (ms / 1e3) / 1e12
-        peak, kind = peak_for(rec.get("gpu") or header_gpu, mode, args)
+        peak, kind = peak_for(rec.get("gpu") or header_gpu, precision, args)
         borrowed = "" if tool == "ditto" else " ¹"
         peak_txt = f"{peak:g} ({kind})" if peak else f"unknown ({kind})"
         frac = f"{achieved / peak * 100:.1f}%" if peak else "—"
         if peak and achieved > peak:
             frac += " (above peak: check FLOPs or peak)"
-        lines.append(f"| {tool} | {model} | {mode} | {setting(graph)} | {flops / 1e9:.3f}{borrowed} | {ms:.3f} | "
-                     f"{achieved:.2f} | {peak_txt} | {frac} |")
+        lines.append(f"| {tool} | {model} | {precision} | {mode} | {setting(graph)} | {flops / 1e9:.3f}{borrowed} | "
+                     f"{ms:.3f} | {achieved:.2f} | {peak_txt} | {frac} |")
     if len(lines) == 2:  # a header and nothing under it says nothing: say why instead
-        missing_ms = sorted({f"{t}/{m}/{mo}/{setting(g)}" for (t, m, mo, g) in data.records
-                             if data.ms(t, m, mo, g) is None})
+        missing_ms = sorted({f"{t}/{m}/{mo}/{setting(g)}/{p}" for (t, m, mo, g, p) in data.records
+                             if data.ms(t, m, mo, g, p) is None})
         return [f"No row: flops_per_step is known for {sorted(flops_by_model)}, but no record of those models has a "
                 f"step time (records without one: {', '.join(missing_ms) or 'none'})."]
     lines.append("")
     lines.append("¹ ditto's flops_per_step for the same model (forward + backward of convs and linears).")
-    fp32_src = "--peak-fp32" if args.peak_fp32 is not None else "by GPU name"
-    tf32_src = "--peak-tf32" if args.peak_tf32 is not None else "by GPU name"
-    lines.append(f"Peaks (dense): fp32 {fp32_src}, TF32 tensor {tf32_src}; built in: "
-                 + "; ".join(f"{tag} fp32 {p['fp32']:g} / TF32 {p['tf32']:g}" for tag, p in PEAKS)
-                 + ". Modes whose name contains \"tf32\" use the TF32 peak.")
+    sources = [f"{name} {'--peak-' + flag if value is not None else 'by GPU name'}"
+               for name, flag, value in (("fp32", "fp32", args.peak_fp32), ("TF32 tensor", "tf32", args.peak_tf32),
+                                         ("BF16/FP16 tensor", "half", args.peak_half))]
+    lines.append(f"Peaks (dense): {', '.join(sources)}; built in: "
+                 + "; ".join(f"{tag} " + " / ".join(f"{k} {v:g}" for k, v in p.items()) for tag, p in PEAKS)
+                 + ". Each row uses its precision's peak.")
     return lines
+
+
+def precision_rows(data):
+    """The precision comparison's rows: per model and precision, eager then graphed."""
+    rows = []
+    for model in data.models():
+        for precision in data.precisions(model):
+            for graph in (False, True):
+                def get(tool, mode):
+                    return data.ms(tool, model, mode, graph, precision)
+                peaks = ((None, None) if graph else
+                         (data.peak("ditto", model, "deterministic", False, precision),
+                          data.peak("pytorch", model, "default", False, precision)))
+                row = Row(model, precision, get("ditto", "deterministic"), get("ditto", "fastest"),
+                          get("pytorch", "default"), *peaks, setting=setting(graph))
+                if any(v is not None for v in (row.det, row.fastest, row.torch_default)):
+                    rows.append(row)
+    return rows
+
+
+def precision_lines(data):
+    rows = precision_rows(data)
+    if not rows:
+        return ["No model has a ditto deterministic, ditto fastest or PyTorch default step."]
+    memory = ("Peak memory of the eager steps (a graphed step's temporaries are the graph's own memory, which "
+              "neither tool's counter sees).")
+    return (table_lines(rows, lambda v: "—" if v is None else f"{v:.3f}")
+            + note_lines(((k[0], rec) for k, rec in data.records.items()), memory))
 
 
 def report(data, args, sources):
@@ -296,6 +353,8 @@ def report(data, args, sources):
     ]
     model_tables(data, out)
     out += ["## Targets", ""] + target_lines(data) + [""]
+    out += ["## Precisions: ditto deterministic against ditto fastest and PyTorch default", ""]
+    out += precision_lines(data) + [""]
     out += ["## Roofline", ""] + roofline_lines(data, args) + [""]
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -303,12 +362,14 @@ def report(data, args, sources):
 def write_csv(data, path):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["tool", "model", "mode", "graph", "ms_median", "ms_p10", "ms_p90", "error"])
+        w.writerow(["tool", "model", "mode", "precision", "graph", "ms_median", "ms_p10", "ms_p90", "peak_mem_bytes",
+                    "error"])
         for key in sorted(data.records, key=sort_key):
             rec = data.records[key]
-            tool, model, mode, graph = key
-            w.writerow([tool, model, mode, str(graph).lower()]
-                       + ["" if rec[k] is None else repr(rec[k]) for k in ("ms_median", "ms_p10", "ms_p90")]
+            tool, model, mode, graph, precision = key
+            w.writerow([tool, model, mode, precision, str(graph).lower()]
+                       + ["" if rec[k] is None else repr(rec[k])
+                          for k in ("ms_median", "ms_p10", "ms_p90", "peak_mem_bytes")]
                        + [rec["error"] or ""])
 
 
@@ -316,9 +377,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="JSON-lines files from bench/step_time and torch_step_time.py")
     ap.add_argument("--out", help="markdown report here (default: stdout)")
-    ap.add_argument("--csv", help="also write tidy rows (tool, model, mode, graph, ms_*, error) here")
+    ap.add_argument("--csv", help="also write tidy rows (tool, model, mode, precision, graph, ms_*, peak_mem_bytes, "
+                                  "error) here")
     ap.add_argument("--peak-fp32", type=float, help="fp32 peak TFLOP/s, instead of the one for the GPU name")
     ap.add_argument("--peak-tf32", type=float, help="TF32 tensor peak TFLOP/s, instead of the one for the GPU name")
+    ap.add_argument("--peak-half", type=float,
+                    help="BF16 and FP16 dense tensor peak TFLOP/s, instead of the one for the GPU name")
     args = ap.parse_args()
 
     data = Data(load(args.inputs))

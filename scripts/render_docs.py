@@ -155,7 +155,7 @@ def zoo_now():
 
 
 def peak_gib(records, tool, model, mode):
-    rec = records.get((tool, model, mode))
+    rec = overhead_table.get(records, tool, model, mode)
     if not overhead_table.ok(rec) or not rec.get("peak_mem_bytes"):
         return None
     return rec["peak_mem_bytes"] / 2**30
@@ -182,7 +182,7 @@ def zoo_model_rows(records):
     for m in overhead_table.models_of(records):
         def get(tool, mode):
             return overhead_table.ms(records, tool, m, mode)
-        torch_det = records.get(("pytorch", m, "deterministic")) or {}
+        torch_det = overhead_table.get(records, "pytorch", m, "deterministic") or {}
         peaks = (peak_gib(records, "ditto", m, "deterministic"), peak_gib(records, "ditto", m, "deterministic-tuned"),
                  peak_gib(records, "pytorch", m, "default"))
         rows.append(ZooRow(m, get("ditto", "fastest"), get("ditto", "deterministic"), get("ditto", "deterministic-tuned"),
@@ -262,7 +262,7 @@ def zoo_summary(rows, models):
 
 
 def other_ms(records, model, mode):
-    rec = records.get(("ditto", model, mode))
+    rec = overhead_table.get(records, "ditto", model, mode)
     return overhead_table.kind_ms(rec, ["other"]) if overhead_table.ok(rec) else None
 
 
@@ -296,8 +296,8 @@ STEP_COUNT_FILES = [ZOO / "overhead-resnet50-100steps.jsonl", ZOO / "torch_overh
 def step_count_line():
     """How far the median moves between 10 and 100 timed steps (bench/overhead_steps.py's pairing)."""
     runs = overhead_steps.load(STEP_COUNT_FILES)
-    changes = [abs(rec["ms_median"] / runs[(tool, model, mode, 10)]["ms_median"] - 1)
-               for (tool, model, mode, steps), rec in runs.items() if steps == 100 and (tool, model, mode, 10) in runs]
+    changes = [abs(rec["ms_median"] / runs[(*key, 10)]["ms_median"] - 1)
+               for (*key, steps), rec in runs.items() if steps == 100 and (*key, 10) in runs]
     return (f"- Ten and a hundred timed steps: the median moves by at most {pct(max(changes))} "
             f"({len(changes)} rows: ResNet-50, every mode of both tools; `overhead_steps.md`).")
 
@@ -343,6 +343,27 @@ def concurrent_wall_s(path):
     if not match:
         raise ValueError(f"{rel(path)}: no 'in N s wall' line")
     return float(match.group(1))
+
+
+# ---- precisions: ditto's tf32 / bf16 / fp16 beside PyTorch's (bench/gpu_pipeline.sh step `precision`) ----
+
+def precision_lines(step, zoo):
+    """The precision comparison of one `precision` step: step (a step_time_table.Data of bench/step_time and
+    its peer) and zoo (overhead_table.load of bench/overhead and its peer)."""
+    return (["**CIFAR-10 shapes** (`bench/step_time`, 32×32, eager and graphed)", ""]
+            + step_time_table.precision_lines(step)
+            + ["", "**Zoo models** (`bench/overhead`, 224×224 / 299×299, eager)", ""]
+            + overhead_table.precision_lines(zoo, overhead_table.models_of(zoo)))
+
+
+def render_precision(folder):
+    """A region's lines from a committed results folder of the `precision` step (step_time.jsonl,
+    torch_step_time.jsonl, overhead.jsonl, torch_overhead.jsonl). To put it in a doc: a constant for the
+    folder beside ZOO, an entry `"precision": lambda: render_precision(FOLDER)` under the doc in DOCS, and
+    the region's marker pair in the doc; then --write."""
+    zoo_files = [folder / "overhead.jsonl", folder / "torch_overhead.jsonl"]
+    return (precision_lines(step_data(folder), overhead_table.load(zoo_files))
+            + ["", sources_line(folder / "step_time.jsonl", folder / "torch_step_time.jsonl", *zoo_files)])
 
 
 # ---- the noise lab's cost line ----

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 r"""PyTorch peer of ditto's bench/overhead: the cost of determinism per model (the paper's figure 6).
 
-For each model and mode: the median milliseconds of one training step (forward, cross-entropy,
-backward, SGD lr 0.01 momentum 0.9, zero_grad(set_to_none=True)) on one fixed synthetic batch that
-stays on the GPU (fp32, --batch images of 3x224x224, 3x299x299 for inception-v3, 1000 classes),
-eager; torch.cuda.max_memory_allocated over the timed steps (the peak is reset after warm-up), and
-over warm-up too. Every (model, mode) starts from a fresh model built from the same seed.
+For each model, precision and mode: the median milliseconds of one training step (forward,
+cross-entropy, backward, SGD lr 0.01 momentum 0.9, zero_grad(set_to_none=True)) on one fixed
+synthetic batch that stays on the GPU (fp32 storage, --batch images of 3x224x224, 3x299x299 for
+inception-v3, 1000 classes), eager; torch.cuda.max_memory_allocated over the timed steps (the peak
+is reset after warm-up), and over warm-up too. Every (model, precision, mode) starts from a fresh
+model built from the same seed.
 
 Models: torchvision's vgg16, vgg19, resnet34, resnet50, resnet101, resnet152, densenet121,
 densenet169, densenet201, mobilenet_v2, efficientnet_b0 and inception_v3 (aux_logits=False, init_weights=True;
@@ -16,8 +17,14 @@ pool 2, widths 16 to 512 doubling, global average pool, linear 512 -> classes), 
 ("mobilenet": depthwise-separable blocks, ReLU6, a 1x1-conv classifier). Names as ditto writes
 them ("mobilenet-v2", "mediumcnn-k3").
 
-Modes (each sets every switch explicitly; TF32 is off in both, as ditto's fp32 runs use FMA math):
+Precisions (--precisions, default fp32; peer_common.Precision): fp32 with TF32 off for cuBLAS and
+cuDNN, as ditto's fp32; tf32 with both on; bf16 and fp16 as the PyTorch AMP examples train:
+forward and loss under torch.autocast(device_type="cuda", dtype=...), model and input
+channels-last, fp16 with a torch.amp.GradScaler("cuda").
+
+Modes (each sets every switch explicitly; --modes, default default,deterministic):
   default        cudnn.benchmark off, not deterministic
+  benchmark      cudnn.benchmark on, not deterministic (PyTorch's fastest)
   deterministic  torch.use_deterministic_algorithms(True), cudnn.deterministic on, benchmark off.
                  Where strict mode raises (an op without a deterministic implementation, e.g. the
                  backward of VGG's AdaptiveAvgPool2d((7, 7))), the error is recorded as
@@ -27,15 +34,17 @@ CUBLAS_WORKSPACE_CONFIG=:4096:8 is set (unless already set) before torch is impo
 CUDA is initialised: deterministic cuBLAS requires it and it is read once per process.
 
 Per step, a pair of CUDA events on the current stream; the host synchronizes once, after the last
-timed step. One JSON line per (model, mode), printed and appended to --out: tool, model, mode,
-batch, image_size, classes, dtype, optimizer, warmup, steps, ms_median, ms_p10, ms_p90, ms_min,
-ms_wall, ratio_vs_default (deterministic), peak_mem_bytes, peak_mem_warmup_bytes, mem_source,
+timed step. One JSON line per (model, precision, mode), printed and appended to --out: tool, model,
+mode, precision, autocast, memory_format, tf32, loss_scale (fp16), batch, image_size, classes,
+dtype, optimizer, warmup, steps, ms_median, ms_p10, ms_p90, ms_min, ms_wall, ratio_vs_default (the
+other modes, in the same precision), peak_mem_bytes, peak_mem_warmup_bytes, mem_source,
 deterministic, warn_only, strict_error, nondeterministic_ops, params, gpu, torch, torchvision,
 cudnn, cublas_workspace_config, date; a failed one has error and oom (out of memory) instead of
 the timings, and configurations past --budget-s are recorded as skipped; with --resume, configurations --out
-already holds a measurement or an out-of-memory failure of are not run again.
+already holds a measurement or an out-of-memory failure of are not run again (a line without a
+precision is fp32).
 
-  python3 bench/peers/torch_overhead.py --models resnet50,vgg16 --out /tmp/torch_overhead.jsonl
+  python3 bench/peers/torch_overhead.py --models resnet50,vgg16 --precisions fp32,bf16 --out /tmp/torch_overhead.jsonl
 """
 import os
 
@@ -55,7 +64,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # peer_common beside this file
-from peer_common import percentile, short_error  # noqa: E402
+from peer_common import PRECISIONS, Precision, parse_precisions, percentile, short_error, train_step  # noqa: E402
 
 try:
     import torchvision  # noqa: E402
@@ -67,7 +76,8 @@ warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*"
 ZOO = ["vgg16", "vgg19", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169",
        "densenet201", "mobilenet", "mobilenet-v2", "efficientnet-b0", "inception-v3", "xception", "mediumcnn-k1",
        "mediumcnn-k3", "mediumcnn-k5", "mediumcnn-k7"]
-MODES = ["default", "deterministic"]
+MODES = ["default", "benchmark", "deterministic"]
+DEFAULT_MODES = ["default", "deterministic"]
 LR, MOMENTUM = 0.01, 0.9
 
 
@@ -199,26 +209,23 @@ def image_size(args, name):
     return 299 if name == "inception-v3" else 224
 
 
-def apply_mode(mode, warn_only=False):
+def apply_mode(mode, precision, warn_only=False):
     det = mode == "deterministic"
     torch.use_deterministic_algorithms(det, warn_only=warn_only)
     torch.backends.cudnn.deterministic = det
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = mode == "benchmark"
+    precision.apply_switches()
 
 
-def measure(name, mode, warn_only, x, y, args):
-    apply_mode(mode, warn_only)
+def measure(name, mode, precision, warn_only, x, y, args):
+    apply_mode(mode, precision, warn_only)
     torch.manual_seed(args.seed)
-    model = build_model(name, args.classes).to(x.device).train()
+    model, x = precision.prepare(build_model(name, args.classes).to(x.device).train(), x)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    scaler = precision.grad_scaler()
 
     def step():
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        train_step(model, opt, x, y, precision, scaler)
 
     try:
         torch.cuda.reset_peak_memory_stats()
@@ -257,7 +264,7 @@ def measure(name, mode, warn_only, x, y, args):
             "nondeterministic_ops": ops,
         }
     finally:
-        del opt, model
+        del opt, model, x, scaler
 
 
 def is_oom(exc):
@@ -271,8 +278,8 @@ def cleanup():
 
 
 def measured_in(path):
-    """{(model, mode): median ms} of the measurements in path; None for out-of-memory failures
-    (the same batch would fail again). The last line wins."""
+    """{(model, mode, precision): median ms} of the measurements in path; None for out-of-memory
+    failures (the same batch would fail again). The last line wins; a line without a precision is fp32."""
     done = {}
     if not os.path.exists(path):
         return done
@@ -284,7 +291,7 @@ def measured_in(path):
                 continue
             if not isinstance(rec, dict) or rec.get("tool") != "pytorch" or "model" not in rec or "mode" not in rec:
                 continue
-            key = (rec["model"], rec["mode"])
+            key = (rec["model"], rec["mode"], rec.get("precision", "fp32"))
             if not rec.get("error") and isinstance(rec.get("ms_median"), (int, float)):
                 done[key] = rec["ms_median"]
             elif rec.get("oom") and not rec.get("skipped"):
@@ -297,7 +304,8 @@ def measured_in(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(ZOO), help="comma list of " + ", ".join(ZOO))
-    ap.add_argument("--modes", default=",".join(MODES), help="comma list of " + ", ".join(MODES))
+    ap.add_argument("--modes", default=",".join(DEFAULT_MODES), help="comma list of " + ", ".join(MODES))
+    ap.add_argument("--precisions", default="fp32", help="comma list of " + ", ".join(PRECISIONS))
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--image-size", type=int, default=0, help="image side (0: 224, 299 for inception-v3)")
@@ -308,15 +316,20 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0, help="start no configuration after this many seconds")
     ap.add_argument("--out", help="append the JSON lines to this file as well")
     ap.add_argument("--resume", action="store_true",
-                    help="skip the (model, mode) pairs --out already holds a measurement (or an out-of-memory "
-                         "failure) of")
+                    help="skip the (model, mode, precision) configurations --out already holds a measurement (or an "
+                         "out-of-memory failure) of")
     args = ap.parse_args()
 
     models = [m for m in args.models.split(",") if m]
-    modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in models if m not in ZOO] + [m for m in modes if m not in MODES]
+    asked = [m for m in args.modes.split(",") if m]
+    bad = [m for m in models if m not in ZOO] + [m for m in asked if m not in MODES]
+    modes = [m for m in MODES if m in asked]  # default first: the others carry their ratio to it
     if bad:
         ap.error(f"unknown model(s) or mode(s) {', '.join(bad)}; models: {', '.join(ZOO)}; modes: {', '.join(MODES)}")
+    try:
+        precisions = parse_precisions(args.precisions)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.steps < 1 or args.warmup < 1 or args.batch < 1:
         ap.error("need --steps >= 1, --warmup >= 1, --batch >= 1")
     if args.resume and not args.out:
@@ -346,63 +359,80 @@ def main():
             gen.manual_seed(args.seed)
             x = torch.randn(args.batch, 3, size, size, generator=gen, device=dev)
             y = torch.randint(0, args.classes, (args.batch,), generator=gen, device=dev)
-            median = {mode: ms for (m, mode), ms in done.items() if m == name and ms is not None}
-            for mode in modes:
-                if (name, mode) in done:
-                    what = "measured" if done[(name, mode)] is not None else "out of memory"
-                    print(f"{name:16s} {mode:14s} {what} in {args.out} already (--resume)", file=sys.stderr)
-                    continue
-                line = {"tool": "pytorch", "model": name, "mode": mode, "image_size": size}
-                line.update(common)
-                line.update({"deterministic": mode == "deterministic", "warn_only": False})
-                if args.budget_s and time.perf_counter() - t_start > args.budget_s:
-                    line.update({"skipped": True, "oom": False, "error": f"skipped: --budget-s {args.budget_s:g} spent"})
-                else:
-                    try:
-                        strict_error = None
-                        try:
-                            line.update(measure(name, mode, False, x, y, args))
-                        except RuntimeError as exc:
-                            # Strict mode's refusal names the op; anything else is a real failure.
-                            if mode != "deterministic" or "deterministic" not in str(exc) or is_oom(exc):
-                                raise
-                            strict_error = short_error(exc)
-                        if strict_error:
-                            # Outside the except clause: its traceback held the failed step's tensors.
-                            line["strict_error"] = strict_error
-                            cleanup()
-                            line["warn_only"] = True
-                            line.update(measure(name, mode, True, x, y, args))
-                        median[mode] = line["ms_median"]
-                        if mode != "default" and "default" in median:
-                            line["ratio_vs_default"] = round(line["ms_median"] / median["default"], 5)
-                    except Exception as exc:  # record it and go on
+            for precision in map(Precision, precisions):
+                median = {mode: ms for (m, mode, p), ms in done.items()
+                          if m == name and p == precision.name and ms is not None}
+                for mode in modes:
+                    key = (name, mode, precision.name)
+                    if key in done:
+                        what = "measured" if done[key] is not None else "out of memory"
+                        print(f"{name:16s} {mode:14s} {precision.name:5s} {what} in {args.out} already (--resume)",
+                              file=sys.stderr)
+                        continue
+                    line = {"tool": "pytorch", "model": name, "mode": mode, "image_size": size}
+                    line.update(precision.fields())
+                    line.update(common)
+                    line.update({"deterministic": mode == "deterministic", "warn_only": False})
+                    if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+                        line.update({"skipped": True, "oom": False,
+                                     "error": f"skipped: --budget-s {args.budget_s:g} spent"})
+                    elif not measure_into(line, name, mode, precision, x, y, args, median, out):
                         failures += 1
-                        line.update({"ms_median": None, "error": short_error(exc), "oom": is_oom(exc)})
-                    try:
-                        cleanup()
-                    except Exception as exc:  # a sticky CUDA error: later lines would be meaningless
-                        line.setdefault("error", short_error(exc))
-                        print(json.dumps(line), flush=True)
-                        if out:
-                            out.write(json.dumps(line) + "\n")
-                        raise
-                text = json.dumps(line)
-                print(text, flush=True)
-                if out:
-                    out.write(text + "\n")
-                    out.flush()
-                status = line.get("error") or (f"{line['ms_median']:.2f} ms/step, peak "
-                                               f"{line['peak_mem_bytes'] / 2**30:.2f} GiB"
-                                               + (" (warn_only)" if line["warn_only"] else ""))
-                print(f"{name:16s} {mode:14s} {status}  [{time.perf_counter() - t_start:.0f} s]", file=sys.stderr,
-                      flush=True)
+                    write_line(line, out)
+                    status = line.get("error") or (f"{line['ms_median']:.2f} ms/step, peak "
+                                                   f"{line['peak_mem_bytes'] / 2**30:.2f} GiB"
+                                                   + (" (warn_only)" if line["warn_only"] else ""))
+                    print(f"{name:16s} {mode:14s} {precision.name:5s} {status}  [{time.perf_counter() - t_start:.0f} s]",
+                          file=sys.stderr, flush=True)
             del x, y
     finally:
-        apply_mode("default")
+        apply_mode("default", Precision("fp32"))
         if out:
             out.close()
     return 1 if failures else 0
+
+
+def measure_into(line, name, mode, precision, x, y, args, median, out):
+    """Measures one configuration into line (its times, or its error); median holds this model's
+    medians by mode in this precision and gains this one. Returns whether it was measured. A sticky
+    CUDA error while cleaning up is written out and raised: later lines would be meaningless."""
+    measured = True
+    try:
+        strict_error = None
+        try:
+            line.update(measure(name, mode, precision, False, x, y, args))
+        except RuntimeError as exc:
+            # Strict mode's refusal names the op; anything else is a real failure.
+            if mode != "deterministic" or "deterministic" not in str(exc) or is_oom(exc):
+                raise
+            strict_error = short_error(exc)
+        if strict_error:
+            # Outside the except clause: its traceback held the failed step's tensors.
+            line["strict_error"] = strict_error
+            cleanup()
+            line["warn_only"] = True
+            line.update(measure(name, mode, precision, True, x, y, args))
+        median[mode] = line["ms_median"]
+        if mode != "default" and "default" in median:
+            line["ratio_vs_default"] = round(line["ms_median"] / median["default"], 5)
+    except Exception as exc:  # record it and go on
+        measured = False
+        line.update({"ms_median": None, "error": short_error(exc), "oom": is_oom(exc)})
+    try:
+        cleanup()
+    except Exception as exc:
+        line.setdefault("error", short_error(exc))
+        write_line(line, out)
+        raise
+    return measured
+
+
+def write_line(line, out):
+    text = json.dumps(line)
+    print(text, flush=True)
+    if out:
+        out.write(text + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":

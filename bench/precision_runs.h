@@ -1,0 +1,55 @@
+// What bench/step_time and bench/overhead share about the precisions they run each configuration
+// under (--precisions) and what a JSON line records about them and about memory.
+//
+// A precision is one policy rule, `*.precision=VALUE`, added after the mode's rules: conv2d and
+// linear layers compute in it (kernels/precision.h says what each reads, accumulates in and
+// rounds to), every other op runs as the mode picks. The rule is added for fp32 as well, so a
+// line's "precision" always names a rule that ran, never a default assumed.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ditto::bench {
+
+inline const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16", "fp16"};
+
+// The mode's rules, then the precision's.
+inline std::vector<std::string> with_precision(std::vector<std::string> rules, const std::string& precision) {
+  rules.push_back("*.precision=" + precision);
+  return rules;
+}
+
+// The loss scaling an fp16 step runs with, as its lines name it. TrainStep scales no loss yet, so
+// "none". This is the one place to wire it when it does: set the scaler up where each bench
+// builds its TrainStep (step_time's measure, overhead's make_setup) from what this returns, and
+// return the scaler's name and settings ("dynamic init 65536 growth 2 every 2000 backoff 0.5",
+// say), so a line says what ran.
+inline std::string fp16_loss_scale() { return "none"; }
+
+// "precision" on every line, "loss_scale" on the fp16 ones.
+inline void add_precision_fields(nlohmann::json& line, const std::string& precision) {
+  line["precision"] = precision;
+  if (precision == "fp16") line["loss_scale"] = fp16_loss_scale();
+}
+
+inline CLI::Option* add_precisions_option(CLI::App& app, std::vector<std::string>& precisions) {
+  return app
+      .add_option("--precisions", precisions,
+                  "comma list of fp32 | tf32 | bf16 | fp16: every configuration under each (the rule "
+                  "*.precision=VALUE after the mode's)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kPrecisions))
+      ->capture_default_str();
+}
+
+// What "peak_mem_bytes" and "peak_mem_warmup_bytes" measure (Context::memory_peak).
+inline std::string pool_mem_source(bool cuda) {
+  return cuda ? "context pool high-water mark (tensors and workspaces; not cuDNN/cuBLAS internals): timed steps "
+                "after a reset; warmup: context creation through the warm-up steps"
+              : "none on the CPU";
+}
+
+}  // namespace ditto::bench

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""cpu_bench_tables: the benchmark table scripts (bench/step_time_table.py, bench/overhead_table.py,
+bench/overhead_steps.py, bench/precision_compare.py) and scripts/render_docs.py's precision region on
+small JSON-lines files written here: precisions are keys of their own, lines without one read as
+fp32 (step_time's former tf32 modes as tf32), and the ratios per model and precision are the ones
+the numbers give. Standard library only (unittest)."""
+import csv
+import io
+import json
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stderr
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "peers"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import overhead_steps  # noqa: E402
+import overhead_table  # noqa: E402
+import peer_common  # noqa: E402
+import precision_compare  # noqa: E402
+import render_docs  # noqa: E402
+import step_time_table  # noqa: E402
+
+MIB = 2**20
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def step_line(tool, mode, graph, ms, precision=None, peak_mib=None, model="resnet18", **extra):
+    """A step_time (or torch_step_time) line; precision None writes none, as files before precisions."""
+    rec = {"tool": tool, "model": model, "mode": mode, "graph": graph, "batch": 128, "steps": 100,
+           "ms_median": ms, "ms_p10": ms * 0.9, "ms_p90": ms * 1.1, "ms_wall": ms, "gpu": GPU}
+    if precision is not None:
+        rec["precision"] = precision
+    if peak_mib is not None:
+        rec["peak_mem_bytes"] = int(peak_mib * MIB)
+    if tool == "ditto":
+        rec["flops_per_step"] = 1e11
+    rec.update(extra)
+    return rec
+
+
+def zoo_line(tool, mode, ms, precision=None, peak_mib=None, model="resnet50", **extra):
+    rec = {"tool": tool, "model": model, "mode": mode, "batch": 64, "image_size": 224, "steps": 10,
+           "ms_median": ms, "ms_p10": ms, "ms_p90": ms, "gpu": GPU}
+    if precision is not None:
+        rec["precision"] = precision
+    if peak_mib is not None:
+        rec["peak_mem_bytes"] = int(peak_mib * MIB)
+    rec.update(extra)
+    return rec
+
+
+class Files:
+    """JSON-lines files in a temporary folder."""
+
+    def __init__(self, test):
+        self.dir = tempfile.TemporaryDirectory()
+        test.addCleanup(self.dir.cleanup)
+        self.path = Path(self.dir.name)
+
+    def write(self, name, records):
+        path = self.path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return path
+
+
+TORCH_FP16_SCALE = "dynamic: torch.amp.GradScaler('cuda', init_scale 65536)"
+
+
+def step_fixture(files):
+    ditto = [
+        # Written before precisions: no precision field, no peak memory.
+        step_line("ditto", "deterministic", False, 21.0),
+        step_line("ditto", "fastest", False, 12.0),
+        step_line("ditto", "tf32", False, 8.5),
+        step_line("ditto", "deterministic", False, 9.0, "bf16", 150),  # replaced below: the last line wins
+        step_line("ditto", "deterministic", False, 4.0, "bf16", 100),
+        step_line("ditto", "deterministic", True, 3.6, "bf16", 40),
+        step_line("ditto", "fastest", False, 3.2, "bf16", 120),
+        step_line("ditto", "fastest", True, 3.0, "bf16", 50),
+        step_line("ditto", "deterministic", False, 4.4, "fp16", 110, loss_scale="none"),
+        step_line("ditto", "fastest", False, 4.0, "fp16", 130, loss_scale="none"),
+    ]
+    torch = [
+        step_line("pytorch", "default", False, 17.5),
+        step_line("pytorch", "tf32", False, 9.0),
+        step_line("pytorch", "default", False, 5.0, "bf16", 200),
+        step_line("pytorch", "default", True, 4.5, "bf16", 30),
+        step_line("pytorch", "default", False, 5.5, "fp16", 220, loss_scale=TORCH_FP16_SCALE),
+    ]
+    return files.write("step_time.jsonl", ditto), files.write("torch_step_time.jsonl", torch)
+
+
+def zoo_fixture(files):
+    ditto = [
+        zoo_line("ditto", "heuristic", 160.0),
+        zoo_line("ditto", "fastest", 130.0),
+        zoo_line("ditto", "deterministic", 170.0, peak_mib=11000),
+        zoo_line("ditto", "heuristic", 70.0, "bf16"),
+        zoo_line("ditto", "fastest", 60.0, "bf16"),
+        zoo_line("ditto", "deterministic", 66.0, "bf16", 6000),
+    ]
+    torch = [
+        zoo_line("pytorch", "default", 150.0, peak_mib=11500),
+        zoo_line("pytorch", "deterministic", 175.0, peak_mib=11600),
+        zoo_line("pytorch", "default", 55.0, "bf16", 8000),
+        zoo_line("pytorch", "benchmark", 50.0, "bf16", 8100),
+        zoo_line("pytorch", "deterministic", 75.0, "bf16", 8200),
+    ]
+    return files.write("overhead.jsonl", ditto), files.write("torch_overhead.jsonl", torch)
+
+
+def load_quietly(load, paths):
+    with redirect_stderr(io.StringIO()):  # the replaced line is reported on stderr
+        return load(paths)
+
+
+class PrecisionOf(unittest.TestCase):
+    def test_field_wins_and_old_lines_read_as_fp32(self):
+        self.assertEqual(precision_compare.precision_of({"mode": "heuristic", "precision": "bf16"}), "bf16")
+        self.assertEqual(precision_compare.precision_of({"mode": "deterministic"}), "fp32")
+        self.assertEqual(precision_compare.precision_of({"mode": "default", "precision": None}), "fp32")
+
+    def test_former_tf32_modes_read_as_tf32(self):
+        self.assertEqual(precision_compare.precision_of({"mode": "tf32"}), "tf32")
+        self.assertEqual(precision_compare.precision_of({"mode": "tf32-deterministic"}), "tf32")
+
+    def test_order(self):
+        names = ["fp16", "other", "fp32", "bf16", "tf32"]
+        self.assertEqual(sorted(names, key=precision_compare.precision_rank), ["fp32", "tf32", "bf16", "fp16", "other"])
+
+
+class StepTimeTable(unittest.TestCase):
+    def setUp(self):
+        self.files = Files(self)
+        self.paths = step_fixture(self.files)
+        self.data = step_time_table.Data(load_quietly(step_time_table.load, list(self.paths)))
+
+    def test_precisions_are_keys_of_their_own(self):
+        d = self.data
+        self.assertEqual(d.ms("ditto", "resnet18", "deterministic", False), 21.0)  # the old line, as fp32
+        self.assertEqual(d.ms("ditto", "resnet18", "deterministic", False, "bf16"), 4.0)  # the last bf16 line
+        self.assertEqual(d.ms("ditto", "resnet18", "tf32", False, "tf32"), 8.5)
+        self.assertIsNone(d.ms("ditto", "resnet18", "tf32", False))
+        self.assertEqual(d.best("ditto", "resnet18", "deterministic", "bf16"), (3.6, True))
+        self.assertEqual(d.precisions("resnet18"), ["fp32", "tf32", "bf16", "fp16"])
+        self.assertIsNone(d.peak("ditto", "resnet18", "deterministic", False))  # old lines have none
+        self.assertEqual(d.peak("pytorch", "resnet18", "default", False, "bf16"), 200 * MIB)
+
+    def test_precision_rows(self):
+        rows = {(r.precision, r.setting): r for r in step_time_table.precision_rows(self.data)}
+        self.assertEqual(set(rows), {("fp32", "eager"), ("bf16", "eager"), ("bf16", "graphed"), ("fp16", "eager")})
+        bf16 = rows[("bf16", "eager")]
+        self.assertEqual(bf16.cells(lambda v: f"{v:.3f}"),
+                         ["resnet18", "bf16", "eager", "4.000", "3.200", "1.25×", "5.000", "0.80×", "100", "200",
+                          "0.50×"])
+        graphed = rows[("bf16", "graphed")]
+        self.assertEqual((graphed.det, graphed.fastest, graphed.torch_default), (3.6, 3.0, 4.5))
+        self.assertEqual((graphed.det_peak, graphed.torch_peak), (None, None))  # graphed memory is not compared
+        fp32 = rows[("fp32", "eager")]
+        self.assertAlmostEqual(precision_compare.ratio(fp32.det, fp32.torch_default), 1.2)
+
+    def test_report(self):
+        class Args:
+            peak_fp32 = peak_tf32 = peak_half = None
+        text = step_time_table.report(self.data, Args(), [str(p) for p in self.paths])
+        self.assertIn("| precision | tool | mode | eager ms (median) | graphed ms (median) | graph speedup | "
+                      "peak MiB (eager) |", text)
+        self.assertIn("| bf16 | ditto | deterministic | 4.000 | 3.600 | 1.11× | 100.0 |", text)
+        self.assertIn("| tf32 | ditto | tf32 | 8.500 | — | — | — |", text)
+        self.assertIn("| resnet18 | bf16 | eager | 4.000 | 3.200 | 1.25× | 5.000 | 0.80× | 100 | 200 | 0.50× |", text)
+        self.assertIn(f"fp16 loss scaling: ditto: none; pytorch: {TORCH_FP16_SCALE}.", text)
+        # The roofline takes each row's precision's peak: 100 GFLOP in 4 ms is 25 TFLOP/s of BF16's 989.4.
+        self.assertIn("| ditto | resnet18 | bf16 | deterministic | eager | 100.000 | 4.000 | 25.00 | 989.4 (bf16) | 2.5% |",
+                      text)
+        self.assertIn("| ditto | resnet18 | tf32 | tf32 | eager | 100.000 | 8.500 | 11.76 | 494.7 (tf32) | 2.4% |", text)
+
+    def test_command_line_and_csv(self):
+        out, table = self.files.path / "step_time.md", self.files.path / "step_time.csv"
+        run = subprocess.run([sys.executable, str(ROOT / "bench" / "step_time_table.py"), *map(str, self.paths),
+                              "--out", str(out), "--csv", str(table)], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("repeats ('ditto', 'resnet18', 'deterministic', False, 'bf16')", run.stderr)
+        with table.open() as f:
+            rows = list(csv.DictReader(f))
+        self.assertIn("precision", rows[0])
+        bf16 = [r for r in rows if (r["tool"], r["mode"], r["precision"], r["graph"]) ==
+                ("ditto", "deterministic", "bf16", "false")]
+        self.assertEqual([(r["ms_median"], r["peak_mem_bytes"]) for r in bf16], [("4.0", repr(float(100 * MIB)))])
+        self.assertIn("## Precisions", out.read_text())
+
+
+class OverheadTable(unittest.TestCase):
+    def setUp(self):
+        self.files = Files(self)
+        self.paths = zoo_fixture(self.files)
+        self.records = overhead_table.load(list(self.paths))
+        self.models = overhead_table.models_of(self.records)
+
+    def test_keys_and_accessors(self):
+        r = self.records
+        self.assertEqual(overhead_table.ms(r, "ditto", "resnet50", "deterministic"), 170.0)
+        self.assertEqual(overhead_table.ms(r, "ditto", "resnet50", "deterministic", "bf16"), 66.0)
+        self.assertEqual(overhead_table.model_precisions(r, self.models), [("resnet50", "fp32"), ("resnet50", "bf16")])
+
+    def test_main_table_ratios_stay_in_their_precision(self):
+        lines = overhead_table.main_table(self.records, self.models)
+        row = next(line for line in lines if line.startswith("| resnet50 | bf16 |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        # heuristic, fastest, det, det-tuned, nondet; det ÷ heur, det ÷ fastest, tuned ÷ fastest; torch default,
+        # torch det, torch det ÷ default, ditto det ÷ torch det; peaks.
+        self.assertEqual(cells[2:], ["70.0", "60.0", "66.0", "–", "–", "0.94×", "1.10×", "–", "55.0", "75.0", "1.36×",
+                                     "0.88×", "5.9", "8.0"])
+
+    def test_precision_lines(self):
+        lines = overhead_table.precision_lines(self.records, self.models)
+        self.assertIn("| resnet50 | bf16 | 66.0 | 60.0 | 1.10× | 55.0 | 1.20× | 6000 | 8000 | 0.75× |", lines)
+        self.assertIn("| resnet50 | fp32 | 170.0 | 130.0 | 1.31× | 150.0 | 1.13× | 11000 | 11500 | 0.96× |", lines)
+
+    def test_chart_labels_name_the_precision(self):
+        labels = [label for label, _ in overhead_table.chart_values(self.records, self.models)]
+        self.assertEqual(labels, ["resnet50", "resnet50 bf16"])
+
+    def test_command_line(self):
+        out = self.files.path / "overhead.md"
+        run = subprocess.run([sys.executable, str(ROOT / "bench" / "overhead_table.py"), *map(str, self.paths),
+                              "--out", str(out), "--svg", str(self.files.path / "overhead.svg")],
+                             capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        text = out.read_text()
+        self.assertIn("Precisions: fp32, bf16.", text)
+        self.assertIn("| resnet50 | bf16 | 66.0 |", text)
+
+
+class OverheadSteps(unittest.TestCase):
+    def test_precisions_pair_only_with_themselves(self):
+        files = Files(self)
+        path = files.write("steps.jsonl", [zoo_line("ditto", "fastest", 130.0, steps=10),
+                                           zoo_line("ditto", "fastest", 131.3, steps=100),
+                                           zoo_line("ditto", "fastest", 60.0, "bf16", steps=10)])
+        runs = overhead_steps.load([path])
+        self.assertEqual(set(runs), {("ditto", "resnet50", "fastest", "fp32", 10),
+                                     ("ditto", "resnet50", "fastest", "fp32", 100),
+                                     ("ditto", "resnet50", "fastest", "bf16", 10)})
+        text = overhead_steps.table(runs)
+        self.assertIn("| ditto | resnet50 | fastest | fp32 | 130.000 |", text)
+        self.assertNotIn("bf16", text)  # measured at one step count only
+
+
+class RenderDocsPrecision(unittest.TestCase):
+    def test_region_lines(self):
+        files = Files(self)
+        step, zoo = step_fixture(files), zoo_fixture(files)
+        data = step_time_table.Data(load_quietly(step_time_table.load, list(step)))
+        lines = render_docs.precision_lines(data, overhead_table.load(list(zoo)))
+        self.assertIn("| resnet18 | bf16 | eager | 4.000 | 3.200 | 1.25× | 5.000 | 0.80× | 100 | 200 | 0.50× |", lines)
+        self.assertIn("| resnet50 | bf16 | 66.0 | 60.0 | 1.10× | 55.0 | 1.20× | 6000 | 8000 | 0.75× |", lines)
+
+
+class PeerPrecisions(unittest.TestCase):
+    def test_parse(self):
+        self.assertEqual(peer_common.parse_precisions("fp32,bf16,fp16"), ["fp32", "bf16", "fp16"])
+        with self.assertRaisesRegex(ValueError, "unknown precision.*fp8"):
+            peer_common.parse_precisions("fp32,fp8")
+        with self.assertRaises(ValueError):
+            peer_common.parse_precisions(",")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
