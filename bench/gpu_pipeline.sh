@@ -7,6 +7,7 @@
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
 # compare. Steps of the speed measurements: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the experiment protocols: exp-smallcnn
+# exp-precision (the four settings in each precision, EXP_PRECISIONS)
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
 # Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
 # racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
@@ -126,6 +127,20 @@ pipeline() {
         $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --lr 4e-4 --optimizer adam \
           --replicas 5 --settings ALGO+IMPL,ALGO,IMPL,IMPL-ATOMIC,CONTROL --concurrent 25 --graph --quiet \
           --out $R/exp-smallcnn > $R/exp-smallcnn.txt 2> $R/exp-smallcnn.err; echo "rc=$?"; tail -10 $R/exp-smallcnn.txt ;;
+      exp-precision)
+        # The four settings on SmallCNN CIFAR-10 (Adam 4e-4, EXP_PREC_EPOCHS 10 epochs,
+        # EXP_PREC_REPLICAS 5 replicas, graphed) in each of EXP_PRECISIONS (fp32,tf32,bf16,fp16), the
+        # same recipe in each: does reduced precision add churn, is there IMPL noise with the
+        # kernels a framework picks in bf16? Then bench/precision_noise_table.py over the runs.
+        # Wall: about 45 s per precision (25 replicas at a time).
+        local p runs=""
+        for p in $(echo ${EXP_PRECISIONS:-fp32,tf32,bf16,fp16} | tr , ' '); do
+          $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs ${EXP_PREC_EPOCHS:-10} --lr 4e-4 \
+            --optimizer adam --precision $p --replicas ${EXP_PREC_REPLICAS:-5} --settings ALGO+IMPL,ALGO,IMPL,CONTROL \
+            --concurrent 20 --graph --quiet --out $R/exp-precision/$p > $R/exp-precision-$p.txt 2> $R/exp-precision-$p.err
+          echo "$p rc=$?"; runs="$runs $p=$R/exp-precision/$p"
+        done
+        python3 bench/precision_noise_table.py $runs --out $R/exp-precision/table.md && cat $R/exp-precision/table.md ;;
       fig-s4)
         # Figure S4 with GPU noise: SmallCNN, CIFAR-10, SGD with momentum ARG (fig-s4 =
         # 0, fig-s4:0.9), constant lr, no augmentation; per lr the four {init} x {order} cells on
@@ -410,7 +425,7 @@ for l in open('$R/torch_ddp.jsonl'):
         # 2.5 min; each program is cut by its budget or timeout (90, 70, 110, 85 s): at most 6 min in all.
         local P=$R/precision steps=${PRECISION_STEPS:-50} zoo=${PRECISION_ZOO:-resnet50,mobilenet-v2,efficientnet-b0}
         mkdir -p $P; rm -f $P/step_time.jsonl $P/torch_step_time.jsonl
-        timeout 90 $B/bench/step_time --models resnet18,smallcnn --modes heuristic,deterministic,fastest \
+        timeout 90 $B/bench/step_time --models resnet18,smallcnn --modes heuristic,deterministic,fastest --channels-last \
           --precisions fp32,bf16,fp16 --warmup 10 --steps $steps --out $P/step_time.jsonl --tuning-dir $P/tuning \
           > /dev/null 2> $P/step_time.err
         echo "step_time rc=$? ($(grep -c . $P/step_time.jsonl) lines)"; grep -E "^BITS" $P/step_time.err
@@ -418,7 +433,7 @@ for l in open('$R/torch_ddp.jsonl'):
           --precisions fp32,bf16,fp16 --warmup 10 --steps $steps --out $P/torch_step_time.jsonl > /dev/null \
           2> $P/torch_step_time.err
         echo "torch_step_time rc=$? ($(grep -c . $P/torch_step_time.jsonl) lines)"; tail -n 1 $P/torch_step_time.err
-        timeout 110 $B/bench/overhead --models $zoo --modes heuristic,fastest,deterministic --precisions fp32,bf16,fp16 \
+        timeout 110 $B/bench/overhead --models $zoo --modes heuristic,fastest,deterministic --precisions fp32,bf16,fp16 --channels-last \
           --batch ${PRECISION_ZOO_BATCH:-64} --warmup 3 --steps 10 --profile-steps 0 --budget-s 85 --resume \
           --tuning-dir $P/overhead-tuning --out $P/overhead.jsonl > /dev/null 2> $P/overhead.err
         echo "overhead rc=$? ($(grep -c . $P/overhead.jsonl) lines, $(grep -c '"error"' $P/overhead.jsonl) failed or skipped)"
@@ -444,7 +459,7 @@ case $cmd in
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
-      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH EXP_PRECISIONS EXP_PREC_EPOCHS EXP_PREC_REPLICAS
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

@@ -16,9 +16,17 @@ namespace ditto::bench {
 
 inline const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16", "fp16"};
 
-// The mode's rules, then the precision's.
-inline std::vector<std::string> with_precision(std::vector<std::string> rules, const std::string& precision) {
+// Whether bf16/fp16 convolutions run channels-last (--channels-last: the rule *.layout=nhwc), as
+// PyTorch's AMP peers do; fp32 and tf32 stay NCHW, as the peers' do.
+inline bool channels_last_for(bool channels_last, const std::string& precision) {
+  return channels_last && (precision == "bf16" || precision == "fp16");
+}
+
+// The mode's rules, then the precision's (and the layout's).
+inline std::vector<std::string> with_precision(std::vector<std::string> rules, const std::string& precision,
+                                               bool channels_last) {
   rules.push_back("*.precision=" + precision);
+  if (channels_last_for(channels_last, precision)) rules.push_back("*.layout=nhwc");
   return rules;
 }
 
@@ -29,13 +37,16 @@ inline std::vector<std::string> with_precision(std::vector<std::string> rules, c
 // say), so a line says what ran.
 inline std::string fp16_loss_scale() { return "none"; }
 
-// "precision" on every line, "loss_scale" on the fp16 ones.
-inline void add_precision_fields(nlohmann::json& line, const std::string& precision) {
+// "precision" and "layout" on every line, "loss_scale" on the fp16 ones.
+inline void add_precision_fields(nlohmann::json& line, const std::string& precision, bool channels_last) {
   line["precision"] = precision;
+  line["layout"] = channels_last_for(channels_last, precision) ? "nhwc" : "nchw";
   if (precision == "fp16") line["loss_scale"] = fp16_loss_scale();
 }
 
-inline CLI::Option* add_precisions_option(CLI::App& app, std::vector<std::string>& precisions) {
+inline CLI::Option* add_precisions_option(CLI::App& app, std::vector<std::string>& precisions, bool& channels_last) {
+  app.add_flag("--channels-last", channels_last,
+               "bf16/fp16 configurations compute their convolutions channels-last (the rule *.layout=nhwc)");
   return app
       .add_option("--precisions", precisions,
                   "comma list of fp32 | tf32 | bf16 | fp16: every configuration under each (the rule "

@@ -23,7 +23,7 @@ enum TrainFlagGroups : unsigned {
   kFlagsRun = 4,       // --device --loader-threads --graph --summary --quiet
   kFlagsSeeds = 8,     // --seed-* --deterministic-init --deterministic-input
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
-  kFlagsPins = 32,     // --pin --pins-from
+  kFlagsPins = 32,     // --pin --pins-from --precision --channels-last
   kFlagsOutput = 64,   // --out --resume
   kFlagsDataParallel = 128,  // --dp-gpus --dp-groups --batchnorm --bucket-mb
   // --gpus as the name of --dp-gpus: for the front ends whose own --gpus does not already mean
@@ -213,6 +213,19 @@ inline void add_kernel_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
                 ->check(CLI::IsMember(mode_words()))
                 ->capture_default_str();
   dk->excludes(k);
+  app.add_option("--tuning", c.tuning,
+                 "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
+                 "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
+}
+
+// Kernel pins: given one by one, or every kernel a run recorded; and the rules every layer of a
+// kind takes (precision, layout).
+inline void add_pin_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
+  app.add_option("--pin", c.pins,
+                 "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0. Knobs by op kind: " + knob_index() +
+                     " (ditto-knobs lists every variant and its guarantee)");
+  app.add_option("--pins-from", f.pins_from, "pin every kernel a run's manifest.json recorded (exact replay)")
+      ->check(CLI::ExistingFile);
   app.add_option("--precision", c.precision,
                  "where convolutions and linear layers round (kernels/precision.h): fp32 | tf32 | bf16 | fp16 "
                  "(inputs and outputs rounded, fp32 accumulation on tensor cores); a --pin LAYER.precision=... "
@@ -222,18 +235,6 @@ inline void add_kernel_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
   app.add_flag("--channels-last", c.channels_last,
                "convolutions compute channels-last (the rule *.layout=nhwc): the copies are made in the pass that "
                "rounds to the precision, where cuDNN's tensor-core kernels want them");
-  app.add_option("--tuning", c.tuning,
-                 "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
-                 "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
-}
-
-// Kernel pins: given one by one, or every kernel a run recorded.
-inline void add_pin_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
-  app.add_option("--pin", c.pins,
-                 "LAYER.KNOB=VARIANT (repeatable), e.g. conv2.bwd_filter=algo0. Knobs by op kind: " + knob_index() +
-                     " (ditto-knobs lists every variant and its guarantee)");
-  app.add_option("--pins-from", f.pins_from, "pin every kernel a run's manifest.json recorded (exact replay)")
-      ->check(CLI::ExistingFile);
 }
 
 // The run folder: where to write, what to resume, whether to replace.
