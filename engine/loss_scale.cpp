@@ -88,14 +88,17 @@ LossScaling parse_loss_scaling(const std::string& text) {
 std::string loss_scaling_name(const LossScaling& s) {
   switch (s.mode) {
     case LossScaling::Mode::Off: return "off";
-    case LossScaling::Mode::Fixed: return fmt::format("{}", s.init_scale);
+    // As doubles: the shortest decimal of a double reads back to it exactly, and a float's power of
+    // two is one (the float's own shortest decimal, "1.7014118e+38", is not 2^127 as a double).
+    case LossScaling::Mode::Fixed: return fmt::format("{}", double(s.init_scale));
     case LossScaling::Mode::Dynamic: break;
   }
   const LossScaling d{LossScaling::Mode::Dynamic};
   if (s.init_scale == d.init_scale && s.growth_factor == d.growth_factor && s.backoff_factor == d.backoff_factor &&
       s.growth_interval == d.growth_interval)
     return "dynamic";
-  return fmt::format("dynamic:{}:{}:{}:{}", s.init_scale, s.growth_factor, s.backoff_factor, s.growth_interval);
+  return fmt::format("dynamic:{}:{}:{}:{}", double(s.init_scale), double(s.growth_factor), double(s.backoff_factor),
+                     s.growth_interval);
 }
 
 void check_loss_scaling(const LossScaling& s) {
