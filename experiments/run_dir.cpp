@@ -768,6 +768,7 @@ TrainResult read_run_result(const std::string& run_dir, const TrainData& data, i
   if (epochs_done) *epochs_done = m.epochs_done;
   r.log = read_log_csv((dir / "log.csv").string());
   if (!r.log.empty()) r.test_top1 = r.log.back().test_top1;
+  if (m.flags.count("--loss-scale")) r.loss_scale = read_loss_scale_csv((dir / "loss_scale.csv").string());
   const std::string ppath = (dir / "predictions.csv").string();
   r.task = data.test.task;
   r.class_names = data.test.class_names;

@@ -18,46 +18,17 @@
 #include "engine/loss_scale_ref.h"
 #include "engine/optim.h"
 #include "engine/tracer.h"
+#include "experiments/cli.h"
 #include "experiments/run_dir.h"
 #include "experiments/train.h"
+#include "loss_scale_support.h"
 #include "train_support.h"
 
 using namespace ditto;
+using namespace ditto::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-Param make_param(Context& ctx, const std::string& name, std::vector<float> value) {
-  const int64_t n = static_cast<int64_t>(value.size());
-  return {name, Var(ctx.from_host(value, {n}), true)};
-}
-
-void set_grad(Context& ctx, const Param& p, std::vector<float> g) {
-  p.var.grad() = ctx.from_host(g, {static_cast<int64_t>(g.size())});
-}
-
-// One scaler step whose (already scaled) gradient of `p` is g: unscale, then update.
-bool scaler_step(Context& ctx, LossScaler& s, const Param& p, std::vector<float> g) {
-  set_grad(ctx, p, std::move(g));
-  s.reserve(ctx, 1);
-  s.unscale(ctx, {p});
-  const bool overflow = s.found_inf().to_host_i32()[0] != 0;
-  s.update(ctx);
-  return overflow;
-}
-
-uint64_t fingerprint_of(const std::vector<Param>& params, Optimizer& opt) {
-  uint64_t h = params_fingerprint(params);
-  for (const Buffer& b : opt.state()) h = fingerprint_bytes(&h, sizeof h, b.tensor->fingerprint());
-  return h;
-}
-
-std::unique_ptr<Optimizer> make_opt(Context& ctx, const std::string& which, std::vector<Param> params) {
-  if (which == "adam") return std::make_unique<Adam>(ctx, std::move(params), AdamOptions{0.9f, 0.999f, 1e-8f, 1e-3f});
-  return std::make_unique<Sgd>(ctx, std::move(params), SgdOptions{0.9f, true, 1e-3f});
-}
 
 TrainConfig scaled_config(const std::string& name, const std::string& loss_scale) {
   TrainConfig c = test::synthetic_config("smallcnn", 256, 64, 16, 32);
@@ -102,22 +73,7 @@ TEST_CASE("loss scale: settings parse, name themselves and refuse what unscaling
 }
 
 TEST_CASE("loss scale: the schedule is a function of the overflow flags") {
-  Context ctx;
-  LossScaler s(ctx, parse_loss_scaling("dynamic:1024:2:0.5:3"));
-  auto p = make_param(ctx, "w", {0.0f, 0.0f});
-  const std::vector<bool> flags = {false, false, false, false, true, false, false, false, true, true};
-  // Three good steps grow the scale; an overflow halves it and restarts the count.
-  const std::vector<float> used = {1024, 1024, 1024, 2048, 2048, 1024, 1024, 1024, 2048, 1024};
-  for (bool f : flags) CHECK(scaler_step(ctx, s, p, {1.0f, f ? kInf : 2.0f}) == f);
-  const std::vector<LossScaleStep> record = s.take_record(ctx);
-  REQUIRE(record.size() == flags.size());
-  for (std::size_t i = 0; i < flags.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(record[i].scale == used[i]);
-    CHECK(record[i].overflow == flags[i]);
-  }
-  CHECK(s.seed().to_host_f32()[0] == 512.0f);
-  CHECK(s.take_record(ctx).empty());  // taken once
+  check_schedule(Device::cpu());
 
   // GradScaler's defaults: 2000 good steps, then 2^17; growth that would be infinite is held.
   float scale = 65536.0f;
@@ -131,80 +87,14 @@ TEST_CASE("loss scale: the schedule is a function of the overflow flags") {
   ref::update_loss_scale(scale, good, false, 2.0f, 0.5f, 1);
   CHECK(scale == std::ldexp(1.0f, 127));
   CHECK(good == 0);
-
-  // A fixed scale never moves, overflow or not.
-  LossScaler fixed(ctx, parse_loss_scaling("8"));
-  for (bool f : {true, false, true}) scaler_step(ctx, fixed, p, {f ? kInf : 1.0f, 0.0f});
-  for (const LossScaleStep& r : fixed.take_record(ctx)) CHECK(r.scale == 8.0f);
 }
 
 TEST_CASE("loss scale: overflow detection catches +inf, -inf and nan anywhere, not large finite values") {
-  Context ctx;
-  LossScaler s(ctx, parse_loss_scaling("1"));
-  auto a = make_param(ctx, "a", {0, 0, 0, 0});
-  auto b = make_param(ctx, "b", {0, 0, 0});
-  const float nan = std::numeric_limits<float>::quiet_NaN(), big = std::numeric_limits<float>::max();
-  auto flagged = [&](std::vector<float> ga, std::vector<float> gb) {
-    set_grad(ctx, a, std::move(ga));
-    set_grad(ctx, b, std::move(gb));
-    s.unscale(ctx, {a, b});
-    return s.found_inf().to_host_i32()[0] != 0;
-  };
-  CHECK_FALSE(flagged({big, -big, 1e30f, 0.0f}, {-1e38f, 3.0f, 0.0f}));
-  for (float bad : {kInf, -kInf, nan}) {
-    INFO(bad);
-    CHECK(flagged({0, 0, 0, bad}, {1, 2, 3}));
-    CHECK(flagged({bad, 0, 0, 0}, {1, 2, 3}));
-    CHECK(flagged({1, 2, 3, 4}, {0, bad, 0}));
-  }
-  CHECK_FALSE(flagged({1, 2, 3, 4}, {1, 2, 3}));  // cleared at every step
-  // Unscaling divides exactly by the scale (a power of two).
-  LossScaler four(ctx, parse_loss_scaling("4"));
-  set_grad(ctx, a, {1.0f, -3.0f, 0.75f, 1e-30f});
-  four.unscale(ctx, {a});
-  CHECK(a.var.grad().to_host_f32() == std::vector<float>{0.25f, -0.75f, 0.1875f, 1e-30f / 4});
+  check_overflow_detection(Device::cpu());
 }
 
 TEST_CASE("loss scale: a skipped step changes no weight or optimizer state, and skipping equals never stepping") {
-  for (const std::string which : {"sgd", "adam"}) {
-    for (bool planned : {false, true}) {
-      INFO(which << (planned ? " planned" : " eager"));
-      const std::vector<std::vector<float>> grads = {{0.5f, -1.0f}, {kInf, 1.0f}, {0.25f, 2.0f}, {-0.5f, 0.125f}};
-      const std::vector<float> lrs = {1e-2f, 5e-3f, 2e-3f, 1e-3f};
-      // With the scaler: step 2 overflows and is skipped.
-      Context ctx;
-      auto p = make_param(ctx, "w", {1.0f, -2.0f});
-      LossScaler s(ctx, parse_loss_scaling("dynamic:2:2:0.5:2000"));
-      auto opt = make_opt(ctx, which, {p});
-      opt->set_skip_flag(ctx, s.found_inf());
-      if (planned) opt->plan(ctx, lrs);
-      uint64_t before_skip = 0;
-      for (std::size_t i = 0; i < grads.size(); ++i) {
-        std::vector<float> scaled;
-        for (float g : grads[i]) scaled.push_back(g * 2.0f * (i >= 2 ? 0.5f : 1.0f));  // the scale of step i
-        set_grad(ctx, p, scaled);
-        s.reserve(ctx, 1);
-        s.unscale(ctx, {p});
-        if (i == 1) before_skip = fingerprint_of({p}, *opt);
-        planned ? opt->step_planned(ctx) : opt->step(ctx, lrs[i]);
-        if (i == 1) CHECK(fingerprint_of({p}, *opt) == before_skip);
-        s.update(ctx);
-      }
-      CHECK(opt->steps() == 4);  // steps taken, skipped or not
-      // Without: the same updates, the skipped step left out (its learning rate too).
-      Context ref_ctx;
-      auto q = make_param(ref_ctx, "w", {1.0f, -2.0f});
-      auto ref_opt = make_opt(ref_ctx, which, {q});
-      for (std::size_t i : {0, 2, 3}) {
-        set_grad(ref_ctx, q, grads[i]);
-        ref_opt->step(ref_ctx, lrs[i]);
-      }
-      CHECK(p.var.value().fingerprint() == q.var.value().fingerprint());
-      const auto st = opt->state(), ref_st = ref_opt->state();
-      for (std::size_t k = 0; k < ref_st.size(); ++k) CHECK(st[k].tensor->fingerprint() == ref_st[k].tensor->fingerprint());
-      if (which == "adam") CHECK(st.back().tensor->to_host_i32()[0] == 3);  // updates applied
-    }
-  }
+  check_skip_equals_never_stepping(Device::cpu());
 }
 
 TEST_CASE("loss scale: a loss whose scaled gradient overflows halves the scale and skips the update") {
@@ -321,6 +211,8 @@ TEST_CASE("loss scale: an overflowing step is skipped and backs the scale off; t
     CHECK(file[i].scale == r.loss_scale[i].scale);
     CHECK(file[i].overflow == r.loss_scale[i].overflow);
   }
+  const TrainResult read_back = read_run_result(c.out, *load_train_data(c));
+  CHECK(read_back.loss_scale.size() == r.loss_scale.size());
   std::ifstream in(fs::path(c.out) / "manifest.json");
   const nlohmann::json m = nlohmann::json::parse(in);
   CHECK(m["flags"]["--loss-scale"] == loss_scaling_name(parse_loss_scaling(kHuge)));
@@ -378,4 +270,30 @@ TEST_CASE("loss scale: refused with data parallelism, and absent from unscaled r
   CHECK_THROWS_WITH(train(c), Catch::Matchers::Contains("--loss-scale"));
   TrainConfig off = scaled_config("", "off");
   for (const DefiningFlag& f : defining_flags(off)) CHECK(f.flag != "--loss-scale");
+}
+
+TEST_CASE("loss scale: --loss-scale parses, is checked, and stays when the precision's default applies") {
+  // As a front end does it: its own flags, parsed from argv, applied, then the precision's default.
+  auto parse = [](std::vector<std::string> words, const std::string& precision) {
+    words.insert(words.begin(), "ditto-train");
+    std::vector<char*> argv;
+    for (auto& w : words) argv.push_back(w.data());
+    TrainConfig c;
+    TrainFlags f;
+    CLI::App app;
+    add_train_flags(app, c, f, kFlagsOptim);
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    apply_train_flags(c, f, static_cast<int>(argv.size()), argv.data());
+    default_loss_scale(c, f, precision);
+    return c.loss_scale;
+  };
+  CHECK(parse({}, "fp32") == "off");
+  CHECK(parse({}, "fp16") == "dynamic");
+  CHECK(parse({"--loss-scale", "off"}, "fp16") == "off");
+  CHECK(parse({"--loss-scale", "1024"}, "fp16") == "1024");
+  CHECK(parse({"--loss-scale", "dynamic:256:2:0.5:100"}, "fp32") == "dynamic:256:2:0.5:100");
+  CHECK_THROWS_WITH(parse({"--loss-scale", "1000"}, "fp32"), Catch::Matchers::Contains("--loss-scale"));
+  // A replay line carries the setting.
+  TrainConfig c = scaled_config("", "4096.0");
+  CHECK(replay_line(c, 1, 2, 3).find(" --loss-scale 4096 ") != std::string::npos);
 }
