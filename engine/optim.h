@@ -103,16 +103,15 @@ class Adam : public Optimizer {
   Adam(Context& ctx, std::vector<Param> params, AdamOptions opts);
   std::string name() const override { return "adam"; }
   void step(Context& ctx, float lr) override;
+  // Under a skip flag, "updates_applied" (i32 {1}) joins the moments.
   std::vector<Buffer> state() override;
+  const void* counted_address() const override { return c1_.defined() ? c1_.raw() : nullptr; }
 
  protected:
   std::vector<float> step_scalars(int64_t t, float lr) const override;
   void update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) override;
   void on_skip_flag(Context& ctx) override;
   void prepare_steps(Context& ctx, int64_t last_step) override;
-
- public:
-  const void* counted_address() const override { return c1_.defined() ? c1_.raw() : nullptr; }
 
  private:
   // Under a skip flag (CUDA): step t's 1 - beta1^t as a double (two i32 elements each: tensors
