@@ -5,7 +5,6 @@
 // scaling with deterministic kernels.
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <cstdio>
 
 #include "engine/loss_scale.h"
@@ -69,7 +68,6 @@ TEST_CASE("gpu loss scale: graphed == eager with dynamic scaling through overflo
       CHECK(eager.loss_scale[i + 1].scale ==
             (eager.loss_scale[i].overflow ? eager.loss_scale[i].scale / 2 : eager.loss_scale[i].scale));
   }
-  for (float w : graphed.weights) REQUIRE(std::isfinite(w));
 }
 
 TEST_CASE("gpu loss scale: graphed == eager with Adam under dynamic scaling, and the default schedule") {
