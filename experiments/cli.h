@@ -193,7 +193,9 @@ inline void add_loss_scale_flag(CLI::App& app, TrainConfig& c, TrainFlags& f) {
         try {
           (void)parse_loss_scaling(v);
         } catch (const Error& e) {
-          return std::string(e.what());
+          // CLI11 names the flag itself: "--loss-scale: '1000' is not ...", not the flag twice.
+          const std::string text = e.what(), flag = "--loss-scale: ";
+          return text.rfind(flag, 0) == 0 ? text.substr(flag.size()) : text;
         }
         return std::string();
       },
