@@ -642,8 +642,8 @@ class Run {
     ctx.copy(correct_, Context().zeros({2}, DType::I32));
     const EpochSteps steps = train_steps(epoch, t0);
     ctx.synchronize();
-    take_loss_scale_record();
     result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - steps.hook_seconds;
+    take_loss_scale_record();
     const auto [loss_mean, train_acc] = training_scores(steps.seen);
     double top1 = 0, top5 = 0;
     score_test(epoch, top1, top5);
