@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "engine/detail/optim_cuda.h"
 #include "engine/error.h"
@@ -32,6 +34,14 @@ void Optimizer::plan(Context& ctx, const std::vector<float>& lrs) {
   ctx.copy(cursor_, ctx.from_host(std::vector<int32_t>{0}, {1}));
   planned_ = static_cast<int64_t>(lrs.size());
   used_ = 0;
+  prepare_steps(ctx, steps_ + planned_);
+}
+
+void Optimizer::set_skip_flag(Context& ctx, const Tensor& flag) {
+  if (!flag.defined() || flag.dtype() != DType::I32 || flag.numel() != 1 || flag.device() != ctx.device())
+    throw Error(fmt::format("{}: a skip flag is one i32 on {}", name(), ctx.device().str()));
+  skip_ = flag;
+  on_skip_flag(ctx);
 }
 
 void Optimizer::take_planned_step() {
@@ -66,13 +76,17 @@ std::vector<float> Sgd::step_scalars(int64_t, float lr) const { return {lr}; }
 void Sgd::step(Context& ctx, float lr) {
   ProfileScope timed(ctx, ProfileKind::Optimizer);
   lr = step_scalars(steps_ + 1, lr)[0];
+  if (skips_on_host(ctx)) {
+    ++steps_;
+    return;
+  }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
     float* buf = o_.momentum != 0 ? momentum_[i].f32() : nullptr;
     if (ctx.is_cuda())
       cuda::sgd_update(ctx, v.value().f32(), v.grad().f32(), buf, v.value().numel(), lr, o_.momentum, o_.nesterov,
-                       o_.weight_decay);
+                       o_.weight_decay, skip_flag());
     else
       ref::sgd_update<float>(v.value().f32(), v.grad().f32(), buf, v.value().numel(), lr, o_.momentum, o_.nesterov,
                              o_.weight_decay);
@@ -81,13 +95,14 @@ void Sgd::step(Context& ctx, float lr) {
 }
 
 void Sgd::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
+  if (skips_on_host(ctx)) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
     float* buf = o_.momentum != 0 ? momentum_[i].f32() : nullptr;
     if (ctx.is_cuda()) {
       cuda::sgd_update_table(ctx, v.value().f32(), v.grad().f32(), buf, v.value().numel(), table, cursor, width,
-                             o_.momentum, o_.nesterov, o_.weight_decay);
+                             o_.momentum, o_.nesterov, o_.weight_decay, skip_flag());
     } else {
       const float* row = table + static_cast<int64_t>(*cursor) * width;
       ref::sgd_update<float>(v.value().f32(), v.grad().f32(), buf, v.value().numel(), row[0], o_.momentum, o_.nesterov,
@@ -109,15 +124,29 @@ Adam::Adam(Context& ctx, std::vector<Param> params, AdamOptions opts) : Optimize
   }
 }
 
+namespace {
+// Adam's bias corrections of step t, in double on the host from the step count, as PyTorch
+// computes them: the one expression of step_scalars and of the device's table.
+double adam_c1(float beta1, int64_t t) { return 1.0 - std::pow(double(beta1), static_cast<double>(t)); }
+float adam_bias2_sqrt(float beta2, int64_t t) {
+  return static_cast<float>(std::sqrt(1.0 - std::pow(double(beta2), static_cast<double>(t))));
+}
+}  // namespace
+
+// {step_size, bias2_sqrt, lr}: the third column is read by the updates under a skip flag, whose
+// bias corrections follow the updates applied rather than the step.
 std::vector<float> Adam::step_scalars(int64_t step, float lr) const {
-  // Bias corrections in double on the host from the step count, as PyTorch computes them.
-  const double t = static_cast<double>(step);
-  return {static_cast<float>(lr / (1.0 - std::pow(double(o_.beta1), t))),
-          static_cast<float>(std::sqrt(1.0 - std::pow(double(o_.beta2), t)))};
+  return {static_cast<float>(lr / adam_c1(o_.beta1, step)), adam_bias2_sqrt(o_.beta2, step), lr};
 }
 
 void Adam::step(Context& ctx, float lr) {
   ProfileScope timed(ctx, ProfileKind::Optimizer);
+  if (updates_.defined()) {
+    prepare_steps(ctx, steps_ + 1);
+    update_counted(ctx, lr, nullptr, nullptr, 0);
+    ++steps_;
+    return;
+  }
   const std::vector<float> s = step_scalars(steps_ + 1, lr);
   const float step_size = s[0], bias2_sqrt = s[1];
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -134,6 +163,7 @@ void Adam::step(Context& ctx, float lr) {
 }
 
 void Adam::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
+  if (updates_.defined()) return update_counted(ctx, 0.0f, table, cursor, width);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
@@ -148,12 +178,65 @@ void Adam::update_from_table(Context& ctx, const float* table, const int32_t* cu
   }
 }
 
+void Adam::on_skip_flag(Context& ctx) {
+  if (!updates_.defined()) updates_ = ctx.zeros({1}, DType::I32);  // a second flag keeps the count
+}
+
+void Adam::prepare_steps(Context& ctx, int64_t last_step) {
+  if (updates_.defined() && ctx.is_cuda()) ensure_corrections(ctx, last_step);
+}
+
+void Adam::ensure_corrections(Context& ctx, int64_t steps) {
+  const int64_t have = c1_.defined() ? c1_.numel() / 2 : 0;
+  if (steps <= have) return;
+  // Doubling: a graph captured against the table is recaptured only log2(steps) times.
+  const int64_t rows = std::max<int64_t>({steps, 2 * have, 256});
+  std::vector<int32_t> c1_words(static_cast<std::size_t>(rows * 2));
+  std::vector<float> b2(static_cast<std::size_t>(rows));
+  for (int64_t t = 1; t <= rows; ++t) {
+    const double c1 = adam_c1(o_.beta1, t);
+    std::memcpy(&c1_words[static_cast<std::size_t>(2 * (t - 1))], &c1, sizeof c1);
+    b2[static_cast<std::size_t>(t - 1)] = adam_bias2_sqrt(o_.beta2, t);
+  }
+  c1_ = ctx.from_host(c1_words, {rows * 2});
+  bias2_sqrt_ = ctx.from_host(b2, {rows});
+}
+
+// One update under the skip flag: step t = updates applied + 1, lr by value or from the plan's
+// row (column 2). The CPU computes the scalars with step_scalars itself (the same bits the
+// device's table gives).
+void Adam::update_counted(Context& ctx, float lr, const float* table, const int32_t* cursor, int width) {
+  if (!ctx.is_cuda()) {
+    if (skips_on_host(ctx)) return;
+    if (table) lr = table[static_cast<int64_t>(*cursor) * width + 2];
+    const std::vector<float> s = step_scalars(int64_t(*updates_.i32()) + 1, lr);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const Var& v = params_[i].var;
+      if (v.grad().defined())
+        ref::adam_update<float>(v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), s[0],
+                                o_.beta1, o_.beta2, o_.eps, s[1], o_.weight_decay);
+    }
+    *updates_.i32() += 1;
+    return;
+  }
+  const auto* c1 = reinterpret_cast<const double*>(c1_.i32());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Var& v = params_[i].var;
+    if (v.grad().defined())
+      cuda::adam_update_counted(ctx, v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), lr,
+                                table, cursor, width, c1, bias2_sqrt_.f32(), updates_.i32(), skip_flag(), o_.beta1,
+                                o_.beta2, o_.eps, o_.weight_decay);
+  }
+  cuda::count_update(ctx, updates_.i32(), skip_flag());
+}
+
 std::vector<Buffer> Adam::state() {
   std::vector<Buffer> out;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     out.push_back({params_[i].name + ".exp_avg", &m_[i]});
     out.push_back({params_[i].name + ".exp_avg_sq", &v_[i]});
   }
+  if (updates_.defined()) out.push_back({"updates_applied", &updates_});  // under a skip flag
   return out;
 }
 

@@ -34,13 +34,17 @@ __device__ __forceinline__ void adam_element(float* p, const float* grad, float*
   p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
 }
 
+// skip: the loss scaler's overflow flag (null: never skip); set, the update writes nothing.
 __global__ void sgd_kernel(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum, bool nesterov,
-                           float wd) {
+                           float wd, const int32_t* skip) {
+  if (skip && *skip) return;
   DITTO_GRID_STRIDE(i, n) sgd_element(p, grad, buf, i, lr, momentum, nesterov, wd);
 }
 
 __global__ void sgd_table_kernel(float* p, const float* grad, float* buf, int64_t n, const float* table,
-                                 const int32_t* cursor, int width, float momentum, bool nesterov, float wd) {
+                                 const int32_t* cursor, int width, float momentum, bool nesterov, float wd,
+                                 const int32_t* skip) {
+  if (skip && *skip) return;
   const float lr = table[int64_t(*cursor) * width];
   DITTO_GRID_STRIDE(i, n) sgd_element(p, grad, buf, i, lr, momentum, nesterov, wd);
 }
@@ -57,21 +61,41 @@ __global__ void adam_table_kernel(float* p, const float* grad, float* m, float* 
   DITTO_GRID_STRIDE(i, n) adam_element(p, grad, m, v, i, step_size, b1, b2, eps, bias2_sqrt, wd);
 }
 
+// Adam under a skip flag: step t = updates applied + 1; step_size = lr / (1 - beta1^t) divided in
+// double and rounded to float (__ddiv_rn, __double2float_rn: IEEE, so step_scalars' host bits).
+// lr comes by value, or from column 2 of the plan's row *cursor when table is set.
+__global__ void adam_counted_kernel(float* p, const float* grad, float* m, float* v, int64_t n, float lr,
+                                    const float* table, const int32_t* cursor, int width, const double* c1,
+                                    const float* bias2_sqrt, const int32_t* updates, const int32_t* skip, float b1,
+                                    float b2, float eps, float wd) {
+  if (*skip) return;
+  const int64_t t = int64_t(*updates) + 1;
+  if (table) lr = table[int64_t(*cursor) * width + 2];
+  const float step_size = __double2float_rn(__ddiv_rn(double(lr), c1[t - 1]));
+  DITTO_GRID_STRIDE(i, n) adam_element(p, grad, m, v, i, step_size, b1, b2, eps, bias2_sqrt[t - 1], wd);
+}
+
+__global__ void count_update_kernel(int32_t* updates, const int32_t* skip) {
+  if (!*skip) *updates += 1;
+}
+
 __global__ void advance_cursor_kernel(int32_t* cursor) { *cursor += 1; }
 }  // namespace
 
 void sgd_update(Context& ctx, float* p, const float* grad, float* buf, int64_t n, float lr, float momentum,
-                bool nesterov, float wd) {
+                bool nesterov, float wd, const int32_t* skip) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, buf, n, lr, momentum, nesterov, wd);
+  sgd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, buf, n, lr, momentum, nesterov, wd,
+                                                                     skip);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
 void sgd_update_table(Context& ctx, float* p, const float* grad, float* buf, int64_t n, const float* table,
-                      const int32_t* cursor, int width, float momentum, bool nesterov, float wd) {
+                      const int32_t* cursor, int width, float momentum, bool nesterov, float wd,
+                      const int32_t* skip) {
   if (n == 0) return;
   sgd_table_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, buf, n, table, cursor, width,
-                                                                           momentum, nesterov, wd);
+                                                                           momentum, nesterov, wd, skip);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -88,6 +112,21 @@ void adam_update_table(Context& ctx, float* p, const float* grad, float* m, floa
   if (n == 0) return;
   adam_table_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(p, grad, m, v, n, table, cursor, width,
                                                                              b1, b2, eps, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void adam_update_counted(Context& ctx, float* p, const float* grad, float* m, float* v, int64_t n, float lr,
+                         const float* table, const int32_t* cursor, int width, const double* c1,
+                         const float* bias2_sqrt, const int32_t* updates, const int32_t* skip, float b1, float b2,
+                         float eps, float wd) {
+  if (n == 0) return;
+  adam_counted_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
+      p, grad, m, v, n, lr, table, cursor, width, c1, bias2_sqrt, updates, skip, b1, b2, eps, wd);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void count_update(Context& ctx, int32_t* updates, const int32_t* skip) {
+  count_update_kernel<<<1, 1, 0, detail::stream_of(ctx)>>>(updates, skip);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -49,6 +49,16 @@ class Optimizer {
   void count_replayed_step();
   const void* table_address() const { return table_.defined() ? table_.raw() : nullptr; }
 
+  // Loss scaling (engine/loss_scale.h): from now on every update first reads `flag` (i32 {1} on
+  // this context's device) and, when it is nonzero, changes nothing: no weight, momentum, Adam
+  // moment or Adam update count moves (steps() still counts the step: it numbers steps taken).
+  // Adam then takes its bias corrections from the count of updates applied, kept on the device,
+  // as torch.optim.Adam's step count under GradScaler. The caller keeps the flag alive.
+  void set_skip_flag(Context& ctx, const Tensor& flag);
+  // Where the tables a planned step reads live besides table_address() (Adam's bias corrections
+  // under a skip flag); a graph captured against them is stale once one moves.
+  virtual const void* counted_address() const { return nullptr; }
+
  protected:
   explicit Optimizer(std::vector<Param> params) : params_(std::move(params)) {}
   // The scalars of step t (1-based) at learning rate lr, as step() and plan() use them.
@@ -57,11 +67,19 @@ class Optimizer {
   // table (a device pointer on CUDA: the row the cursor names; a host row on the CPU).
   virtual void update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) = 0;
   void take_planned_step();
+  // Set up what updates under a skip flag need (Adam: its update count).
+  virtual void on_skip_flag(Context&) {}
+  // Readies what the updates of steps up to `last_step` (1-based) read, before they are queued.
+  virtual void prepare_steps(Context&, int64_t /*last_step*/) {}
+  const int32_t* skip_flag() const { return skip_.defined() ? skip_.i32() : nullptr; }
+  // The CPU reads the flag on the host; CUDA kernels read it on the device (never the host).
+  bool skips_on_host(const Context& ctx) const { return !ctx.is_cuda() && skip_.defined() && *skip_.i32() != 0; }
   std::vector<Param> params_;
   int64_t steps_ = 0;
   Tensor table_, cursor_;          // (rows * width) f32 and (1) i32 on the context's device
   int64_t planned_ = 0, used_ = 0; // rows planned by the last plan() and used since
   int width_ = 0;                  // scalars per row
+  Tensor skip_;                    // the loss scaler's overflow flag; undefined: never skip
 };
 
 class Sgd : public Optimizer {
@@ -85,15 +103,26 @@ class Adam : public Optimizer {
   Adam(Context& ctx, std::vector<Param> params, AdamOptions opts);
   std::string name() const override { return "adam"; }
   void step(Context& ctx, float lr) override;
+  // Under a skip flag, "updates_applied" (i32 {1}) joins the moments.
   std::vector<Buffer> state() override;
+  const void* counted_address() const override { return c1_.defined() ? c1_.raw() : nullptr; }
 
  protected:
   std::vector<float> step_scalars(int64_t t, float lr) const override;
   void update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) override;
+  void on_skip_flag(Context& ctx) override;
+  void prepare_steps(Context& ctx, int64_t last_step) override;
 
  private:
+  // Under a skip flag (CUDA): step t's 1 - beta1^t as a double (two i32 elements each: tensors
+  // have no f64) and sqrt(1 - beta2^t) as a float, rows t = 1.., computed on the host by
+  // step_scalars' expressions; the kernel divides lr by the first in double, as the host does.
+  void ensure_corrections(Context& ctx, int64_t steps);
+  void update_counted(Context& ctx, float lr, const float* table, const int32_t* cursor, int width);
   AdamOptions o_;
   std::vector<Tensor> m_, v_;
+  Tensor updates_;                 // under a skip flag: updates applied (i32 {1})
+  Tensor c1_, bias2_sqrt_;         // and their bias corrections by update count (CUDA)
 };
 
 enum class LrSchedule { Constant, Step, Cosine, OneCycle };

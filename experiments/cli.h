@@ -10,7 +10,9 @@
 #include <limits>
 #include <string>
 
+#include "engine/error.h"
 #include "engine/knob.h"
+#include "engine/loss_scale.h"
 #include "experiments/run_dir.h"
 #include "experiments/train.h"
 #include "nets/nets.h"
@@ -19,7 +21,7 @@ namespace ditto {
 
 enum TrainFlagGroups : unsigned {
   kFlagsData = 1,      // --model --dataset --data --train-size --test-size --label-attr ...
-  kFlagsOptim = 2,     // --epochs --steps --batch-size --lr --optimizer ... --augment --standardize
+  kFlagsOptim = 2,     // --epochs --steps --batch-size --lr --optimizer ... --augment --standardize --loss-scale
   kFlagsRun = 4,       // --device --loader-threads --graph --summary --quiet
   kFlagsSeeds = 8,     // --seed-* --deterministic-init --deterministic-input
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
@@ -39,6 +41,7 @@ struct TrainFlags {
   bool deterministic_kernels = false;
   std::string pins_from;
   bool quiet = false;
+  CLI::Option* loss_scale_opt = nullptr;  // given: default_loss_scale leaves --loss-scale alone
 };
 
 namespace detail {
@@ -183,6 +186,29 @@ inline void add_optim_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--standardize", c.standardize, "per-image standardization instead of channel mean/std");
 }
 
+// Loss scaling (engine/loss_scale.h), checked as it is parsed.
+inline void add_loss_scale_flag(CLI::App& app, TrainConfig& c, TrainFlags& f) {
+  const CLI::Validator setting(
+      [](std::string& v) {
+        try {
+          (void)parse_loss_scaling(v);
+        } catch (const Error& e) {
+          // CLI11 names the flag itself: "--loss-scale: '1000' is not ...", not the flag twice.
+          const std::string text = e.what(), flag = "--loss-scale: ";
+          return text.rfind(flag, 0) == 0 ? text.substr(flag.size()) : text;
+        }
+        return std::string();
+      },
+      "off|dynamic|POW2");
+  f.loss_scale_opt = app.add_option("--loss-scale", c.loss_scale,
+                                    "scale the loss for fp16 gradients: off | dynamic (GradScaler's: 2^16, x2 after "
+                                    "2000 good steps, x0.5 and the update skipped on inf/nan) | "
+                                    "dynamic:INIT:GROWTH:BACKOFF:INTERVAL | a power of two (fixed); every step's "
+                                    "scale and overflow go to loss_scale.csv")
+                         ->check(setting)
+                         ->capture_default_str();
+}
+
 // How the run executes: the device, loader threads, CUDA graphs, what it prints.
 inline void add_run_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
   app.add_option("--device", c.device, "auto | cpu | cuda | cuda:N (auto: cuda when a GPU is present)")
@@ -251,11 +277,20 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsign
   if (groups & kFlagsData) detail::add_data_flags(app, c);
   if (groups & kFlagsDataParallel) detail::add_data_parallel_flags(app, c, (groups & kFlagsGpusFlag) != 0);
   if (groups & kFlagsOptim) detail::add_optim_flags(app, c);
+  if (groups & kFlagsOptim) detail::add_loss_scale_flag(app, c, f);
   if (groups & kFlagsRun) detail::add_run_flags(app, c, f);
   if (groups & kFlagsSeeds) detail::add_seed_flags(app, c, f);
   if (groups & kFlagsKernels) detail::add_kernel_flags(app, c, f);
   if (groups & kFlagsPins) detail::add_pin_flags(app, c, f);
   if (groups & kFlagsOutput) detail::add_output_flags(app, c);
+}
+
+// The loss scaling of a run whose --loss-scale was not given, from the precision it trains at
+// (engine/loss_scale.h default_loss_scaling: dynamic for fp16, off otherwise). A front end with
+// --precision calls it after parsing; a given --loss-scale always wins.
+inline void default_loss_scale(TrainConfig& c, const TrainFlags& f, const std::string& precision) {
+  if (f.loss_scale_opt && f.loss_scale_opt->count() > 0) return;
+  c.loss_scale = loss_scaling_name(default_loss_scaling(precision));
 }
 
 // After parsing: seeds given by flag, the kernels switch, recorded pins (first, so explicit

@@ -208,6 +208,17 @@ std::string describe_state(const RunFolderState& s) {
                               : fmt::format("a run stopped after epoch {}", s.epochs_done);
 }
 
+// A loss-scaled run's record of its steps, which the resumed run continues: one row per finished
+// step, or the scale schedule of the steps to come would not be the one the record explains.
+void read_resumed_loss_scale(ResumePoint& r) {
+  if (!r.manifest.flags.count("--loss-scale")) return;
+  const std::string path = (fs::path(r.dir) / "loss_scale.csv").string();
+  r.loss_scale = read_loss_scale_csv(path);
+  if (static_cast<int64_t>(r.loss_scale.size()) != r.meta.steps)
+    throw DataError(fmt::format("{}: {} rows, but {} holds {} finished steps", path, r.loss_scale.size(),
+                                r.checkpoint_path, r.meta.steps));
+}
+
 void require_resumable(const std::string& dir, const RunFolderState& s) {
   if (!s.is_folder) throw Error(fmt::format("--resume: '{}' is not a folder", dir));
   if (s.published) return;
@@ -272,6 +283,8 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
   add("--pin", joined(c.pins), Kind::Kernels, Form::Repeated);
   if (!c.tuning.empty()) add("--tuning", c.tuning, Kind::Location);
   add("--graph", on_off(c.graph), Kind::Location, Form::Switch);
+  // Recorded only when on, so the flags and replay lines of unscaled runs stay as they were.
+  if (c.loss_scale != "off") add("--loss-scale", loss_scaling_name(parse_loss_scaling(c.loss_scale)));
   if (c.data_parallel()) {
     // The rank count and the buckets decide how the gradient sum is computed, as the device and
     // the kernels do (a trace comparison across rank counts is what finds an all-reduce that
@@ -480,6 +493,33 @@ std::vector<EpochLog> read_log_csv(const std::string& path) {
   return rows;
 }
 
+std::string loss_scale_csv_text(const std::vector<LossScaleStep>& record) {
+  std::string csv = "step,scale,overflow\n";
+  for (std::size_t i = 0; i < record.size(); ++i)
+    csv += fmt::format("{},{},{}\n", i + 1, record[i].scale, record[i].overflow ? 1 : 0);
+  return csv;
+}
+
+std::vector<LossScaleStep> read_loss_scale_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(fmt::format("{}: cannot open the loss-scaling record", path));
+  std::vector<LossScaleStep> rows;
+  std::string line;
+  std::getline(in, line);  // header
+  for (int lineno = 2; std::getline(in, line); ++lineno) {
+    long long step = 0;
+    float scale = 0;
+    int overflow = -1;
+    char extra = 0;
+    if (std::sscanf(line.c_str(), "%lld,%g,%d%c", &step, &scale, &overflow, &extra) != 3 ||
+        step != static_cast<long long>(rows.size()) + 1 || (overflow != 0 && overflow != 1))
+      throw DataError(fmt::format("{}:{}: malformed row '{}'; expected step {},scale,overflow (0 or 1)", path, lineno,
+                                  shown(line), rows.size() + 1));
+    rows.push_back({scale, overflow == 1});
+  }
+  return rows;
+}
+
 std::string predictions_csv_text(const Dataset& test, const std::vector<int32_t>& topk, int k) {
   std::string pred = "index,label,predicted";
   for (int j = 0; j < k; ++j) pred += fmt::format(",top{}", j + 1);
@@ -624,6 +664,7 @@ ResumePoint read_resume_point(const std::string& run_dir) {
   for (std::size_t i = 0; i < r.log.size(); ++i)
     if (r.log[i].epoch != static_cast<int>(i + 1))
       throw DataError(fmt::format("{}:{}: epoch {}; expected {}", log_path, i + 2, r.log[i].epoch, i + 1));
+  read_resumed_loss_scale(r);
   return r;
 }
 
@@ -647,7 +688,8 @@ void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
   }
   // Flags a run records only when it uses them: one recorded that this run lacks is a change too.
   const auto current = defining_flags(cfg);
-  for (const char* flag : {"--gpus", "--dp-groups", "--batchnorm", "--bucket-mb", "--image-size", "--resize"}) {
+  for (const char* flag :
+       {"--gpus", "--dp-groups", "--batchnorm", "--bucket-mb", "--image-size", "--resize", "--loss-scale"}) {
     auto it = r.manifest.flags.find(flag);
     const bool here = std::any_of(current.begin(), current.end(), [&](const DefiningFlag& f) { return f.flag == flag; });
     if (it != r.manifest.flags.end() && !here)
@@ -737,6 +779,7 @@ TrainResult read_run_result(const std::string& run_dir, const TrainData& data, i
   if (epochs_done) *epochs_done = m.epochs_done;
   r.log = read_log_csv((dir / "log.csv").string());
   if (!r.log.empty()) r.test_top1 = r.log.back().test_top1;
+  if (m.flags.count("--loss-scale")) r.loss_scale = read_loss_scale_csv((dir / "loss_scale.csv").string());
   const std::string ppath = (dir / "predictions.csv").string();
   r.task = data.test.task;
   r.class_names = data.test.class_names;

@@ -104,6 +104,11 @@ class RunDir {
 std::string log_csv_text(const std::vector<EpochLog>& log, Task task = Task::Classification);
 // DataError "path:LINE: ..." for a malformed row; an absent file is an empty log.
 std::vector<EpochLog> read_log_csv(const std::string& path);
+// step,scale,overflow: one row per optimizer step of a loss-scaled run (engine/loss_scale.h), the
+// scale as the shortest decimal that reads back to its float, overflow 0 or 1.
+std::string loss_scale_csv_text(const std::vector<LossScaleStep>& record);
+// DataError "path:LINE: ..." for a malformed row or a step out of sequence; IoError when absent.
+std::vector<LossScaleStep> read_loss_scale_csv(const std::string& path);
 // index,label,predicted,top1..topK[,subgroup]: topk holds k labels per test example.
 std::string predictions_csv_text(const Dataset& test, const std::vector<int32_t>& topk, int k);
 
@@ -150,6 +155,7 @@ struct ResumePoint {
   SafetensorsFile checkpoint;
   CheckpointMeta meta;
   std::vector<EpochLog> log;  // rows of the finished epochs
+  std::vector<LossScaleStep> loss_scale;  // a loss-scaled run's record of its finished steps
 };
 ResumePoint read_resume_point(const std::string& run_dir);
 

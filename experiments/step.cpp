@@ -4,6 +4,7 @@
 
 #include "engine/context.h"
 #include "engine/error.h"
+#include "engine/loss_scale.h"
 #include "engine/optim.h"
 #include "engine/tracer.h"
 #include "kernels/elementwise.h"
@@ -25,9 +26,11 @@ void traced_update(Context& ctx, Optimizer& opt, const std::vector<Param>& param
                    {{"w", &params[i].var.value()}});
 }
 
-TrainStep::TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer, uint64_t stochastic_seed)
+TrainStep::TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer, uint64_t stochastic_seed,
+                     LossScaler* scaler)
     : ctx_(ctx), net_(net), opt_(opt), graphs_(graphs), tracer_(tracer), stochastic_seed_(stochastic_seed),
-      params_(net.params()) {
+      scaler_(scaler), params_(net.params()) {
+  if (scaler_) opt_.set_skip_flag(ctx_, scaler_->found_inf());
   if (graphs_ && !ctx.is_cuda()) throw Error(fmt::format("--graph: CUDA graphs need a CUDA device; this run is on {}", ctx.device().str()));
   if (graphs_ && tracer_)
     throw Error("--graph: a tracer observes every op on the host as it runs, and a graph replay runs none of them "
@@ -41,6 +44,24 @@ void TrainStep::plan(const std::vector<float>& lrs) {
   planned_lrs_ = lrs;
   next_lr_ = 0;
   if (graphs_) opt_.plan(ctx_, lrs);
+  if (scaler_) scaler_->reserve(ctx_, static_cast<int64_t>(lrs.size()));
+}
+
+// Backward (seeded with the loss scale), the scaler's unscale and check, the update (which the
+// optimizer skips on the device after an overflow), zero_grad, and the scaler's record and
+// schedule: the same queued work whether it runs eagerly or is captured.
+void TrainStep::backward_and_update(const Var& loss, float lr, bool planned) {
+  ctx_.tape().backward(ctx_, loss, scaler_ ? scaler_->seed().reshape(loss.shape()) : Tensor());
+  if (scaler_) scaler_->unscale(ctx_, params_);
+  if (tracer_) {
+    traced_update(ctx_, opt_, params_, lr, *tracer_);
+  } else if (planned) {
+    opt_.step_planned(ctx_);
+  } else {
+    opt_.step(ctx_, lr);
+  }
+  opt_.zero_grad();
+  if (scaler_) scaler_->update(ctx_);
 }
 
 void TrainStep::body(const Tensor& images, const Tensor& labels, const TaskTargets& targets, float lr, bool planned,
@@ -64,15 +85,7 @@ void TrainStep::body(const Tensor& images, const Tensor& labels, const TaskTarge
   }
   Var loss = task == Task::Classification ? softmax_cross_entropy(ctx_, "loss", logits, labels)
                                           : task_loss(ctx_, task, logits, labels, targets, input_lengths);
-  ctx_.tape().backward(ctx_, loss);
-  if (tracer_) {
-    traced_update(ctx_, opt_, params_, lr, *tracer_);
-  } else if (planned) {
-    opt_.step_planned(ctx_);
-  } else {
-    opt_.step(ctx_, lr);
-  }
-  opt_.zero_grad();
+  backward_and_update(loss, lr, planned);
   // Batch-weighted so the epoch loss is the mean over examples, summed in batch order.
   axpy_inplace(ctx_, loss_sum, static_cast<float>(labels.numel()), loss.value());
   if (task == Task::Classification) accumulate_correct(ctx_, logits.value(), labels, correct);
@@ -81,6 +94,7 @@ void TrainStep::body(const Tensor& images, const Tensor& labels, const TaskTarge
 void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor& loss_sum, Tensor& correct,
                     const TaskTargets& targets) {
   if (!graphs_) {
+    if (scaler_) scaler_->reserve(ctx_, 1);  // eager: room for this step's record, if plan() made none
     body(images, labels, targets, lr, false, loss_sum, correct);
     return;
   }
@@ -114,18 +128,29 @@ void TrainStep::run(const Tensor& images, const Tensor& labels, float lr, Tensor
     s.warmed = true;
     return;
   }
-  // A graph bakes in addresses: recapture when the optimizer's table or the sums moved.
-  const bool stale = s.graph.captured() &&
-                     (s.table != opt_.table_address() || s.loss_sum != loss_sum.raw() || s.correct != correct.raw());
-  if (!s.graph.captured() || stale) {
+  if (!s.graph.captured() || stale(s, loss_sum, correct)) {
     s.graph.capture(ctx_, [&] { body(s.images, s.labels, s.targets, lr, true, loss_sum, correct); });
-    s.table = opt_.table_address();
-    s.loss_sum = loss_sum.raw();
-    s.correct = correct.raw();
+    remember_addresses(s, loss_sum, correct);
   } else {
     opt_.count_replayed_step();  // the capture counted its own step when its host code ran
+    if (scaler_) scaler_->count_replayed_step();
   }
   s.graph.launch(ctx_);
+}
+
+// A graph bakes in addresses: it is stale once the optimizer's tables, the scaler's record or the
+// sums moved.
+bool TrainStep::stale(const Slot& s, const Tensor& loss_sum, const Tensor& correct) const {
+  return s.table != opt_.table_address() || s.counted != opt_.counted_address() || s.loss_sum != loss_sum.raw() ||
+         s.correct != correct.raw() || s.record != (scaler_ ? scaler_->record_address() : nullptr);
+}
+
+void TrainStep::remember_addresses(Slot& s, const Tensor& loss_sum, const Tensor& correct) const {
+  s.table = opt_.table_address();
+  s.counted = opt_.counted_address();
+  s.loss_sum = loss_sum.raw();
+  s.correct = correct.raw();
+  s.record = scaler_ ? scaler_->record_address() : nullptr;
 }
 
 std::size_t TrainStep::graphs_captured() const {

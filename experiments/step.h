@@ -10,6 +10,11 @@
 // (Optimizer::plan), so a graphed step does exactly what the eager one does: the runs are
 // bit-identical (tests/gpu_graph.cpp). A final partial batch is simply another batch size, so
 // it gets its own graph rather than being dropped.
+//
+// With a loss scaler (engine/loss_scale.h), the backward pass is seeded with its scale, the
+// gradients are unscaled and checked before the update, the optimizer skips the update of a step
+// that overflowed (its skip flag), and the scaler records the step and updates its scale: all on
+// the device, so eager and graphed steps do the same thing. plan() makes room for the records.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -24,6 +29,7 @@
 namespace ditto {
 
 class Context;
+class LossScaler;
 class Net;
 class Optimizer;
 class Tracer;
@@ -37,9 +43,10 @@ class TrainStep {
   // A tracer sees every op and update (it needs the host at every op, so it cannot be combined
   // with graphs: Error). The caller keeps net, opt and tracer alive. stochastic_seed keys the
   // net's stochastic layers (Net::begin_step) together with the step number; a stochastic net
-  // cannot be graphed either (Error).
+  // cannot be graphed either (Error). scaler: loss scaling, or null for none; the caller keeps it
+  // alive, and the optimizer takes its overflow flag as its skip flag (Optimizer::set_skip_flag).
   TrainStep(Context& ctx, Net& net, Optimizer& opt, bool graphs, Tracer* tracer = nullptr,
-            uint64_t stochastic_seed = 0);
+            uint64_t stochastic_seed = 0, LossScaler* scaler = nullptr);
 
   // The learning rates of the coming steps, one per step. Graph mode needs them before the
   // steps run (they go to the optimizer's table); eager mode takes each with run().
@@ -66,7 +73,12 @@ class TrainStep {
     const void* table = nullptr;    // the optimizer table and sums the graph was captured with
     const void* loss_sum = nullptr;
     const void* correct = nullptr;
+    const void* counted = nullptr;  // and, under loss scaling, the tables that move as they grow
+    const void* record = nullptr;
   };
+  bool stale(const Slot& s, const Tensor& loss_sum, const Tensor& correct) const;
+  void remember_addresses(Slot& s, const Tensor& loss_sum, const Tensor& correct) const;
+  void backward_and_update(const Var& loss, float lr, bool planned);
   void body(const Tensor& images, const Tensor& labels, const TaskTargets& targets, float lr, bool planned,
             Tensor& loss_sum, Tensor& correct);
 
@@ -76,6 +88,7 @@ class TrainStep {
   bool graphs_;
   Tracer* tracer_;
   uint64_t stochastic_seed_;
+  LossScaler* scaler_;
   std::vector<Param> params_;
   std::vector<float> planned_lrs_;
   std::size_t next_lr_ = 0;

@@ -243,6 +243,10 @@ void validate_numbers(const TrainConfig& c) {
   if (bn_stats_knob().index_of(c.batchnorm) == KnobPick::kNone)
     throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: {}", c.batchnorm,
                             fmt::join(bn_stats_knob().variant_names(), ", ")));
+  const LossScaling scaling = parse_loss_scaling(c.loss_scale);  // an Error naming --loss-scale
+  if (c.data_parallel() && scaling.enabled())
+    throw Error("--loss-scale: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) does not scale its loss; "
+                "train it with --loss-scale off");
   if (c.data_parallel() && c.graph)
     throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) meets the other ranks on the "
                 "host between its passes, which a CUDA graph cannot replay; train it without --graph");
@@ -379,7 +383,8 @@ class Run {
     if (task_ != Task::Classification) unit_labels_ = unit_labels(held_->test);
     if (task_ == Task::Sequence) check_decodable(held_->train);
     if (!cfg_.tuning.empty()) set_up_tuning();
-    stepper_ = std::make_unique<TrainStep>(*ctx_, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value);
+    stepper_ = std::make_unique<TrainStep>(*ctx_, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value,
+                                           scaler_.get());
     if (cfg_.data_parallel()) set_up_ranks();
   }
 
@@ -460,7 +465,13 @@ class Run {
   void build_optimizer() {
     buffers_ = net_->buffers();
     opt_ = make_optimizer(*ctx_, params_);
+    const LossScaling scaling = parse_loss_scaling(cfg_.loss_scale);
+    // The skip flag before state(): under it, Adam keeps its count of updates applied there.
+    if (scaling.enabled()) scaler_ = std::make_unique<LossScaler>(*ctx_, scaling);
+    if (scaler_) opt_->set_skip_flag(*ctx_, scaler_->found_inf());
     ostate_ = opt_->state();
+    if (scaler_)
+      for (auto& s : scaler_->state()) ostate_.push_back({"loss_scale." + s.name, s.tensor});
     for (auto& p : params_) state_.push_back({p.name, &p.var.value()});
     for (auto& b : buffers_) state_.push_back({b.name, b.tensor});
     for (auto& s : ostate_) state_.push_back({"optim." + s.name, s.tensor});
@@ -607,6 +618,7 @@ class Run {
     opt_->set_steps(r.meta.steps);
     first_epoch_ = r.meta.epoch + 1;
     log_ = r.log;
+    result_.loss_scale = r.loss_scale;
     result_.weights_fingerprint = weights;
   }
 
@@ -638,6 +650,7 @@ class Run {
     const EpochSteps steps = train_steps(epoch, t0);
     ctx.synchronize();
     result_.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count() - steps.hook_seconds;
+    take_loss_scale_record();
     const auto [loss_mean, train_acc] = training_scores(steps.seen);
     double top1 = 0, top5 = 0;
     score_test(epoch, top1, top5);
@@ -651,6 +664,13 @@ class Run {
     result_.weights_fingerprint = state_fingerprint(false);
     print_epoch(row, steps.seen);
     return steps.steps_done;
+  }
+
+  // The epoch's loss-scaling record, read from the device once (the steps never read it), after the
+  // run's earlier steps.
+  void take_loss_scale_record() {
+    if (!scaler_) return;
+    for (const LossScaleStep& s : scaler_->take_record(*ctx_)) result_.loss_scale.push_back(s);
   }
 
   // What an epoch's training steps leave for its log.
@@ -839,6 +859,7 @@ class Run {
     const TrainData& data = *held_;
     const fs::path gen = run_dir_->begin_generation(epoch);
     write_file_atomic((gen / "log.csv").string(), log_csv_text(log_, task_));
+    if (scaler_) write_file_atomic((gen / "loss_scale.csv").string(), loss_scale_csv_text(result_.loss_scale));
     write_file_atomic((gen / "predictions.csv").string(), task_ == Task::Classification
                                                               ? predictions_csv_text(data.test, top5_host_, k5_)
                                                               : task_predictions_csv(data.test, unit_preds_));
@@ -889,6 +910,7 @@ class Run {
     if (!warnings_.empty()) m["warnings"] = warnings_;
     m["graphs"] = {{"enabled", c.graph}, {"captured", stepper_->graphs_captured()}, {"nodes", stepper_->graph_nodes()}};
     if (dp_) m["data_parallel"] = dp_->describe();
+    if (scaler_) m["loss_scaling"] = loss_scaling_summary();
     if (tuning_)
       m["tuning"] = {{"file", c.tuning}, {"mode", tuning_->reading() ? "read" : "tuned by this run"},
                      {"hash", hex64(tuning_hash_)}, {"entries", tuning_->entries().size()}};
@@ -906,6 +928,19 @@ class Run {
     m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", hex64(result_.weights_fingerprint)},
                     {"test_top1", log_.empty() ? 0.0 : log_.back().test_top1}};
     return m;
+  }
+
+  // The manifest's account of loss scaling: the setting and what the record holds.
+  json loss_scaling_summary() const {
+    const LossScaling& s = scaler_->config();
+    int64_t overflows = 0;
+    for (const LossScaleStep& r : result_.loss_scale) overflows += r.overflow ? 1 : 0;
+    return {{"setting", loss_scaling_name(s)},
+            {"mode", s.mode == LossScaling::Mode::Fixed ? "fixed" : "dynamic"},
+            {"init_scale", s.init_scale}, {"growth_factor", s.growth_factor}, {"backoff_factor", s.backoff_factor},
+            {"growth_interval", s.growth_interval}, {"record", "loss_scale.csv"},
+            {"steps", result_.loss_scale.size()}, {"overflow_steps", overflows},
+            {"next_scale", scaler_->seed().to_host_f32()[0]}};
   }
 
   TrainResult finish() {
@@ -965,6 +1000,7 @@ class Run {
   std::vector<Param> params_;
   std::vector<Buffer> buffers_, ostate_;
   std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<LossScaler> scaler_;  // --loss-scale; null when off
   std::vector<std::pair<std::string, Tensor*>> state_;
   ChannelStats stats_;
   std::unique_ptr<Loader> train_loader_, test_loader_;

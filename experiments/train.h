@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "datasets/dataset.h"
+#include "engine/loss_scale.h"
 #include "engine/manifest.h"
 
 namespace ditto {
@@ -55,6 +56,8 @@ struct TrainConfig {
   std::string tuning;                 // deterministic convs: read this tuning file, or tune and
                                       // write it when it does not exist (engine/tuning.h)
   bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager
+  std::string loss_scale = "off";     // off | dynamic | dynamic:INIT:GROWTH:BACKOFF:INTERVAL | a power
+                                      // of two (fixed): engine/loss_scale.h; not with data parallelism
   std::vector<std::string> pins;      // LAYER.KNOB=VARIANT rules, after the kernels mode
                                       // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all
@@ -109,6 +112,10 @@ struct TrainResult {
   std::vector<float> weights;         // every parameter and buffer, in name order, on the host
   std::vector<ManifestEntry> ops;     // what every op ran (the manifest's "ops")
   std::vector<std::string> warnings;  // also printed on stderr and written into the manifest
+  // Under loss scaling, every step of the run (a resumed run's earlier steps first): the scale its
+  // backward pass used and whether it overflowed (and so was skipped); the run folder's
+  // loss_scale.csv. Empty without loss scaling.
+  std::vector<LossScaleStep> loss_scale;
 };
 
 // What a hook sees after each optimizer step.

@@ -21,6 +21,7 @@
 #include "engine/error.h"
 #include "engine/graph.h"
 #include "engine/knob.h"
+#include "engine/loss_scale.h"
 #include "engine/manifest.h"
 #include "engine/optim.h"
 #include "engine/param.h"
