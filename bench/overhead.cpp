@@ -166,11 +166,13 @@ struct Setup {
   std::vector<Param> params;
   std::unique_ptr<Sgd> opt;
   Tensor images, labels, loss_sum, correct;
+  std::unique_ptr<LossScaler> scaler;  // fp16: dynamic, as a training run's default
   std::unique_ptr<TrainStep> step;
   void run() { step->run(images, labels, kLr, loss_sum, correct); }
 };
 
-Setup make_setup(Context& ctx, const Options& o, const std::string& model, const HostBatch& hb) {
+Setup make_setup(Context& ctx, const Options& o, const std::string& model, const std::string& precision,
+                 const HostBatch& hb) {
   const int size = image_size(o, model);
   Setup s;
   s.net = make_net(ctx, {model, o.classes, 3});
@@ -184,7 +186,8 @@ Setup make_setup(Context& ctx, const Options& o, const std::string& model, const
   s.loss_sum = ctx.zeros({1});
   s.correct = ctx.zeros({2}, DType::I32);
   // Eager always: nets with dropout draw new masks each step (keyed by this seed and the step).
-  s.step = std::make_unique<TrainStep>(ctx, *s.net, *s.opt, false, nullptr, 1);
+  s.scaler = bench::loss_scaler_for(ctx, precision);
+  s.step = std::make_unique<TrainStep>(ctx, *s.net, *s.opt, false, nullptr, 1, s.scaler.get());
   return s;
 }
 
@@ -200,7 +203,7 @@ double ensure_tuning(const Options& o, const std::string& model, const std::stri
   table->gpu = info.gpu_name;
   table->cudnn = info.cudnn;
   ctx.set_tuning(table);
-  Setup s = make_setup(ctx, o, model, hb);
+  Setup s = make_setup(ctx, o, model, precision, hb);
   s.run();
   ctx.synchronize();
   table->save(path);
@@ -320,7 +323,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
     const RuntimeInfo info = ctx.runtime_info();
     ctx.set_tuning(std::make_shared<TuningTable>(TuningTable::load(tuning_path, info.gpu_name, info.cudnn)));
   }
-  Setup s = make_setup(ctx, o, model, hb);
+  Setup s = make_setup(ctx, o, model, precision, hb);
   const StepTimes st = time_steps(ctx, o, s);
   const ProfileReport prof = profile_steps(ctx, o, s);
   const std::vector<double>& ms = st.ms;

@@ -9,8 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "engine/loss_scale.h"
 
 namespace ditto::bench {
 
@@ -30,12 +33,15 @@ inline std::vector<std::string> with_precision(std::vector<std::string> rules, c
   return rules;
 }
 
-// The loss scaling an fp16 step runs with, as its lines name it. TrainStep scales no loss yet, so
-// "none". This is the one place to wire it when it does: set the scaler up where each bench
-// builds its TrainStep (step_time's measure, overhead's make_setup) from what this returns, and
-// return the scaler's name and settings ("dynamic init 65536 growth 2 every 2000 backoff 0.5",
-// say), so a line says what ran.
-inline std::string fp16_loss_scale() { return "none"; }
+// The loss scaling a step in `precision` runs with: a training run's default (engine/loss_scale.h:
+// dynamic for fp16, as PyTorch's GradScaler; none otherwise). Null for none.
+inline std::unique_ptr<LossScaler> loss_scaler_for(Context& ctx, const std::string& precision) {
+  const LossScaling s = default_loss_scaling(precision);
+  return s.enabled() ? std::make_unique<LossScaler>(ctx, s) : nullptr;
+}
+
+// The loss scaling an fp16 step runs with, as its lines name it.
+inline std::string fp16_loss_scale() { return loss_scaling_name(default_loss_scaling("fp16")); }
 
 // "precision" and "layout" on every line, "loss_scale" on the fp16 ones.
 inline void add_precision_fields(nlohmann::json& line, const std::string& precision, bool channels_last) {

@@ -155,7 +155,8 @@ json measure(const Options& o, const std::string& model, const std::string& mode
   Batch batch = make_batch(ctx, o.batch, classes);
   Tensor loss_sum = ctx.zeros({1});
   Tensor correct = ctx.zeros({2}, DType::I32);
-  TrainStep step(ctx, *net, opt, graphed);
+  const std::unique_ptr<LossScaler> scaler = bench::loss_scaler_for(ctx, precision);
+  TrainStep step(ctx, *net, opt, graphed, nullptr, 0, scaler.get());
   const float lr = 4e-4f;
   step.plan(std::vector<float>(static_cast<std::size_t>(o.warmup + o.steps), lr));
   for (int i = 0; i < o.warmup; ++i) step.run(batch.images, batch.labels, lr, loss_sum, correct);

@@ -294,7 +294,8 @@ inline void default_loss_scale(TrainConfig& c, const TrainFlags& f, const std::s
 }
 
 // After parsing: seeds given by flag, the kernels switch, recorded pins (first, so explicit
-// --pin flags still override them), the progress switch, and the command line for the manifest.
+// --pin flags still override them), the progress switch, the command line for the manifest, and
+// the loss scaling --precision implies (dynamic for fp16) unless --loss-scale was given.
 // Throws ditto::Error for a manifest that cannot be read.
 inline void apply_train_flags(TrainConfig& c, const TrainFlags& f, int argc, char** argv) {
   if (f.seed_init_opt && *f.seed_init_opt) c.seed_init = f.seed_init;
@@ -310,6 +311,7 @@ inline void apply_train_flags(TrainConfig& c, const TrainFlags& f, int argc, cha
     c.pins = recorded;
   }
   c.device = resolve_device(c.device);
+  default_loss_scale(c, f, c.precision);
 }
 
 }  // namespace ditto
