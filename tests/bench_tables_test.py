@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """cpu_bench_tables: the benchmark table scripts (bench/step_time_table.py, bench/overhead_table.py,
-bench/overhead_steps.py, bench/precision_compare.py) and scripts/render_docs.py's precision region on
+bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py) and scripts/render_docs.py's precision region on
 small JSON-lines files written here: precisions are keys of their own, lines without one read as
 fp32 (step_time's former tf32 modes as tf32), and the ratios per model and precision are the ones
 the numbers give. Standard library only (unittest)."""
@@ -23,6 +23,7 @@ import overhead_steps  # noqa: E402
 import overhead_table  # noqa: E402
 import peer_common  # noqa: E402
 import precision_compare  # noqa: E402
+import precision_noise_table  # noqa: E402
 import render_docs  # noqa: E402
 import step_time_table  # noqa: E402
 
@@ -269,6 +270,45 @@ class PeerPrecisions(unittest.TestCase):
             peer_common.parse_precisions("fp32,fp8")
         with self.assertRaises(ValueError):
             peer_common.parse_precisions(",")
+
+
+class PrecisionNoiseTable(unittest.TestCase):
+    """One ditto-experiment report.csv per precision into one table: rows per precision and
+    setting with the report's numbers, the churn decomposition below, a bad file named."""
+
+    def write_report(self, folder, churn_impl, interaction):
+        folder.mkdir(parents=True)
+        rows = [("setting", "metric", "value", "ci_low", "ci_high"),
+                ("IMPL", "accuracy_mean", 0.52, "", ""), ("IMPL", "accuracy_std", 0.001, "", ""),
+                ("IMPL", "churn", churn_impl, churn_impl - 0.01, churn_impl + 0.01),
+                ("IMPL", "weight_l2", 1.5, "", ""), ("IMPL", "distinct_fingerprints", 5, "", ""),
+                ("IMPL", "seconds_per_epoch", 3.25, "", ""),
+                ("CONTROL", "accuracy_mean", 0.53, "", ""), ("CONTROL", "churn", 0.0, 0.0, 0.0),
+                ("decomposition:churn", "interaction", interaction, interaction - 0.005, interaction + 0.005)]
+        with open(folder / "report.csv", "w", newline="") as f:
+            csv.writer(f).writerows(rows)
+
+    def test_rows_and_decomposition(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            self.write_report(root / "a", 0.0758, -0.0756)
+            self.write_report(root / "b", 0.0361, -0.0344)
+            out = root / "t.md"
+            precision_noise_table.main([f"fp32={root / 'a'}", f"bf16={root / 'b'}", "--out", str(out)])
+            text = out.read_text()
+            self.assertIn("| fp32 | IMPL | 52.00% | 0.10% | 7.58% [6.58, 8.58] | 1.5 | 5 | 3.25 |", text)
+            self.assertIn("| bf16 | IMPL | 52.00% | 0.10% | 3.61% [2.61, 4.61] |", text)
+            self.assertIn("| bf16 |  |  | -3.44% [-3.94, -2.94] |", text)
+            self.assertNotIn("ALGO+IMPL", text)  # settings a run did not have are left out
+
+    def test_bad_report_is_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            folder = Path(d) / "bad"
+            folder.mkdir()
+            (folder / "report.csv").write_text("setting,metric,value\nIMPL,churn,abc\n")
+            with self.assertRaises(SystemExit) as e:
+                precision_noise_table.read_report(str(folder))
+            self.assertIn("report.csv: row 2", str(e.exception))
 
 
 if __name__ == "__main__":
