@@ -58,6 +58,10 @@ class Optimizer {
   // Where the tables a planned step reads live besides table_address() (Adam's bias corrections
   // under a skip flag); a graph captured against them is stale once one moves.
   virtual const void* counted_address() const { return nullptr; }
+  // Readies now what the updates of steps up to `last_step` (1-based) read. A run that knows its
+  // length calls it once before its first step, so those tables never move mid-run and a captured
+  // step is never recaptured for them (plan() readies its own steps in any case).
+  void reserve_steps(Context& ctx, int64_t last_step) { prepare_steps(ctx, last_step); }
 
  protected:
   explicit Optimizer(std::vector<Param> params) : params_(std::move(params)) {}

@@ -385,6 +385,10 @@ class Run {
     if (!cfg_.tuning.empty()) set_up_tuning();
     stepper_ = std::make_unique<TrainStep>(*ctx_, *net_, *opt_, cfg_.graph, hooks_.tracer, seed_init_.value,
                                            scaler_.get());
+    // The whole run's step tables at once: a graph captured at the second step then stays valid
+    // to the end (growing them mid-run meant recapturing while other replicas run).
+    const int64_t run_steps = int64_t(cfg_.epochs) * train_loader_->batches_per_epoch();
+    opt_->reserve_steps(*ctx_, cfg_.max_steps ? std::min<int64_t>(cfg_.max_steps, run_steps) : run_steps);
     if (cfg_.data_parallel()) set_up_ranks();
   }
 
