@@ -7,7 +7,9 @@
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
 # compare. Steps of the speed measurements: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the experiment protocols: exp-smallcnn
-# exp-precision (the four settings in each precision, EXP_PRECISIONS)
+# exp-precision[:MODEL] (the four settings in each precision, EXP_PRECISIONS), attribute-precision[:PRECISION]
+# (the add-one attribution in a reduced precision), grad-agreement (one step's gradients against PyTorch's autocast),
+# fingerprint[:PRECISIONS] (a deterministic run's weights twice per precision, to compare across GPUs)
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
 # Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
 # racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
@@ -128,19 +130,61 @@ pipeline() {
           --replicas 5 --settings ALGO+IMPL,ALGO,IMPL,IMPL-ATOMIC,CONTROL --concurrent 25 --graph --quiet \
           --out $R/exp-smallcnn > $R/exp-smallcnn.txt 2> $R/exp-smallcnn.err; echo "rc=$?"; tail -10 $R/exp-smallcnn.txt ;;
       exp-precision)
-        # The four settings on SmallCNN CIFAR-10 (Adam 4e-4, EXP_PREC_EPOCHS 10 epochs,
-        # EXP_PREC_REPLICAS 5 replicas, graphed) in each of EXP_PRECISIONS (fp32,tf32,bf16,fp16), the
-        # same recipe in each: does reduced precision add churn, is there IMPL noise with the
-        # kernels a framework picks in bf16? Then bench/precision_noise_table.py over the runs.
-        # Wall: about 45 s per precision (25 replicas at a time).
-        local p runs=""
-        for p in $(echo ${EXP_PRECISIONS:-fp32,tf32,bf16,fp16} | tr , ' '); do
-          $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs ${EXP_PREC_EPOCHS:-10} --lr 4e-4 \
-            --optimizer adam --precision $p --replicas ${EXP_PREC_REPLICAS:-5} --settings ALGO+IMPL,ALGO,IMPL,CONTROL \
-            --concurrent 20 --graph --quiet --out $R/exp-precision/$p > $R/exp-precision-$p.txt 2> $R/exp-precision-$p.err
-          echo "$p rc=$?"; runs="$runs $p=$R/exp-precision/$p"
+        # The four settings on CIFAR-10 (Adam 4e-4, EXP_PREC_EPOCHS 10 epochs, EXP_PREC_REPLICAS 5
+        # replicas, EXP_PREC_CONCURRENT 20 at a time, graphed) in each of EXP_PRECISIONS
+        # (fp32,tf32,bf16,fp16), the same recipe in each: does reduced precision add churn, is there
+        # IMPL noise with the kernels a framework picks in bf16? Then bench/precision_noise_table.py
+        # over the runs. exp-precision:MODEL[/PRECISIONS[/EPOCHS[/REPLICAS]]] (PRECISIONS joined by
+        # "+") trains MODEL (default smallcnn) into $R/exp-precision-MODEL, overriding the variables.
+        # Wall: SmallCNN about 45 s per precision; ResNet-18 with 3 epochs and 3 replicas about 5 min
+        # in fp32, 1.5-2 min in each of bf16 and fp16 (estimate).
+        local p runs="" model precs epochs replicas
+        IFS=/ read -r model precs epochs replicas <<< "$arg"
+        model=${model:-smallcnn}; precs=${precs//+/,}
+        local dir=$R/exp-precision${arg:+-$model}
+        for p in $(echo ${precs:-${EXP_PRECISIONS:-fp32,tf32,bf16,fp16}} | tr , ' '); do
+          $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs ${epochs:-${EXP_PREC_EPOCHS:-10}} \
+            --lr 4e-4 --optimizer adam --precision $p --replicas ${replicas:-${EXP_PREC_REPLICAS:-5}} \
+            --settings ALGO+IMPL,ALGO,IMPL,CONTROL \
+            --concurrent ${EXP_PREC_CONCURRENT:-20} --graph --quiet --resume --out $dir/$p > $dir-$p.txt 2> $dir-$p.err
+          echo "$model $p rc=$?"; runs="$runs $p=$dir/$p"
         done
-        python3 bench/precision_noise_table.py $runs --out $R/exp-precision/table.md && cat $R/exp-precision/table.md ;;
+        python3 bench/precision_noise_table.py $runs --out $dir/table.md && cat $dir/table.md ;;
+      attribute-precision)
+        # Which kernels carry the IMPL noise left in a reduced precision (ARG, default bf16): the
+        # add-one attribution on SmallCNN CIFAR-10 (each nondeterministic framework default alone on
+        # top of deterministic kernels), ATTR_PREC_REPLICAS (3) replicas x ATTR_PREC_STEPS (600) steps.
+        local p=${arg:-bf16} steps=${ATTR_PREC_STEPS:-600}
+        $A --model smallcnn $cifar --steps $steps --lr 4e-4 --optimizer adam --precision $p \
+          --replicas ${ATTR_PREC_REPLICAS:-3} --form add-one --l2-steps 1,10,$steps --fingerprint-steps $steps \
+          --no-checkpoint --overwrite --quiet --out $R/attribute-$p > $R/attribute-$p.txt 2> $R/attribute-$p.err
+        echo "attribute $p rc=$?"; sed -n '/^rank/,/^$/p' $R/attribute-$p.txt | head -24 ;;
+      fingerprint)
+        # A deterministic run's final weights, twice per precision (ARG: precisions joined by "+",
+        # default bf16+fp16): SmallCNN on CIFAR-10, 2 epochs, Adam 4e-4, graphed, channels-last,
+        # every seed and kernel deterministic (fp16 with its default dynamic loss scaling). Lines
+        # "FINGERPRINT <gpu> <precision> <run> <weights fingerprint>": equal within a precision means
+        # run-to-run; compared with another host's lines, GPU-to-GPU.
+        local p i rc gpu; gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' _)
+        for p in $(echo ${arg:-bf16+fp16} | tr + ' '); do
+          for i in 1 2; do
+            $B/examples/ditto-train --model smallcnn $cifar --epochs 2 --lr 4e-4 --optimizer adam --precision $p \
+              --channels-last --graph --deterministic-init --deterministic-input --deterministic-kernels --quiet \
+              --out $R/fingerprint/$p-$i > $R/fingerprint-$p-$i.txt 2> $R/fingerprint-$p-$i.err
+            rc=$?
+            echo "FINGERPRINT $gpu $p $i $(grep -o 'weights fingerprint [0-9a-f]*' $R/fingerprint-$p-$i.txt | cut -d' ' -f3) rc=$rc"
+          done
+        done | tee $R/fingerprints.txt ;;
+      grad-agreement)
+        # One step's gradients in fp32, bf16 and fp16 from the same weights and batch, ditto against
+        # PyTorch's autocast, both measured against an fp64 reference (bench/grad_agreement.cpp,
+        # bench/peers/torch_grad_agreement.py say how and the tolerance). Wall: under a minute.
+        local G=$R/grad-agreement; mkdir -p $G
+        $B/bench/grad_agreement --models ${GRAD_MODELS:-smallcnn,resnet18,resnet50} --precisions fp32,bf16,fp16 \
+          --batch 32 --image-size 32 --out $G/files > $G/ditto.txt 2> $G/ditto.err; echo "grad_agreement rc=$?"
+        python3 bench/peers/torch_grad_agreement.py --dir $G/files --models ${GRAD_MODELS:-smallcnn,resnet18,resnet50} \
+          --out $G/agreement.jsonl --md $G/agreement.md > $G/torch.txt 2> $G/torch.err
+        echo "torch_grad_agreement rc=$?"; cat $G/agreement.md; tail -3 $G/torch.err ;;
       fig-s4)
         # Figure S4 with GPU noise: SmallCNN, CIFAR-10, SGD with momentum ARG (fig-s4 =
         # 0, fig-s4:0.9), constant lr, no augmentation; per lr the four {init} x {order} cells on
@@ -459,7 +503,8 @@ case $cmd in
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
-      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH EXP_PRECISIONS EXP_PREC_EPOCHS EXP_PREC_REPLICAS
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH EXP_PRECISIONS EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
+      EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }
