@@ -327,7 +327,7 @@ Timing measure(Context& ctx, const Options& o, Fn&& run_once) {
     }
     std::vector<double> ms = timer.milliseconds();
     t.ms = percentile(ms, 0.5);
-    std::set<uint64_t> prints;
+    std::set<Fingerprint> prints;
     for (int i = 0; i < o.repeat; ++i) prints.insert(run_once().fingerprint());
     t.distinct = int(prints.size());
   } catch (const std::exception& e) {

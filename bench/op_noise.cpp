@@ -72,7 +72,7 @@ std::vector<float> randoms(int64_t n, uint64_t seed) {
 Row measure(Context& ctx, int runs, const std::function<Tensor()>& fn) {
   for (int i = 0; i < 3; ++i) fn();
   ctx.synchronize();
-  std::set<uint64_t> prints;
+  std::set<Fingerprint> prints;
   std::vector<float> first;
   double max_diff = 0, us = 0;
   for (int i = 0; i < runs; ++i) {

@@ -350,7 +350,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
          {"tuning_s", tuning_s},
          {"warmup_s", st.warmup_s},
          {"params", s.net->param_count()},
-         {"weights_fingerprint", hex64(params_fingerprint(s.params))},
+         {"weights_fingerprint", params_fingerprint(s.params).hex()},
          {"device", info.device},
          {"gpu", info.gpu_name},
          {"cudnn", info.cudnn},

@@ -209,7 +209,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
             {"mem_source", bench::pool_mem_source(ctx.is_cuda()) +
                                (graphed ? "; graphed: the graph's own memory (the step's temporaries) left out" : "")},
             {"flops_per_step", counter.flops},
-            {"weights_fingerprint", hex64(params_fingerprint(params))},
+            {"weights_fingerprint", params_fingerprint(params).hex()},
             {"graph_nodes", step.graph_nodes()},
             {"kernels", kernels},
             {"gpu", info.gpu_name},

@@ -109,17 +109,16 @@ Timed time_loader(const Options& o, const Dataset& ds, const StreamTransform& t,
   Loader loader(ctx, ds, lo);
   loader.start_epoch(0);
   Batch b;
-  uint64_t fp = 0xcbf29ce484222325ull;
+  Hasher fp;
   for (int k = 0; k < o.warmup; ++k) loader.next(b);
   const auto t0 = std::chrono::steady_clock::now();
   Timed r;
   for (int k = 0; k < o.batches && loader.next(b); ++k) {
     r.n += b.labels.numel();
-    const uint64_t f = b.images.fingerprint();
-    fp = fingerprint_bytes(&f, sizeof f, fp);
+    fp.add(b.images.fingerprint());
   }
   r.s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.fingerprint = hex64(fp);
+  r.fingerprint = fp.digest().hex();
   return r;
 }
 

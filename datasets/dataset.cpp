@@ -71,15 +71,16 @@ const uint8_t* Dataset::image(int64_t i) const {
   return images.data() + i * image_numel();
 }
 
-uint64_t Dataset::fingerprint() const {
-  uint64_t h = source ? source->fingerprint() : fingerprint_bytes(images.data(), images.size());
-  h = fingerprint_bytes(labels.data(), labels.size() * sizeof(int32_t), h);
-  h = fingerprint_bytes(subgroups.data(), subgroups.size() * sizeof(int32_t), h);
-  // Classification datasets hash as they always did; the others hash what makes them differ too.
-  if (task == Task::Classification && categories == 0) return h;
+Fingerprint Dataset::fingerprint() const {
+  Hasher h;
+  if (source)
+    h.add(source->fingerprint());
+  else
+    h.sized(images.data(), images.size());
+  h.sized(labels.data(), labels.size() * sizeof(int32_t)).sized(subgroups.data(), subgroups.size() * sizeof(int32_t));
   const int32_t meta[3] = {static_cast<int32_t>(task), target_length, categories};
-  h = fingerprint_bytes(meta, sizeof meta, h);
-  return fingerprint_bytes(targets.data(), targets.size() * sizeof(int32_t), h);
+  h.bytes(meta, sizeof meta).sized(targets.data(), targets.size() * sizeof(int32_t));
+  return h.digest();
 }
 
 std::string Dataset::summary() const {
@@ -104,7 +105,7 @@ std::string Dataset::summary() const {
     for (std::size_t k = 0; k < g.size(); ++k) s += fmt::format("{}{}: {}", k ? "; " : "", subgroup_names[k], g[k]);
     s += ")";
   }
-  return s + ", fingerprint " + hex64(fingerprint());
+  return s + ", fingerprint " + fingerprint().hex();
 }
 
 void Dataset::validate() const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/fingerprint.h"
 #include "engine/task_kind.h"
 
 namespace ditto {
@@ -70,9 +71,9 @@ struct Dataset {
   std::vector<int64_t> subgroup_counts() const;
   // One line: name, count, shape, classes with counts, subgroups with counts, fingerprint.
   std::string summary() const;
-  // 64-bit hash of images, labels and subgroups (same scheme as Tensor::fingerprint); for other
-  // tasks than classification, and categorical data, the task, targets and categories too.
-  uint64_t fingerprint() const;
+  // XXH3-128 (engine/fingerprint.h) of the images (a streamed source's own fingerprint), labels,
+  // subgroups, the task with its target length and categories, and the targets.
+  Fingerprint fingerprint() const;
   // Throws DataError when the sizes disagree or a label / subgroup id / target / category id is out
   // of range.
   void validate() const;

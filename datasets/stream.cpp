@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 
 #include "datasets/augment.h"
 #include "datasets/detail/image_io.h"
@@ -91,18 +92,29 @@ class StreamFolder : public ImageSource {
 
   std::vector<uint8_t> eval_image(int64_t index) const override { return transformed(index, 0, false, 0, false); }
 
-  uint64_t fingerprint() const override {
-    uint64_t h = fingerprint_bytes("ditto-stream-folder", 19);
-    for (int64_t i = 0; i < count_; ++i) {
-      const std::string rel = fs::path((*paths_)[i]).lexically_relative(root_).generic_string();
-      h = fingerprint_bytes(rel.data(), rel.size(), h);
-      h = fingerprint_bytes(&(*sizes_)[i], sizeof(uint64_t), h);
-    }
-    const std::string t = describe();
-    return fingerprint_bytes(t.data(), t.size(), h);
+  Fingerprint fingerprint() const override {
+    std::call_once(fingerprinted_->once, [this] { fingerprinted_->value = contents_fingerprint(); });
+    return fingerprinted_->value;
   }
 
   ChannelStats stats() const override { return {t_.mean, t_.std}; }
+
+  // Each file's relative path and bytes (detail::read_file_bytes names the file when it cannot be read,
+  // or when it is no longer the size it was listed with), then the transform.
+  Fingerprint contents_fingerprint() const {
+    Hasher h;
+    h.add(std::string("ditto-stream-folder"));
+    for (int64_t i = 0; i < count_; ++i) {
+      const std::string& path = (*paths_)[i];
+      h.add(fs::path(path).lexically_relative(root_).generic_string());
+      const std::vector<uint8_t> bytes = detail::read_file_bytes(path);
+      if (bytes.size() != (*sizes_)[i])
+        throw DataError(fmt::format("{}: {} bytes now, {} when the folder was listed: the data changed during the run",
+                                    path, bytes.size(), (*sizes_)[i]));
+      h.sized(bytes.data(), bytes.size());
+    }
+    return h.add(describe()).digest();
+  }
 
   std::shared_ptr<const ImageSource> first(int64_t n) const override {
     if (n < 0 || n > count_) throw Error(fmt::format("stream folder: first {} of {} images", n, count_));
@@ -164,6 +176,12 @@ class StreamFolder : public ImageSource {
   std::shared_ptr<const std::vector<uint64_t>> sizes_;
   int64_t count_;
   StreamTransform t_;
+  // The contents' fingerprint, computed on the first call.
+  struct Fingerprinted {
+    std::once_flag once;
+    Fingerprint value;
+  };
+  std::unique_ptr<Fingerprinted> fingerprinted_ = std::make_unique<Fingerprinted>();
 };
 
 }  // namespace

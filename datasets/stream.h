@@ -68,9 +68,10 @@ class ImageSource {
   virtual void prepare(int64_t index, int epoch, const LoaderOptions& opts, float* dst) const = 0;
   // The evaluation view as 8-bit CHW (report thumbnails).
   virtual std::vector<uint8_t> eval_image(int64_t index) const = 0;
-  // Over the files' relative paths and sizes and the transform (not their bytes: reading every
-  // file to hash it would be a pass over the data set).
-  virtual uint64_t fingerprint() const = 0;
+  // Over the files' relative paths and contents and the transform: two files swapped between
+  // classes, or one replaced by another of the same size, change it. The first call reads every
+  // file once (XXH3 hashes far faster than a disk reads); the value is kept for later calls.
+  virtual Fingerprint fingerprint() const = 0;
   virtual ChannelStats stats() const = 0;  // the transform's mean / std
   virtual std::shared_ptr<const ImageSource> first(int64_t n) const = 0;
   virtual std::string describe() const = 0;

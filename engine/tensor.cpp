@@ -134,34 +134,15 @@ std::vector<int32_t> Tensor::to_host_i32() const {
   return out;
 }
 
-uint64_t fingerprint_bytes(const void* data, std::size_t n, uint64_t h) {
-  // FNV-1a over 64-bit little-endian words (then the tail bytes): fast enough for 100 MB of
-  // weights and stable across machines.
-  const auto* p = static_cast<const unsigned char*>(data);
-  const uint64_t prime = 0x100000001b3ull;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h ^= w;
-    h *= prime;
-  }
-  for (; i < n; ++i) {
-    h ^= p[i];
-    h *= prime;
-  }
-  return h;
-}
-
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
-uint64_t Tensor::fingerprint() const {
-  if (!defined()) return 0;
+Fingerprint Tensor::fingerprint() const {
+  if (!defined()) return {};
   std::vector<unsigned char> bytes(nbytes());
   copy_to_host(*this, bytes.data());
-  uint64_t h = fingerprint_bytes(shape_.data(), shape_.size() * sizeof(int64_t));
-  h = fingerprint_bytes(&dtype_, sizeof(dtype_), h);
-  return fingerprint_bytes(bytes.data(), bytes.size(), h);
+  Hasher h;
+  h.add(std::string(dtype_name(dtype_))).sized(shape_.data(), shape_.size() * sizeof(int64_t));
+  return h.sized(bytes.data(), bytes.size()).digest();
 }
 
 }  // namespace ditto

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/fingerprint.h"
+
 namespace ditto {
 
 // BF16 and F16 hold the bits of CUDA's __nv_bfloat16 and __half (2 bytes each); the engine converts
@@ -75,9 +77,9 @@ class Tensor {
   std::vector<float> to_host_f32() const;
   std::vector<int32_t> to_host_i32() const;
 
-  // 64-bit hash of the tensor's bytes (FNV-1a over 64-bit words, dtype and shape folded in):
-  // identical on CPU and GPU for identical bytes. The basis of every bitwise-determinism claim.
-  uint64_t fingerprint() const;
+  // XXH3-128 of the dtype, the shape and the bytes (engine/fingerprint.h): identical on CPU and
+  // GPU for identical bytes. The basis of every bitwise-determinism claim.
+  Fingerprint fingerprint() const;
 
  private:
   friend const std::shared_ptr<detail::Storage>& detail::storage_of(const Tensor& t);
@@ -87,8 +89,6 @@ class Tensor {
   DType dtype_ = DType::F32;
 };
 
-// Hash of raw bytes as used by Tensor::fingerprint (exposed for files and checkpoints).
-uint64_t fingerprint_bytes(const void* data, std::size_t n, uint64_t seed = 0xcbf29ce484222325ull);
-std::string hex64(uint64_t v);
+std::string hex64(uint64_t v);  // 16 lowercase hex digits (seeds, keys; fingerprints are Fingerprint::hex)
 
 }  // namespace ditto

@@ -126,7 +126,7 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
   return t;
 }
 
-uint64_t TuningTable::save(const std::string& path) const {
+Fingerprint TuningTable::save(const std::string& path) const {
   json list = json::array();
   for (const auto& e : entries_) {
     list.push_back({{"op", e.op}, {"direction", e.direction}, {"x", e.x}, {"w", e.w}, {"stride", {e.stride_h, e.stride_w}},

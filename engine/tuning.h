@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/fingerprint.h"
+
 namespace ditto {
 
 struct TuningEntry {
@@ -53,7 +55,7 @@ class TuningTable {
   static TuningTable load(const std::string& path, const std::string& expect_gpu = "",
                           const std::string& expect_cudnn = "");
   // Writes atomically (write, then rename); returns the fingerprint of the bytes written.
-  uint64_t save(const std::string& path) const;
+  Fingerprint save(const std::string& path) const;
 
   const TuningEntry* find(const std::string& key) const;
   void add(TuningEntry e);                    // replaces an entry with the same key
@@ -61,7 +63,7 @@ class TuningTable {
 
   bool reading() const { return reading_; }   // loaded from a file: no tuning, missing = error
   const std::string& path() const { return path_; }
-  uint64_t file_hash() const { return file_hash_; }  // fingerprint of the file's bytes when loaded
+  Fingerprint file_hash() const { return file_hash_; }  // fingerprint of the file's bytes when loaded
 
   std::string gpu, cudnn;                     // what the entries were measured on
 
@@ -70,7 +72,7 @@ class TuningTable {
   std::map<std::string, std::size_t> index_;
   bool reading_ = false;
   std::string path_;
-  uint64_t file_hash_ = 0;
+  Fingerprint file_hash_;
 };
 
 }  // namespace ditto

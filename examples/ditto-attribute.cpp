@@ -28,7 +28,7 @@ void add_flags(CLI::App& app, Args& a) {
                                                 ditto::kFlagsDataParallel);
   app.add_option("--form", a.form, "add-one | leave-one-out | both")
       ->check(CLI::IsMember({"add-one", "leave-one-out", "both"}))->capture_default_str();
-  app.add_option("--replicas", a.opts.replicas, "replicas per configuration")->check(CLI::Range(2, 100))->capture_default_str();
+  app.add_option("--replicas", a.opts.replicas, "replicas per configuration")->check(ditto::detail::whole(2, 100))->capture_default_str();
   app.add_option("--only", a.only, "keep candidates whose name contains one of these (repeatable, or comma-separated)")
       ->delimiter(',');
   app.add_option("--candidate", a.exact, "keep exactly these candidates (repeatable, or comma-separated)")->delimiter(',');
@@ -37,8 +37,8 @@ void add_flags(CLI::App& app, Args& a) {
       ->delimiter(',')->capture_default_str();
   app.add_option("--fingerprint-steps", a.opts.fingerprint_steps, "compare weights bitwise after each step up to here")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--bootstrap", a.opts.bootstrap, "bootstrap resamples for the churn interval")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--bootstrap", a.opts.bootstrap, "bootstrap resamples for the churn interval (at least 100)")
+      ->check(ditto::detail::whole(100, 100000000))->capture_default_str();
   app.add_option("--concurrent", a.opts.concurrent,
                  "replicas of a configuration trained at once per GPU (their ms/step is then the time under that load)")
       ->check(CLI::Range(1, 64))->capture_default_str();
@@ -48,7 +48,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_flag("--list", a.list, "list the candidates and exit");
   app.add_option("--report", a.report, "rank, print and chart an earlier run's attribution.json again (writes beside it)")
       ->check(CLI::ExistingFile);
-  app.add_option("--out", a.out, "results and one run folder per replica")->capture_default_str();
+  app.add_option("--out", a.out, "results and one run folder per replica")
+      ->check(ditto::detail::output_path())->capture_default_str();
   app.add_flag("--overwrite", a.base.overwrite, "replace the run folders an earlier attribution left in --out");
 }
 

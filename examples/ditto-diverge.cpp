@@ -19,6 +19,7 @@ struct Args {
   ditto::DivergeOptions opts;
   std::string out = "runs/diverge", trace, path_a, path_b;
   bool measure_overhead = false;
+  bool overwrite_trace = false;
   CLI::App *run = nullptr, *record = nullptr, *compare = nullptr;
 };
 
@@ -40,13 +41,16 @@ void add_subcommands(CLI::App& app, Args& a) {
   run->add_option("--trace-b", a.opts.trace_b, "write run B's trace here");
   run->add_flag("--measure-overhead", a.measure_overhead,
                 "also train once untraced: report its ms/step and check it ends with run A's weights");
-  run->add_option("--out", a.out, "diverge.json, growth.csv and the two run folders")->capture_default_str();
+  run->add_option("--out", a.out, "diverge.json, growth.csv and the two run folders")
+      ->check(ditto::detail::output_path())->capture_default_str();
   run->add_flag("--overwrite", a.cfg.overwrite, "replace the run folders an earlier ditto-diverge run left in --out");
 
   auto* record = a.record = app.add_subcommand("record", "train once and write the trace (to compare machines or builds)");
   a.rec_cfg = a.cfg;
   ditto::add_train_flags(*record, a.rec_cfg, a.rec_flags, groups);
-  record->add_option("--trace", a.trace, "trace file to write")->required();
+  record->add_option("--trace", a.trace, "trace file to write (refused when it exists, unless --overwrite)")
+      ->check(ditto::detail::output_path())->required();
+  record->add_flag("--overwrite", a.overwrite_trace, "replace the trace file when it exists");
 
   auto* compare = a.compare = app.add_subcommand("compare", "compare two trace files");
   compare->add_option("trace_a", a.path_a)->required()->check(CLI::ExistingFile);
@@ -65,9 +69,9 @@ void fix_seeds(ditto::TrainConfig& c) {
 void record_trace_file(Args& a, int argc, char** argv) {
   ditto::apply_train_flags(a.rec_cfg, a.rec_flags, argc, argv);
   fix_seeds(a.rec_cfg);
-  auto r = ditto::record_trace(a.rec_cfg, a.trace);
+  auto r = ditto::record_trace(a.rec_cfg, a.trace, {}, a.overwrite_trace);
   std::printf("wrote %s: %lld steps, final weights fingerprint %s\n", a.trace.c_str(), (long long)r.steps,
-              ditto::hex64(r.weights_fingerprint).c_str());
+              r.weights_fingerprint.hex().c_str());
 }
 
 // --measure-overhead: the configuration trained once untraced, its time per step against the
@@ -82,7 +86,7 @@ void measure_overhead(const Args& a, const ditto::DivergeResult& r) {
               r.traced_ms_per_step, r.traced_ms_per_step / ms);
   std::printf("untraced final weights %s run A's (%s vs %s)\n",
               u.weights_fingerprint == r.run_a.weights_fingerprint ? "equal" : "DIFFER from",
-              ditto::hex64(u.weights_fingerprint).c_str(), ditto::hex64(r.run_a.weights_fingerprint).c_str());
+              u.weights_fingerprint.hex().c_str(), r.run_a.weights_fingerprint.hex().c_str());
 }
 
 // ditto-diverge run: two runs in lockstep, compared op by op.

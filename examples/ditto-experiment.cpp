@@ -79,7 +79,7 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"settings", "fig-s4", "overhead"}))
       ->capture_default_str();
   app.add_option("--replicas", a.replicas, "replicas per setting (default 3 on GPU, 2 on CPU)")
-      ->check(ditto::detail::at_least(2));
+      ->check(ditto::detail::whole(2, 100000));
   app.add_option("--settings", a.names, "named settings: ALGO+IMPL ALGO IMPL IMPL-ATOMIC CONTROL")
       ->delimiter(',')
       ->capture_default_str();
@@ -117,11 +117,11 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--tuning", o.tuning,
                  "deterministic settings without pins take each conv's algorithm from this tuning file; when it "
                  "does not exist, one epoch on the first GPU tunes and writes it before the replicas start");
-  app.add_option("--bootstrap", o.bootstrap, "resamples for the 95% intervals")
-      ->check(ditto::detail::at_least(0))
+  app.add_option("--bootstrap", o.bootstrap, "resamples for the 95% intervals (at least 100: each tail needs some)")
+      ->check(ditto::detail::whole(100, 100000000))
       ->capture_default_str();
   app.add_flag("--resume", o.resume, "keep the finished replicas in --out and continue the unfinished ones");
-  app.add_option("--out", o.out)->capture_default_str();
+  app.add_option("--out", o.out)->check(ditto::detail::output_path())->capture_default_str();
 }
 
 // After parsing: the training flags, the defaults that depend on the device, figure S4's fixed

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     auto r = ditto::train(c);
     const std::string score = r.task == ditto::Task::Classification ? "top-1" : ditto::primary_score(r.task);
     std::printf("final test %s %.4f, weights fingerprint %s, seeds init=%llu order=%llu augment=%llu\n", score.c_str(),
-                r.test_top1, ditto::hex64(r.weights_fingerprint).c_str(), (unsigned long long)r.seed_init,
+                r.test_top1, r.weights_fingerprint.hex().c_str(), (unsigned long long)r.seed_init,
                 (unsigned long long)r.seed_order, (unsigned long long)r.seed_augment);
     return 0;
   } catch (const ditto::Error& e) {

@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
       for (ditto::Var* p : {&c->weight, &c->bias}) ditto::axpy_inplace(ctx, p->value(), -0.1f, p->grad());
 
     std::printf("loss %.6f, conv1.weight grad %s, conv2.weight grad %s\n", loss.value().to_host_f32()[0],
-                ditto::hex64(conv1.weight.grad().fingerprint()).c_str(),
-                ditto::hex64(conv2.weight.grad().fingerprint()).c_str());
+                conv1.weight.grad().fingerprint().hex().c_str(),
+                conv2.weight.grad().fingerprint().hex().c_str());
     std::printf("%s\n", ctx.manifest().to_json().c_str());
   } catch (const ditto::Error& e) {
     std::fprintf(stderr, "two_conv: %s\n", e.what());

@@ -43,7 +43,7 @@ std::string folder_name(const std::string& s) {
 
 // What one replica leaves behind for the comparison across replicas.
 struct ReplicaTrace {
-  std::vector<uint64_t> step_prints;                   // weights fingerprint after each step
+  std::vector<Fingerprint> step_prints;                 // weights fingerprint after each step
   std::map<int64_t, std::vector<float>> snapshots;     // weights at the early L2 steps
 };
 
@@ -320,7 +320,7 @@ void score_results(ConfigResult& row, const std::vector<TrainResult>& results, c
                    const AttributeOptions& opts) {
   std::vector<std::vector<int32_t>> preds;
   std::vector<const std::vector<float>*> finals;
-  std::set<uint64_t> prints;
+  std::set<Fingerprint> prints;
   double ms = 0, epoch_s = 0;
   int epochs_logged = 0;
   for (const auto& r : results) {

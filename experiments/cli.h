@@ -102,6 +102,24 @@ inline CLI::Validator real(double low, bool open, double high = std::numeric_lim
       },
       std::string(open ? ">" : ">=") + CLI::detail::to_string(low));
 }
+// A path a tool writes: not empty (which would write nothing, silently), and valid UTF-8 (the
+// manifests and reports that record it are JSON).
+inline CLI::Validator output_path() {
+  return CLI::Validator(
+      [](std::string& v) {
+        if (v.empty()) return std::string("must name a file or folder, got an empty path");
+        for (std::size_t i = 0; i < v.size();) {
+          const auto c = static_cast<unsigned char>(v[i]);
+          const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+          bool ok = n > 0 && i + n <= v.size();
+          for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(v[i + k]) >> 6) == 0x2;
+          if (!ok) return "must be valid UTF-8 (runs record it in JSON); byte " + std::to_string(i) + " is not";
+          i += n;
+        }
+        return std::string();
+      },
+      "PATH");
+}
 // "--replicas must be at least 2, got 1" rather than CLI11's "not in range 0 to 1.79e308".
 inline CLI::Validator at_least(double low) { return real(low, false); }
 inline CLI::Validator positive() { return real(0, true); }
@@ -266,7 +284,8 @@ inline void add_pin_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
 // The run folder: where to write, what to resume, whether to replace.
 inline void add_output_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--resume", c.resume, "run folder to continue from")->check(CLI::ExistingDirectory);
-  app.add_option("--out", c.out, "run folder to write (default with --resume: continue in the resumed folder)");
+  app.add_option("--out", c.out, "run folder to write (default with --resume: continue in the resumed folder)")
+      ->check(output_path());
   app.add_flag("--overwrite", c.overwrite,
                "--out may hold a run: replace it (the old run stays whole until this one has finished an epoch)");
 }

@@ -455,7 +455,7 @@ std::pair<double, int64_t> DataParallel::take_other_sums() {
 
 void DataParallel::check_replicas() const {
   const Impl& I = *impl_;
-  std::vector<uint64_t> ref;
+  std::vector<Fingerprint> ref;
   for (const auto& p : I.ranks[0].params) ref.push_back(p.var.value().fingerprint());
   for (int r = 1; r < I.k; ++r)
     for (std::size_t i = 0; i < ref.size(); ++i)

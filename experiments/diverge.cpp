@@ -82,8 +82,8 @@ TraceMeta meta_of(const TrainConfig& c, const std::string& run, const TrainData&
   m["--seed-init"] = std::to_string(c.seed_init.value_or(0));
   m["--seed-order"] = std::to_string(c.seed_order.value_or(0));
   m["--seed-augment"] = std::to_string(c.seed_augment.value_or(0));
-  m["train_fingerprint"] = hex64(data.train.fingerprint());
-  m["test_fingerprint"] = hex64(data.test.fingerprint());
+  m["train_fingerprint"] = data.train.fingerprint().hex();
+  m["test_fingerprint"] = data.test.fingerprint().hex();
   return m;
 }
 
@@ -334,6 +334,8 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
     configs[1].out = (fs::path(cfg.out) / "b").string();
   }
 
+  if (!opts.trace_a.empty()) check_output_file(opts.trace_a, cfg.overwrite, "--trace-a");
+  if (!opts.trace_b.empty()) check_output_file(opts.trace_b, cfg.overwrite, "--trace-b");
   std::shared_ptr<const TrainData> data = load_train_data(base);  // one copy, read by both runs
   std::unique_ptr<TraceWriter> wa, wb;
   if (!opts.trace_a.empty()) wa = std::make_unique<TraceWriter>(opts.trace_a, meta_of(configs[0], "a", *data));
@@ -356,8 +358,10 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
   return result;
 }
 
-TrainResult record_trace(const TrainConfig& given, const std::string& trace_path, const TraceMeta& meta) {
+TrainResult record_trace(const TrainConfig& given, const std::string& trace_path, const TraceMeta& meta,
+                         bool overwrite_trace) {
   const TrainConfig cfg = with_fixed_seeds(given);
+  check_output_file(trace_path, overwrite_trace, "--trace");
   std::shared_ptr<const TrainData> data = load_train_data(cfg);
   TraceMeta m = meta_of(cfg, "single", *data);
   for (const auto& [k, v] : meta) m[k] = v;
@@ -448,8 +452,8 @@ std::string format_divergence(const DivergeResult& r) {
                            g.weights_l2, g.prediction_diffs >= 0 ? std::to_string(g.prediction_diffs) : "");
     }
   }
-  out += fmt::format("final weights fingerprints: {} {}\n", hex64(r.run_a.weights_fingerprint),
-                     hex64(r.run_b.weights_fingerprint));
+  out += fmt::format("final weights fingerprints: {} {}\n", r.run_a.weights_fingerprint.hex(),
+                     r.run_b.weights_fingerprint.hex());
   return out;
 }
 
@@ -476,7 +480,7 @@ void write_divergence(const DivergeResult& r, const std::string& dir) {
                        g.weights_l2, g.prediction_diffs >= 0 ? std::to_string(g.prediction_diffs) : "");
   auto tensors = [](const std::vector<TraceTensor>& ts) {
     json j = json::array();
-    for (const auto& t : ts) j.push_back({{"name", t.name}, {"fingerprint", hex64(t.fingerprint)}, {"numel", t.numel}});
+    for (const auto& t : ts) j.push_back({{"name", t.name}, {"fingerprint", t.fingerprint.hex()}, {"numel", t.numel}});
     return j;
   };
   json first{{"found", r.first.found}, {"structure_mismatch", r.first.structure_mismatch},
@@ -503,7 +507,7 @@ void write_divergence(const DivergeResult& r, const std::string& dir) {
            {"steps", r.steps},
            {"events_per_step", r.events_per_step},
            {"traced_ms_per_step", r.traced_ms_per_step},
-           {"final_fingerprints", {hex64(r.run_a.weights_fingerprint), hex64(r.run_b.weights_fingerprint)}}};
+           {"final_fingerprints", {r.run_a.weights_fingerprint.hex(), r.run_b.weights_fingerprint.hex()}}};
   write_file_atomic((fs::path(dir) / "growth.csv").string(), csv);
   write_file_atomic((fs::path(dir) / "diverge.json").string(), doc.dump(2));
 }

@@ -89,8 +89,10 @@ struct DivergeResult {
 // when set, gets run folders a/ and b/. Throws ditto::Error when either run fails.
 DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts);
 
-// Trains cfg once with a tracer writing every event to trace_path (for comparing machines).
-TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, const TraceMeta& meta = {});
+// Trains cfg once with a tracer writing every event to trace_path (for comparing machines). An
+// existing file at trace_path is an Error before anything is trained, unless overwrite_trace.
+TrainResult record_trace(const TrainConfig& cfg, const std::string& trace_path, const TraceMeta& meta = {},
+                         bool overwrite_trace = false);
 
 // Compares two trace files: the first divergence and the per-step differing-output counts.
 struct TraceComparison {

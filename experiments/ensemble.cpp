@@ -260,7 +260,6 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
   for (const auto& s : o.settings)
     if (!names.insert(folder_of(s.name)).second)
       throw Error(fmt::format("--setting: two settings are named '{}'", s.name));
-  make_output_folder(o.out);
   if (!o.resume)
     for (const auto& s : o.settings)
       for (int k = 0; k < o.replicas; ++k)
@@ -269,6 +268,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
                                   "continue the others, or choose another folder",
                                   o.out, k, s.name));
   const std::vector<std::string> devices = replica_devices(o.base.device, o.gpus);
+  make_output_folder(o.out);  // after the checks: a refused experiment leaves no folder behind
   if (!o.tuning.empty()) tune_once(o, devices.front(), data);
 
   const int jobs = static_cast<int>(o.settings.size()) * o.replicas;
@@ -286,6 +286,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
       int done = 0;
       TrainResult finished = read_run_result(c.out, *data, &done);
       if (done >= c.epochs && (c.max_steps == 0 || !finished.log.empty())) {
+        check_reused_run(c.out, read_run_manifest((fs::path(c.out) / "manifest.json").string()), c);
         all[static_cast<std::size_t>(j)] = std::move(finished);
         what = "finished earlier";
       } else {
@@ -370,7 +371,7 @@ class SettingSummary {
   // distinct fingerprints and seconds per epoch.
   void add_scores() {
     std::vector<double> acc, top5;
-    std::set<uint64_t> prints;
+    std::set<Fingerprint> prints;
     double secs = 0;
     int epochs = 0;
     for (const auto& r : sr_.runs) {

@@ -33,6 +33,15 @@ using Form = DefiningFlag::Form;
 
 constexpr const char* kLockName = ".lock";
 constexpr const char* kGenerationPrefix = ".gen-";
+}  // namespace
+
+const std::vector<std::string>& run_files() {
+  static const std::vector<std::string> files = {"manifest.json", "log.csv",      "predictions.csv",
+                                                 "metrics.json",  "checkpoint.safetensors", "loss_scale.csv"};
+  return files;
+}
+
+namespace {
 
 // A value from a file, fit for an error message: printable and short.
 std::string shown(const std::string& text) {
@@ -81,13 +90,6 @@ std::optional<T> whole_number(const std::string& text) {
   return v;
 }
 
-std::optional<uint64_t> hex_fingerprint(const std::string& text) {
-  if (text.size() != 16 || !std::all_of(text.begin(), text.end(), [](char c) {
-        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-      }))
-    return std::nullopt;
-  return std::stoull(text, nullptr, 16);
-}
 
 // Reads fields of a parsed JSON document by dotted path, each checked for its type; every
 // complaint names the file, the field and the value found.
@@ -129,11 +131,15 @@ struct JsonFields {
       fail(field, v, fmt::format("a whole number, at least {}", minimum));
     return static_cast<int>(v->get<int64_t>());
   }
-  uint64_t fingerprint(const std::string& field) const {
+  Fingerprint fingerprint(const std::string& field) const {
     const json* v = find(field);
-    std::optional<uint64_t> h;
-    if (v && v->is_string()) h = hex_fingerprint(v->get<std::string>());
-    if (!h) fail(field, v, "a fingerprint of 16 lowercase hex digits");
+    std::optional<Fingerprint> h;
+    if (v && v->is_string()) {
+      h = parse_fingerprint(v->get<std::string>());
+      if (!h && is_legacy_fingerprint(v->get<std::string>()))
+        throw DataError(legacy_fingerprint_message(fmt::format("{}: {}", path, field), v->get<std::string>()));
+    }
+    if (!h) fail(field, v, "a fingerprint of 32 lowercase hex digits");
     return *h;
   }
 };
@@ -217,6 +223,36 @@ void read_resumed_loss_scale(ResumePoint& r) {
   if (static_cast<int64_t>(r.loss_scale.size()) != r.meta.steps)
     throw DataError(fmt::format("{}: {} rows, but {} holds {} finished steps", path, r.loss_scale.size(),
                                 r.checkpoint_path, r.meta.steps));
+}
+
+// A link a run made: it points into state/.
+bool is_run_link(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(p, ec))) return false;
+  return fs::read_symlink(p, ec).string().rfind("state/", 0) == 0;
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 5) out += fmt::format(" and {} more", names.size() - 5);
+  return out;
+}
+
+void refuse_foreign(const std::string& out, const RunFolderState& s, OutIntent intent) {
+  if (intent == OutIntent::Fresh)
+    throw Error(fmt::format("--out: '{}' is not empty and {} (it holds {}); a run writes into a new or empty folder "
+                            "or its own: choose another folder, or pass --overwrite to write the run beside those "
+                            "files, which are then left as they are",
+                            out, s.published ? "holds files besides its run" : "holds no ditto run", listed(s.foreign)));
+  std::vector<std::string> clashing;
+  for (const auto& name : s.foreign)
+    if (std::find(run_files().begin(), run_files().end(), name) != run_files().end()) clashing.push_back(name);
+  if (!clashing.empty())
+    throw Error(fmt::format("--overwrite: '{}' holds {}, which {} not a run's and would be written over; ditto never "
+                            "replaces a file it did not write: move {} away, or choose another folder",
+                            out, listed(clashing), clashing.size() == 1 ? "is" : "are",
+                            clashing.size() == 1 ? "it" : "them"));
 }
 
 void require_resumable(const std::string& dir, const RunFolderState& s) {
@@ -330,8 +366,13 @@ RunFolderState inspect_run_folder(const std::string& dir) {
   const std::string current = fs::is_symlink(fs::symlink_status(root / "state", ec)) ? fs::read_symlink(root / "state", ec).string() : "";
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(kGenerationPrefix, 0) == 0 && name != current) s.unpublished = true;
+    if (name.rfind(kGenerationPrefix, 0) == 0) {
+      if (name != current) s.unpublished = true;
+    } else if (name != kLockName && name != "state" && !is_run_link(entry.path())) {
+      s.foreign.push_back(name);
+    }
   }
+  std::sort(s.foreign.begin(), s.foreign.end());
   if (s.published) {
     try {
       const std::string mpath = (root / "manifest.json").string();
@@ -355,6 +396,7 @@ void check_out_allowed(const std::string& out, OutIntent intent) {
                             "folder",
                             out, describe_state(s), out));
   if (intent == OutIntent::Continue) require_resumable(out, s);
+  if (!s.foreign.empty() && intent != OutIntent::Continue) refuse_foreign(out, s, intent);
   // Fail early where the folder cannot be written, before data are loaded and a net is built.
   fs::path probe = s.exists ? fs::path(out) : fs::path(out).parent_path();
   std::error_code ec;
@@ -363,6 +405,20 @@ void check_out_allowed(const std::string& out, OutIntent intent) {
   if (!fs::is_directory(probe, ec) || ::access(probe.c_str(), W_OK | X_OK) != 0)
     throw IoError(fmt::format("--out: cannot write folder '{}': '{}' is {}", out, probe.string(),
                               fs::is_directory(probe, ec) ? "not writable" : "not a folder"));
+}
+
+void check_output_file(const std::string& path, bool overwrite, const std::string& flag) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec))
+    throw Error(fmt::format("{}: '{}' is a folder; name the file to write", flag, path));
+  if (fs::exists(fs::symlink_status(p, ec)) && !overwrite)
+    throw Error(fmt::format("{}: '{}' exists; pass --overwrite to replace it, or name another file", flag, path));
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec))
+    throw IoError(fmt::format("{}: cannot write '{}': folder '{}' does not exist", flag, path, parent.string()));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw IoError(fmt::format("{}: cannot write '{}': folder '{}' is not writable", flag, path, parent.string()));
 }
 
 void make_output_folder(const std::string& dir, const std::string& flag) {
@@ -443,7 +499,12 @@ void RunDir::publish(const std::string& generation) {
     const std::string name = entry.path().filename().string();
     files.insert(name);
     const fs::path link = root / name;
-    if (!fs::is_symlink(fs::symlink_status(link))) atomic_symlink(fs::path("state") / name, link);
+    if (fs::is_symlink(fs::symlink_status(link))) continue;
+    if (fs::exists(fs::symlink_status(link)))  // check_out_allowed refused this; a file that came since
+      throw IoError(fmt::format("{}: a file that is not this run's stands where the run publishes its {}; it is "
+                                "left as it is, and the epoch's files stay in {}",
+                                link.string(), name, generation));
+    atomic_symlink(fs::path("state") / name, link);
   }
   atomic_symlink(gen_name, root / "state");
   published_ = true;
@@ -542,8 +603,8 @@ std::map<std::string, std::string> checkpoint_metadata(const CheckpointMeta& m) 
                                             {"seed_init", std::to_string(m.seed_init)},
                                             {"seed_order", std::to_string(m.seed_order)},
                                             {"seed_augment", std::to_string(m.seed_augment)},
-                                            {"weights_fingerprint", hex64(m.weights_fingerprint)}};
-  if (m.state_fingerprint) out["state_fingerprint"] = hex64(*m.state_fingerprint);
+                                            {"weights_fingerprint", m.weights_fingerprint.hex()}};
+  if (m.state_fingerprint) out["state_fingerprint"] = m.state_fingerprint->hex();
   return out;
 }
 
@@ -573,14 +634,16 @@ CheckpointMeta parse_checkpoint_meta(const std::map<std::string, std::string>& m
     if (!v) throw bad(key, "a seed, a whole number from 0 to 18446744073709551615");
     *seed = *v;
   }
-  auto fp = hex_fingerprint(get("weights_fingerprint"));
-  if (!fp) throw bad("weights_fingerprint", "16 lowercase hex digits");
-  m.weights_fingerprint = *fp;
-  if (metadata.count("state_fingerprint")) {
-    auto sfp = hex_fingerprint(get("state_fingerprint"));
-    if (!sfp) throw bad("state_fingerprint", "16 lowercase hex digits");
-    m.state_fingerprint = *sfp;
-  }
+  auto fingerprint = [&](const char* key) {
+    const std::string& text = get(key);
+    if (is_legacy_fingerprint(text))
+      throw DataError(legacy_fingerprint_message(fmt::format("{}: metadata {}", path, key), text));
+    auto fp = parse_fingerprint(text);
+    if (!fp) throw bad(key, "32 lowercase hex digits");
+    return *fp;
+  };
+  m.weights_fingerprint = fingerprint("weights_fingerprint");
+  if (metadata.count("state_fingerprint")) m.state_fingerprint = fingerprint("state_fingerprint");
   return m;
 }
 
@@ -601,8 +664,8 @@ RunManifest read_run_manifest(const std::string& path) {
   r.seed_augment = f.unsigned64("seeds.augment.value");
   r.epochs_done = f.count("results.epochs_done", 1);
   r.weights_fingerprint = f.fingerprint("results.weights_fingerprint");
-  r.train_fingerprint = hex64(f.fingerprint("data.train_fingerprint"));
-  r.test_fingerprint = hex64(f.fingerprint("data.test_fingerprint"));
+  r.train_fingerprint = f.fingerprint("data.train_fingerprint");
+  r.test_fingerprint = f.fingerprint("data.test_fingerprint");
   r.ops = parse_ops(m, path);
   return r;
 }
@@ -650,8 +713,8 @@ ResumePoint read_resume_point(const std::string& run_dir) {
   if (r.meta.weights_fingerprint != m.weights_fingerprint)
     throw DataError(fmt::format("{}: metadata weights_fingerprint is {}, but {} records {}: the files come from "
                                 "different runs",
-                                r.checkpoint_path, hex64(r.meta.weights_fingerprint), r.manifest_path,
-                                hex64(m.weights_fingerprint)));
+                                r.checkpoint_path, r.meta.weights_fingerprint.hex(), r.manifest_path,
+                                m.weights_fingerprint.hex()));
   if (r.meta.seed_init != m.seed_init || r.meta.seed_order != m.seed_order || r.meta.seed_augment != m.seed_augment)
     throw DataError(fmt::format("{}: metadata seeds {}/{}/{} differ from {}'s {}/{}/{} (init/order/augment)",
                                 r.checkpoint_path, r.meta.seed_init, r.meta.seed_order, r.meta.seed_augment,
@@ -668,35 +731,45 @@ ResumePoint read_resume_point(const std::string& run_dir) {
   return r;
 }
 
-void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
+namespace {
+
+// The run in `dir`, whose manifest recorded `recorded`, against `cfg`'s defining flags of the
+// kinds `length` adds to Training and Kernels. `action` says what was asked ("go on", "reuse it").
+void check_recorded_flags(const std::string& dir, const std::map<std::string, std::string>& recorded_flags,
+                          const TrainConfig& cfg, bool length, const char* action) {
   auto as_given = [](const DefiningFlag& f, const std::string& value) {
     if (f.form == Form::Switch) return (value == "on" ? "with " : "without ") + f.flag;
     return "with " + f.flag + " " + (value.empty() ? "(none)" : value);
   };
   for (const auto& f : defining_flags(cfg)) {
-    if (f.kind != Kind::Training && f.kind != Kind::Kernels) continue;
-    auto it = r.manifest.flags.find(f.flag);
-    const std::string recorded = it == r.manifest.flags.end() ? "(not recorded)" : it->second;
+    if (f.kind != Kind::Training && f.kind != Kind::Kernels && !(length && f.kind == Kind::Length)) continue;
+    auto it = recorded_flags.find(f.flag);
+    const std::string recorded = it == recorded_flags.end() ? "(not recorded)" : it->second;
     bool same = recorded == f.value;
     // Another GPU of the same kind is the same device for the bits; CPU and GPU are not.
     if (f.flag == "--device") same = (recorded.rfind("cuda", 0) == 0) == (f.value.rfind("cuda", 0) == 0);
     if (!same)
-      throw Error(fmt::format("{}: '{}' was trained {}, this run asks to go on {}. A resumed run keeps every setting that "
-                              "defines it, or its manifest's replay line would not reproduce it: resume {}, or start a "
-                              "new run",
-                              f.flag, r.dir, as_given(f, recorded), as_given(f, f.value), as_given(f, recorded)));
+      throw Error(fmt::format("{}: '{}' was trained {}, this run asks to {} {}. A resumed or reused run keeps every "
+                              "setting that defines it, or its manifest's replay line would not reproduce it: resume "
+                              "{}, or start a new run",
+                              f.flag, dir, as_given(f, recorded), action, as_given(f, f.value), as_given(f, recorded)));
   }
   // Flags a run records only when it uses them: one recorded that this run lacks is a change too.
   const auto current = defining_flags(cfg);
   for (const char* flag :
        {"--gpus", "--dp-groups", "--batchnorm", "--bucket-mb", "--image-size", "--resize", "--loss-scale"}) {
-    auto it = r.manifest.flags.find(flag);
+    auto it = recorded_flags.find(flag);
     const bool here = std::any_of(current.begin(), current.end(), [&](const DefiningFlag& f) { return f.flag == flag; });
-    if (it != r.manifest.flags.end() && !here)
-      throw Error(fmt::format("{}: '{}' was trained with {} {}, this run asks to go on without it; resume with {} {}, or "
+    if (it != recorded_flags.end() && !here)
+      throw Error(fmt::format("{}: '{}' was trained with {} {}, this run asks to {} without it; resume with {} {}, or "
                               "start a new run",
-                              flag, r.dir, flag, it->second, flag, it->second));
+                              flag, dir, flag, it->second, action, flag, it->second));
   }
+}
+
+// Seeds given by flag or fixed by a switch must be the run's own.
+void check_recorded_seeds(const std::string& dir, const TrainConfig& cfg, uint64_t seed_init, uint64_t seed_order,
+                          uint64_t seed_augment) {
   struct SeedCheck {
     const char* flag;
     const std::optional<uint64_t>& given;
@@ -705,19 +778,31 @@ void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
     uint64_t recorded;
   };
   for (const SeedCheck& s : {SeedCheck{"--seed-init", cfg.seed_init, cfg.deterministic_init, "--deterministic-init",
-                                       r.meta.seed_init},
+                                       seed_init},
                              SeedCheck{"--seed-order", cfg.seed_order, cfg.deterministic_input, "--deterministic-input",
-                                       r.meta.seed_order},
+                                       seed_order},
                              SeedCheck{"--seed-augment", cfg.seed_augment, cfg.deterministic_input,
-                                       "--deterministic-input", r.meta.seed_augment}}) {
+                                       "--deterministic-input", seed_augment}}) {
     if (!s.given && !s.fixed) continue;  // the checkpoint's seed is taken
     const uint64_t asked = s.given ? *s.given : 0;
     if (asked != s.recorded)
       throw Error(fmt::format("{}: '{}' ran with seed {}; this run asks for {} ({}). Resume without seed flags to "
                               "continue with the run's own seeds",
-                              s.given ? s.flag : s.switch_flag, r.dir, s.recorded, asked,
+                              s.given ? s.flag : s.switch_flag, dir, s.recorded, asked,
                               s.given ? std::string("by ") + s.flag : std::string("by ") + s.switch_flag));
   }
+}
+
+}  // namespace
+
+void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg) {
+  check_recorded_flags(r.dir, r.manifest.flags, cfg, false, "go on");
+  check_recorded_seeds(r.dir, cfg, r.meta.seed_init, r.meta.seed_order, r.meta.seed_augment);
+}
+
+void check_reused_run(const std::string& dir, const RunManifest& m, const TrainConfig& cfg) {
+  check_recorded_flags(dir, m.flags, cfg, true, "reuse it");
+  check_recorded_seeds(dir, cfg, m.seed_init, m.seed_order, m.seed_augment);
 }
 
 void check_resume_schedule(const ResumePoint& r, const TrainConfig& cfg, int64_t batches_per_epoch) {

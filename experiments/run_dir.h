@@ -52,18 +52,31 @@ struct RunFolderState {
   bool unpublished = false;  // a generation that was never published: a run stopped before it ended an epoch
   int epochs_done = -1;      // from the manifest; -1 when it cannot be read
   int epochs_planned = -1;
+  // What the folder holds besides a run's own entries (.lock, .gen-*, state, and links into
+  // state/): files a person put there, sorted by name.
+  std::vector<std::string> foreign;
 };
 RunFolderState inspect_run_folder(const std::string& dir);
 
 enum class OutIntent {
-  Fresh,      // the folder is absent, empty, or holds no published epoch (nothing can be lost)
-  Overwrite,  // --overwrite: replace what the folder holds; the old run stays whole and visible
-              // until the new run publishes its first epoch
+  Fresh,      // the folder is absent, or holds nothing but an unpublished run's own entries
+  Overwrite,  // --overwrite: replace the run the folder holds; the old run stays whole and visible
+              // until the new run publishes its first epoch. Files of others are kept, and one a
+              // run would write over (run_files()) is refused even then.
   Continue,   // --resume into the same folder: it must hold a published epoch
 };
-// Throws Error naming --out, --overwrite or --resume when `intent` does not fit what `out` holds.
-// Read-only: nothing is created.
+// The files a run publishes in its folder (as links into its generation).
+const std::vector<std::string>& run_files();
+
+// Throws Error naming --out, --overwrite or --resume when `intent` does not fit what `out` holds:
+// a run there without --overwrite or --resume; files of others there (RunFolderState::foreign)
+// without --overwrite, or with it where a run would write over them. Read-only: nothing is created.
 void check_out_allowed(const std::string& out, OutIntent intent);
+
+// A file a tool is about to write (a trace, say), checked before any work is done: Error naming
+// `flag` when a folder stands at the path, when a file does and `overwrite` is false (a result is
+// never replaced unasked), or when the folder it goes in is missing or not writable.
+void check_output_file(const std::string& path, bool overwrite, const std::string& flag);
 
 // A folder for the results of many runs (an experiment's, an attribution's, a report's), created
 // with its parents. Throws IoError naming `flag` and the folder when it cannot be made or a
@@ -118,11 +131,12 @@ struct CheckpointMeta {
   int epoch = 0;                      // finished epochs, at least 1
   int64_t steps = 0;                  // optimizer steps taken, at least 0
   uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
-  uint64_t weights_fingerprint = 0;   // parameters and buffers (what TrainResult reports)
-  std::optional<uint64_t> state_fingerprint;  // everything, optimizer state included
+  Fingerprint weights_fingerprint;    // parameters and buffers (what TrainResult reports)
+  std::optional<Fingerprint> state_fingerprint;  // everything, optimizer state included
 };
 std::map<std::string, std::string> checkpoint_metadata(const CheckpointMeta& m);
-// Throws DataError naming the file, the field and its value for a missing or malformed field.
+// Throws DataError naming the file, the field and its value for a missing or malformed field, and
+// for a fingerprint of the FNV-1a versions (legacy_fingerprint_message, engine/fingerprint.h).
 CheckpointMeta parse_checkpoint_meta(const std::map<std::string, std::string>& metadata, const std::string& path);
 
 // What a run's manifest.json records, checked.
@@ -130,12 +144,12 @@ struct RunManifest {
   std::map<std::string, std::string> flags;  // defining flags: "--lr" -> "0.002"
   uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
   int epochs_done = 0;
-  uint64_t weights_fingerprint = 0;
-  std::string train_fingerprint, test_fingerprint;  // the data the run saw (hex)
+  Fingerprint weights_fingerprint;
+  Fingerprint train_fingerprint, test_fingerprint;  // the data the run saw
   std::vector<ManifestEntry> ops;
 };
 // Throws IoError when the file cannot be opened, DataError naming the file and the field (or the
-// byte, for malformed JSON) otherwise.
+// byte, for malformed JSON) otherwise; a manifest of the FNV-1a versions is refused by name.
 RunManifest read_run_manifest(const std::string& manifest_path);
 
 // Pins that reproduce every kernel choice a run made: one "layer.knob[@shape]=variant" per
@@ -163,6 +177,9 @@ ResumePoint read_resume_point(const std::string& run_dir);
 // recorded, seeds given by flag or switch equal to the checkpoint's. Throws Error naming the flag
 // and both values. (--epochs may grow: check_resume_schedule.)
 void check_resume_flags(const ResumePoint& r, const TrainConfig& cfg);
+// A finished run taken as it is for `cfg` (ditto-experiment --resume keeps finished replicas): the
+// same rules, and the same --epochs / --steps. Throws Error naming the flag and both values.
+void check_reused_run(const std::string& dir, const RunManifest& m, const TrainConfig& cfg);
 // --epochs may change only where the learning rates of the finished steps stay bit-identical (not
 // for a cosine schedule, which spans all epochs) and must exceed the finished epochs.
 void check_resume_schedule(const ResumePoint& r, const TrainConfig& cfg, int64_t batches_per_epoch);

@@ -16,14 +16,15 @@
 namespace ditto {
 namespace {
 
-constexpr int kTraceFormatVersion = 1;
+// 2: fingerprints are XXH3-128 (32 hex digits); 1 held the FNV-1a versions' 16-digit ones.
+constexpr int kTraceFormatVersion = 2;
 
 // ordered_json keeps step, seq, phase, layer and op at the front of each line, where a person
 // scanning a trace with grep or less looks first.
 nlohmann::ordered_json tensors_to_json(const std::vector<TraceTensor>& tensors) {
   auto array = nlohmann::ordered_json::array();
   for (const TraceTensor& t : tensors)
-    array.push_back({{"name", t.name}, {"fingerprint", fmt::format("{:016x}", t.fingerprint)}, {"numel", t.numel}});
+    array.push_back({{"name", t.name}, {"fingerprint", t.fingerprint.hex()}, {"numel", t.numel}});
   return array;
 }
 
@@ -57,12 +58,11 @@ struct TraceLine {
     if (n < minimum) fail(fmt::format("field \"{}\" is {}, below {}", key, n, minimum));
     return n;
   }
-  // Exactly what the writer produces: 16 lowercase hex digits, so a damaged value is not misread.
-  uint64_t fingerprint(const std::string& hex) const {
-    bool ok = hex.size() == 16 &&
-              std::all_of(hex.begin(), hex.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-    if (!ok) fail(fmt::format("fingerprint \"{}\" is not 16 lowercase hex digits", hex));
-    return std::stoull(hex, nullptr, 16);
+  // Exactly what the writer produces: 32 lowercase hex digits, so a damaged value is not misread.
+  Fingerprint fingerprint(const std::string& hex) const {
+    auto f = parse_fingerprint(hex);
+    if (!f) fail(fmt::format("fingerprint \"{}\" is not 32 lowercase hex digits", hex));
+    return *f;
   }
   std::vector<TraceTensor> tensors(const nlohmann::json& object, const char* key) const {
     const nlohmann::json& array = field(object, key);
@@ -174,6 +174,9 @@ Trace read_trace(const std::string& path) {
   TraceLine line{path, 1};
   if (!std::getline(in, text)) line.fail("empty file, expected the {\"ditto_trace\": 1, ...} header");
   nlohmann::json header = line.parse(text);
+  if (header.is_object() && header.value("ditto_trace", nlohmann::json()) == 1)
+    line.fail("a trace of format 1, whose fingerprints are the FNV-1a versions' 64-bit ones (paired changes cancel "
+              "out in them, so a comparison could miss a difference); record it again with this ditto");
   if (!header.is_object() || header.value("ditto_trace", nlohmann::json()) != kTraceFormatVersion)
     line.fail(fmt::format("not a ditto trace (first line must be {{\"ditto_trace\": {}, \"meta\": {{...}}}})",
                           kTraceFormatVersion));

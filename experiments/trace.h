@@ -14,11 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "engine/fingerprint.h"
+
 namespace ditto {
 
 struct TraceTensor {
   std::string name;          // "x", "w", "y", "dy", "dx", "dw", "w_before", ...
-  uint64_t fingerprint = 0;  // hash of the tensor's bits
+  Fingerprint fingerprint;  // XXH3-128 of the tensor's bits (engine/fingerprint.h)
   int64_t numel = 0;
 };
 

@@ -229,6 +229,8 @@ void validate_numbers(const TrainConfig& c) {
     throw Error(fmt::format("--warmup-epochs: {} must be below --epochs ({})", c.warmup_epochs, c.epochs));
   if (c.optimizer != "adam" && c.optimizer != "sgd")
     throw Error(fmt::format("--optimizer: unknown optimizer '{}'; valid: adam, sgd", c.optimizer));
+  if (c.nesterov && c.optimizer != "sgd")
+    throw Error(fmt::format("--nesterov: Nesterov momentum is sgd's; this run's --optimizer is {}", c.optimizer));
   for (int m : c.milestones) whole("milestones", m, 1, 1000000);
   whole("train-size", c.train_size, 0, INT64_MAX);
   whole("test-size", c.test_size, 0, INT64_MAX);
@@ -403,10 +405,10 @@ class Run {
     if (resumed_) {
       for (auto [which, now, recorded] : {std::tuple{"training", data.train.fingerprint(), resumed_->manifest.train_fingerprint},
                                           std::tuple{"test", data.test.fingerprint(), resumed_->manifest.test_fingerprint}})
-        if (hex64(now) != recorded)
+        if (now != recorded)
           throw Error(fmt::format("--resume: the {} data differ from those '{}' was trained on (fingerprint {}, the run "
                                   "recorded {}): --data, --train-size/--test-size or the data files changed",
-                                  which, cfg_.resume, hex64(now), recorded));
+                                  which, cfg_.resume, now.hex(), recorded.hex()));
     }
   }
 
@@ -605,15 +607,15 @@ class Run {
     restore_tensors(*ctx_, r.checkpoint, r.checkpoint_path, state_);
     // The checkpoint carries the fingerprints of what was saved: a flipped bit, a NaN written into
     // a weight, or tensors from another file would otherwise train on silently.
-    const uint64_t weights = state_fingerprint(false);
+    const Fingerprint weights = state_fingerprint(false);
     if (weights != r.meta.weights_fingerprint)
       throw DataError(fmt::format("{}: fingerprint mismatch: the weights in the file hash to {}, but its metadata "
                                   "weights_fingerprint is {}: the file was changed or damaged after it was written",
-                                  r.checkpoint_path, hex64(weights), hex64(r.meta.weights_fingerprint)));
+                                  r.checkpoint_path, weights.hex(), r.meta.weights_fingerprint.hex()));
     if (r.meta.state_fingerprint && state_fingerprint(true) != *r.meta.state_fingerprint)
       throw DataError(fmt::format("{}: fingerprint mismatch: the optimizer state in the file hashes to {}, but its "
                                   "metadata state_fingerprint is {}: the file was changed or damaged after it was written",
-                                  r.checkpoint_path, hex64(state_fingerprint(true)), hex64(*r.meta.state_fingerprint)));
+                                  r.checkpoint_path, state_fingerprint(true).hex(), r.meta.state_fingerprint->hex()));
     const int64_t nb = train_loader_->batches_per_epoch();
     if (r.meta.steps != r.meta.epoch * nb)
       throw DataError(fmt::format("{}: metadata steps is {}, but {} finished epochs of {} batches make {}",
@@ -917,19 +919,19 @@ class Run {
     if (scaler_) m["loss_scaling"] = loss_scaling_summary();
     if (tuning_)
       m["tuning"] = {{"file", c.tuning}, {"mode", tuning_->reading() ? "read" : "tuned by this run"},
-                     {"hash", hex64(tuning_hash_)}, {"entries", tuning_->entries().size()}};
+                     {"hash", tuning_hash_.hex()}, {"entries", tuning_->entries().size()}};
     m["runtime"] = {{"device", info.device}, {"gpu", info.gpu_name}, {"driver", info.driver},
                     {"cuda_runtime", info.cuda_runtime}, {"cudnn", info.cudnn}, {"cudnn_build", info.cudnn_build},
                     {"cublas", info.cublas}};
     m["data"] = {{"train", data.train.summary()}, {"test", data.test.summary()},
                  {"streamed", data.train.streamed() ? json(data.train.source->describe()) : json(false)},
-                 {"train_fingerprint", hex64(data.train.fingerprint())}, {"test_fingerprint", hex64(data.test.fingerprint())},
+                 {"train_fingerprint", data.train.fingerprint().hex()}, {"test_fingerprint", data.test.fingerprint().hex()},
                  {"normalization", data.train.categories > 0 ? json("none: category ids")
                                    : c.standardize     ? json("per-image standardization")
                                                        : json{{"mean", stats_.mean}, {"std", stats_.std}}}};
     m["model"] = {{"name", net_->name()}, {"parameters", net_->param_count()}, {"task", task_name(task_)}};
     m["ops"] = json::parse(ctx_->manifest().to_json())["ops"];
-    m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", hex64(result_.weights_fingerprint)},
+    m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", result_.weights_fingerprint.hex()},
                     {"test_top1", log_.empty() ? 0.0 : log_.back().test_top1}};
     return m;
   }
@@ -965,14 +967,11 @@ class Run {
 
   // One fingerprint over the tensors' fingerprints in checkpoint order: parameters and buffers
   // (what TrainResult reports), or with the optimizer state too.
-  uint64_t state_fingerprint(bool with_optimizer) const {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const auto& [name, t] : state_) {
-      if (!with_optimizer && name.rfind("optim.", 0) == 0) continue;
-      const uint64_t fp = t->fingerprint();
-      h = fingerprint_bytes(&fp, sizeof fp, h);
-    }
-    return h;
+  Fingerprint state_fingerprint(bool with_optimizer) const {
+    Hasher h;
+    for (const auto& [name, t] : state_)
+      if (with_optimizer || name.rfind("optim.", 0) != 0) h.add(name).add(t->fingerprint());
+    return h.digest();
   }
 
   void warn(const std::string& text) {
@@ -1013,7 +1012,7 @@ class Run {
   Task task_ = Task::Classification;
   std::vector<int32_t> unit_labels_, unit_preds_;  // the other tasks' test units (experiments/task_scoring.h)
   std::shared_ptr<TuningTable> tuning_;
-  uint64_t tuning_hash_ = 0;
+  Fingerprint tuning_hash_;
   std::unique_ptr<TrainStep> stepper_;
   LoaderOptions train_opts_;
   // data parallelism: ranks 1..K-1 (rank 0 is the members above), and the step over all of them
@@ -1059,13 +1058,10 @@ std::vector<float> params_to_host(const std::vector<Param>& params) {
   return all;
 }
 
-uint64_t params_fingerprint(const std::vector<Param>& params) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const auto& p : params) {
-    uint64_t fp = p.var.value().fingerprint();
-    h = fingerprint_bytes(&fp, sizeof fp, h);
-  }
-  return h;
+Fingerprint params_fingerprint(const std::vector<Param>& params) {
+  Hasher h;
+  for (const auto& p : params) h.add(p.name).add(p.var.value().fingerprint());
+  return h.digest();
 }
 
 std::string resolve_device(const std::string& device) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/fingerprint.h"
+
 #include <memory>
 
 #include "datasets/dataset.h"
@@ -97,7 +99,7 @@ struct EpochLog {
 struct TrainResult {
   std::vector<EpochLog> log;
   uint64_t seed_init = 0, seed_order = 0, seed_augment = 0;
-  uint64_t weights_fingerprint = 0;   // over all parameters and buffers, in name order
+  Fingerprint weights_fingerprint;    // over all parameters and buffers, in name order
   Task task = Task::Classification;   // what the predictions are (experiments/task_scoring.h)
   std::vector<int32_t> predictions;   // final prediction per test unit: top-1 class per example;
                                       // class per pixel (segmentation); code of the decoded string
@@ -172,7 +174,7 @@ std::string resolve_device(const std::string& device);
 // Every parameter's values, concatenated in the order given, on the host (waits for the GPU).
 std::vector<float> params_to_host(const std::vector<Param>& params);
 // One fingerprint of all the parameters' bits, in the order given.
-uint64_t params_fingerprint(const std::vector<Param>& params);
+Fingerprint params_fingerprint(const std::vector<Param>& params);
 // "mm:ss", or "h:mm:ss" from an hour on: elapsed times and ETAs in progress lines.
 std::string format_hms(double seconds);
 

@@ -8,7 +8,7 @@
 
 # The build: compilers, CMake + Ninja and the libraries of README's dependency list.
 DITTO_BUILD_PACKAGES=(cmake ninja-build g++ libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libjpeg62-turbo-dev
-                      zlib1g-dev)
+                      zlib1g-dev libxxhash-dev)
 
 ditto_ensure_packages() {
   [ -z "${DITTO_SKIP_INSTALL:-}" ] || return 0

@@ -61,7 +61,7 @@ TEST_CASE("dropout: the mask replays for the same (seed, step, layer) and change
   auto run = [&](uint64_t s, uint64_t step, const std::string& layer) {
     return dropout(ctx, layer, x, 0.5f, s, step, true).value().fingerprint();
   };
-  const uint64_t base = run(seed, 5, "drop1");
+  const Fingerprint base = run(seed, 5, "drop1");
   CHECK(run(seed, 5, "drop1") == base);
   CHECK(run(seed + 1, 5, "drop1") != base);
   CHECK(run(seed, 6, "drop1") != base);

@@ -147,6 +147,28 @@ TEST_CASE("experiment: CONTROL is bit-identical, ALGO drifts; the report says so
     }
 }
 
+TEST_CASE("experiment: --resume reuses a finished replica only under the settings it was trained with") {
+  EnsembleOptions o = tiny("resume-changed");
+  o.settings = {parse_setting("CONTROL")};
+  auto data = load_train_data(o.base);
+  run_settings(o, data);
+  o.resume = true;
+  auto refused = [&](auto change) {
+    EnsembleOptions changed = o;
+    change(changed.base);
+    return test::error_of([&] { run_settings(changed, data); });
+  };
+  CHECK_THAT(refused([](TrainConfig& c) { c.lr *= 2; }), Contains("--lr") && Contains("reuse it"));
+  CHECK_THAT(refused([](TrainConfig& c) { c.batch_size /= 2; }), Contains("--batch-size"));
+  CHECK_THAT(refused([](TrainConfig& c) { c.model = "two-conv"; }), Contains("--model") && Contains("two-conv"));
+  CHECK_NOTHROW(run_settings(o, data));  // unchanged: reused as it is
+  // Replicas finished with 2 epochs are not the 1-epoch replicas asked for.
+  EnsembleOptions longer = o;
+  longer.base.epochs = 2;
+  run_settings(longer, data);
+  CHECK_THAT(refused([](TrainConfig& c) { c.epochs = 1; }), Contains("--epochs"));
+}
+
 TEST_CASE("experiment: an interrupted experiment continues its unfinished replicas bit-identically") {
   EnsembleOptions o = tiny("resume");
   o.settings = {parse_setting("CONTROL"), parse_setting("ALGO")};

@@ -114,7 +114,7 @@ TEST_CASE("standardize_image: tf.image.per_image_standardization") {
 
 namespace {
 struct Collected {
-  std::vector<uint64_t> image_prints, label_prints;
+  std::vector<Fingerprint> image_prints, label_prints;
   std::vector<std::vector<int64_t>> indices;
   std::vector<int64_t> rows;
 };

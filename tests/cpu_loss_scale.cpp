@@ -117,7 +117,7 @@ TEST_CASE("loss scale: a loss whose scaled gradient overflows halves the scale a
     opt.zero_grad();
     s.update(ctx);
   };
-  const uint64_t before = fingerprint_of({w}, opt);
+  const Fingerprint before = fingerprint_of({w}, opt);
   step();
   CHECK(fingerprint_of({w}, opt) == before);
   CHECK(s.seed().to_host_f32()[0] == std::ldexp(1.0f, 119));
@@ -186,7 +186,7 @@ TEST_CASE("loss scale: an overflowing step is skipped and backs the scale off; t
   c.optimizer = "sgd";
   c.lr = 10.0f;
   c.epochs = 1;
-  std::vector<uint64_t> weights;
+  std::vector<Fingerprint> weights;
   TrainHooks hooks;
   hooks.after_step = [&](const StepView& v) { weights.push_back(params_fingerprint(v.params)); };
   const TrainResult r = train(c, hooks);

@@ -213,10 +213,10 @@ TEST_CASE("mnist-cnn: dropout masks are keyed by (seed, step); evaluation ignore
   Tensor x = ctx.from_host(test::random_vec(2 * 28 * 28, seed, 0.0, 1.0), {2, 1, 28, 28});
 
   net->begin_step(seed, 3);
-  const uint64_t train_a = logits_of(ctx, *net, x, true).fingerprint();
+  const Fingerprint train_a = logits_of(ctx, *net, x, true).fingerprint();
   CHECK(logits_of(ctx, *net, x, true).fingerprint() == train_a);  // same (seed, step): same masks
   net->begin_step(seed, 4);
-  const uint64_t next_step = logits_of(ctx, *net, x, true).fingerprint();
+  const Fingerprint next_step = logits_of(ctx, *net, x, true).fingerprint();
   CHECK(next_step != train_a);
   net->begin_step(seed + 1, 3);
   CHECK(logits_of(ctx, *net, x, true).fingerprint() != train_a);
@@ -224,7 +224,7 @@ TEST_CASE("mnist-cnn: dropout masks are keyed by (seed, step); evaluation ignore
   CHECK(logits_of(ctx, *net, x, true).fingerprint() == train_a);  // back to step 3: replays
 
   // Evaluation: no dropout, so neither the step nor the seed matter, and it differs from training.
-  const uint64_t eval = logits_of(ctx, *net, x, false).fingerprint();
+  const Fingerprint eval = logits_of(ctx, *net, x, false).fingerprint();
   net->begin_step(seed + 7, 99);
   CHECK(logits_of(ctx, *net, x, false).fingerprint() == eval);
   CHECK(eval != train_a);

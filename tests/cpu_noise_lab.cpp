@@ -21,6 +21,8 @@
 using namespace ditto;
 namespace fs = std::filesystem;
 
+using Catch::Matchers::Contains;
+
 namespace {
 std::string scratch(const std::string& name) { return test::scratch("cpu_noise_lab", name); }
 
@@ -167,6 +169,18 @@ TEST_CASE("tracer: a traced run ends with exactly the untraced run's checkpoint,
   CHECK_FALSE(cmp.first.structure_mismatch);
 }
 
+TEST_CASE("record: an existing trace file is refused before training unless --overwrite; a folder always") {
+  const std::string path = scratch("kept.trace");
+  { std::ofstream(path) << "someone's trace\n"; }
+  TrainConfig c = tiny();
+  CHECK_THROWS_WITH(record_trace(c, path), Contains("--trace") && Contains("exists") && Contains("--overwrite"));
+  CHECK(slurp(path) == "someone's trace\n");
+  CHECK_THROWS_WITH(record_trace(c, scratch("")), Contains("--trace") && Contains("folder"));
+  CHECK_THROWS_WITH(record_trace(c, scratch("no/such/folder/x.trace")), Contains("--trace") && Contains("does not exist"));
+  record_trace(c, path, {}, true);
+  CHECK(read_trace(path).events.size() > 0);
+}
+
 TEST_CASE("diverge: two lockstep CPU runs never part; a changed learning rate is found at the first update") {
   TrainConfig c = tiny();
   c.max_steps = 4;
@@ -203,7 +217,7 @@ TEST_CASE("diverge: traces of two machines compare to the first differing op") {
   for (auto& e : t.events)
     if (!planted && e.step == 1 && e.phase == "update" && e.layer == "conv1.weight") {
       for (auto& out : e.outputs)
-        if (out.name == "w") out.fingerprint ^= 1, planted = true;
+        if (out.name == "w") out.fingerprint.low ^= 1, planted = true;
     }
   REQUIRE(planted);
   write_trace(scratch("m_b.trace"), t);
@@ -337,12 +351,12 @@ TEST_CASE("diverge: a difference no op reads (a reported loss value) is not the 
   // loss forward writes y (read by nobody); loss backward reads logits; conv2 backward writes dw,
   // which the update reads.
   std::vector<TraceEvent> a = {
-      ev(0, "fwd", "loss", "softmax_xent", {{"logits", 1, 10}}, {{"y", 2, 1}}),
-      ev(1, "bwd", "loss", "softmax_xent", {{"dy", 3, 1}, {"logits", 1, 10}}, {{"dlogits", 4, 10}}),
-      ev(2, "bwd", "conv2", "conv2d", {{"dy", 4, 10}, {"x", 5, 8}, {"w", 6, 4}}, {{"dw", 7, 4}}),
-      ev(3, "update", "conv2.weight", "adam", {{"w_before", 6, 4}, {"dw", 7, 4}}, {{"w", 8, 4}})};
+      ev(0, "fwd", "loss", "softmax_xent", {{"logits", Fingerprint{0, 1}, 10}}, {{"y", Fingerprint{0, 2}, 1}}),
+      ev(1, "bwd", "loss", "softmax_xent", {{"dy", Fingerprint{0, 3}, 1}, {"logits", Fingerprint{0, 1}, 10}}, {{"dlogits", Fingerprint{0, 4}, 10}}),
+      ev(2, "bwd", "conv2", "conv2d", {{"dy", Fingerprint{0, 4}, 10}, {"x", Fingerprint{0, 5}, 8}, {"w", Fingerprint{0, 6}, 4}}, {{"dw", Fingerprint{0, 7}, 4}}),
+      ev(3, "update", "conv2.weight", "adam", {{"w_before", Fingerprint{0, 6}, 4}, {"dw", Fingerprint{0, 7}, 4}}, {{"w", Fingerprint{0, 8}, 4}})};
   auto b = a;
-  b[0].outputs[0].fingerprint = 20;  // the loss value differs by an ULP
+  b[0].outputs[0].fingerprint = Fingerprint{0, 20};  // the loss value differs by an ULP
   CHECK_FALSE(output_is_read(a, 0, "y"));
   CHECK(output_is_read(a, 2, "dw"));
   CHECK(output_is_read(a, 3, "w"));
@@ -353,9 +367,9 @@ TEST_CASE("diverge: a difference no op reads (a reported loss value) is not the 
   REQUIRE(unread.size() == 1);
   CHECK(unread[0].event_a.layer == "loss");
   // Plus conv2's dw (and the update it feeds): that is the source.
-  b[2].outputs[0].fingerprint = 70;
-  b[3].inputs[1].fingerprint = 70;
-  b[3].outputs[0].fingerprint = 80;
+  b[2].outputs[0].fingerprint = Fingerprint{0, 70};
+  b[3].inputs[1].fingerprint = Fingerprint{0, 70};
+  b[3].outputs[0].fingerprint = Fingerprint{0, 80};
   Divergence src = first_read_divergence(a, b);
   REQUIRE(src.found);
   CHECK(src.event_a.layer == "conv2");

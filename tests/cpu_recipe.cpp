@@ -80,8 +80,8 @@ TEST_CASE("recipe: the warm-up's rates reach the optimizer step by step; outputs
   Context cpu;
   auto net = make_net(cpu, {c.model, 10, 3});
   net->init(cpu, 0);
-  const uint64_t init = params_fingerprint(net->params());
-  std::vector<uint64_t> after;
+  const Fingerprint init = params_fingerprint(net->params());
+  std::vector<Fingerprint> after;
   TrainHooks hooks;
   hooks.after_step = [&](const StepView& v) { after.push_back(params_fingerprint(v.params)); };
   TrainResult r = train(c, hooks);

@@ -142,8 +142,8 @@ TEST_CASE("run_dir: checkpoint metadata, every field checked") {
   m.seed_init = 18446744073709551615ull;
   m.seed_order = 1;
   m.seed_augment = 2;
-  m.weights_fingerprint = 0x0123456789abcdefull;
-  m.state_fingerprint = 0xfedcba9876543210ull;
+  m.weights_fingerprint = {0x0123456789abcdefull, 0x8000000000000000ull};
+  m.state_fingerprint = Fingerprint{0xfedcba9876543210ull, 1};
   const auto fields = checkpoint_metadata(m);
   const CheckpointMeta back = parse_checkpoint_meta(fields, "ck");
   CHECK(back.epoch == 3);
@@ -156,7 +156,8 @@ TEST_CASE("run_dir: checkpoint metadata, every field checked") {
       {"epoch", "3 ", "'3 '"},                           {"epoch", "99999999999", "'99999999999'"},
       {"steps", "abc", "metadata steps is 'abc'"},       {"steps", "-1", "'-1'"},
       {"seed_init", "18446744073709551616", "seed_init"}, {"seed_order", "+1", "'+1'"},
-      {"weights_fingerprint", "0123456789ABCDEF", "16 lowercase hex"},
+      {"weights_fingerprint", "0123456789ABCDEF0123456789ABCDEF", "32 lowercase hex"},
+      {"weights_fingerprint", "0123456789abcdef", "FNV-1a"},
       {"state_fingerprint", "", "state_fingerprint is ''"}, {"model", "", "model is ''"}};
   for (const auto& [key, value, says] : bad) {
     INFO(key << "=" << value);
@@ -175,8 +176,9 @@ TEST_CASE("run_dir: manifests, logs and pins files name the file and the field")
   const fs::path manifest = fs::path(dir) / "manifest.json";
   nlohmann::json m = {{"flags", {{"--lr", "0.002"}}},
                       {"seeds", {{"init", {{"value", 0}}}, {"order", {{"value", 1}}}, {"augment", {{"value", 2}}}}},
-                      {"results", {{"epochs_done", 2}, {"weights_fingerprint", "0123456789abcdef"}}},
-                      {"data", {{"train_fingerprint", "00000000000000aa"}, {"test_fingerprint", "00000000000000bb"}}},
+                      {"results", {{"epochs_done", 2}, {"weights_fingerprint", "0123456789abcdef0123456789abcdef"}}},
+                      {"data", {{"train_fingerprint", "000000000000000000000000000000aa"},
+                                {"test_fingerprint", "000000000000000000000000000000bb"}}},
                       {"ops", nlohmann::json::array()}};
   write(manifest, m.dump());
   const RunManifest r = read_run_manifest(manifest.string());
@@ -192,6 +194,11 @@ TEST_CASE("run_dir: manifests, logs and pins files name the file and the field")
   broken["results"]["epochs_done"] = -5;
   write(manifest, broken.dump());
   CHECK_THAT(error_of([&] { read_run_manifest(manifest.string()); }), Contains("results.epochs_done is -5"));
+  broken = m;
+  broken["results"]["weights_fingerprint"] = "0123456789abcdef";  // a run of the FNV-1a versions
+  write(manifest, broken.dump());
+  CHECK_THAT(error_of([&] { read_run_manifest(manifest.string()); }),
+             Contains(manifest.string()) && Contains("results.weights_fingerprint") && Contains("FNV-1a"));
   broken = m;
   broken.erase("flags");
   write(manifest, broken.dump());

@@ -51,6 +51,13 @@ void overwrite_target(const fs::path& link, const std::string& bytes) {
 
 using test::error_of;
 
+// The length of a safetensors file's JSON header (its first 8 bytes, little-endian).
+uint64_t header_size(const std::string& bytes) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  return n;
+}
+
 // The options of a command line, split as a shell would (the replay line quotes with '...').
 std::vector<std::string> shell_words(const std::string& line) {
   std::vector<std::string> out;
@@ -128,6 +135,10 @@ TEST_CASE("row 1: a non-finite or out-of-range number is an error naming its fla
   CHECK_THAT(cli_error({"--synthetic-train", "99999999999"}), Contains("--synthetic-train") && Contains("whole number"));
   CHECK_THAT(cli_error({"--seed-init", "-1"}), Contains("--seed-init"));
   CHECK_THAT(cli_error({"--epochs", "inf"}), Contains("--epochs") && Contains("whole number"));
+  c = small("");
+  c.optimizer = "adam";
+  c.nesterov = true;  // a flag the optimizer would silently ignore
+  CHECK_THAT(error_of([&] { train(c); }), Contains("--nesterov") && Contains("adam"));
 }
 
 TEST_CASE("weak: --batch-size past what the data or memory allow names the flag") {
@@ -259,9 +270,7 @@ TEST_CASE("row 5: a checkpoint with a flipped weight bit or a NaN weight is refu
   train(small(dir, 1));
   const fs::path ck = fs::path(dir) / "checkpoint.safetensors";
   const std::string good = slurp(ck);
-  uint64_t header = 0;
-  for (int i = 0; i < 8; ++i) header |= uint64_t(static_cast<unsigned char>(good[i])) << (8 * i);
-  const std::size_t data = 8 + header;
+  const std::size_t data = 8 + header_size(good);
   auto resume = [&] {
     auto c = small("", 2);
     c.resume = dir;
@@ -278,6 +287,56 @@ TEST_CASE("row 5: a checkpoint with a flipped weight bit or a NaN weight is refu
   CHECK_THAT(error_of(resume), Contains(ck.string()) && Contains("fingerprint mismatch"));
   overwrite_target(ck, good);
   CHECK_NOTHROW(resume());
+}
+
+TEST_CASE("a folder holding files of others is refused without --overwrite, and none of them is ever replaced") {
+  const std::string dir = scratch("notes");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  { std::ofstream(fs::path(dir) / "log.csv") << "notes\n"; }
+  auto c = small("", 1);
+  c.out = dir;
+  CHECK_THAT(error_of([&] { train(c); }), Contains("--out") && Contains("holds no ditto run") && Contains("log.csv"));
+  c.overwrite = true;  // even then: log.csv is a name the run writes
+  CHECK_THAT(error_of([&] { train(c); }), Contains("--overwrite") && Contains("log.csv") && Contains("never"));
+  CHECK(slurp(fs::path(dir) / "log.csv") == "notes\n");
+  CHECK_FALSE(fs::is_symlink(fs::path(dir) / "log.csv"));
+  // A file of another name stays beside the run that --overwrite writes there.
+  fs::rename(fs::path(dir) / "log.csv", fs::path(dir) / "notes.txt");
+  CHECK_NOTHROW(train(c));
+  CHECK(slurp(fs::path(dir) / "notes.txt") == "notes\n");
+  CHECK(fs::exists(fs::path(dir) / "manifest.json"));
+  // Not even --resume touches it.
+  auto more = small("", 2);
+  more.resume = dir;
+  CHECK_NOTHROW(train(more));
+  CHECK(slurp(fs::path(dir) / "notes.txt") == "notes\n");
+}
+
+TEST_CASE("--out with an empty or non-UTF-8 path is refused, naming the flag") {
+  CHECK_THAT(cli_error({"--out", ""}), Contains("--out") && Contains("empty"));
+  CHECK_THAT(cli_error({"--out", "runs/\xff\xfe"}), Contains("--out") && Contains("UTF-8"));
+  CHECK(cli_error({"--out", "runs/caf\xc3\xa9"}) == "(accepted)");
+}
+
+TEST_CASE("a checkpoint with the signs of two weights flipped in a pair is refused") {
+  // Floats 1 and 3 of conv2.weight: their sign bits are the top bits of two consecutive 64-bit
+  // words, a change the former FNV-1a fingerprint could not see (tests/cpu_fingerprint.cpp).
+  const std::string dir = scratch("paired_flips");
+  train(small(dir, 1));
+  const fs::path ck = fs::path(dir) / "checkpoint.safetensors";
+  const std::string good = slurp(ck);
+  const uint64_t n = header_size(good);
+  const auto offsets = nlohmann::json::parse(good.substr(8, n))["conv2.weight"]["data_offsets"];
+  const std::size_t at = 8 + n + offsets[0].get<std::size_t>();
+  std::string flipped = good;
+  flipped[at + 4 * 1 + 3] ^= static_cast<char>(0x80);
+  flipped[at + 4 * 3 + 3] ^= static_cast<char>(0x80);
+  overwrite_target(ck, flipped);
+  auto c = small("", 2);
+  c.resume = dir;
+  CHECK_THAT(error_of([&] { train(c); }), Contains(ck.string()) && Contains("fingerprint mismatch"));
+  overwrite_target(ck, good);
 }
 
 TEST_CASE("row 6: malformed checkpoint metadata names the file, field and value") {
@@ -304,8 +363,7 @@ TEST_CASE("row 6: malformed checkpoint metadata names the file, field and value"
   CHECK_THAT(with("weights_fingerprint", "xyz"), Contains("weights_fingerprint") && Contains("'xyz'"));
   CHECK_THAT(with("epoch", "2"), Contains("epoch is 2") && Contains("epochs_done 1"));
   // Two tensors sharing bytes: conv1.bias moved onto conv1.weight's first bytes.
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(good[i])) << (8 * i);
+  const uint64_t n = header_size(good);
   auto j = nlohmann::json::parse(good.substr(8, n));
   const auto bias = j["conv1.bias"]["data_offsets"];
   j["conv1.bias"]["data_offsets"] = {0, bias[1].get<uint64_t>() - bias[0].get<uint64_t>()};

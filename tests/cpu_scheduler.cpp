@@ -117,7 +117,7 @@ TEST_CASE("run_jobs + train: replicas with their own seeds end bit-identical to 
   TrainConfig c = test::synthetic_config("smallcnn", 128, 32, 16, 32);
   auto data = load_train_data(c);
   auto run = [&](int concurrent) {
-    std::vector<uint64_t> prints(4);
+    std::vector<Fingerprint> prints(4);
     run_jobs(4, {"cpu"}, concurrent, [&](int k, const std::string& dev) {
       TrainConfig r = c;
       r.device = dev;
@@ -130,5 +130,5 @@ TEST_CASE("run_jobs + train: replicas with their own seeds end bit-identical to 
   };
   auto seq = run(1), par = run(4);
   CHECK(seq == par);
-  CHECK(std::set<uint64_t>(seq.begin(), seq.end()).size() == 4);  // the seeds do differ
+  CHECK(std::set<Fingerprint>(seq.begin(), seq.end()).size() == 4);  // the seeds do differ
 }

@@ -222,6 +222,41 @@ TEST_CASE("stream folder: DCT-scaled decoding is close to full decoding") {
   }
 }
 
+TEST_CASE("stream folder: the fingerprint covers the files' contents, not only their names and sizes") {
+  const std::string root = make_jpeg_folder("contents");
+  const fs::path a = fs::path(root) / "train" / "class0" / "img1.jpg", b = fs::path(root) / "train" / "class1" / "img8.jpg";
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  auto put = [](const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; };
+  // Two files of one size in two classes (a decoder stops at the end-of-image marker, so zeros
+  // after it pad the smaller one), then their contents swapped: the same paths and sizes.
+  std::string x = slurp(a), y = slurp(b);
+  REQUIRE(x != y);
+  const std::size_t n = std::max(x.size(), y.size());
+  x.resize(n, '\0');
+  y.resize(n, '\0');
+  put(a, x);
+  put(b, y);
+  StreamTransform t;
+  t.size = 16;
+  t.resize = 20;
+  const Fingerprint listed = stream_image_folder(root, "train", t).fingerprint();
+  CHECK(stream_image_folder(root, "train", t).fingerprint() == listed);
+  put(a, y);
+  put(b, x);
+  CHECK(stream_image_folder(root, "train", t).fingerprint() != listed);
+  // One file replaced by other bytes of the same size.
+  put(a, x);
+  put(b, y);
+  REQUIRE(stream_image_folder(root, "train", t).fingerprint() == listed);
+  std::string z = x;
+  z[z.size() / 2] = static_cast<char>(z[z.size() / 2] ^ 0x10);
+  put(a, z);
+  CHECK(stream_image_folder(root, "train", t).fingerprint() != listed);
+}
+
 TEST_CASE("stream folder: corrupt files, bad transforms, and the data set's bookkeeping") {
   const std::string root = make_jpeg_folder("bad");
   StreamTransform t;
@@ -237,7 +272,7 @@ TEST_CASE("stream folder: corrupt files, bad transforms, and the data set's book
   CHECK(head.fingerprint() != s.fingerprint());
   CHECK(s.summary().find("21 examples") != std::string::npos);
   // A file that changes size changes the fingerprint.
-  const uint64_t before = s.fingerprint();
+  const Fingerprint before = s.fingerprint();
   const fs::path victim = fs::path(root) / "train" / "class1" / "img8.jpg";
   const auto size = fs::file_size(victim);
   fs::resize_file(victim, size / 2);

@@ -41,6 +41,9 @@ struct Plant {
   bool untraced = false;
 };
 
+// The simulator's 64-bit values as trace fingerprints (the high word marks them as made up).
+Fingerprint as_fingerprint(uint64_t v) { return {0x5157ace0ull, v}; }
+
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h * 0xff51afd7ed558ccdull;
@@ -94,14 +97,14 @@ class SyntheticRun {
     TraceEvent e{step_, seq_++, phase, layer, op_name, {}, {}};
     uint64_t h = mix(mix(mix(0, phase), layer), op_name);
     for (const auto& [name, key] : inputs) {
-      e.inputs.push_back({name, state_.at(key), 64});
+      e.inputs.push_back({name, as_fingerprint(state_.at(key)), 64});
       h = mix(h, state_.at(key));
     }
     for (const auto& [name, key] : outputs) {
       uint64_t fingerprint = mix(h, name);
       bool planted = step_ == plant_.step && phase == plant_.phase && layer == plant_.layer && name == plant_.tensor;
       uint64_t flipped = fingerprint ^ 0x8000000000000001ull;
-      e.outputs.push_back({name, planted && !plant_.untraced ? flipped : fingerprint, 64});
+      e.outputs.push_back({name, as_fingerprint(planted && !plant_.untraced ? flipped : fingerprint), 64});
       state_[key] = planted ? flipped : fingerprint;
     }
     events_.push_back(std::move(e));
@@ -168,7 +171,7 @@ TEST_CASE("trace: a written trace reads back field for field", "[trace]") {
   t.meta = {{"model", "smallcnn"}, {"gpu", "NVIDIA H100"}, {"command line", "ditto-train --pin \"conv2.fwd=1\""}};
   t.events = synthetic_trace();
   // Top bit set: such a value is lost as a JSON double or a signed parse.
-  t.events.push_back({4, 0, "update", "fc.bias", "sgd", {}, {{"b", 0xfedcba9876543210ull, 1ll << 40}}});
+  t.events.push_back({4, 0, "update", "fc.bias", "sgd", {}, {{"b", Fingerprint{0xfedcba9876543210ull, 0x8000000000000001ull}, 1ll << 40}}});
   std::string path = dir.file("run.trace");
   write_trace(path, t);
 
@@ -178,7 +181,7 @@ TEST_CASE("trace: a written trace reads back field for field", "[trace]") {
   for (size_t i = 0; i < t.events.size(); ++i) require_same_event(back.events[i], t.events[i]);
   std::vector<std::string> lines = file_lines(path);
   REQUIRE(lines.size() == t.events.size() + 1);
-  CHECK_THAT(lines.back(), Contains("\"fedcba9876543210\""));
+  CHECK_THAT(lines.back(), Contains("\"fedcba98765432108000000000000001\""));
 }
 
 TEST_CASE("trace: identical traces do not diverge", "[trace]") {
@@ -237,7 +240,7 @@ TEST_CASE("trace: traces of different event sequences are a structure mismatch",
   SECTION("different op at one position") {
     std::vector<TraceEvent> b = a;
     b[kEventsPerStep + 2].op = "conv2d_winograd";
-    b[kEventsPerStep + 5].outputs[1].fingerprint ^= 1;  // a later difference must not be reported
+    b[kEventsPerStep + 5].outputs[1].fingerprint.low ^= 1;  // a later difference must not be reported
     Divergence d = first_divergence(a, b);
     CHECK(d.structure_mismatch);
     CHECK_FALSE(d.found);
@@ -300,14 +303,14 @@ TEST_CASE("trace: damaged files are rejected naming file and line", "[trace]") {
     std::string key = "\"fingerprint\":\"";
     size_t at = lines[2].find(key);
     REQUIRE(at != std::string::npos);
-    lines[2].replace(at + key.size(), 16, "0123456789abcdeZ");
+    lines[2].replace(at + key.size(), 32, "0123456789abcdef0123456789abcdeZ");
     write_text(bad, joined(lines));
-    CHECK_THAT(data_error_reading(bad), Contains(bad + ":3:") && Contains("0123456789abcdeZ"));
+    CHECK_THAT(data_error_reading(bad), Contains(bad + ":3:") && Contains("0123456789abcdef0123456789abcdeZ"));
   }
   SECTION("short hex fingerprint") {
     std::string key = "\"fingerprint\":\"";
     size_t at = lines[5].find(key);
-    lines[5].replace(at + key.size(), 16, "abc");
+    lines[5].replace(at + key.size(), 32, "abc");
     write_text(bad, joined(lines));
     CHECK_THAT(data_error_reading(bad), Contains(bad + ":6:"));
   }
@@ -362,7 +365,7 @@ TEST_CASE("trace: an input that differs while every output agreed is a divergenc
   std::vector<TraceEvent> a = synthetic_trace(), b = a;
   std::size_t at = kEventsPerStep;  // step 2's first event with an input
   while (b[at].inputs.empty()) ++at;
-  b[at].inputs[0].fingerprint ^= 1;  // as if its data had been fed differently, or the file edited
+  b[at].inputs[0].fingerprint.low ^= 1;  // as if its data had been fed differently, or the file edited
   Divergence d = first_divergence(a, b);
   REQUIRE(d.found);
   CHECK(d.input_only);
@@ -388,18 +391,18 @@ TEST_CASE("trace: traces of different trainings are refused, naming what differs
     return dir.file(name);
   };
   const std::string a = write("a.trace", {{"--model", "smallcnn"}, {"--lr", "0.002"}, {"gpu", "NVIDIA H100"},
-                                          {"kernels", "heuristic"}, {"train_fingerprint", "00000000000000aa"}});
+                                          {"kernels", "heuristic"}, {"train_fingerprint", "000000000000000000000000000000aa"}});
   // Another GPU and other kernels: what a comparison is for.
   const std::string same = write("same.trace", {{"--model", "smallcnn"}, {"--lr", "0.002"}, {"gpu", "NVIDIA H200"},
-                                                {"kernels", "deterministic"}, {"train_fingerprint", "00000000000000aa"}});
+                                                {"kernels", "deterministic"}, {"train_fingerprint", "000000000000000000000000000000aa"}});
   CHECK_NOTHROW(compare_trace_files(a, same));
   const std::string model = write("model.trace", {{"--model", "resnet18"}, {"--lr", "0.002"}, {"gpu", "NVIDIA H100"},
-                                                  {"kernels", "heuristic"}, {"train_fingerprint", "00000000000000aa"}});
+                                                  {"kernels", "heuristic"}, {"train_fingerprint", "000000000000000000000000000000aa"}});
   CHECK_THROWS_WITH(compare_trace_files(a, model), Contains("--model smallcnn vs resnet18") && !Contains("gpu"));
   const std::string data = write("data.trace", {{"--model", "smallcnn"}, {"--lr", "0.002"},
-                                                {"train_fingerprint", "00000000000000bb"}});
-  CHECK_THROWS_WITH(compare_trace_files(a, data), Contains("train_fingerprint 00000000000000aa vs 00000000000000bb"));
-  const std::string lr = write("lr.trace", {{"--model", "smallcnn"}, {"train_fingerprint", "00000000000000aa"}});
+                                                {"train_fingerprint", "000000000000000000000000000000bb"}});
+  CHECK_THROWS_WITH(compare_trace_files(a, data), Contains("train_fingerprint 000000000000000000000000000000aa vs 000000000000000000000000000000bb"));
+  const std::string lr = write("lr.trace", {{"--model", "smallcnn"}, {"train_fingerprint", "000000000000000000000000000000aa"}});
   CHECK_THROWS_WITH(compare_trace_files(a, lr), Contains("--lr 0.002 vs (not recorded)"));
   // Traces written before the flags were recorded still name their model.
   CHECK_THAT(trace_config_difference({{"model", "smallcnn"}}, {{"model", "two-conv"}}),

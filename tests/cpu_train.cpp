@@ -66,7 +66,7 @@ TEST_CASE("init: per-parameter streams replay, and do not depend on other layers
     for (auto& p : ps)
       if (p.name == n) return p.var.value().fingerprint();
     FAIL("no parameter " << n);
-    return uint64_t(0);
+    return Fingerprint{};
   };
   CHECK(find(pa, "conv2.weight") == find(pc, "conv2.weight"));
   CHECK(find(pa, "fc1.weight") == find(pc, "fc1.weight"));
@@ -110,7 +110,7 @@ TEST_CASE("train: two CPU runs of SmallCNN on synthetic data are bit-identical; 
   CHECK(m["runtime"]["device"] == "cpu");
   CHECK(m["ops"].size() > 5);
   CHECK(m["replay"].get<std::string>().find("--seed-init 0") != std::string::npos);
-  CHECK(m["results"]["weights_fingerprint"] == hex64(a.weights_fingerprint));
+  CHECK(m["results"]["weights_fingerprint"] == a.weights_fingerprint.hex());
   std::string log = slurp(scratch("train_a") + "/log.csv");
   CHECK(log.rfind("epoch,lr,loss,train_acc,test_top1,test_top5,seconds\n", 0) == 0);
   CHECK(std::count(log.begin(), log.end(), '\n') == 3);

@@ -66,7 +66,7 @@ TEST_CASE("tuning file: round trip") {
   TuningTable t = sample();
   REQUIRE(t.entries().size() == 3);
   const std::string path = scratch("round.json");
-  const uint64_t written = t.save(path);
+  const Fingerprint written = t.save(path);
   TuningTable back = TuningTable::load(path, "NVIDIA H100 80GB HBM3", "9.14.0");
   CHECK(back.reading());
   CHECK(back.file_hash() == written);

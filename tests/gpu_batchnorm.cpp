@@ -175,10 +175,10 @@ TEST_CASE("gpu batch norm: determinism of each variant over 10 runs, timing line
     std::set<std::string> all, dgammas, ys;
     for (int i = 0; i < 10; ++i) {
       StepOut o = bn_step(gpu, "bn", x, gamma, beta, dy, true);
-      all.insert(hex64(o.y.fingerprint()) + hex64(o.dx.fingerprint()) + hex64(o.dgamma.fingerprint()) +
-                 hex64(o.dbeta.fingerprint()));
-      dgammas.insert(hex64(o.dgamma.fingerprint()));
-      ys.insert(hex64(o.y.fingerprint()));
+      all.insert(o.y.fingerprint().hex() + o.dx.fingerprint().hex() + o.dgamma.fingerprint().hex() +
+                 o.dbeta.fingerprint().hex());
+      dgammas.insert(o.dgamma.fingerprint().hex());
+      ys.insert(o.y.fingerprint().hex());
     }
     double us = us_per_call(gpu, [&] { bn_step(gpu, "bn", x, gamma, beta, dy, true); });
     std::printf("DETERMINISM | batch_norm | bwd=%s | %zu/10 | %.1f us\n", name_of(v), all.size(), us);

@@ -312,7 +312,7 @@ TEST_CASE("conv2d GPU: grouped and depthwise through every selection mode; deter
         if (std::string(mode) == "nondeterministic" && d != Dir::Fwd) CHECK(e->variant == "algo0");
         if (std::string(mode) != "deterministic") continue;
         CHECK(e->deterministic == Determinism::Yes);
-        const uint64_t first = out.fingerprint();
+        const Fingerprint first = out.fingerprint();
         CHECK(test::distinct_results(10, [&] { return run(ctx, "g", d, pr); }) == 1);
         CHECK(run(ctx, "g", d, pr).fingerprint() == first);
         // A second run in a fresh context (fresh selection cache and cuDNN handle) picks the
@@ -421,7 +421,7 @@ TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat b
         CHECK(e->variant == algo);
         CHECK(e->deterministic == Determinism::Yes);
         CHECK(e->guarantee == (std::string(algo) == "ditto-gemm" ? Guarantee::RunToRun : Guarantee::GpuToGpu));
-        const uint64_t first = out.fingerprint();
+        const Fingerprint first = out.fingerprint();
         CHECK(test::distinct_results(5, [&] { return run(ctx, "own", d, pr); }) == 1);
         Context again(Device::cuda(0), pin_policy("own", d, algo));
         Problem pr2(again, c, seed, /*with_reference=*/false);

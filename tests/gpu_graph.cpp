@@ -38,8 +38,8 @@ TEST_CASE("gpu graph: SmallCNN graphed == eager, bit for bit, with a partial las
   auto eager = train(c);
   c.graph = true;
   auto graphed = train(c);
-  std::printf("GRAPH smallcnn eager %.3f s, graphed %.3f s for %lld steps; fingerprint %016llx\n", eager.train_seconds,
-              graphed.train_seconds, (long long)graphed.steps, (unsigned long long)graphed.weights_fingerprint);
+  std::printf("GRAPH smallcnn eager %.3f s, graphed %.3f s for %lld steps; fingerprint %s\n", eager.train_seconds,
+              graphed.train_seconds, (long long)graphed.steps, graphed.weights_fingerprint.hex().c_str());
   check_same(eager, graphed);
 }
 

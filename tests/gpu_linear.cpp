@@ -41,11 +41,11 @@ std::vector<double> absv(const std::vector<float>& v) {
 }
 
 std::size_t distinct_of(int runs, const std::function<std::vector<Tensor>()>& fn) {
-  std::set<uint64_t> prints;
+  std::set<Fingerprint> prints;
   for (int r = 0; r < runs; ++r) {
-    uint64_t h = 0;
-    for (const Tensor& t : fn()) h = h * 0x100000001b3ull ^ t.fingerprint();
-    prints.insert(h);
+    Hasher h;
+    for (const Tensor& t : fn()) h.add(t.fingerprint());
+    prints.insert(h.digest());
   }
   return prints.size();
 }
@@ -53,7 +53,7 @@ std::size_t distinct_of(int runs, const std::function<std::vector<Tensor>()>& fn
 
 struct LinearRun {
   std::vector<float> y, dx, dw;
-  uint64_t y_print;
+  Fingerprint y_print;
 };
 
 LinearRun run_linear(Context& ctx, const std::string& layer, const std::vector<float>& xv, const std::vector<float>& wv,

@@ -13,10 +13,10 @@
 using namespace ditto;
 
 namespace {
-std::vector<uint64_t> prints(Context& ctx, const Dataset& ds, const LoaderOptions& o, std::vector<int> epochs,
+std::vector<Fingerprint> prints(Context& ctx, const Dataset& ds, const LoaderOptions& o, std::vector<int> epochs,
                              Device want) {
   Loader loader(ctx, ds, o);
-  std::vector<uint64_t> out;
+  std::vector<Fingerprint> out;
   for (int e : epochs) {
     loader.start_epoch(e);
     Batch b;

@@ -54,8 +54,8 @@ TEST_CASE("gpu loss scale: graphed == eager with dynamic scaling through overflo
   const TrainResult eager = train(c);
   c.graph = true;
   const TrainResult graphed = train(c);
-  std::printf("LOSS_SCALE overflow flags eager %s graphed %s; fingerprint %016llx\n", flags_of(eager).c_str(),
-              flags_of(graphed).c_str(), (unsigned long long)graphed.weights_fingerprint);
+  std::printf("LOSS_SCALE overflow flags eager %s graphed %s; fingerprint %s\n", flags_of(eager).c_str(),
+              flags_of(graphed).c_str(), graphed.weights_fingerprint.hex().c_str());
   REQUIRE(eager.loss_scale.size() == static_cast<std::size_t>(eager.steps));
   CHECK(flags_of(eager).find('1') != std::string::npos);
   CHECK(graphed.weights_fingerprint == eager.weights_fingerprint);

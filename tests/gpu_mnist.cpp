@@ -191,8 +191,8 @@ TEST_CASE("gpu mnist-cnn: three CONTROL runs end bit-identical") {
   std::vector<TrainResult> runs;
   for (int r = 0; r < 3; ++r) runs.push_back(train(c, {}, data));
   const TrainResult& a = runs[0];
-  std::printf("MNIST-CNN CONTROL x3: fingerprint %016llx, top-1 %.4f, loss %.4f -> %.4f, %.3f s for %lld steps\n",
-              (unsigned long long)a.weights_fingerprint, a.test_top1, a.log[0].loss, a.log[1].loss, a.train_seconds,
+  std::printf("MNIST-CNN CONTROL x3: fingerprint %s, top-1 %.4f, loss %.4f -> %.4f, %.3f s for %lld steps\n",
+              a.weights_fingerprint.hex().c_str(), a.test_top1, a.log[0].loss, a.log[1].loss, a.train_seconds,
               (long long)a.steps);
   REQUIRE(a.log.size() == 2);
   CHECK(a.steps == 2 * 16);  // 2000 / 128: 15 full batches and one of 80, per epoch

@@ -204,7 +204,7 @@ TEST_CASE("gpu precision: deterministic selection in bf16 repeats bit for bit; d
     Var w(ctx.from_host(test::random_vec<float>(shape_numel(ws), seed + 1), ws), true);
     Var y = conv2d(ctx, "c", x, w, p);
     ctx.tape().backward(ctx, y, ctx.full(y.shape(), 0.25f));
-    return std::vector<uint64_t>{y.value().fingerprint(), x.grad().fingerprint(), w.grad().fingerprint()};
+    return std::vector<Fingerprint>{y.value().fingerprint(), x.grad().fingerprint(), w.grad().fingerprint()};
   };
   const auto first = step();
   for (int i = 0; i < 5; ++i) CHECK(step() == first);
@@ -264,6 +264,6 @@ TEST_CASE("gpu precision: bf16 and fp16 SmallCNN-BN trainings repeat bit for bit
   c.precision = "fp32";
   c.channels_last = false;
   CHECK(train(c).weights_fingerprint != a.weights_fingerprint);
-  std::printf("PRECISION smallcnn-bn %s%s: fingerprint %016llx, test accuracy %.4f\n", precision.c_str(),
-              channels_last ? " channels-last" : "", (unsigned long long)a.weights_fingerprint, a.log.back().test_top1);
+  std::printf("PRECISION smallcnn-bn %s%s: fingerprint %s, test accuracy %.4f\n", precision.c_str(),
+              channels_last ? " channels-last" : "", a.weights_fingerprint.hex().c_str(), a.log.back().test_top1);
 }

@@ -276,7 +276,7 @@ TEST_CASE("gpu embedding: determinism of each variant over 10 calls, and DETERMI
     const int64_t rows = 1000, d = 64;
     Tensor idx = gpu.from_host(random_index(4096 * 20, 0, 15, seed), {4096, 20});
     Tensor dy = gpu.from_host(test::random_vec(std::size_t(4096 * 20 * d), seed + 1), {4096, 20, d});
-    std::vector<uint64_t> sorted_prints;
+    std::vector<Fingerprint> sorted_prints;
     for (ScatterAlgo a : kAlgos) {
       gpu.policy().pin("emb", a);
       std::size_t distinct = test::distinct_results(10, [&] { return embedding_backward(gpu, "emb", dy, idx, rows); });

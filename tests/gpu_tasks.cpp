@@ -48,8 +48,8 @@ TEST_CASE("gpu tasks: deterministic kernels replay bit for bit; graphed == eager
     const TrainResult a = train(c), b = train(c);
     c.graph = true;
     const TrainResult g = train(c);
-    std::printf("TASKS %s deterministic fingerprint %016llx, %s %.4f, %.2f ms/step eager, %.2f graphed\n", k.model.c_str(),
-                (unsigned long long)a.weights_fingerprint, k.dataset.c_str(), a.test_top1,
+    std::printf("TASKS %s deterministic fingerprint %s, %s %.4f, %.2f ms/step eager, %.2f graphed\n", k.model.c_str(),
+                a.weights_fingerprint.hex().c_str(), k.dataset.c_str(), a.test_top1,
                 1000.0 * a.train_seconds / a.steps, 1000.0 * g.train_seconds / g.steps);
     CHECK(a.weights_fingerprint == b.weights_fingerprint);
     CHECK(a.predictions == b.predictions);
@@ -84,8 +84,8 @@ TEST_CASE("gpu tasks: the framework-default kernels train; do their replicas par
     TrainConfig c = config(k, "cuda");
     c.kernels = "heuristic";
     const TrainResult a = train(c), b = train(c);
-    std::printf("TASKS %s heuristic fingerprints %016llx %016llx (%s)\n", k.model.c_str(),
-                (unsigned long long)a.weights_fingerprint, (unsigned long long)b.weights_fingerprint,
+    std::printf("TASKS %s heuristic fingerprints %s %s (%s)\n", k.model.c_str(),
+                a.weights_fingerprint.hex().c_str(), b.weights_fingerprint.hex().c_str(),
                 a.weights_fingerprint == b.weights_fingerprint ? "equal" : "differ");
     CHECK(std::isfinite(a.log.back().loss));
     CHECK(std::isfinite(b.log.back().loss));
@@ -96,8 +96,8 @@ TEST_CASE("gpu tasks: ctc-cnn on the framework default, cuDNN's nondeterministic
   TrainConfig c = config(cases()[2], "cuda");
   c.kernels = "heuristic";
   const TrainResult a = train(c), b = train(c);
-  std::printf("TASKS ctc-cnn heuristic fingerprints %016llx %016llx (%s)\n", (unsigned long long)a.weights_fingerprint,
-              (unsigned long long)b.weights_fingerprint,
+  std::printf("TASKS ctc-cnn heuristic fingerprints %s %s (%s)\n", a.weights_fingerprint.hex().c_str(),
+              b.weights_fingerprint.hex().c_str(),
               a.weights_fingerprint == b.weights_fingerprint ? "equal" : "differ");
   bool cudnn = false;
   for (const auto& op : a.ops) cudnn = cudnn || (op.layer == "loss" && op.variant == "cudnn-nondeterministic");

@@ -38,7 +38,7 @@ const Probe kProbes[] = {
 constexpr int kClasses = 10;
 
 // One training step's fingerprints: logits, loss, every gradient and buffer, in order.
-std::vector<uint64_t> step_prints(const Probe& p, uint64_t seed) {
+std::vector<Fingerprint> step_prints(const Probe& p, uint64_t seed) {
   Context ctx(Device::cuda(0), Policy::parse({"*=deterministic"}));
   auto net = make_net(ctx, {p.model, kClasses, p.channels});
   net->init(ctx, seed);
@@ -57,7 +57,7 @@ std::vector<uint64_t> step_prints(const Probe& p, uint64_t seed) {
     INFO(e.layer << "." << e.knob << "=" << e.variant << " " << guarantee_name(e.guarantee));
     CHECK((e.guarantee == Guarantee::RunToRun || e.guarantee == Guarantee::GpuToGpu));
   }
-  std::vector<uint64_t> prints = {logits.value().fingerprint(), loss.value().fingerprint()};
+  std::vector<Fingerprint> prints = {logits.value().fingerprint(), loss.value().fingerprint()};
   for (const auto& prm : net->params()) {
     INFO(prm.name);
     REQUIRE(prm.var.grad().defined());

@@ -36,10 +36,11 @@ inline bool scaler_step(Context& ctx, LossScaler& s, const Param& p, std::vector
   return overflow;
 }
 
-inline uint64_t fingerprint_of(const std::vector<Param>& params, Optimizer& opt) {
-  uint64_t h = params_fingerprint(params);
-  for (const Buffer& b : opt.state()) h = fingerprint_bytes(&h, sizeof h, b.tensor->fingerprint());
-  return h;
+inline Fingerprint fingerprint_of(const std::vector<Param>& params, Optimizer& opt) {
+  Hasher h;
+  h.add(params_fingerprint(params));
+  for (const Buffer& b : opt.state()) h.add(b.tensor->fingerprint());
+  return h.digest();
 }
 
 inline std::unique_ptr<Optimizer> make_opt(Context& ctx, const std::string& which, std::vector<Param> params) {
@@ -125,7 +126,7 @@ inline void check_skip_equals_never_stepping(Device dev) {
       auto opt = make_opt(ctx, which, {p});
       opt->set_skip_flag(ctx, s.found_inf());
       if (planned) opt->plan(ctx, lrs);
-      uint64_t before_skip = 0;
+      Fingerprint before_skip;
       for (std::size_t i = 0; i < grads.size(); ++i) {
         std::vector<float> scaled;
         for (float g : grads[i]) scaled.push_back(g * 2.0f * (i >= 2 ? 0.5f : 1.0f));  // the scale of step i

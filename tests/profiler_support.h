@@ -18,7 +18,7 @@
 namespace ditto::test {
 
 struct ProfiledRun {
-  uint64_t fingerprint = 0;      // the weights after the last step
+  Fingerprint fingerprint;       // the weights after the last step
   ProfileReport report;          // the profiled steps (empty without profiling)
   std::vector<double> step_ms;   // every step's time by an IntervalTimer around it
   std::vector<bool> profiled;    // which steps were profiled

@@ -106,7 +106,7 @@ CloseReport all_close(const std::vector<A>& got, const std::vector<B>& ref, doub
 
 // Runs `fn` (which returns the tensor under test) `runs` times and counts distinct fingerprints.
 inline std::size_t distinct_results(int runs, const std::function<Tensor()>& fn) {
-  std::set<uint64_t> prints;
+  std::set<Fingerprint> prints;
   for (int i = 0; i < runs; ++i) prints.insert(fn().fingerprint());
   return prints.size();
 }

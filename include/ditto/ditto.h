@@ -19,6 +19,7 @@
 #include "engine/context.h"
 #include "engine/tensor_ops.h"
 #include "engine/error.h"
+#include "engine/fingerprint.h"
 #include "engine/graph.h"
 #include "engine/knob.h"
 #include "engine/loss_scale.h"

@@ -23,6 +23,6 @@ int main() {
   if (a.predictions.size() != 32) return 1;
   if (ditto::churn(a.predictions, b.predictions) != 0.0) return 2;
   if (a.weights_fingerprint != b.weights_fingerprint) return 3;
-  std::printf("consumer_experiments ok: weights %s\n", ditto::hex64(a.weights_fingerprint).c_str());
+  std::printf("consumer_experiments ok: weights %s\n", a.weights_fingerprint.hex().c_str());
   return 0;
 }

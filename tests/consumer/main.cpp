@@ -66,6 +66,6 @@ int main() {
   } catch (const ditto::PolicyError&) {
   }
   if (ctx.manifest().entries().empty()) return 7;
-  std::printf("consumer ok: loss fingerprint %s\n", ditto::hex64(loss.value().fingerprint()).c_str());
+  std::printf("consumer ok: loss fingerprint %s\n", loss.value().fingerprint().hex().c_str());
   return 0;
 }
