@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Packs the header/config files of fmt, Catch2, CLI11 and nlohmann-json (and libfmt, and xxHash's header and library) from this
-# machine's Debian packages into .deps/, a prefix the GPU host (which has none of them) can use
-# with -DCMAKE_PREFIX_PATH=$PWD/.deps. .deps/ is git-ignored; carry it with the device call.
+# Packs the header/config files of fmt, Catch2, CLI11 and nlohmann-json (and libfmt, and xxHash's
+# header and library) from this machine's Debian packages into .deps/, a prefix the GPU host (which
+# has none of them) can use with -DCMAKE_PREFIX_PATH=$PWD/.deps. .deps/ is git-ignored; carry it with
+# the device call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .deps && mkdir -p .deps/include .deps/lib/x86_64-linux-gnu/cmake .deps/lib/cmake .deps/share/cmake

@@ -24,6 +24,9 @@ namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
+
+// A made-up fingerprint for the hand-written traces below.
+Fingerprint fp(uint64_t v) { return {0, v}; }
 std::string scratch(const std::string& name) { return test::scratch("cpu_noise_lab", name); }
 
 TrainConfig tiny(const std::string& model = "two-conv") {
@@ -351,12 +354,12 @@ TEST_CASE("diverge: a difference no op reads (a reported loss value) is not the 
   // loss forward writes y (read by nobody); loss backward reads logits; conv2 backward writes dw,
   // which the update reads.
   std::vector<TraceEvent> a = {
-      ev(0, "fwd", "loss", "softmax_xent", {{"logits", Fingerprint{0, 1}, 10}}, {{"y", Fingerprint{0, 2}, 1}}),
-      ev(1, "bwd", "loss", "softmax_xent", {{"dy", Fingerprint{0, 3}, 1}, {"logits", Fingerprint{0, 1}, 10}}, {{"dlogits", Fingerprint{0, 4}, 10}}),
-      ev(2, "bwd", "conv2", "conv2d", {{"dy", Fingerprint{0, 4}, 10}, {"x", Fingerprint{0, 5}, 8}, {"w", Fingerprint{0, 6}, 4}}, {{"dw", Fingerprint{0, 7}, 4}}),
-      ev(3, "update", "conv2.weight", "adam", {{"w_before", Fingerprint{0, 6}, 4}, {"dw", Fingerprint{0, 7}, 4}}, {{"w", Fingerprint{0, 8}, 4}})};
+      ev(0, "fwd", "loss", "softmax_xent", {{"logits", fp(1), 10}}, {{"y", fp(2), 1}}),
+      ev(1, "bwd", "loss", "softmax_xent", {{"dy", fp(3), 1}, {"logits", fp(1), 10}}, {{"dlogits", fp(4), 10}}),
+      ev(2, "bwd", "conv2", "conv2d", {{"dy", fp(4), 10}, {"x", fp(5), 8}, {"w", fp(6), 4}}, {{"dw", fp(7), 4}}),
+      ev(3, "update", "conv2.weight", "adam", {{"w_before", fp(6), 4}, {"dw", fp(7), 4}}, {{"w", fp(8), 4}})};
   auto b = a;
-  b[0].outputs[0].fingerprint = Fingerprint{0, 20};  // the loss value differs by an ULP
+  b[0].outputs[0].fingerprint = fp(20);  // the loss value differs by an ULP
   CHECK_FALSE(output_is_read(a, 0, "y"));
   CHECK(output_is_read(a, 2, "dw"));
   CHECK(output_is_read(a, 3, "w"));
@@ -367,9 +370,9 @@ TEST_CASE("diverge: a difference no op reads (a reported loss value) is not the 
   REQUIRE(unread.size() == 1);
   CHECK(unread[0].event_a.layer == "loss");
   // Plus conv2's dw (and the update it feeds): that is the source.
-  b[2].outputs[0].fingerprint = Fingerprint{0, 70};
-  b[3].inputs[1].fingerprint = Fingerprint{0, 70};
-  b[3].outputs[0].fingerprint = Fingerprint{0, 80};
+  b[2].outputs[0].fingerprint = fp(70);
+  b[3].inputs[1].fingerprint = fp(70);
+  b[3].outputs[0].fingerprint = fp(80);
   Divergence src = first_read_divergence(a, b);
   REQUIRE(src.found);
   CHECK(src.event_a.layer == "conv2");
