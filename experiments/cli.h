@@ -102,22 +102,10 @@ inline CLI::Validator real(double low, bool open, double high = std::numeric_lim
       },
       std::string(open ? ">" : ">=") + CLI::detail::to_string(low));
 }
-// A path a tool writes: not empty (which would write nothing, silently), and valid UTF-8 (the
-// manifests and reports that record it are JSON).
+// A path a tool writes (experiments/run_dir.h output_path_problem says what is refused).
 inline CLI::Validator output_path() {
   return CLI::Validator(
-      [](std::string& v) {
-        if (v.empty()) return std::string("must name a file or folder, got an empty path");
-        for (std::size_t i = 0; i < v.size();) {
-          const auto c = static_cast<unsigned char>(v[i]);
-          const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-          bool ok = n > 0 && i + n <= v.size();
-          for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(v[i + k]) >> 6) == 0x2;
-          if (!ok) return "must be valid UTF-8 (runs record it in JSON); byte " + std::to_string(i) + " is not";
-          i += n;
-        }
-        return std::string();
-      },
+      [](std::string& v) { return output_path_problem(v); },
       "PATH");
 }
 // "--replicas must be at least 2, got 1" rather than CLI11's "not in range 0 to 1.79e308".

@@ -407,6 +407,16 @@ void check_out_allowed(const std::string& out, OutIntent intent) {
                               fs::is_directory(probe, ec) ? "not writable" : "not a folder"));
 }
 
+std::string output_path_problem(const std::string& path) {
+  if (path.empty()) return "must name a file or folder, got an empty path";
+  try {
+    (void)json(path).dump();  // the JSON writer checks UTF-8
+  } catch (const json::type_error& e) {
+    return fmt::format("must be valid UTF-8 (runs record it in JSON): {}", e.what());
+  }
+  return "";
+}
+
 void check_output_file(const std::string& path, bool overwrite, const std::string& flag) {
   std::error_code ec;
   const fs::path p(path);

@@ -73,6 +73,11 @@ const std::vector<std::string>& run_files();
 // without --overwrite, or with it where a run would write over them. Read-only: nothing is created.
 void check_out_allowed(const std::string& out, OutIntent intent);
 
+// What is wrong with `path` as a place a tool writes (a CLI validator's message), or "": an empty
+// path (which would write nothing, silently), or one that is not UTF-8 (the manifests and reports
+// that record it are JSON, and the JSON library refuses it).
+std::string output_path_problem(const std::string& path);
+
 // A file a tool is about to write (a trace, say), checked before any work is done: Error naming
 // `flag` when a folder stands at the path, when a file does and `overwrite` is false (a result is
 // never replaced unasked), or when the folder it goes in is missing or not writable.
