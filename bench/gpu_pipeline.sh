@@ -10,6 +10,8 @@
 # exp-precision[:MODEL] (the four settings in each precision, EXP_PRECISIONS), attribute-precision[:PRECISION]
 # (the add-one attribution in a reduced precision), grad-agreement (one step's gradients against PyTorch's autocast),
 # fingerprint[:PRECISIONS] (a deterministic run's weights twice per precision, to compare across GPUs)
+# Tracing: trace-speed (bench/trace_speed), diverge-zoo[:MODELS] (ImageNet-shape diverge runs with
+# per-layer growth), trace-record (a trace per GPU; COMPARE_WITH another host's to compare).
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
 # Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
 # racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
@@ -185,6 +187,39 @@ pipeline() {
         python3 bench/peers/torch_grad_agreement.py --dir $G/files --models ${GRAD_MODELS:-smallcnn,resnet18,resnet50} \
           --out $G/agreement.jsonl --md $G/agreement.md > $G/torch.txt 2> $G/torch.err
         echo "torch_grad_agreement rc=$?"; cat $G/agreement.md; tail -3 $G/torch.err ;;
+      trace-speed)
+        # What tracing costs (bench/trace_speed: untraced eager, untraced graphed, traced as
+        # ditto-diverge record traces): ResNet-18 and ResNet-50 on CIFAR-shaped batches of 128, then
+        # ResNet-50 and DenseNet-121 at ImageNet shape (224 px, batch 32). Wall: about 2 min.
+        $B/bench/trace_speed --models resnet18,resnet50 --batch 128 --image-size 32 --steps 40 \
+          --out $R/trace_speed.jsonl > $R/trace-speed.txt 2>&1; echo "cifar shape rc=$?"
+        $B/bench/trace_speed --models resnet50,densenet121 --batch 32 --image-size 224 --steps 20 \
+          --out $R/trace_speed.jsonl >> $R/trace-speed.txt 2>&1; echo "imagenet shape rc=$?"
+        cat $R/trace_speed.jsonl; tail -3 $R/trace-speed.txt ;;
+      diverge-zoo)
+        # ditto-diverge run at ImageNet shape on the framework-default kernels, with per-layer growth:
+        # ARG models (default resnet50,densenet121; joined by +), synthetic 224-px images, batch 32,
+        # DIVERGE_ZOO_STEPS (30) steps, Adam 4e-4, plus the untraced run (--measure-overhead).
+        local m
+        for m in $(echo ${arg:-resnet50+densenet121} | tr + ' '); do
+          $D run --model $m --dataset synthetic --synthetic-train 1024 --synthetic-test 64 --synthetic-size 224 \
+            --batch-size 32 --lr 4e-4 --optimizer adam --kernels heuristic --steps ${DIVERGE_ZOO_STEPS:-30} \
+            --eval-every 10 --measure-overhead --quiet --out $R/diverge-$m > $R/diverge-$m.txt 2>&1
+          echo "$m rc=$?"; head -16 $R/diverge-$m.txt; tail -3 $R/diverge-$m.txt
+        done ;;
+      trace-record)
+        # A trace to compare across GPUs (ditto-diverge record): ResNet-18 on CIFAR-shaped synthetic
+        # data, batch 128, 20 steps, deterministic kernels, into $R/traces/<gpu>.trace; with
+        # COMPARE_WITH (a trace from another host, carried in), ditto-diverge compare against it.
+        local gpu; gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' _)
+        mkdir -p $R/traces
+        $D record --model resnet18 --dataset synthetic --synthetic-train 2560 --synthetic-test 128 --synthetic-size 32 \
+          --batch-size 128 --lr 4e-4 --optimizer adam --kernels deterministic --steps 20 --quiet --overwrite \
+          --trace $R/traces/$gpu.trace > $R/trace-record.txt 2>&1; echo "record rc=$?"; cat $R/trace-record.txt
+        if [ -n "${COMPARE_WITH:-}" ]; then
+          $D compare "$COMPARE_WITH" $R/traces/$gpu.trace > $R/trace-compare.txt 2>&1; echo "compare rc=$?"
+          cat $R/trace-compare.txt
+        fi ;;
       fig-s4)
         # Figure S4 with GPU noise: SmallCNN, CIFAR-10, SGD with momentum ARG (fig-s4 =
         # 0, fig-s4:0.9), constant lr, no augmentation; per lr the four {init} x {order} cells on
@@ -504,7 +539,7 @@ case $cmd in
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
       STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH EXP_PRECISIONS EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
-      EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS
+      EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS DIVERGE_ZOO_STEPS COMPARE_WITH
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
     scripts/gpu-build.sh > $R/build.log 2>&1 || { tail -30 $R/build.log; exit 1; }

@@ -39,6 +39,9 @@ void add_subcommands(CLI::App& app, Args& a) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   run->add_option("--trace-a", a.opts.trace_a, "write run A's trace here");
   run->add_option("--trace-b", a.opts.trace_b, "write run B's trace here");
+  run->add_flag("!--no-layer-growth", a.opts.layer_growth,
+                "skip the per-layer weight and activation distances (layer_growth.csv, heat maps), which keep a "
+                "device copy of every named layer's output each step");
   run->add_flag("--measure-overhead", a.measure_overhead,
                 "also train once untraced: report its ms/step and check it ends with run A's weights");
   run->add_option("--out", a.out, "diverge.json, growth.csv and the two run folders")
@@ -101,7 +104,8 @@ void diverge_twice(Args& a, int argc, char** argv) {
   std::printf("%s", ditto::format_divergence(r).c_str());
   ditto::write_divergence(r, a.out);
   if (a.measure_overhead) measure_overhead(a, r);
-  std::printf("wrote %s/diverge.json and growth.csv\n", a.out.c_str());
+  std::printf("wrote %s/diverge.json and growth.csv%s\n", a.out.c_str(),
+              a.opts.layer_growth ? ", layer_growth.csv and layer_growth_{activations,weights}.svg" : "");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <condition_variable>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "engine/param.h"
 #include "engine/tracer.h"
 #include "experiments/run_dir.h"
+#include "experiments/svg.h"
 
 namespace ditto {
 namespace {
@@ -157,47 +159,87 @@ void RecordingTracer::event(const std::string& phase, const std::string& layer, 
     e.layer = layer;
   }
   e.op = op;
-  for (const auto& t : inputs) e.inputs.push_back({t.name, t.tensor->fingerprint(), t.tensor->numel()});
-  std::vector<std::vector<float>> values;
-  for (const auto& t : outputs) {
-    e.outputs.push_back({t.name, t.tensor->fingerprint(), t.tensor->numel()});
-    values.push_back(keep_data_ && t.tensor->dtype() == DType::F32 ? t.tensor->to_host_f32() : std::vector<float>{});
+  const std::size_t index = events_.size();
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    e.inputs.push_back({inputs[k].name, Fingerprint{}, inputs[k].tensor->numel()});
+    pending_.push_back({index, k, digests_.add(*inputs[k].tensor), false});
+  }
+  const bool keep = keep_data_ || (keep_activations_ && phase == "fwd" && !layer.empty());
+  std::vector<Tensor> kept;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    e.outputs.push_back({outputs[k].name, Fingerprint{}, outputs[k].tensor->numel()});
+    pending_.push_back({index, k, digests_.add(*outputs[k].tensor), true});
+    kept.push_back(keep && is_float(outputs[k].tensor->dtype()) ? snapshot(*outputs[k].tensor) : Tensor());
   }
   events_.push_back(std::move(e));
-  data_.push_back(std::move(values));
+  snapshots_.push_back(std::move(kept));
   ++events_seen_;
 }
 
-const std::vector<float>* RecordingTracer::output_values(int64_t seq, const std::string& tensor) const {
+void RecordingTracer::resolve() {
+  if (pending_.empty()) return;
+  const std::vector<Fingerprint> values = digests_.take();
+  for (const auto& p : pending_) {
+    TraceEvent& e = events_[p.event];
+    (p.output ? e.outputs : e.inputs)[p.index].fingerprint = values[p.slot];
+  }
+  pending_.clear();
+}
+
+const std::vector<TraceEvent>& RecordingTracer::step_events() {
+  resolve();
+  return events_;
+}
+
+const Tensor* RecordingTracer::output_snapshot(int64_t seq, const std::string& tensor) const {
   if (seq < 0 || seq >= static_cast<int64_t>(events_.size())) return nullptr;
   const auto& e = events_[static_cast<std::size_t>(seq)];
   for (std::size_t k = 0; k < e.outputs.size(); ++k)
     if (e.outputs[k].name == tensor) {
-      const auto& v = data_[static_cast<std::size_t>(seq)][k];
-      return v.empty() ? nullptr : &v;
+      const Tensor& t = snapshots_[static_cast<std::size_t>(seq)][k];
+      return t.defined() ? &t : nullptr;
     }
   return nullptr;
 }
 
 void RecordingTracer::clear_step() {
+  resolve();
   if (writer_)
     for (const auto& e : events_) writer_->write(e);
   events_.clear();
-  data_.clear();
+  snapshots_.clear();
 }
 
 namespace {
 
-// What one run shows the other at a meeting: its weights after the step and, at evaluated steps,
-// its test predictions.
+// What one run shows the other at a meeting: its parameters after the step (on its device; the
+// run waits at the meeting, so they hold still) and, at evaluated steps, its test predictions.
 struct Side {
-  std::vector<float> weights;
+  const std::vector<Param>* params = nullptr;
   std::vector<int32_t> preds;
   bool evaluated = false;
 };
 
+// The layer a parameter belongs to: its name without the last component ("layer1.0.conv1.weight"
+// -> "layer1.0.conv1").
+std::string layer_of_param(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+TensorDiff to_diff(const BitDistance& d) {
+  TensorDiff t;
+  t.numel = d.numel;
+  t.differing = d.differing;
+  t.max_ulp = d.max_ulp;
+  t.l2 = d.l2;
+  t.max_abs = d.max_abs;
+  return t;
+}
+
 // Compares the two runs each time they meet: where their traces first part, where they first
-// part in a way that is read on, and how far their weights and predictions have moved apart.
+// part in a way that is read on, how far their weights and predictions have moved apart, and per
+// layer how far its weights and its forward output are apart (all distances on the device).
 class StepComparer {
  public:
   StepComparer(RecordingTracer& ta, RecordingTracer& tb, DivergeResult& result,
@@ -215,7 +257,7 @@ class StepComparer {
     auto per_step = differing_outputs_per_step(ea, eb);
     g.differing_outputs = per_step.empty() ? 0 : per_step.front().second;
     locate_divergences(ea, eb);
-    compare_sides(step, g);
+    compare_sides(step, ea, eb, g);
     result_.growth.push_back(g);
     ta_.clear_step();
     tb_.clear_step();
@@ -226,18 +268,17 @@ class StepComparer {
   }
 
  private:
-  // The two runs' values of the divergence's tensor, compared element by element (empty when
-  // they were not kept).
+  // The two runs' snapshots of the divergence's tensor, compared element by element on their
+  // device (empty when they were not kept).
   TensorDiff measure(const Divergence& d) const {
-    TensorDiff diff;
-    const auto* va = ta_.output_values(d.event_a.seq, d.tensor);
-    const auto* vb = tb_.output_values(d.event_b.seq, d.tensor);
-    if (va && vb && va->size() == vb->size()) diff = diff_f32(va->data(), vb->data(), va->size());
-    return diff;
+    const Tensor* va = ta_.output_snapshot(d.event_a.seq, d.tensor);
+    const Tensor* vb = tb_.output_snapshot(d.event_b.seq, d.tensor);
+    if (va && vb && va->shape() == vb->shape() && va->dtype() == vb->dtype()) return to_diff(bit_distance(*va, *vb));
+    return {};
   }
 
   // The first divergence, then the first one read on, each measured once found; the tracers stop
-  // keeping values when nothing is left to measure.
+  // keeping every output when nothing is left to measure.
   void locate_divergences(const std::vector<TraceEvent>& ea, const std::vector<TraceEvent>& eb) {
     if (!result_.first.found && !result_.first.structure_mismatch) {
       Divergence d = first_divergence(ea, eb);
@@ -251,23 +292,76 @@ class StepComparer {
       if (d.found || d.structure_mismatch) {
         result_.source = d;
         if (d.found) result_.source_diff = measure(d);
-        ta_.set_keep_data(false);  // the values were kept only to measure these points
+        ta_.set_keep_data(false);  // the outputs were kept only to measure these points
         tb_.set_keep_data(false);
       }
     }
     if (result_.first.structure_mismatch) {
       ta_.set_keep_data(false);
       tb_.set_keep_data(false);
+      ta_.set_keep_activations(false);
+      tb_.set_keep_activations(false);
     }
   }
 
-  // The weights' distance after the step and, where both runs evaluated, their differing predictions.
-  void compare_sides(int64_t step, StepGrowth& g) {
-    TensorDiff w = diff_f32(side[0].weights.data(), side[1].weights.data(),
-                            std::min(side[0].weights.size(), side[1].weights.size()));
-    g.weights_max_ulp = w.max_ulp;
-    g.weights_differing = w.differing;
-    g.weights_l2 = w.l2;
+  // The row of `layer` in the per-layer table, added in the order layers are first seen.
+  std::size_t layer_row(const std::string& layer) {
+    auto it = layer_rows_.find(layer);
+    if (it != layer_rows_.end()) return it->second;
+    result_.layers.push_back(layer);
+    return layer_rows_[layer] = result_.layers.size() - 1;
+  }
+
+  // One device pass over every parameter pair and every named layer's forward output pair: the
+  // weights' distance after the step (whole and per layer), the activations' per layer and,
+  // where both runs evaluated, their differing predictions.
+  void compare_sides(int64_t step, const std::vector<TraceEvent>& ea, const std::vector<TraceEvent>& eb,
+                     StepGrowth& g) {
+    std::vector<std::pair<const Tensor*, const Tensor*>> pairs;
+    std::vector<std::pair<std::size_t, bool>> rows;  // per pair: layer row, is an activation
+    const auto& pa = *side[0].params;
+    const auto& pb = *side[1].params;
+    // Layers in forward order first (the named forward events), then any parameter's layer
+    // that no forward event named.
+    if (!result_.first.structure_mismatch)
+      for (std::size_t k = 0; k < ea.size() && k < eb.size(); ++k) {
+        if (ea[k].phase != "fwd" || ea[k].layer.find('#') != std::string::npos) continue;
+        const Tensor* ya = ta_.output_snapshot(ea[k].seq, "y");
+        const Tensor* yb = tb_.output_snapshot(eb[k].seq, "y");
+        if (!ya || !yb || ya->shape() != yb->shape() || ya->dtype() != yb->dtype()) continue;
+        const std::size_t row = layer_row(ea[k].layer);
+        if (std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return r.first == row && r.second; }))
+          continue;  // a layer applied twice: its first output stands for it
+        pairs.push_back({ya, yb});
+        rows.push_back({row, true});
+      }
+    const std::size_t weights_begin = pairs.size();
+    for (std::size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
+      pairs.push_back({&pa[i].var.value(), &pb[i].var.value()});
+      rows.push_back({layer_row(layer_of_param(pa[i].name)), false});
+    }
+    const std::vector<BitDistance> d = bit_distances(pairs);
+    std::vector<LayerDistance> layers(result_.layers.size());
+    double weights_sq = 0;
+    for (std::size_t k = 0; k < d.size(); ++k) {
+      LayerDistance& l = layers[rows[k].first];
+      if (rows[k].second) {
+        l.has_activations = true;
+        l.activations_l2 = d[k].l2;
+        l.activations_norm = d[k].norm;
+        continue;
+      }
+      l.has_weights = true;
+      l.weights_l2 = std::hypot(l.weights_l2, d[k].l2);
+      l.weights_norm = std::hypot(l.weights_norm, d[k].norm);
+      if (k >= weights_begin) {
+        g.weights_max_ulp = std::max(g.weights_max_ulp, d[k].max_ulp);
+        g.weights_differing += d[k].differing;
+        weights_sq += d[k].l2 * d[k].l2;
+      }
+    }
+    g.weights_l2 = std::sqrt(weights_sq);
+    result_.layer_growth.push_back(std::move(layers));
     if (side[0].evaluated && side[1].evaluated) {
       g.prediction_diffs = 0;
       for (std::size_t i = 0; i < side[0].preds.size(); ++i) g.prediction_diffs += side[0].preds[i] != side[1].preds[i];
@@ -278,6 +372,7 @@ class StepComparer {
   RecordingTracer &ta_, &tb_;
   DivergeResult& result_;
   std::function<void(const std::string&)> log_;
+  std::map<std::string, std::size_t> layer_rows_;
 };
 
 // Trains configs[0] (on this thread) and configs[1] (on another) in lockstep, meeting after every
@@ -295,7 +390,7 @@ std::array<TrainResult, 2> train_in_lockstep(const TrainConfig (&configs)[2], Re
     hooks.tracer = tracers[k];
     hooks.after_step = [&, k](const StepView& v) {
       Side& side = comparer.side[k];
-      side.weights = params_to_host(v.params);
+      side.params = &v.params;
       side.evaluated = opts.eval_every > 0 && v.step % opts.eval_every == 0;
       if (side.evaluated) side.preds = v.predict();
       lockstep.arrive([&] { comparer.meet(v.step); });
@@ -343,6 +438,8 @@ DivergeResult diverge(const TrainConfig& cfg, const DivergeOptions& opts) {
   RecordingTracer ta(wa.get()), tb(wb.get());
   ta.set_keep_data(true);
   tb.set_keep_data(true);
+  ta.set_keep_activations(opts.layer_growth);
+  tb.set_keep_activations(opts.layer_growth);
 
   DivergeResult result;
   StepComparer comparer(ta, tb, result, log);
@@ -418,6 +515,86 @@ std::string describe_first(const Divergence& d, const Divergence& source) {
 }
 }  // namespace
 
+namespace {
+
+double relative(double l2, double norm) { return norm > 0 ? l2 / norm : (l2 > 0 ? INFINITY : 0); }
+
+// Where in the network the difference first shows in the activations, and where it is largest
+// at the end.
+std::string layer_growth_summary(const DivergeResult& r) {
+  std::string out;
+  for (std::size_t s = 0; s < r.layer_growth.size(); ++s) {
+    const auto& row = r.layer_growth[s];
+    for (std::size_t l = 0; l < row.size(); ++l)
+      if (row[l].has_activations && row[l].activations_l2 > 0) {
+        out += fmt::format("activations first differ at step {}, first in forward order at {} (relative distance {:.3g})\n",
+                           s + 1, r.layers[l], relative(row[l].activations_l2, row[l].activations_norm));
+        s = r.layer_growth.size();
+        break;
+      }
+  }
+  if (!r.layer_growth.empty()) {
+    const auto& last = r.layer_growth.back();
+    std::size_t best = last.size();
+    for (std::size_t l = 0; l < last.size(); ++l)
+      if (last[l].has_activations && last[l].activations_l2 > 0 &&
+          (best == last.size() || relative(last[l].activations_l2, last[l].activations_norm) >
+                                      relative(last[best].activations_l2, last[best].activations_norm)))
+        best = l;
+    if (best < last.size())
+      out += fmt::format("at the last step the activations are furthest apart at {} (relative {:.3g}); per layer and "
+                         "step: layer_growth.csv\n",
+                         r.layers[best], relative(last[best].activations_l2, last[best].activations_norm));
+  }
+  return out;
+}
+
+// layer_growth.csv and the heat maps of relative activation and weight distance (layer x step).
+void write_layer_growth(const DivergeResult& r, const std::string& dir) {
+  std::string csv = "step,layer,weights_l2,weights_relative,activations_l2,activations_relative\n";
+  auto field = [](bool has, double v) { return has ? fmt::format("{:.6g}", v) : std::string(); };
+  for (std::size_t s = 0; s < r.layer_growth.size(); ++s)
+    for (std::size_t l = 0; l < r.layer_growth[s].size(); ++l) {
+      const LayerDistance& d = r.layer_growth[s][l];
+      if (!d.has_weights && !d.has_activations) continue;
+      csv += fmt::format("{},{},{},{},{},{}\n", s + 1, r.layers[l], field(d.has_weights, d.weights_l2),
+                         field(d.has_weights, relative(d.weights_l2, d.weights_norm)),
+                         field(d.has_activations, d.activations_l2),
+                         field(d.has_activations, relative(d.activations_l2, d.activations_norm)));
+    }
+  write_file_atomic((fs::path(dir) / "layer_growth.csv").string(), csv);
+  std::vector<double> steps;
+  for (std::size_t s = 0; s < r.layer_growth.size(); ++s) steps.push_back(double(s + 1));
+  for (const bool activations : {true, false}) {
+    std::vector<std::string> labels;
+    std::vector<std::vector<std::optional<double>>> rows;
+    for (std::size_t l = 0; l < r.layers.size(); ++l) {
+      std::vector<std::optional<double>> row(steps.size());
+      bool any = false;
+      for (std::size_t s = 0; s < steps.size(); ++s) {
+        if (l >= r.layer_growth[s].size()) continue;
+        const LayerDistance& d = r.layer_growth[s][l];
+        if (activations ? !d.has_activations : !d.has_weights) continue;
+        const double v = activations ? relative(d.activations_l2, d.activations_norm) : relative(d.weights_l2, d.weights_norm);
+        if (std::isfinite(v)) row[s] = v;
+        any = true;
+      }
+      if (!any) continue;
+      labels.push_back(r.layers[l]);
+      rows.push_back(std::move(row));
+    }
+    if (labels.empty()) continue;
+    const std::string what = activations ? "activations" : "weights";
+    write_file_atomic((fs::path(dir) / ("layer_growth_" + what + ".svg")).string(),
+                      svg_heat_map(fmt::format("Where the two runs' {} part: relative distance per layer (rows, "
+                                               "forward order) and step",
+                                               what),
+                                   "step", labels, steps, rows));
+  }
+}
+
+}  // namespace
+
 std::string format_divergence(const DivergeResult& r) {
   std::string out = describe_first(r.first, r.source) + "\n";
   const Divergence& src = r.source.found ? r.source : r.first;
@@ -452,6 +629,7 @@ std::string format_divergence(const DivergeResult& r) {
                            g.weights_l2, g.prediction_diffs >= 0 ? std::to_string(g.prediction_diffs) : "");
     }
   }
+  out += layer_growth_summary(r);
   out += fmt::format("final weights fingerprints: {} {}\n", r.run_a.weights_fingerprint.hex(),
                      r.run_b.weights_fingerprint.hex());
   return out;
@@ -510,6 +688,7 @@ void write_divergence(const DivergeResult& r, const std::string& dir) {
            {"final_fingerprints", {r.run_a.weights_fingerprint.hex(), r.run_b.weights_fingerprint.hex()}}};
   write_file_atomic((fs::path(dir) / "growth.csv").string(), csv);
   write_file_atomic((fs::path(dir) / "diverge.json").string(), doc.dump(2));
+  if (!r.layer_growth.empty()) write_layer_growth(r, dir);
 }
 
 }  // namespace ditto

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/digest.h"
 #include "engine/tracer.h"
 #include "experiments/stats.h"
 #include "experiments/trace.h"
@@ -24,34 +25,49 @@
 
 namespace ditto {
 
-// A tracer that fingerprints every tensor it is shown (a host copy each: tracing is slow, never
-// wrong) and collects the events of the current step. With keep_data it also keeps each f32
-// output's values until the step is cleared, so a difference can be measured in ULPs.
+// A tracer that digests every tensor it is shown where the tensor lives (engine/digest.h: one
+// pass per tensor on its own stream; only 16 bytes per tensor reach the host, when the step's
+// events are read) and collects the events of the current step. With keep_data it also keeps a
+// device snapshot of every output until the step is cleared, so the op where two runs part can
+// be measured in ULPs; with keep_activations, a snapshot of every named layer's forward output,
+// for per-layer growth.
 class RecordingTracer : public Tracer {
  public:
   explicit RecordingTracer(TraceWriter* writer = nullptr) : writer_(writer) {}
   void begin_step(int64_t step) override;
   void event(const std::string& phase, const std::string& layer, const std::string& op,
              const std::vector<TracedTensor>& inputs, const std::vector<TracedTensor>& outputs) override;
-  const std::vector<TraceEvent>& step_events() const { return events_; }
-  // Values of output `tensor` of the event with index seq in this step; nullptr if not kept.
-  const std::vector<float>* output_values(int64_t seq, const std::string& tensor) const;
+  // The step's events with their digests (waits for the digests still being computed).
+  const std::vector<TraceEvent>& step_events();
+  // The snapshot of output `tensor` of the event with index seq in this step; nullptr if none kept.
+  const Tensor* output_snapshot(int64_t seq, const std::string& tensor) const;
   void clear_step();  // writes the step's events to the writer (if any), then forgets them
   void set_keep_data(bool on) { keep_data_ = on; }
+  void set_keep_activations(bool on) { keep_activations_ = on; }
   int64_t events_seen() const { return events_seen_; }
 
  private:
+  void resolve();  // fills in the digests queued for the step's events
+
+  struct Pending {
+    std::size_t event, index, slot;
+    bool output;
+  };
   TraceWriter* writer_;
-  bool keep_data_ = false;
+  bool keep_data_ = false, keep_activations_ = false;
   int64_t step_ = 0, events_seen_ = 0;
   std::vector<TraceEvent> events_;
-  std::vector<std::vector<std::vector<float>>> data_;  // [event][output] values
-  std::map<std::string, int> unnamed_;                 // per-step counters for "relu#3"
+  DigestQueue digests_;
+  std::vector<Pending> pending_;                  // digests not yet filled into events_
+  std::vector<std::vector<Tensor>> snapshots_;    // [event][output]; undefined where not kept
+  std::map<std::string, int> unnamed_;            // per-step counters for "relu#3"
 };
 
 struct DivergeOptions {
   int64_t eval_every = 10;          // compare test predictions every K steps (0: never)
   std::string trace_a, trace_b;     // write each run's trace here when set
+  bool layer_growth = true;         // per layer and step, weight and activation distances (keeps a
+                                    // device copy of each named layer's forward output per step)
   std::function<void(const std::string&)> log;  // progress lines; default stderr
 };
 
@@ -72,6 +88,15 @@ bool output_is_read(const std::vector<TraceEvent>& events, std::size_t index, co
 Divergence first_read_divergence(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>& b,
                                  std::vector<Divergence>* unread = nullptr);
 
+// One layer at one step: how far apart the two runs' parameters of the layer are after the step
+// (all of them together) and how far apart its forward output was in the step. Relative
+// distances divide by run A's norm.
+struct LayerDistance {
+  bool has_weights = false, has_activations = false;
+  double weights_l2 = 0, weights_norm = 0;
+  double activations_l2 = 0, activations_norm = 0;
+};
+
 struct DivergeResult {
   Divergence first;                 // where the runs first parted (found == false: never)
   TensorDiff first_diff;            // at that tensor: differing elements and max ULP
@@ -80,6 +105,9 @@ struct DivergeResult {
   int64_t first_prediction_step = 0;  // first evaluated step with differing predictions; 0: none
   int64_t steps = 0, events_per_step = 0;
   std::vector<StepGrowth> growth;   // one row per step
+  std::vector<std::string> layers;  // named layers in forward order, then parameter-only ones
+  std::vector<std::vector<LayerDistance>> layer_growth;  // [step - 1][layer]; a row may be shorter
+                                                         // than `layers` (layers first seen later)
   TrainResult run_a, run_b;
   double traced_ms_per_step = 0;    // training time per step with tracing on (both runs sharing the GPU)
   std::vector<ManifestEntry> ops;   // what run A's kernels were
@@ -103,7 +131,9 @@ struct TraceComparison {
 };
 TraceComparison compare_trace_files(const std::string& path_a, const std::string& path_b);
 
-// Text reports (what ditto-diverge prints) and diverge.json / growth.csv.
+// Text reports (what ditto-diverge prints) and diverge.json, growth.csv and, with layer growth,
+// layer_growth.csv and layer_growth.svg (heat maps, layer x step, of the relative activation and
+// weight distances).
 std::string format_divergence(const DivergeResult& r);
 std::string format_comparison(const TraceComparison& c);
 void write_divergence(const DivergeResult& r, const std::string& dir);

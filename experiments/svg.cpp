@@ -499,4 +499,87 @@ std::string svg_histogram(const std::string& title, const std::string& x_label, 
   return svg + "</svg>\n";
 }
 
+namespace {
+// A perceptually ordered ramp (dark blue -> teal -> green -> yellow, viridis' anchors) at t in [0, 1].
+std::string ramp_color(double t) {
+  static const double anchors[5][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
+  t = std::clamp(t, 0.0, 1.0) * 4;
+  const int i = std::min(3, int(t));
+  const double f = t - i;
+  int c[3];
+  for (int k = 0; k < 3; ++k) c[k] = int(std::lround(anchors[i][k] + f * (anchors[i + 1][k] - anchors[i][k])));
+  return fmt::format("#{:02x}{:02x}{:02x}", c[0], c[1], c[2]);
+}
+}  // namespace
+
+std::string svg_heat_map(const std::string& title, const std::string& x_label, const std::vector<std::string>& row_labels,
+                         const std::vector<double>& columns, const std::vector<std::vector<std::optional<double>>>& rows) {
+  if (rows.size() != row_labels.size())
+    throw Error(fmt::format("svg_heat_map '{}': {} rows for {} labels", title, rows.size(), row_labels.size()));
+  double lo = 0, hi = 0;
+  std::size_t longest = 1;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r].size() != columns.size())
+      throw Error(fmt::format("svg_heat_map '{}': row '{}' has {} values for {} columns", title, row_labels[r],
+                              rows[r].size(), columns.size()));
+    longest = std::max(longest, row_labels[r].size());
+    for (const auto& v : rows[r]) {
+      if (!v) continue;
+      if (!std::isfinite(*v) || *v < 0)
+        throw Error(fmt::format("svg_heat_map '{}': row '{}' has value {}; values must be finite and >= 0", title,
+                                row_labels[r], *v));
+      if (*v > 0) {
+        lo = lo > 0 ? std::min(lo, *v) : *v;
+        hi = std::max(hi, *v);
+      }
+    }
+  }
+  const double log_lo = lo > 0 ? std::floor(std::log10(lo)) : 0, log_hi = hi > 0 ? std::ceil(std::log10(hi)) : 1;
+  const double span = std::max(1.0, log_hi - log_lo);
+  const double label_width = std::min(320.0, double(longest) * kCharWidth + 10);
+  const double row_h = std::clamp(600.0 / double(std::max<std::size_t>(1, rows.size())), 3.0, 14.0);
+  const double plot_left = label_width + 10, plot_right = kWidth - 20, plot_top = kTitleHeight + 6;
+  const double plot_width = plot_right - plot_left, plot_bottom = plot_top + row_h * double(rows.size());
+  const double cell_w = plot_width / double(std::max<std::size_t>(1, columns.size()));
+  const double height = plot_bottom + kAxisHeight + 50;
+  std::string svg = svg_open(kWidth, height, title);
+  const std::size_t label_stride = std::max<std::size_t>(1, std::size_t(std::ceil(11.0 / row_h)));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const double y = plot_top + row_h * double(r);
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      const auto& v = rows[r][c];
+      if (!v || *v <= 0) continue;
+      svg += fmt::format("<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\"/>\n",
+                         plot_left + cell_w * double(c), y, cell_w + 0.05, row_h + 0.05,
+                         ramp_color((std::log10(*v) - log_lo) / span));
+    }
+    if (r % label_stride == 0)
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\" "
+                         "font-size=\"{:.0f}px\">{}</text>\n",
+                         plot_left - 4, y + row_h / 2, std::min(12.0, std::max(8.0, row_h)), xml_escape(row_labels[r]));
+  }
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{:.1f}\" fill=\"none\" stroke=\"black\"/>\n",
+                     plot_left, plot_top, plot_width, plot_bottom - plot_top);
+  // About six x ticks at column centres.
+  const std::size_t x_stride = std::max<std::size_t>(1, columns.size() / 6);
+  for (std::size_t c = 0; c < columns.size(); c += x_stride)
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n",
+                       plot_left + cell_w * (double(c) + 0.5), plot_bottom + 16, columns[c]);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", plot_left + plot_width / 2,
+                     plot_bottom + 36, xml_escape(x_label));
+  // The colour bar: log10 range, one band per tenth.
+  const double bar_top = plot_bottom + 50, bar_left = plot_left, bar_width = std::min(400.0, plot_width);
+  for (int k = 0; k < 40; ++k)
+    svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"12\" fill=\"{}\"/>\n",
+                       bar_left + bar_width * k / 40.0, bar_top, bar_width / 40.0 + 0.05, ramp_color((k + 0.5) / 40.0));
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"start\">1e{:g}</text>\n", bar_left, bar_top + 26,
+                     log_lo);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">1e{:g}</text>\n", bar_left + bar_width,
+                     bar_top + 26, log_lo + span);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"start\">white: identical</text>\n",
+                     bar_left + bar_width + 12, bar_top + 10);
+  return svg + "</svg>\n";
+}
+
 }  // namespace ditto
+

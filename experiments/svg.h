@@ -88,4 +88,13 @@ struct HistogramBin {
 std::string svg_histogram(const std::string& title, const std::string& x_label, const std::string& y_label,
                           const std::vector<HistogramBin>& bins);
 
+// A heat map: one row per label (top to bottom), one column per x value, each cell coloured by
+// log10 of its value between the smallest and largest positive values present (white: no value or
+// zero; a colour bar with the range below). For quantities spanning many decades, such as the
+// distance between two runs as it grows from the first differing bit. rows[r][c] belongs to
+// row_labels[r] and columns[c]; std::nullopt draws nothing. Throws Error for negative or
+// non-finite values, or rows whose length differs from columns'.
+std::string svg_heat_map(const std::string& title, const std::string& x_label, const std::vector<std::string>& row_labels,
+                         const std::vector<double>& columns, const std::vector<std::vector<std::optional<double>>>& rows);
+
 }  // namespace ditto

@@ -16,8 +16,9 @@
 namespace ditto {
 namespace {
 
-// 2: fingerprints are XXH3-128 (32 hex digits); 1 held the FNV-1a versions' 16-digit ones.
-constexpr int kTraceFormatVersion = 2;
+// 3: each tensor's value is its digest (engine/digest.h, computed where the tensor lives); 2 held
+// XXH3-128 of the bytes copied to the host, 1 the FNV-1a versions' 16-digit fingerprints.
+constexpr int kTraceFormatVersion = 3;
 
 // ordered_json keeps step, seq, phase, layer and op at the front of each line, where a person
 // scanning a trace with grep or less looks first.
@@ -177,6 +178,9 @@ Trace read_trace(const std::string& path) {
   if (header.is_object() && header.value("ditto_trace", nlohmann::json()) == 1)
     line.fail("a trace of format 1, whose fingerprints are the FNV-1a versions' 64-bit ones (paired changes cancel "
               "out in them, so a comparison could miss a difference); record it again with this ditto");
+  if (header.is_object() && header.value("ditto_trace", nlohmann::json()) == 2)
+    line.fail("a trace of format 2, whose tensors carry XXH3 fingerprints of their bytes where this ditto records "
+              "device digests (a different function: every tensor would differ); record it again with this ditto");
   if (!header.is_object() || header.value("ditto_trace", nlohmann::json()) != kTraceFormatVersion)
     line.fail(fmt::format("not a ditto trace (first line must be {{\"ditto_trace\": {}, \"meta\": {{...}}}})",
                           kTraceFormatVersion));

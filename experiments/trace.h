@@ -2,7 +2,7 @@
 //
 // A traced run records, for every step, one event per op execution: a forward output ("fwd"), one
 // op's backward closure ("bwd") or an optimizer update of one parameter ("update"), each with the
-// 64-bit fingerprints of the tensors it read and wrote. Two traces of "the same" run are walked in
+// 128-bit digests of the tensors it read and wrote. Two traces of "the same" run are walked in
 // lockstep; the first event whose output differs while all of its inputs were identical is the op
 // whose kernel introduced the difference. Everything downstream differs too, so only the first
 // event says anything about which kernel is not bit-reproducible.
@@ -20,7 +20,7 @@ namespace ditto {
 
 struct TraceTensor {
   std::string name;          // "x", "w", "y", "dy", "dx", "dw", "w_before", ...
-  Fingerprint fingerprint;  // XXH3-128 of the tensor's bits (engine/fingerprint.h)
+  Fingerprint fingerprint;  // the tensor's digest (engine/digest.h)
   int64_t numel = 0;
 };
 
@@ -41,9 +41,9 @@ struct Trace {
   std::vector<TraceEvent> events;
 };
 
-// Streams a trace to a JSON-lines file: first line {"ditto_trace": 1, "meta": {...}}, then one
-// compact JSON object per event. Fingerprints are written as 16-digit lowercase hex strings (JSON
-// numbers cannot hold 64-bit values exactly in every reader). Streaming, rather than collecting
+// Streams a trace to a JSON-lines file: first line {"ditto_trace": 3, "meta": {...}}, then one
+// compact JSON object per event. Digests are written as 32-digit lowercase hex strings (JSON
+// numbers cannot hold 128-bit values). Streaming, rather than collecting
 // events and writing at the end, keeps memory flat over long runs.
 //
 // The file is written under a temporary name beside `path`; close() flushes, syncs and renames it

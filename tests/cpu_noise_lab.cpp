@@ -204,9 +204,36 @@ TEST_CASE("diverge: two lockstep CPU runs never part; a changed learning rate is
   CHECK(r.growth[1].prediction_diffs == 0);  // evaluated at step 2
   CHECK(r.growth[0].prediction_diffs == -1);
   CHECK(r.run_a.weights_fingerprint == r.run_b.weights_fingerprint);
+  // Per layer: named layers in forward order, every distance zero, every norm positive.
+  const std::vector<std::string> want = {"conv1", "conv2", "fc"};
+  for (const auto& layer : want) CHECK(std::count(r.layers.begin(), r.layers.end(), layer) == 1);
+  REQUIRE(r.layer_growth.size() == 4);
+  for (const auto& row : r.layer_growth)
+    for (std::size_t l = 0; l < row.size(); ++l) {
+      INFO(r.layers[l]);
+      CHECK(row[l].weights_l2 == 0);
+      CHECK(row[l].activations_l2 == 0);
+      if (row[l].has_weights) CHECK(row[l].weights_norm > 0);
+    }
+  const auto conv1 = std::find(r.layers.begin(), r.layers.end(), "conv1") - r.layers.begin();
+  CHECK(r.layer_growth[0][conv1].has_weights);
+  CHECK(r.layer_growth[0][conv1].has_activations);
+  CHECK(r.layer_growth[0][conv1].activations_norm > 0);
   write_divergence(r, c.out);
   CHECK(fs::exists(c.out + "/diverge.json"));
   CHECK(fs::exists(c.out + "/growth.csv"));
+  const std::string csv = slurp(c.out + "/layer_growth.csv");
+  CHECK(csv.rfind("step,layer,weights_l2,weights_relative,activations_l2,activations_relative\n", 0) == 0);
+  CHECK(csv.find("\n4,conv2,0,0,0,0\n") != std::string::npos);
+  // Nothing differs, so the heat maps have no coloured cell, only the colour bar.
+  CHECK(fs::exists(c.out + "/layer_growth_activations.svg"));
+  CHECK(fs::exists(c.out + "/layer_growth_weights.svg"));
+}
+
+TEST_CASE("trace: a format-2 trace (XXH3 of host bytes) is refused by name") {
+  const std::string path = scratch("format2.trace");
+  { std::ofstream(path) << "{\"ditto_trace\":2,\"meta\":{}}\n"; }
+  CHECK_THROWS_WITH(read_trace(path), Contains("format 2") && Contains("record it again"));
 }
 
 TEST_CASE("diverge: traces of two machines compare to the first differing op") {

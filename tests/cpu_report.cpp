@@ -443,6 +443,18 @@ TEST_CASE("svg_line_chart, svg_grouped_bar_chart, svg_histogram: structure, esca
   CHECK(svg.find(">909<") != std::string::npos);
   CHECK(svg.find(">1000<") != std::string::npos);  // the y axis covers the largest count
   CHECK_THROWS_AS(svg_histogram("h", "k", "n", {{"1", std::numeric_limits<double>::infinity()}}), Error);
+  // Heat map: a cell per positive value (zero and missing cells stay white), 40 colour-bar bands,
+  // the range in powers of ten, labels escaped.
+  svg = svg_heat_map("where <runs> part", "step", {"conv1", "layer1.0 & bn"}, {1, 2, 3},
+                     {{0.0, 1e-7, 1e-3}, {std::nullopt, 2e-5, 0.5}});
+  CHECK(svg.find("class=\"chart\"") != std::string::npos);
+  CHECK(svg.find("layer1.0 &amp; bn") != std::string::npos);
+  CHECK(count_occurrences(svg, "<rect") == 4 + 1 + 40);  // cells, the frame, the colour bar
+  CHECK(svg.find(">1e-7<") != std::string::npos);
+  CHECK(svg.find(">1e0<") != std::string::npos);
+  CHECK_THROWS_AS(svg_heat_map("h", "x", {"a"}, {1, 2}, {{1.0}}), Error);
+  CHECK_THROWS_AS(svg_heat_map("h", "x", {"a"}, {1}, {{-1.0}}), Error);
+  CHECK_THROWS_AS(svg_heat_map("h", "x", {"a", "b"}, {1}, {{1.0}}), Error);
   CHECK_THROWS_AS(svg_histogram("h", "k", "n", {{"1", -1}}), Error);
 
   // The bar charts carry the class too, so a report checks them like the others.

@@ -1,5 +1,6 @@
-// Engine core on the GPU: device tensors, fingerprints equal to the CPU's, the tape running
-// CUDA closures, relu/add against the CPU path, debug-sync error reporting.
+// Engine core on the GPU: device tensors, fingerprints and digests equal to the CPU's, bit
+// distances, the tape running CUDA closures, relu/add against the CPU path, debug-sync error
+// reporting.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -7,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include "engine/context.h"
+#include "engine/digest.h"
+#include "engine/tensor_ops.h"
 #include "engine/error.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
@@ -110,4 +113,62 @@ TEST_CASE("gpu manifest: a deterministic step's every knob promises run_to_run o
     if (std::string(mode) == "deterministic") CHECK(own >= 4);  // bias, bn, pool gather, loss: ditto's own
     else CHECK(not_guaranteed >= 4);
   }
+}
+
+TEST_CASE("gpu digest: equal to the CPU's for every size and dtype, identical over 20 calls, queued on two streams") {
+  Context gpu(Device::cuda(0)), gpu2(Device::cuda(0));
+  Context cpu;
+  // Sizes around the kernel's 4-word groups and 1024-block grid (5M floats: the grid-stride loop
+  // goes round several times), in f32 and in bf16/f16 with odd counts (a zero-padded last word).
+  for (int64_t n : {int64_t(1), int64_t(3), int64_t(4), int64_t(5), int64_t(17), int64_t(1023), int64_t(262147),
+                    int64_t(5000011)}) {
+    const auto v = test::random_vec(static_cast<std::size_t>(n), test::fresh_seed());
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      const Tensor c = to_dtype(cpu, cpu.from_host(v, {n}), dtype);
+      const Tensor g = gpu.to_device(c);
+      INFO(n << " " << dtype_name(dtype));
+      CHECK(digest(g) == digest(c));
+    }
+  }
+  const auto v = test::random_vec(300001, test::fresh_seed());
+  const Tensor a = gpu.from_host(v, {300001}), b = gpu2.from_host(v, {300001});
+  const Fingerprint want = digest(cpu.from_host(v, {300001}));
+  DigestQueue q;
+  for (int k = 0; k < 20; ++k) {
+    q.add(a);
+    q.add(b);
+  }
+  for (const auto& d : q.take()) CHECK(d == want);
+  // A later take reuses the slots, zeroed.
+  q.add(b);
+  CHECK(q.take().front() == want);
+  std::printf("DIGEST 300001 floats on two streams x20: all equal to the CPU digest\n");
+}
+
+TEST_CASE("gpu bit distance: counts and ULPs equal to the CPU's, sums within rounding, repeatable") {
+  Context gpu(Device::cuda(0)), cpu;
+  const int64_t n = 1000003;
+  auto va = test::random_vec(static_cast<std::size_t>(n), test::fresh_seed());
+  auto vb = va;
+  for (int64_t i = 0; i < n; i += 97) vb[i] = std::nextafter(vb[i], 10.0f);
+  vb[5] = -vb[5];
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Tensor ca = to_dtype(cpu, cpu.from_host(va, {n}), dtype), cb = to_dtype(cpu, cpu.from_host(vb, {n}), dtype);
+    const Tensor ga = gpu.to_device(ca), gb = gpu.to_device(cb);
+    const BitDistance c = bit_distance(ca, cb), g = bit_distance(ga, gb);
+    INFO(dtype_name(dtype));
+    CHECK(g.numel == c.numel);
+    CHECK(g.differing == c.differing);
+    CHECK(g.differing > 0);
+    CHECK(g.max_ulp == c.max_ulp);
+    CHECK(g.max_abs == c.max_abs);
+    // Per-block partial sums against the CPU's one running sum: equal to double rounding.
+    CHECK(g.l2 == Approx(c.l2).epsilon(1e-12));
+    CHECK(g.norm == Approx(c.norm).epsilon(1e-12));
+    const BitDistance again = bit_distance(ga, gb);
+    CHECK(again.l2 == g.l2);
+    CHECK(again.norm == g.norm);
+  }
+  Tensor s = snapshot(gpu.from_host(va, {n}));
+  CHECK(digest(s) == digest(cpu.from_host(va, {n})));
 }

@@ -59,6 +59,18 @@ TEST_CASE("gpu diverge: only conv2.bwd_filter=algo0 nondeterministic is named as
   CHECK(r.source.tensor == "dw");
   CHECK(r.first_diff.differing > 0);
   CHECK(r.first_diff.max_ulp > 0);
+  // Per layer: after step 1 only conv2's weights differ (its dw did; conv1's dw reads conv2's dx,
+  // which the deterministic bwd_data computed from identical inputs), and by the last step the
+  // difference has reached the forward activations.
+  REQUIRE(r.layer_growth.size() == 20);
+  for (std::size_t l = 0; l < r.layer_growth[0].size(); ++l) {
+    INFO(r.layers[l]);
+    CHECK((r.layer_growth[0][l].weights_l2 > 0) == (r.layers[l] == "conv2"));
+    CHECK(r.layer_growth[0][l].activations_l2 == 0);
+  }
+  bool activations_differ = false;
+  for (const auto& d : r.layer_growth.back()) activations_differ |= d.activations_l2 > 0;
+  CHECK(activations_differ);
 }
 
 TEST_CASE("gpu diverge: an all-deterministic pair never parts") {
