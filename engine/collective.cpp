@@ -399,7 +399,9 @@ void RankGroup::prepare_nccl(const std::vector<AllReduceConfig>& configs) {
   std::vector<std::string> names;
   for (const auto& c : wanted) names.push_back(c.str());
   if (!I.cuda)
-    throw Error(fmt::format("all-reduce {}: NCCL needs CUDA devices; simulated CPU ranks run fixed-order only",
+    throw Error(fmt::format("all-reduce {}: NCCL needs CUDA devices; ranks on the CPU are simulated and run the "
+                            "fixed-order all-reduce only: pick it with the rule *.algo=fixed-order, or run every "
+                            "kernel deterministic",
                             fmt::join(names, ", ")));
   std::vector<int> indices;
   for (const auto& d : I.devices) {

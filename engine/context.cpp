@@ -36,8 +36,9 @@ CudaState::CudaState(int dev) : device(dev) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
-    throw CudaError(fmt::format("no CUDA device available for cuda:{} ({})", dev,
-                                e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)));
+    throw CudaError(fmt::format("no CUDA device available for cuda:{} ({}); this machine can run on the CPU "
+                                "(device cpu, or auto to take a GPU only where there is one)",
+                                dev, e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)));
   if (dev >= count) throw CudaError(fmt::format("cuda:{} requested, {} device(s) present", dev, count));
   DITTO_CUDA_CHECK(cudaSetDevice(dev));
   DITTO_CUDA_CHECK(cudaGetDeviceProperties(&props, dev));

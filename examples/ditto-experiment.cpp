@@ -86,7 +86,10 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--setting", a.custom,
                  "a custom setting, repeatable: \"NAME: seeds=fixed|random|init|order kernels=MODE "
                  "pin=LAYER.KNOB=VARIANT ...\" (added after --settings)");
-  app.add_option("--lrs", a.fig.lrs, "fig-s4: learning rates")->delimiter(',')->capture_default_str();
+  app.add_option("--lrs", a.fig.lrs, "fig-s4: learning rates")
+      ->delimiter(',')
+      ->check(ditto::detail::positive_float())
+      ->capture_default_str();
   app.add_option("--fig-s4-kernels", a.fig.kernels,
                  "fig-s4: the kernels of the four {init} x {order} cells (heuristic: the framework default, so the "
                  "fixed/fixed cell shows GPU noise)")
@@ -140,6 +143,15 @@ void apply_flags(const CLI::App& app, Args& a, int argc, char** argv) {
     if (!app.count("--synthetic-test")) o.base.synthetic_test = gpu ? 2000 : 500;
     if (!app.count("--synthetic-size")) o.base.synthetic_size = gpu ? 32 : 16;
   }
+  // A protocol's own flags given to another would be silently ignored: refused instead.
+  static const std::vector<std::pair<const char*, const char*>> kOwnFlags = {
+      {"--settings", "settings"},        {"--setting", "settings"},     {"--lrs", "fig-s4"},
+      {"--fig-s4-kernels", "fig-s4"},    {"--no-control", "fig-s4"},    {"--modes", "overhead"},
+      {"--overhead-warmup", "overhead"}, {"--overhead-steps", "overhead"}};
+  for (const auto& [flag, protocol] : kOwnFlags)
+    if (app.count(flag) && a.protocol != protocol)
+      throw ditto::Error(fmt::format("{} belongs to --protocol {}; --protocol {} does not read it (leave it out)",
+                                     flag, protocol, a.protocol));
   if (a.protocol == "fig-s4") {
     // The figure fixes these: a flag that asks otherwise is an error, not silently overridden.
     for (const char* flag : {"--optimizer", "--lr", "--augment", "--lr-schedule", "--warmup-epochs"})

@@ -4,6 +4,7 @@
 // does not depend on CLI11; a program that includes it links CLI11.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +42,7 @@ struct TrainFlags {
   bool deterministic_kernels = false;
   std::string pins_from;
   bool quiet = false;
+  CLI::Option *image_size_opt = nullptr, *resize_opt = nullptr;  // stream-folder's own
   CLI::Option* loss_scale_opt = nullptr;  // given: default_loss_scale leaves --loss-scale alone
 };
 
@@ -111,11 +113,14 @@ inline CLI::Validator output_path() {
 // "--replicas must be at least 2, got 1" rather than CLI11's "not in range 0 to 1.79e308".
 inline CLI::Validator at_least(double low) { return real(low, false); }
 inline CLI::Validator positive() { return real(0, true); }
+// A float flag (--lr, --wd, ...): above 0 and no larger than a float holds, so "1e39" is refused
+// as typed instead of turning into inf on the way in.
+inline CLI::Validator positive_float() { return real(0, true, std::numeric_limits<float>::max()); }
 
 // The flag groups, one function each.
 
 // The model and the data: which network, which dataset, where it lives, how much of it.
-inline void add_data_flags(CLI::App& app, TrainConfig& c) {
+inline void add_data_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
   constexpr long long kInt = INT_MAX, kInt64 = LLONG_MAX;
   app.add_option("--model", c.model, "the network (nets/nets.h describes each)")
       ->check(CLI::IsMember(known_models()))
@@ -140,9 +145,9 @@ inline void add_data_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--synthetic-size", c.synthetic_size,
                  "synthetic: image height and width (the synthetic-* variants have their real data's size)")->check(whole(8, 4096))
       ->capture_default_str();
-  app.add_option("--image-size", c.image_size, "stream-folder: the side of the crops")->check(whole(1, 8192))
+  f.image_size_opt = app.add_option("--image-size", c.image_size, "stream-folder: the side of the crops")->check(whole(1, 8192))
       ->capture_default_str();
-  app.add_option("--resize", c.resize, "stream-folder: evaluation's shorter side before the centre crop")
+  f.resize_opt = app.add_option("--resize", c.resize, "stream-folder: evaluation's shorter side before the centre crop")
       ->check(whole(1, 65535))->capture_default_str();
 }
 
@@ -171,11 +176,13 @@ inline void add_optim_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--steps", c.max_steps, "train this many steps instead of whole epochs (screening), then evaluate")
       ->check(whole(1, kInt64));
   app.add_option("--batch-size", c.batch_size)->check(whole(1, int64_t(1) << 31))->capture_default_str();
-  app.add_option("--lr", c.lr)->check(real(0, true))->capture_default_str();
+  app.add_option("--lr", c.lr)->check(positive_float())->capture_default_str();
   app.add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
   app.add_option("--momentum", c.momentum, "sgd")->check(real(0, false, 1))->capture_default_str();
   app.add_flag("--nesterov", c.nesterov, "sgd");
-  app.add_option("--weight-decay", c.weight_decay)->check(real(0, false))->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay)
+      ->check(real(0, false, std::numeric_limits<float>::max()))
+      ->capture_default_str();
   app.add_option("--lr-schedule", c.lr_schedule,
                  "per step: constant | step (/10 at --milestones) | cosine (to 0) | onecycle (linear to 0; with "
                  "--warmup-epochs, up then down)")
@@ -281,7 +288,7 @@ inline void add_output_flags(CLI::App& app, TrainConfig& c) {
 
 // Adds the flag groups `groups` names, in one fixed order (which --help keeps).
 inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsigned groups = kFlagsAll) {
-  if (groups & kFlagsData) detail::add_data_flags(app, c);
+  if (groups & kFlagsData) detail::add_data_flags(app, c, f);
   if (groups & kFlagsDataParallel) detail::add_data_parallel_flags(app, c, (groups & kFlagsGpusFlag) != 0);
   if (groups & kFlagsOptim) detail::add_optim_flags(app, c);
   if (groups & kFlagsOptim) detail::add_loss_scale_flag(app, c, f);
@@ -312,8 +319,21 @@ inline void apply_train_flags(TrainConfig& c, const TrainFlags& f, int argc, cha
   c.progress = !f.quiet;
   c.command_line.clear();
   for (int i = 0; i < argc; ++i) c.command_line += (i ? " " : "") + std::string(argv[i]);
+  for (CLI::Option* o : {f.image_size_opt, f.resize_opt})
+    if (o && o->count() && c.dataset != "stream-folder")
+      throw Error(fmt::format("{}: only --dataset stream-folder crops and resizes its images; --dataset {} has fixed "
+                              "sizes (leave {} out)",
+                              o->get_name(), c.dataset, o->get_name()));
   if (!f.pins_from.empty()) {
-    auto recorded = pins_from_manifest(f.pins_from);
+    // The pins name the recorded run's layers and shapes: another model's would pin layers that
+    // merely share a name.
+    const RunManifest recorded_run = read_run_manifest(f.pins_from);
+    const auto model = recorded_run.flags.find("--model");
+    if (model != recorded_run.flags.end() && model->second != c.model)
+      throw Error(fmt::format("--pins-from {}: that run trained --model {}, this one --model {}; its pins name {}'s "
+                              "layers and shapes",
+                              f.pins_from, model->second, c.model, model->second));
+    auto recorded = pins_from_ops(recorded_run.ops);
     recorded.insert(recorded.end(), c.pins.begin(), c.pins.end());
     c.pins = recorded;
   }

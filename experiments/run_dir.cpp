@@ -380,8 +380,9 @@ RunFolderState inspect_run_folder(const std::string& dir) {
       JsonFields f{mpath, m};
       s.epochs_done = f.count("results.epochs_done", 0);
       s.epochs_planned = f.count("config.epochs", 0);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       s.epochs_done = s.epochs_planned = -1;
+      s.manifest_problem = e.what();
     }
   }
   return s;
@@ -390,6 +391,11 @@ RunFolderState inspect_run_folder(const std::string& dir) {
 void check_out_allowed(const std::string& out, OutIntent intent) {
   const RunFolderState s = inspect_run_folder(out);
   if (s.exists && !s.is_folder) throw Error(fmt::format("--out: '{}' exists and is not a folder", out));
+  if (intent == OutIntent::Fresh && s.published && s.epochs_done < 0)
+    throw Error(fmt::format("--out: '{}' already holds a run whose manifest cannot be read ({}), so it cannot be "
+                            "continued; pass --overwrite to replace it (the old run stays whole until the new one has "
+                            "finished its first epoch), or choose another folder",
+                            out, s.manifest_problem));
   if (intent == OutIntent::Fresh && s.published)
     throw Error(fmt::format("--out: '{}' already holds {}; pass --overwrite to replace it (the old run stays whole until "
                             "the new one has finished its first epoch), --resume {} to continue it, or choose another "

@@ -52,6 +52,7 @@ struct RunFolderState {
   bool unpublished = false;  // a generation that was never published: a run stopped before it ended an epoch
   int epochs_done = -1;      // from the manifest; -1 when it cannot be read
   int epochs_planned = -1;
+  std::string manifest_problem;  // why the manifest cannot be read, when it cannot
   // What the folder holds besides a run's own entries (.lock, .gen-*, state, and links into
   // state/): files a person put there, sorted by name.
   std::vector<std::string> foreign;

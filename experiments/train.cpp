@@ -390,6 +390,10 @@ class Run {
     // The whole run's step tables at once: a graph captured at the second step then stays valid
     // to the end (growing them mid-run meant recapturing while other replicas run).
     const int64_t run_steps = int64_t(cfg_.epochs) * train_loader_->batches_per_epoch();
+    if (cfg_.max_steps > run_steps)
+      throw Error(fmt::format("--steps {}: --epochs {} of {} batches hold only {} steps; raise --epochs, or lower "
+                              "--steps to at most {}",
+                              cfg_.max_steps, cfg_.epochs, train_loader_->batches_per_epoch(), run_steps, run_steps));
     opt_->reserve_steps(*ctx_, cfg_.max_steps ? std::min<int64_t>(cfg_.max_steps, run_steps) : run_steps);
     if (cfg_.data_parallel()) set_up_ranks();
   }
@@ -416,6 +420,11 @@ class Run {
   void build_net() {
     const TrainData& data = *held_;
     ctx_ = std::make_unique<Context>(device_, policy_);
+    // The one model that reads category ids, named in the flags' words before the net's own check.
+    if (cfg_.model == "embedding-bag" && data.train.categories < 1)
+      throw Error(fmt::format("--model embedding-bag reads category ids; --dataset {} holds images: train it on "
+                              "--dataset celeba-attrs or synthetic-attrs",
+                              cfg_.dataset));
     net_ = make_net(*ctx_, NetConfig{cfg_.model, data.train.num_classes, data.train.channels, data.train.categories});
     check_net_fits_data(*net_, data.train, cfg_.model, cfg_.dataset);
     task_ = net_->task();

@@ -369,7 +369,8 @@ TEST_CASE("flags: one definition, ranges in words") {
     parse({"--lr", "-1"});
     FAIL("--lr -1 accepted");
   } catch (const CLI::ValidationError& e) {
-    CHECK(std::string(e.what()).find("must be a finite number above 0, got -1") != std::string::npos);
+    CHECK(std::string(e.what()).find("must be a finite number above 0 and at most 3.40282e+38, got -1") !=
+          std::string::npos);
   }
   CHECK(parse({"--steps", "7", "--model", "two-conv"}).max_steps == 7);
   CHECK_THROWS_AS(parse({"--model", "nonet"}), CLI::ValidationError);

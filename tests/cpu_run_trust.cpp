@@ -5,6 +5,7 @@
 // refused by a check leaves nothing behind; a resumed run's replay line reproduces its bits.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <chrono>
 #include <filesystem>
@@ -109,6 +110,17 @@ std::string cli_error(std::vector<std::string> args) {
   }
   return "(accepted)";
 }
+// A ditto-train command line parsed and applied (parse_command): "(accepted)" or the error's text.
+std::string apply_error(const std::vector<std::string>& args) {
+  std::string line = "ditto-train";
+  for (const auto& a : args) line += " " + a;
+  try {
+    parse_command(line);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
 }  // namespace
 
 TEST_CASE("row 1: a non-finite or out-of-range number is an error naming its flag") {
@@ -127,7 +139,10 @@ TEST_CASE("row 1: a non-finite or out-of-range number is an error naming its fla
   c.milestones = {-3};
   CHECK_THAT(error_of([&] { train(c); }), Contains("--milestones"));
   // The command line refuses them before CLI11 converts anything.
-  CHECK_THAT(cli_error({"--lr", "inf"}), Contains("--lr") && Contains("finite number above 0, got inf"));
+  CHECK_THAT(cli_error({"--lr", "inf"}), Contains("--lr") && Contains("finite number above 0") && Contains("got inf"));
+  // A number a double holds but a float does not is refused as typed, not as the inf it becomes.
+  CHECK_THAT(cli_error({"--lr", "1e39"}), Contains("--lr") && Contains("at most 3.40282e+38, got 1e39"));
+  CHECK_THAT(cli_error({"--weight-decay", "1e39"}), Contains("--weight-decay") && Contains("got 1e39"));
   CHECK_THAT(cli_error({"--lr", "nan"}), Contains("--lr"));
   CHECK_THAT(cli_error({"--momentum", "nan"}), Contains("--momentum"));
   CHECK_THAT(cli_error({"--weight-decay", "inf"}), Contains("--weight-decay"));
@@ -489,3 +504,42 @@ TEST_CASE("weak: --dataset cifar10 on a folder without its files names the file 
   c.data = dir;
   CHECK_THAT(error_of([&] { load_train_data(c); }), Contains("--data") && Contains(dir + "/data_batch_1.bin"));
 }
+
+TEST_CASE("weak: flags that would be ignored or half-applied are refused, naming them") {
+  // --image-size and --resize belong to stream-folder.
+  CHECK_THAT(apply_error({"--image-size", "64"}), Contains("--image-size") && Contains("stream-folder"));
+  CHECK_THAT(apply_error({"--resize", "300"}), Contains("--resize") && Contains("--dataset synthetic"));
+  CHECK(apply_error({"--dataset", "stream-folder", "--image-size", "64"}) == "(accepted)");
+  // --pins-from another model's manifest.
+  const std::string dir = scratch("pins_source");
+  train(small(dir, 1));
+  CHECK_THAT(apply_error({"--model", "two-conv", "--pins-from", dir + "/manifest.json"}),
+             Contains("--pins-from") && Contains("--model smallcnn") && Contains("--model two-conv"));
+  CHECK(apply_error({"--model", "smallcnn", "--pins-from", dir + "/manifest.json"}) == "(accepted)");
+  // --steps beyond what --epochs hold stopped silently at the last epoch.
+  auto c = small("", 1);
+  c.max_steps = 9223372036854775807LL;
+  CHECK_THAT(error_of([&] { train(c); }),
+             Contains("--steps 9223372036854775807") && Contains("--epochs 1 of 4 batches hold only 4 steps"));
+  c.max_steps = 4;
+  CHECK(train(c).steps == 4);
+  // embedding-bag on images: the flags' words, not the net's.
+  c = small("", 1);
+  c.model = "embedding-bag";
+  CHECK_THAT(error_of([&] { train(c); }), Contains("--model embedding-bag reads category ids") &&
+                                              Contains("--dataset synthetic holds images"));
+}
+
+TEST_CASE("weak: --out on a run whose manifest cannot be read offers what can work") {
+  const std::string dir = scratch("broken_manifest");
+  train(small(dir, 1));
+  overwrite_target(fs::path(dir) / "manifest.json", "{broken");
+  auto again = small("", 1);  // small(dir) would clear the folder first
+  again.out = dir;
+  const std::string msg = error_of([&] { train(again); });
+  CHECK_THAT(msg, Contains("manifest cannot be read") && Contains("malformed JSON") && Contains("--overwrite"));
+  CHECK_THAT(msg, !Contains("--resume"));
+  again.overwrite = true;
+  CHECK(train(again).steps == 4);
+}
+

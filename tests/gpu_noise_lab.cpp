@@ -75,6 +75,7 @@ TEST_CASE("gpu diverge: only conv2.bwd_filter=algo0 nondeterministic is named as
 
 TEST_CASE("gpu diverge: an all-deterministic pair never parts") {
   TrainConfig c = small("smallcnn");
+  c.epochs = 2;  // 20 batches each
   c.max_steps = 40;
   DivergeOptions o;
   o.eval_every = 10;
