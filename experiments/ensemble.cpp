@@ -694,7 +694,16 @@ ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes
                                   warmup + 1, warmup + steps));
       }
     };
-    TrainResult r = train(c, hooks, data);
+    TrainResult r;
+    try {
+      r = train(c, hooks, data);
+    } catch (const Error& e) {
+      // The protocol sets the run's steps from its own flags: train's "--steps" refusal is theirs.
+      if (std::string(e.what()).rfind("--steps ", 0) != 0) throw;
+      throw Error(fmt::format("--overhead-steps: {} warm-up + {} timed steps do not fit the training data's epochs "
+                              "({}); take fewer steps or more training data",
+                              warmup, steps, e.what()));
+    }
     if (r.steps < warmup + steps)
       throw Error(fmt::format("--overhead-steps: the data give {} steps, fewer than {} warm-up + {} timed", r.steps,
                               warmup, steps));

@@ -263,7 +263,8 @@ TEST_CASE("task nets: a model and a dataset of different tasks, or augmentation 
   c = task_config("mnist-cnn", "synthetic-attrs", 8, 4, 4);
   CHECK_THROWS_WITH(train(c), Catch::Contains("category ids"));
   c = task_config("embedding-bag", "synthetic-rt", 8, 4, 4);
-  CHECK_THROWS_WITH(train(c), Catch::Contains("categorical"));
+  CHECK_THROWS_WITH(train(c), Catch::Contains("--model embedding-bag reads category ids") &&
+                                  Catch::Contains("--dataset synthetic-rt holds images"));
   c = task_config("unet-small", "synthetic-seg", 8, 4, 4);
   c.augment = true;
   CHECK_THROWS_WITH(train(c), Catch::Contains("--augment"));

@@ -17,6 +17,7 @@
 #include "engine/checkpoint.h"
 #include "engine/collective.h"
 #include "engine/context.h"
+#include "engine/digest.h"
 #include "engine/tensor_ops.h"
 #include "engine/error.h"
 #include "engine/fingerprint.h"
