@@ -100,8 +100,9 @@ struct ImageGeometry {
   int crop = 0;
 };
 
-// Image folder: root/<split>/<class>/*.jpg|*.jpeg (case-insensitive). Classes are the
-// subdirectories sorted by name; files are sorted by name within a class. Grayscale JPEGs are
+// Image folder: root/<split>/<class>/**/*.jpg|*.jpeg (case-insensitive). Classes are the
+// subdirectories sorted by name; a class holds the images anywhere below its folder (as in
+// torchvision's ImageFolder), hidden folders left out, sorted by path. Grayscale JPEGs are
 // expanded to 3 channels. Other image formats (png, bmp, gif, webp) are rejected with DataError
 // rather than skipped; files with other extensions are ignored. Decoding uses every core;
 // the result does not depend on it. An empty split names root itself.

@@ -37,7 +37,15 @@ std::vector<std::string> list_image_folder(const std::string& root, const std::s
   std::vector<std::string> paths;
   for (std::size_t k = 0; k < class_dirs.size(); ++k) {
     std::vector<std::string> files;
-    for (const auto& entry : fs::directory_iterator(class_dirs[k])) {
+    // Images in folders below a class folder belong to that class, as in torchvision's ImageFolder
+    // (which walks each class folder); hidden folders (".ipynb_checkpoints") are not read, like
+    // hidden class folders.
+    for (auto it = fs::recursive_directory_iterator(class_dirs[k]); it != fs::recursive_directory_iterator(); ++it) {
+      const auto& entry = *it;
+      if (entry.is_directory() && entry.path().filename().string()[0] == '.') {
+        it.disable_recursion_pending();
+        continue;
+      }
       if (!entry.is_regular_file()) continue;
       const std::string ext = lower_ext(entry.path());
       if (ext == ".jpg" || ext == ".jpeg")

@@ -256,7 +256,10 @@ void decode_into(Dataset& ds, const std::vector<std::string>& paths, const Image
   for (int64_t i = 1; i < n; ++i)
     if (decoded[i].height != ds.height || decoded[i].width != ds.width)
       throw DataError(fmt::format(
-          "image '{}' is {}x{} but '{}' is {}x{}: all images must end at one size (set a resize and crop)", paths[i],
+          "image '{}' is {}x{} but '{}' is {}x{}: all images must end at one size; ditto-train reads folders of "
+          "mixed sizes as --dataset stream-folder (each image resized and centre-cropped to --image-size as it is "
+          "loaded), a library caller can pass an ImageGeometry (resize and crop)",
+          paths[i],
           decoded[i].height, decoded[i].width, paths[0], ds.height, ds.width));
   const std::size_t per = static_cast<std::size_t>(ds.image_numel());
   ds.images.resize(per * n);

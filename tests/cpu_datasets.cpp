@@ -257,6 +257,33 @@ TEST_CASE("image folder: sorted classes and files, JPEG pixels within tolerance,
   CHECK(diff(ds.image(0), shifted.data(), numel).first > kJpegMaxAbs);
 }
 
+TEST_CASE("image folder: images in nested folders belong to their class folder; hidden folders are skipped") {
+  TempDir dir;
+  const int h = 8, w = 8;
+  write_jpeg(dir.path / "train" / "apple" / "a.jpg", smooth_image(1, 3, h, w), 3, h, w);
+  write_jpeg(dir.path / "train" / "zebra" / "2.jpg", smooth_image(2, 3, h, w), 3, h, w);
+  write_jpeg(dir.path / "train" / "zebra" / "more" / "deeper" / "5.jpg", smooth_image(3, 3, h, w), 3, h, w);
+  write_jpeg(dir.path / "train" / "zebra" / ".ipynb_checkpoints" / "2-checkpoint.jpg", smooth_image(4, 3, h, w), 3, h,
+             w);
+  Dataset ds = load_image_folder(dir.str(), "train");
+  REQUIRE(ds.n == 3);  // the nested image is read; the hidden folder's copy is not
+  CHECK(ds.class_names == std::vector<std::string>{"apple", "zebra"});
+  CHECK(ds.labels == std::vector<int32_t>{0, 1, 1});
+  const std::vector<uint8_t> nested = smooth_image(3, 3, h, w);
+  CHECK(diff(ds.image(2), nested.data(), nested.size()).first <= kJpegMaxAbs);
+}
+
+TEST_CASE("image folder: mixed image sizes are refused with advice ditto-train can follow") {
+  TempDir dir;
+  write_jpeg(dir.path / "train" / "a" / "small.jpg", smooth_image(1, 3, 8, 8), 3, 8, 8);
+  write_jpeg(dir.path / "train" / "b" / "large.jpg", smooth_image(2, 3, 12, 10), 3, 12, 10);
+  CHECK_THAT(error_message([&] { load_image_folder(dir.str(), "train"); }),
+             Contains("large.jpg' is 12x10") && Contains("--dataset stream-folder") && Contains("--image-size"));
+  Dataset fitted = load_image_folder(dir.str(), "train", ImageGeometry{8, 8});
+  CHECK(fitted.height == 8);
+  CHECK(fitted.width == 8);
+}
+
 TEST_CASE("encode_jpeg: decodes back to the image within JPEG's loss; bad arguments are errors") {
   for (int c : {1, 3}) {
     const std::vector<uint8_t> img = smooth_image(5, c, 24, 20);
