@@ -75,10 +75,10 @@ TrainConfig config_of(const Options& o, const std::string& model) {
 
 nlohmann::json measure(const Options& o, const std::string& model) {
   const TrainConfig cfg = config_of(o, model);
-  auto timed = [&](TrainConfig c, Tracer* tracer, RecordingTracer* recorder) {
+  auto timed = [&](const TrainConfig& c, RecordingTracer* recorder) {
     StepClock clock{o.warmup, o.steps, {}, {}};
     TrainHooks hooks;
-    hooks.tracer = tracer;
+    hooks.tracer = recorder;
     hooks.after_step = [&](const StepView& v) {
       if (recorder) recorder->clear_step();
       clock.after(v);
@@ -86,18 +86,18 @@ nlohmann::json measure(const Options& o, const std::string& model) {
     TrainResult r = train(c, hooks);
     return std::make_pair(r, clock.ms());
   };
-  const auto [plain, untraced_ms] = timed(cfg, nullptr, nullptr);
+  const auto [plain, untraced_ms] = timed(cfg, nullptr);
   nlohmann::json graphed_ms;  // null on the CPU, which has no graphs
   if (Device::parse(o.device).is_cuda()) {
     TrainConfig graphed = cfg;
     graphed.graph = true;
-    graphed_ms = timed(graphed, nullptr, nullptr).second;
+    graphed_ms = timed(graphed, nullptr).second;
   }
 
   const std::string path = (fs::path(o.scratch) / fmt::format("trace_speed-{}.trace", model)).string();
   TraceWriter writer(path, {{"model", model}, {"bench", "trace_speed"}});
   RecordingTracer recorder(&writer);
-  const auto [traced, traced_ms] = timed(cfg, &recorder, &recorder);
+  const auto [traced, traced_ms] = timed(cfg, &recorder);
   recorder.clear_step();
   writer.close();
   const auto bytes = fs::file_size(path);

@@ -335,7 +335,6 @@ class StepComparer {
         pairs.push_back({ya, yb});
         rows.push_back({row, true});
       }
-    const std::size_t weights_begin = pairs.size();
     for (std::size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
       pairs.push_back({&pa[i].var.value(), &pb[i].var.value()});
       rows.push_back({layer_row(layer_of_param(pa[i].name)), false});
@@ -354,11 +353,9 @@ class StepComparer {
       l.has_weights = true;
       l.weights_l2 = std::hypot(l.weights_l2, d[k].l2);
       l.weights_norm = std::hypot(l.weights_norm, d[k].norm);
-      if (k >= weights_begin) {
-        g.weights_max_ulp = std::max(g.weights_max_ulp, d[k].max_ulp);
-        g.weights_differing += d[k].differing;
-        weights_sq += d[k].l2 * d[k].l2;
-      }
+      g.weights_max_ulp = std::max(g.weights_max_ulp, d[k].max_ulp);
+      g.weights_differing += d[k].differing;
+      weights_sq += d[k].l2 * d[k].l2;
     }
     g.weights_l2 = std::sqrt(weights_sq);
     result_.layer_growth.push_back(std::move(layers));
@@ -521,18 +518,21 @@ double relative(double l2, double norm) { return norm > 0 ? l2 / norm : (l2 > 0 
 
 // Where in the network the difference first shows in the activations, and where it is largest
 // at the end.
+// The first step and layer (forward order) whose activations differ; "" when none did.
+std::string first_activation_difference(const DivergeResult& r) {
+  for (std::size_t s = 0; s < r.layer_growth.size(); ++s)
+    for (std::size_t l = 0; l < r.layer_growth[s].size(); ++l) {
+      const LayerDistance& d = r.layer_growth[s][l];
+      if (d.has_activations && d.activations_l2 > 0)
+        return fmt::format("activations first differ at step {}, first in forward order at {} (relative distance "
+                           "{:.3g})\n",
+                           s + 1, r.layers[l], relative(d.activations_l2, d.activations_norm));
+    }
+  return "";
+}
+
 std::string layer_growth_summary(const DivergeResult& r) {
-  std::string out;
-  for (std::size_t s = 0; s < r.layer_growth.size(); ++s) {
-    const auto& row = r.layer_growth[s];
-    for (std::size_t l = 0; l < row.size(); ++l)
-      if (row[l].has_activations && row[l].activations_l2 > 0) {
-        out += fmt::format("activations first differ at step {}, first in forward order at {} (relative distance {:.3g})\n",
-                           s + 1, r.layers[l], relative(row[l].activations_l2, row[l].activations_norm));
-        s = r.layer_growth.size();
-        break;
-      }
-  }
+  std::string out = first_activation_difference(r);
   if (!r.layer_growth.empty()) {
     const auto& last = r.layer_growth.back();
     std::size_t best = last.size();

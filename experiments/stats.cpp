@@ -8,6 +8,7 @@
 #include <random>
 #include <utility>
 
+#include "engine/digest_ref.h"
 #include "engine/error.h"
 
 namespace ditto {
@@ -32,13 +33,9 @@ uint32_t float_bits(float x) {
   return bits;
 }
 
-// Sign-magnitude float bits to a line of integers ordered like the floats: positives keep their
-// magnitude, negatives become -(magnitude) - 1, so -0.0 sits at -1, one step below +0.0 at 0.
-int64_t ordered_bits(float x) {
-  const uint32_t bits = float_bits(x);
-  const int64_t magnitude = bits & 0x7fffffffu;
-  return (bits & 0x80000000u) ? -magnitude - 1 : magnitude;
-}
+// Float bits on a line of integers ordered like the floats (-0.0 one step below +0.0): the
+// mapping the device-side bit distances use (engine/digest_ref.h).
+int64_t ordered_bits(float x) { return ref::ordered_bits(float_bits(x), 0x80000000u); }
 
 }  // namespace
 

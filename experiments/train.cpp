@@ -216,9 +216,10 @@ void validate_numbers(const TrainConfig& c) {
                               low, std::isinf(high) ? "" : fmt::format(" and at most {}", high), v));
   };
   whole("epochs", c.epochs, 1, 1000000);
-  if (c.max_steps < 0) throw Error(fmt::format("--steps: must be at least 1, got {}", c.max_steps));
+  if (c.max_steps < 0) throw Error(fmt::format("{}: must be at least 1, got {}", c.max_steps_flag, c.max_steps));
   if (c.max_steps && !c.resume.empty())
-    throw Error("--steps: a screening run (a fixed number of steps) cannot be combined with --resume");
+    throw Error(fmt::format("{}: a screening run (a fixed number of steps) cannot be combined with --resume",
+                            c.max_steps_flag));
   // The training set bounds the batch (set_up); this bound keeps byte counts from wrapping first.
   whole("batch-size", c.batch_size, 1, int64_t(1) << 31);
   real("lr", c.lr, 0, true, INFINITY);
@@ -391,9 +392,10 @@ class Run {
     // to the end (growing them mid-run meant recapturing while other replicas run).
     const int64_t run_steps = int64_t(cfg_.epochs) * train_loader_->batches_per_epoch();
     if (cfg_.max_steps > run_steps)
-      throw Error(fmt::format("--steps {}: --epochs {} of {} batches hold only {} steps; raise --epochs, or lower "
-                              "--steps to at most {}",
-                              cfg_.max_steps, cfg_.epochs, train_loader_->batches_per_epoch(), run_steps, run_steps));
+      throw Error(fmt::format("{} {}: --epochs {} of {} batches hold only {} steps; raise --epochs, or lower {} to "
+                              "at most {}",
+                              cfg_.max_steps_flag, cfg_.max_steps, cfg_.epochs, train_loader_->batches_per_epoch(),
+                              run_steps, cfg_.max_steps_flag, run_steps));
     opt_->reserve_steps(*ctx_, cfg_.max_steps ? std::min<int64_t>(cfg_.max_steps, run_steps) : run_steps);
     if (cfg_.data_parallel()) set_up_ranks();
   }

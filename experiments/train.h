@@ -37,6 +37,8 @@ struct TrainConfig {
   int epochs = 10;
   int64_t max_steps = 0;              // > 0: stop after this many optimizer steps (a screening
                                       // run), then evaluate and write outputs as after an epoch
+  std::string max_steps_flag = "--steps";  // what set max_steps, for the messages about it (a
+                                           // protocol that sets it from its own flags names them)
   int64_t batch_size = 128;
   float lr = 4e-4f;
   std::string optimizer = "adam";     // adam | sgd
