@@ -483,11 +483,12 @@ RunDir::RunDir(const std::string& dir, OutIntent intent) : dir_(dir) {
 
 RunDir::~RunDir() {
   std::error_code ec;
-  if (!published_) {
-    if (created_) fs::remove_all(dir_, ec);
-    else
-      for (const auto& g : generations_) fs::remove_all(g, ec);
-  }
+  // What this object made and never published goes: the whole folder when it made the folder and
+  // published nothing, else its unpublished generations (one a failed write left half-written,
+  // after an earlier epoch was published, included).
+  if (!published_ && created_) fs::remove_all(dir_, ec);
+  else
+    for (const auto& g : generations_) fs::remove_all(g, ec);
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 

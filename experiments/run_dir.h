@@ -93,8 +93,10 @@ void make_output_folder(const std::string& dir, const std::string& flag = "--out
 // A run folder opened for writing. The constructor creates it, takes its lock (a second writer is
 // refused, naming the process that holds it; a lock left by a killed process is free again, since
 // the kernel drops flock locks with their process) and checks the rules again under the lock. The
-// destructor releases the lock and, when nothing was published, removes what this object made (the
-// folder itself if it created it), so a refused or failed run leaves no empty folder behind.
+// destructor releases the lock and removes what this object made and never published: the folder
+// itself when it created it and published nothing, else its unpublished generations. So a refused
+// or failed run leaves no empty folder behind, and a write that failed midway (a full disk) no
+// half-written generation beside the last published epoch.
 class RunDir {
  public:
   RunDir(const std::string& dir, OutIntent intent);

@@ -133,6 +133,26 @@ TEST_CASE("run_dir: publishing swaps whole generations; an overwrite keeps the o
   CHECK(generations(dir) == 1);
 }
 
+TEST_CASE("run_dir: a generation that failed after an earlier epoch published is removed with its writer") {
+  // A write that fails midway (a full disk) leaves a partial generation; the published epoch stays
+  // the folder's state and the partial one goes when the writer does, not at some later epoch.
+  const std::string dir = scratch("failed-generation");
+  std::string partial;
+  try {
+    RunDir d(dir, OutIntent::Fresh);
+    publish_epoch(d, 1, 2, {"log.csv"});
+    partial = d.begin_generation(2);
+    write(fs::path(partial) / "log.csv", "half of epoch 2");
+    throw IoError("no space left on device");
+  } catch (const IoError&) {
+  }
+  CHECK_FALSE(fs::exists(partial));
+  CHECK(generations(dir) == 1);
+  CHECK(slurp(fs::path(dir) / "log.csv") == "log.csv of epoch 1");
+  CHECK(inspect_run_folder(dir).epochs_done == 1);
+  CHECK_FALSE(inspect_run_folder(dir).unpublished);
+}
+
 TEST_CASE("run_dir: checkpoint metadata, every field checked") {
   CheckpointMeta m;
   m.model = "smallcnn";
