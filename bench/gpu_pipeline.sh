@@ -14,7 +14,8 @@
 # per-layer growth), trace-record (a trace per GPU; COMPARE_WITH another host's to compare).
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
 # Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
-# racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG).
+# racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG) opnoise-amp (conv and
+# linear rows in every precision and layout).
 # The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS].
 # Reduced precision, ditto against PyTorch's AMP: precision (fp32, bf16, fp16; CIFAR shapes and a few
 # zoo models; under $R/precision).
@@ -424,6 +425,14 @@ for l in open('$R/torch_ddp.jsonl'):
           $bin --n $1 --c $2 --hw $3 --k $4 --r $5 --runs 20 --out $R/op_noise-$tag/$6 > /dev/null 2> $R/op_noise-$tag-$6.err
           echo "op_noise $tag $6 rc=$?"
         done ;;
+      opnoise-amp)
+        # op_noise's conv rows in every precision and layout and its linear rows (cuBLAS, cuBLAS
+        # with atomics, cuBLASLt) in every precision, at ResNet-18's middle stage (128x128x16x16,
+        # 3x3), 20 calls each, into $R/op_noise-amp.
+        $B/bench/op_noise --n 128 --c 128 --hw 16 --k 128 --r 3 --runs 20 --families conv,linear \
+          --precisions ${OPNOISE_PRECISIONS:-fp32,tf32,bf16,fp16} --layouts nchw,nhwc --out $R/op_noise-amp \
+          > $R/op_noise-amp.txt 2> $R/op_noise-amp.err
+        echo "op_noise amp rc=$?"; tail -2 $R/op_noise-amp.err ;;
       racecheck-ditto)
         # racecheck over ditto's own kernels only (names contain "ditto"): cuDNN's and cuBLAS's
         # kernels are not ours to fix and instrumenting them is what made the full run take hours.

@@ -6,11 +6,16 @@
 // The scatter and reduction families (scatter-add / embedding backward, upsampling backward,
 // pixel-wise loss, sum reduction) run at realistic sizes of their own, fixed below, not at the
 // conv shape.
-// --families picks some of conv, bias, pool, bn, loss, scatter, upsample, pixel_xent, reduce;
+// The conv family runs in each of --precisions (fp32, tf32, bf16, fp16) and --layouts (nchw, nhwc);
+// the linear family (every gemm interface, with cuBLAS atomics off and on, at a classifier's shape
+// and at a tall one whose dw sums over 8192 rows) in each precision. Each row says its precision
+// and layout (column `form`: "bf16", "bf16+nhwc").
+// --families picks some of conv, linear, bias, pool, bn, loss, scatter, upsample, pixel_xent, reduce;
 // --group picks classic (the families above), sampler-ctc-spmm (spatial transformer, ROI align,
 // CTC, sparse matmul at their own sizes: bench/op_noise_sampler_ctc_spmm.h), or all (the default).
 // Writes op_noise.csv and op_noise.json to --out.
 //   op_noise --n 32 --c 64 --hw 32 --k 64 --r 3 --runs 20 --out runs/op_noise
+//   op_noise --families conv,linear --precisions fp32,bf16,fp16 --layouts nchw,nhwc --out runs/op_noise_amp
 //   op_noise --families scatter,upsample,pixel_xent,reduce --out runs/op_noise_scatter_reduce
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -29,6 +34,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/bias.h"
 #include "kernels/conv2d.h"
+#include "kernels/linear.h"
 #include "kernels/loss.h"
 #include "kernels/pixel_xent.h"
 #include "kernels/pool.h"
@@ -43,12 +49,13 @@ namespace {
 
 struct Row {
   std::string op, knob, variant, shape;
+  std::string form = "fp32";  // the precision, and "+nhwc" for a channels-last convolution
   std::size_t distinct = 0;
   int runs = 0;
   double max_abs_diff = 0, us_per_call = 0;
 };
 
-const std::vector<std::string> kFamilies = {"conv", "bias", "pool", "bn", "loss", "scatter", "upsample",
+const std::vector<std::string> kFamilies = {"conv", "linear", "bias", "pool", "bn", "loss", "scatter", "upsample",
                                             "pixel_xent", "reduce"};
 
 std::vector<int32_t> random_ints(int64_t n, int32_t hi, uint64_t seed) {
@@ -97,6 +104,7 @@ struct Options {
   int64_t n = 32, c = 64, hw = 32, k = 64;
   int r = 3, stride = 1, runs = 20;
   std::vector<std::string> families = kFamilies;
+  std::vector<std::string> precisions = {"fp32"}, layouts = {"nchw"};
   std::string device = "cuda", out = "runs/op_noise", group = "all";
 
   bool want(const char* family) const { return std::find(families.begin(), families.end(), family) != families.end(); }
@@ -119,6 +127,12 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--families", o.families, "op families to run (default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember(kFamilies));
+  app.add_option("--precisions", o.precisions, "precisions of the conv and linear rows (default fp32)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+  app.add_option("--layouts", o.layouts, "layouts of the conv rows (default nchw)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"nchw", "nhwc"}));
   app.add_option("--group", o.group, "rows: classic, sampler-ctc-spmm or all")
       ->check(CLI::IsMember({"all", "classic", "sampler-ctc-spmm"}));
 }
@@ -127,13 +141,15 @@ void add_options(CLI::App& app, Options& o) {
 struct Rows {
   std::vector<Row> rows;
 
-  void add(Row row, std::string op, std::string knob, std::string variant, std::string sh) {
+  void add(Row row, std::string op, std::string knob, std::string variant, std::string sh,
+           std::string form = "fp32") {
     row.op = std::move(op);
     row.knob = std::move(knob);
     row.variant = std::move(variant);
     row.shape = std::move(sh);
-    std::printf("%-13s %-11s %-22s %4zu/%-4d  max|diff| %-10.3g %9.1f us\n", row.op.c_str(), row.knob.c_str(),
-                row.variant.c_str(), row.distinct, row.runs, row.max_abs_diff, row.us_per_call);
+    row.form = std::move(form);
+    std::printf("%-13s %-11s %-22s %-9s %4zu/%-4d  max|diff| %-10.3g %9.1f us\n", row.op.c_str(), row.knob.c_str(),
+                row.variant.c_str(), row.form.c_str(), row.distinct, row.runs, row.max_abs_diff, row.us_per_call);
     std::fflush(stdout);
     rows.push_back(row);
   }
@@ -161,24 +177,67 @@ ConvCase conv_case(const Options& o) {
   return cc;
 }
 
-// Convolution: every algorithm cuDNN supports for each direction (a fresh context each, so
-// no cache or autotuning state carries over).
-void conv_rows(const Device& dev, int runs, const ConvCase& cc, Rows& out) {
-  for (std::string dir : {"fwd", "bwd_data", "bwd_filter"}) {
-    std::vector<std::string> algos;
-    {
-      Context probe(dev);
-      algos = conv_supported_algos(probe, dir, cc.xs, cc.ws, cc.p);
+// Convolution: every algorithm cuDNN supports for each direction, in each precision and layout
+// (a fresh context each, so no cache or autotuning state carries over).
+void conv_rows(const Device& dev, const Options& o, const ConvCase& cc, Rows& out) {
+  for (const std::string& precision : o.precisions) {
+    for (const std::string& layout : o.layouts) {
+      const std::string form = layout == "nhwc" ? precision + "+nhwc" : precision;
+      for (std::string dir : {"fwd", "bwd_data", "bwd_filter"}) {
+        std::vector<std::string> algos;
+        {
+          Context probe(dev);
+          algos = conv_supported_algos(probe, dir, cc.xs, cc.ws, cc.p, parse_precision(precision),
+                                       layout == "nhwc" ? ConvLayout::Nhwc : ConvLayout::Nchw);
+        }
+        for (const auto& algo : algos) {
+          Context ctx(dev, Policy::parse({"conv." + dir + "=" + algo, "conv.precision=" + precision,
+                                          "conv.layout=" + layout}));
+          Tensor x = ctx.from_host(cc.xv, cc.xs), w = ctx.from_host(cc.wv, cc.ws), dy = ctx.from_host(cc.dyv, cc.ys);
+          Row row = measure(ctx, o.runs, [&] {
+            if (dir == "fwd") return conv2d_forward(ctx, "conv", x, w, cc.p);
+            if (dir == "bwd_data") return conv2d_backward_data(ctx, "conv", dy, w, cc.xs, cc.p);
+            return conv2d_backward_filter(ctx, "conv", x, dy, cc.ws, cc.p);
+          });
+          out.add(row, "conv2d", dir, algo, cc.shape, form);
+        }
+      }
     }
-    for (const auto& algo : algos) {
-      Context ctx(dev, Policy::parse({"conv." + dir + "=" + algo}));
-      Tensor x = ctx.from_host(cc.xv, cc.xs), w = ctx.from_host(cc.wv, cc.ws), dy = ctx.from_host(cc.dyv, cc.ys);
-      Row row = measure(ctx, runs, [&] {
-        if (dir == "fwd") return conv2d_forward(ctx, "conv", x, w, cc.p);
-        if (dir == "bwd_data") return conv2d_backward_data(ctx, "conv", dy, w, cc.xs, cc.p);
-        return conv2d_backward_filter(ctx, "conv", x, dy, cc.ws, cc.p);
-      });
-      out.add(row, "conv2d", dir, algo, cc.shape);
+  }
+}
+
+// Linear layers (cuBLAS): each gemm interface (cuBLAS's own pick with atomics off and on, and
+// cuBLASLt's recorded algorithm without split-K) in each precision, at a classifier's shape and
+// at a tall one whose weight gradient sums over 8192 rows; one row per product (y, dx, dw).
+void linear_rows(const Device& dev, const Options& o, Rows& out) {
+  struct Gemm {
+    const char* variant;
+    std::vector<std::string> rules;
+  };
+  const std::vector<Gemm> gemms = {{"cublas", {"fc.gemm=cublas", "fc.cublas_atomics=off"}},
+                                   {"cublas+atomics", {"fc.gemm=cublas", "fc.cublas_atomics=on"}},
+                                   {"cublaslt", {"fc.gemm=cublaslt"}}};
+  for (auto [n, in, outf] : {std::tuple<int64_t, int64_t, int64_t>{512, 2048, 1000}, {8192, 128, 32}}) {
+    const auto xv = randoms(n * in, 16), wv = randoms(outf * in, 17), dyv = randoms(n * outf, 18);
+    for (const std::string& precision : o.precisions) {
+      for (const Gemm& g : gemms) {
+        auto rules = g.rules;
+        rules.push_back("fc.precision=" + precision);
+        Context ctx(dev, Policy::parse(rules));
+        Tensor xd = ctx.from_host(xv, {n, in}), wd = ctx.from_host(wv, {outf, in}), dyd = ctx.from_host(dyv, {n, outf});
+        for (const char* product : {"y", "dx", "dw"}) {
+          const std::string p = product;
+          out.add(measure(ctx, o.runs,
+                          [&] {
+                            Var x(xd, p == "dx"), w(wd, p == "dw");
+                            Var y = linear(ctx, "fc", x, w);
+                            if (p == "y") return y.value();
+                            ctx.tape().backward(ctx, y, dyd);
+                            return p == "dx" ? x.grad() : w.grad();
+                          }),
+                  "linear", "gemm", g.variant, fmt::format("x[{}, {}] w[{}, {}] {}", n, in, outf, in, p), precision);
+        }
+      }
     }
   }
 }
@@ -338,12 +397,12 @@ void reduce_rows(const Device& dev, int runs, Rows& out) {
 
 // op_noise.csv and op_noise.json (the rows, with the GPU, cuDNN and commit) in `out`.
 void write_rows(const Device& dev, const std::string& out, const std::vector<Row>& rows) {
-  std::string csv = "op,knob,variant,shape,distinct,runs,max_abs_diff,us_per_call\n";
+  std::string csv = "op,knob,variant,form,shape,distinct,runs,max_abs_diff,us_per_call\n";
   nlohmann::json j = nlohmann::json::array();
   for (const auto& row : rows) {
-    csv += fmt::format("{},{},{},\"{}\",{},{},{:.6g},{:.2f}\n", row.op, row.knob, row.variant, row.shape, row.distinct,
-                       row.runs, row.max_abs_diff, row.us_per_call);
-    j.push_back({{"op", row.op}, {"knob", row.knob}, {"variant", row.variant}, {"shape", row.shape},
+    csv += fmt::format("{},{},{},{},\"{}\",{},{},{:.6g},{:.2f}\n", row.op, row.knob, row.variant, row.form, row.shape,
+                       row.distinct, row.runs, row.max_abs_diff, row.us_per_call);
+    j.push_back({{"op", row.op}, {"knob", row.knob}, {"variant", row.variant}, {"form", row.form}, {"shape", row.shape},
                  {"distinct", row.distinct}, {"runs", row.runs}, {"max_abs_diff", row.max_abs_diff},
                  {"us_per_call", row.us_per_call}});
   }
@@ -370,7 +429,8 @@ int main(int argc, char** argv) {
     const ConvCase cc = conv_case(o);
     Rows rows;
     if (o.classic()) {
-      if (o.want("conv")) conv_rows(dev, o.runs, cc, rows);
+      if (o.want("conv")) conv_rows(dev, o, cc, rows);
+      if (o.want("linear")) linear_rows(dev, o, rows);
       if (o.want("bias")) bias_rows(dev, o.runs, cc, rows);
       if (o.want("pool")) pool_rows(dev, o.runs, cc, rows);
       if (o.want("bn")) bn_rows(dev, o.runs, cc, rows);

@@ -92,6 +92,7 @@ std::string Manifest::to_json(int indent) const {
                    {"workspace_bytes", e.workspace_bytes},
                    {"device", e.device}});
     if (!e.shape.empty()) ops.back()["shape"] = e.shape;
+    if (!e.algorithm.empty()) ops.back()["algorithm"] = e.algorithm;
   }
   return nlohmann::json{{"ops", ops}}.dump(indent);
 }

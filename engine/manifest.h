@@ -52,6 +52,9 @@ struct ManifestEntry {
   std::string device;        // "cpu" or "cuda:0"
   std::string shape;         // conv knobs: the input shape ("NxCxHxW"), since choices depend on it
   Guarantee guarantee = Guarantee::Unknown;  // what `deterministic` means across runs and GPUs
+  // The library's configuration that ran, where the variant leaves it open: the cuBLASLt algorithm
+  // a linear layer fixed for this shape ("id 21 tile 128x128 stages 64x3 splitk 1 ..."), or "".
+  std::string algorithm;
 };
 
 class Manifest {
@@ -65,7 +68,7 @@ class Manifest {
   void clear();
 
   // {"ops": [ {layer, op, knob, variant, requested, deterministic, guarantee, precision,
-  //           workspace_bytes, device, shape (conv only)}, ...]}
+  //           workspace_bytes, device, shape (conv and cuBLASLt linears), algorithm (where set)}, ...]}
   std::string to_json(int indent = 2) const;
 
  private:

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cublasLt.h>
+
 #include <climits>
 #include <cstdlib>
+#include <map>
+#include <memory>
 
 #include "engine/detail/cuda_state.h"
 #include "engine/profiler.h"
@@ -27,14 +31,74 @@ DITTO_KNOB(linear_cublas_atomics_knob,
              {"on", kNot, kLib, "cuBLAS allowed atomics (split-K reductions in arrival order)"}},
             "off", false, "whether cuBLAS may reduce with atomics"})
 
+DITTO_KNOB(linear_gemm_knob,
+           {op::linear, "gemm",
+            {{"cublas", kRun, kLib, "cublasGemmEx: cuBLAS picks its algorithm per call, split-K included"},
+             {"cublaslt", kRun, kLib,
+              "cuBLASLt with one algorithm per layer and shape, fixed on first use and recorded; split-K only "
+              "with a separate fixed-order fp32 reduction, never in place or by atomics"}},
+            "cublas", false, "which cuBLAS interface runs the layer's GEMMs, and who picks their algorithm"})
+
 const char* name_of(CublasAtomics c) { return variant_name(linear_cublas_atomics_knob(), c); }
+const char* name_of(LinearGemm g) { return variant_name(linear_gemm_knob(), g); }
 
 namespace {
 
 struct GemmModes {
   Precision precision;
   CublasAtomics atomics;
+  LinearGemm gemm = LinearGemm::Cublas;
 };
+
+// One GEMM of one shape under cuBLASLt: its descriptors and the algorithm fixed for it on first use.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;
+  std::string description;  // the algorithm's configuration, as the manifest records it
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {  // destructors do not throw; destroying live descriptors cannot fail
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// A context's cuBLASLt handle and plans (ctx.op_state("linear.cublaslt")).
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  std::map<std::string, std::unique_ptr<LtPlan>> plans;
+  ~LtState() {
+    plans.clear();
+    if (handle) cublasLtDestroy(handle);
+  }
+};
+
+LtState& lt_state(Context& ctx) {
+  auto& slot = ctx.op_state("linear.cublaslt");
+  if (!slot) {
+    auto st = std::make_shared<LtState>();
+    DITTO_CUBLAS_CHECK(cublasLtCreate(&st->handle));
+    slot = st;
+  }
+  return *static_cast<LtState*>(slot.get());
+}
+
+// The largest workspace a cuBLASLt algorithm may ask for (split-K's fp32 parts live there); the
+// cap keeps a layer's footprint known.
+constexpr std::size_t kLtWorkspaceCap = std::size_t(32) << 20;
+
+template <class T>
+T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T v{};
+  std::size_t written = 0;
+  DITTO_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof v, &written));
+  return v;
+}
 
 cudaDataType_t cuda_type(Precision p) {
   return p == Precision::Bf16 ? CUDA_R_16BF : p == Precision::Fp16 ? CUDA_R_16F : CUDA_R_32F;
@@ -49,8 +113,94 @@ int as_int(int64_t v, const std::string& layer, const char* what) {
 // Column-major C (m x n, leading dimension ldc) = op(A) op(B), op = transpose when ta / tb. A, B
 // and C are in the precision's dtype; the sum is fp32 in every precision (COMPUTE_32F: bf16/f16
 // products accumulate in fp32, and C is rounded once, at the end).
-void gemm(Context& ctx, const std::string& layer, GemmModes modes, bool ta, bool tb, int64_t m, int64_t n,
-          int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+// Where one GEMM of a layer sits, for cuBLASLt's plan and the manifest: the product ("y", "dx",
+// "dw") and the layer's x shape.
+struct GemmSite {
+  const std::string& layer;
+  const char* product;
+  const std::string& x_shape;
+};
+
+// The plan of one cuBLASLt GEMM, made on first use: the heuristic's best algorithm among those
+// that either do not split K (reduction scheme none) or write each part's fp32 sums to the
+// workspace and add them in a separate pass (compute_type), so every output element is summed in
+// an order the recorded algorithm fixes. The in-place scheme (parts added into the output in its
+// own, possibly bf16/f16, type) and output_type (parts rounded to the output type before they are
+// added) are excluded. Errors name the layer and the product.
+LtPlan& lt_plan(Context& ctx, const GemmSite& site, Precision precision, bool ta, bool tb, int64_t m, int64_t n,
+                int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+  LtState& st = lt_state(ctx);
+  const std::string key = fmt::format("{}{} {}x{}x{} {} {} {} {}", int(ta), int(tb), m, n, k, lda, ldb, ldc,
+                                      name_of(precision));
+  auto it = st.plans.find(key);
+  if (it != st.plans.end()) return *it->second;
+  auto plan = std::make_unique<LtPlan>();
+  const cublasComputeType_t compute = precision == Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t type = cuda_type(precision);
+  DITTO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  DITTO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  DITTO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  // Column-major storage: op(A) is m x k, op(B) k x n, C m x n.
+  DITTO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, type, ta ? k : m, ta ? m : k, lda));
+  DITTO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, type, tb ? n : k, tb ? k : n, ldb));
+  DITTO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, type, m, n, ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  DITTO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t cap = kLtWorkspaceCap;
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap, sizeof cap);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                  sizeof schemes);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(st.handle, plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1, &best,
+                                            &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  const std::string what = fmt::format("linear (layer '{}'): gemm=cublaslt for {} (m {} n {} k {}, {})", site.layer,
+                                       site.product, m, n, k, name_of(precision));
+  if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED)
+    throw CublasError(fmt::format("{}: cuBLASLt's heuristic failed: {}", what, cublasGetStatusString(status)));
+  if (found == 0 || best.state != CUBLAS_STATUS_SUCCESS)
+    throw PolicyError(fmt::format("{}: cuBLASLt offers no algorithm without split-K or with a separate fp32 "
+                                  "reduction within {} MiB of workspace; gemm=cublas runs this layer (cuBLAS's own pick)",
+                                  what, kLtWorkspaceCap >> 20));
+  plan->algo = best.algo;
+  plan->workspace = best.workspaceSize;
+  const auto id = algo_config<int32_t>(best.algo, CUBLASLT_ALGO_CONFIG_ID);
+  const auto splitk = algo_config<int32_t>(best.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  const auto reduction = algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  // An algorithm the preference excluded would sum in another way than the one promised: it is
+  // refused rather than run.
+  const bool unsplit = splitk <= 1 && reduction == CUBLASLT_REDUCTION_SCHEME_NONE;
+  if (!unsplit && reduction != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+    throw Error(fmt::format("{}: cuBLASLt returned algorithm {} with split-K {} and reduction scheme {}, which the "
+                            "preference excluded",
+                            what, id, splitk, reduction));
+  plan->description =
+      fmt::format("{}: id {} tile {} stages {} splitk {} reduction {} swizzle {} custom {} workspace {}", site.product,
+                  id, algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                  algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID), splitk,
+                  unsplit ? "none" : "fp32-separate",
+                  algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                  algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), best.workspaceSize);
+  // The manifest's entry for this layer and shape names every product's algorithm.
+  ManifestEntry e{site.layer, "linear", "gemm", name_of(LinearGemm::Cublaslt),
+                  ctx.policy().requested(site.layer, "gemm", op::linear), Determinism::Yes, name_of(precision), 0,
+                  ctx.device().str(), site.x_shape, Guarantee::RunToRun};
+  if (const ManifestEntry* prior = ctx.manifest().find(site.layer, "gemm", site.x_shape)) e = *prior;
+  std::string algorithms = e.algorithm.empty() ? plan->description : e.algorithm + "; " + plan->description;
+  e.algorithm = std::move(algorithms);
+  e.workspace_bytes = std::max(e.workspace_bytes, plan->workspace);
+  ctx.manifest().record(e);
+  return *st.plans.emplace(key, std::move(plan)).first->second;
+}
+
+void gemm(Context& ctx, const GemmSite& site, GemmModes modes, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+          const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+  const std::string& layer = site.layer;
   if (m == 0 || n == 0) return;
   auto& cs = detail::cuda_state(ctx);
   const DType dtype = precision_dtype(modes.precision);
@@ -58,8 +208,19 @@ void gemm(Context& ctx, const std::string& layer, GemmModes modes, bool ta, bool
     DITTO_CUDA_CHECK(cudaMemsetAsync(C, 0, dtype_size(dtype) * static_cast<size_t>(m * n), cs.stream));
     return;
   }
-  detail::CublasModes guard(cs.cublas, modes.atomics == CublasAtomics::On);
   const float alpha = 1.0f, beta = 0.0f;
+  if (modes.gemm == LinearGemm::Cublaslt) {
+    LtPlan& plan = lt_plan(ctx, site, modes.precision, ta, tb, m, n, k, lda, ldb, ldc);
+    detail::Workspace ws(cs, plan.workspace);
+    if (!ws.ok())
+      throw CudaError(fmt::format("linear (layer '{}'): gemm=cublaslt for {} needs {} bytes of workspace, which could "
+                                  "not be allocated",
+                                  layer, site.product, plan.workspace));
+    DITTO_CUBLAS_CHECK(cublasLtMatmul(lt_state(ctx).handle, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C,
+                                      plan.c, &plan.algo, ws.get(), plan.workspace, cs.stream));
+    return;
+  }
+  detail::CublasModes guard(cs.cublas, modes.atomics == CublasAtomics::On);
   const cublasComputeType_t compute =
       modes.precision == Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t type = cuda_type(modes.precision);
@@ -75,17 +236,20 @@ void gemm(Context& ctx, const std::string& layer, GemmModes modes, bool ta, bool
 // y {N,out} = x {N,in} w^T:  y^T (out x N) = w_cm^T (out x in) * x_cm (in x N)
 void gemm_fwd(Context& ctx, const std::string& layer, GemmModes md, const void* x, const void* w, void* y,
               int64_t n, int64_t in, int64_t out) {
-  gemm(ctx, layer, md, true, false, out, n, in, w, in, x, in, y, out);
+  const std::string xs = shape_str({n, in});
+  gemm(ctx, {layer, "y", xs}, md, true, false, out, n, in, w, in, x, in, y, out);
 }
 // dx {N,in} = dy {N,out} w {out,in}:  dx^T (in x N) = w_cm (in x out) * dy_cm (out x N)
 void gemm_bwd_x(Context& ctx, const std::string& layer, GemmModes md, const void* dy, const void* w, void* dx,
                 int64_t n, int64_t in, int64_t out) {
-  gemm(ctx, layer, md, false, false, in, n, out, w, in, dy, out, dx, in);
+  const std::string xs = shape_str({n, in});
+  gemm(ctx, {layer, "dx", xs}, md, false, false, in, n, out, w, in, dy, out, dx, in);
 }
 // dw {out,in} = dy^T x:  dw^T (in x out) = x_cm (in x N) * dy_cm^T (N x out)
 void gemm_bwd_w(Context& ctx, const std::string& layer, GemmModes md, const void* dy, const void* x, void* dw,
                 int64_t n, int64_t in, int64_t out) {
-  gemm(ctx, layer, md, false, true, in, out, n, x, in, dy, out, dw, in);
+  const std::string xs = shape_str({n, in});
+  gemm(ctx, {layer, "dw", xs}, md, false, true, in, out, n, x, in, dy, out, dw, in);
 }
 
 // An operand widened to float for the CPU reference (exact; the tensor itself when f32). The
@@ -116,11 +280,14 @@ void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
                            p.requested(layer, "precision", op::linear), Determinism::Yes,
                            rounds ? name_of(md.precision) : "", 0, dev, "",
                            guarantee_of(Determinism::Yes, Impl::CpuReference)});
-    ctx.manifest().record({layer, "linear", "cublas_atomics", "reference",
-                           p.requested(layer, "cublas_atomics", op::linear), Determinism::Yes, "", 0, dev, "",
-                           guarantee_of(Determinism::Yes, Impl::CpuReference)});
+    for (const char* knob : {"cublas_atomics", "gemm"})
+      ctx.manifest().record({layer, "linear", knob, "reference", p.requested(layer, knob, op::linear),
+                             Determinism::Yes, "", 0, dev, "", guarantee_of(Determinism::Yes, Impl::CpuReference)});
     return;
   }
+  // cuBLASLt's algorithms are recorded per shape as the layer first runs them (lt_plan).
+  ctx.manifest().record({layer, "linear", "gemm", name_of(md.gemm), p.requested(layer, "gemm", op::linear),
+                         Determinism::Yes, name_of(md.precision), 0, dev, "", Guarantee::RunToRun});
   // Every precision is run-to-run deterministic on one GPU (it changes the bits, not their
   // reproducibility); atomics allowed: cuBLAS promises nothing (see linear.h).
   ctx.manifest().record({layer, "linear", "precision", name_of(md.precision),
@@ -146,8 +313,19 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
                                  "w's dim 1",
                                  op, shape_str(x.shape()), shape_str(w.shape())));
   const int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  const GemmModes md{ctx.policy().variant<Precision>(layer, op::linear),
-                     ctx.policy().variant<CublasAtomics>(layer, op::linear)};
+  GemmModes md{ctx.policy().variant<Precision>(layer, op::linear),
+               ctx.policy().variant<CublasAtomics>(layer, op::linear),
+               ctx.policy().variant<LinearGemm>(layer, op::linear)};
+  // cuBLASLt has no atomics mode and ditto excludes its split-K: atomics allowed by a pin cannot
+  // apply, so the two pins contradict each other; a mode's pick of atomics yields to the pinned
+  // interface, and the manifest records what ran (off).
+  if (md.gemm == LinearGemm::Cublaslt && md.atomics == CublasAtomics::On) {
+    if (ctx.policy().requested(layer, "cublas_atomics", op::linear) == select_mode_name(SelectMode::Pinned))
+      throw PolicyError(fmt::format("{}: cublas_atomics=on applies to gemm=cublas; gemm=cublaslt runs without split-K "
+                                    "or atomics. Pin one of them",
+                                    op));
+    md.atomics = CublasAtomics::Off;
+  }
   // NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside NVIDIA's libraries: a pinned tf32 would silently
   // run as fp32 while the manifest said tf32.
   if (ctx.is_cuda() && md.precision == Precision::Tf32) {

@@ -3,7 +3,7 @@
 // x is {N, in}, w is {out, in} (row-major, as stored by every ditto tensor), y is {N, out}.
 // Backward: dx = dy w ({N, in}), dw = dy^T x ({out, in}); each only when its input requires grad.
 //
-// On CUDA all three products run through cublasGemmEx on the context's stream, with two knobs
+// On CUDA all three products run on the context's stream through cuBLAS, with three knobs
 // resolved per layer through the Policy and written to the Manifest:
 //   precision fp32 -> float operands, CUBLAS_COMPUTE_32F with the handle's math mode set to
 //                     CUBLAS_DEFAULT_MATH: IEEE fp32 multiply-adds, no TF32 down-conversion.
@@ -27,13 +27,26 @@
 //                           alternatives only for some routines (symv/hemv are named; GEMM is not),
 //                           and promises no bitwise reproducibility when they are allowed, so the
 //                           manifest says Determinism unknown.
-// Both modes are set on ctx's cuBLAS handle for this layer's calls only and restored afterwards.
+//   gemm      cublas    -> cublasGemmEx (the default): cuBLAS picks the algorithm per call, split-K
+//                           included, and the manifest cannot say which ran.
+//             cublaslt  -> cuBLASLt, with one algorithm per layer, product (y, dx, dw) and shape,
+//                           fixed on first use: the heuristic's best among those that do not split
+//                           K or that add the split parts' fp32 sums in a separate pass (reduction
+//                           scheme compute_type; in-place and output-type reductions, which add in
+//                           the output's type, are excluded and an algorithm using them is refused),
+//                           at most 32 MiB of workspace. Every output element is then summed in the
+//                           order the recorded algorithm fixes, and the manifest's entry for the
+//                           layer and x shape names each product's algorithm (id, tile, stages,
+//                           split-K, reduction). No algorithm for a shape is a PolicyError naming
+//                           the layer; cublas_atomics=on pinned beside it is a contradiction
+//                           (PolicyError), a mode's "on" yields.
+// Both cuBLAS modes are set on ctx's cuBLAS handle for this layer's calls only and restored afterwards.
 // Every GEMM of one layer runs on the context's single stream (cuBLAS's multi-stream workspace
 // caveat does not apply).
 //
 // On the CPU the products are the double-accumulating reference (kernels/linear_ref.h), rounding
-// its operands and results where bf16/fp16 say; cublas_atomics and tf32 do not apply there, and
-// the manifest records variant "reference" for them.
+// its operands and results where bf16/fp16 say; cublas_atomics, gemm and tf32 do not apply there,
+// and the manifest records variant "reference" for them.
 #pragma once
 #include <string>
 
@@ -51,6 +64,13 @@ enum class CublasAtomics { Off, On };
 const KnobSpec& linear_cublas_atomics_knob();
 const char* name_of(CublasAtomics c);
 inline const char* knob_name(CublasAtomics) { return "cublas_atomics"; }
+
+// Knob linear.gemm (kernels/linear.cpp): which cuBLAS interface runs the GEMMs, and who picks
+// their algorithm.
+enum class LinearGemm { Cublas, Cublaslt };
+const KnobSpec& linear_gemm_knob();
+const char* name_of(LinearGemm g);
+inline const char* knob_name(LinearGemm) { return "gemm"; }
 
 Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w);
 

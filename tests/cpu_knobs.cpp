@@ -71,6 +71,7 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
       {"linear.precision", {"fp32", "fp32", "fp32"}},
       {"linear.bias_bwd", {"atomic", "deterministic", "atomic"}},
       {"linear.cublas_atomics", {"off", "off", "on"}},
+      {"linear.gemm", {"cublas", "cublas", "cublas"}},
       {"maxpool2d.bwd", {"cudnn", "gather", "atomic-scatter"}},
       {"batchnorm.bwd", {"cudnn", "deterministic", "atomic"}},
       {"batchnorm.stats", {"local", "local", "local"}},

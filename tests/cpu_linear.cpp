@@ -86,6 +86,17 @@ TEST_CASE("linear: manifest records both knobs; policy errors surface at the for
   const ManifestEntry* a = ctx.manifest().find("fc1", "cublas_atomics");
   REQUIRE(a);
   CHECK(a->requested == "heuristic");
+  const ManifestEntry* g = ctx.manifest().find("fc1", "gemm");
+  REQUIRE(g);
+  CHECK(g->variant == "reference");
+  CHECK(g->requested == "heuristic");
+  // cuBLASLt without split-K has no atomics to allow: the two pins contradict each other.
+  Context both(Device::cpu(), Policy::parse({"fc1.gemm=cublaslt", "fc1.cublas_atomics=on"}));
+  CHECK_THROWS_WITH(linear(both, "fc1", Var(both.zeros({2, 3})), Var(both.zeros({4, 3}))),
+                    Catch::Matchers::Contains("cublas_atomics=on applies to gemm=cublas"));
+  // A mode's pick of atomics yields to the pinned interface.
+  Context mode(Device::cpu(), Policy::parse({"*=nondeterministic", "fc1.gemm=cublaslt"}));
+  CHECK_NOTHROW(linear(mode, "fc1", Var(mode.zeros({2, 3})), Var(mode.zeros({4, 3}))));
   Context bad(Device::cpu(), Policy::parse({"fc1.bwd=gather"}));
   CHECK_THROWS_AS(linear(bad, "fc1", Var(bad.zeros({2, 3})), Var(bad.zeros({4, 3}))), PolicyError);
 }

@@ -173,3 +173,70 @@ TEST_CASE("gpu linear: bit-equal over 10 runs with cuBLAS atomics off; atomics o
   CHECK(a->deterministic == Determinism::Unknown);
   CHECK(ctx.manifest().find("fc_fma", "precision")->deterministic == Determinism::Yes);
 }
+
+TEST_CASE("gpu linear: cuBLASLt runs one recorded algorithm per shape, split only with a separate fp32 reduction, bit-equal over 10 runs") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0), Policy::parse({"*.gemm=cublaslt", "fc_fma.precision=fp32", "fc_tf32.precision=tf32",
+                                                 "fc_bf16.precision=bf16", "fc_fp16.precision=fp16"}));
+  // The tall shape's dw reduces over 8192 rows, where cuBLAS's own pick splits K.
+  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 128}, {8192, 128, 32}}) {
+    INFO("N " << n << " in " << in << " out " << out);
+    auto xv = test::random_vec(n * in, seed), wv = test::random_vec(out * in, seed + 1);
+    auto dyv = test::random_vec(n * out, seed + 2);
+    std::vector<double> y(n * out), dx(n * in), dw(out * in), ay(n * out), adx(n * in), adw(out * in);
+    auto X = test::to_double(xv), W = test::to_double(wv), DY = test::to_double(dyv);
+    ref::linear_fwd(X.data(), W.data(), y.data(), n, in, out);
+    ref::linear_bwd_x(DY.data(), W.data(), dx.data(), n, in, out);
+    ref::linear_bwd_w(DY.data(), X.data(), dw.data(), n, in, out);
+    auto AX = absv(xv), AW = absv(wv), ADY = absv(dyv);
+    ref::linear_fwd(AX.data(), AW.data(), ay.data(), n, in, out);
+    ref::linear_bwd_x(ADY.data(), AW.data(), adx.data(), n, in, out);
+    ref::linear_bwd_w(ADY.data(), AX.data(), adw.data(), n, in, out);
+    Tensor xd = ctx.from_host(xv, {n, in}), wd = ctx.from_host(wv, {out, in}), dyd = ctx.from_host(dyv, {n, out});
+    for (const char* layer : {"fc_fma", "fc_tf32", "fc_bf16", "fc_fp16"}) {
+      INFO("layer " << layer);
+      auto step = [&] {
+        Var x(xd, true), w(wd, true);
+        Var yv = linear(ctx, layer, x, w);
+        ctx.tape().backward(ctx, yv, dyd);
+        return std::vector<Tensor>{yv.value(), x.grad(), w.grad()};
+      };
+      const std::size_t distinct = distinct_of(10, step);
+      std::printf("DETERMINISM | linear | gemm=cublaslt %s %lldx%lld->%lld | %zu/10 | %.1f us\n", layer,
+                  static_cast<long long>(n), static_cast<long long>(in), static_cast<long long>(out), distinct,
+                  us_per_call(ctx, [&] { step(); }));
+      CHECK(distinct == 1);
+      // fp32 and tf32 against the double reference, with the order-free bounds of the first case:
+      // a wrong transposition or layout descriptor errs by O(A).
+      const bool tf32 = std::string(layer) == "fc_tf32";
+      if (std::string(layer) == "fc_fma" || tf32) {
+        const auto got = step();
+        auto rel = [&](int64_t k) { return tf32 ? 0x1p-9 + 0x1p-20 + 2 * gamma_k(k + 1) : gamma_k(k + 1); };
+        auto scaled = [](std::vector<double> a, double f) {
+          for (auto& v : a) v = v * f + 1e-30;
+          return a;
+        };
+        std::size_t at = 0;
+        CHECK(worst_ratio(got[0].to_host_f32(), y, scaled(ay, rel(in)), &at) <= 1.0);
+        CHECK(worst_ratio(got[1].to_host_f32(), dx, scaled(adx, rel(out)), &at) <= 1.0);
+        CHECK(worst_ratio(got[2].to_host_f32(), dw, scaled(adw, rel(n)), &at) <= 1.0);
+      }
+      // The manifest names each product's algorithm for this x shape.
+      const ManifestEntry* e = ctx.manifest().find(layer, "gemm", shape_str({n, in}));
+      REQUIRE(e);
+      INFO("algorithm: " << e->algorithm);
+      CHECK(e->variant == "cublaslt");
+      CHECK(e->requested == "pinned");
+      for (const char* product : {"y: id ", "dx: id ", "dw: id "}) CHECK(e->algorithm.find(product) != std::string::npos);
+      // Each product either unsplit or split with the separate fp32 reduction, never in place.
+      auto count = [&](const std::string& word) {
+        std::size_t c = 0;
+        for (auto at = e->algorithm.find(word); at != std::string::npos; at = e->algorithm.find(word, at + 1)) ++c;
+        return c;
+      };
+      CHECK(count(" reduction none ") + count(" reduction fp32-separate ") == 3);
+      CHECK(count(" splitk 1 reduction none ") == count(" reduction none "));
+    }
+  }
+}
