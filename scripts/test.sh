@@ -9,12 +9,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-ditto_ensure_packages "${DITTO_BUILD_PACKAGES[@]}" chromium clang libclang-rt-dev python3
+ditto_ensure_packages "${DITTO_BUILD_PACKAGES[@]}" chromium clang libclang-rt-dev python3 python3-venv python3-dev
 export PATH=/usr/local/cuda/bin:$PATH
 BUILD=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
+# The Python package's build and test dependencies (PyPI), in a virtual environment of the build.
+# Not for a sanitized build, which leaves the package out (CMakeLists.txt says why).
+python=()
+if [[ "${DITTO_CMAKE_ARGS:-}" != *DITTO_SANITIZE=ON* ]]; then
+  if [ -z "${DITTO_SKIP_INSTALL:-}" ] && [ ! -x "$BUILD/pyenv/bin/python" ]; then
+    python3 -m venv "$BUILD/pyenv"
+    "$BUILD/pyenv/bin/pip" install -q nanobind numpy pytest
+  fi
+  [ -x "$BUILD/pyenv/bin/python" ] && python=(-DDITTO_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$BUILD/pyenv/bin/python")
+fi
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DITTO_CMAKE_ARGS:-}
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${python[@]}" ${DITTO_CMAKE_ARGS:-}
 fi
 cmake --build "$BUILD" -j "$jobs"
 if [ $# -eq 0 ]; then set -- -LE gpu; fi

@@ -1,5 +1,5 @@
 # ctest driver (cpu_layering): no file in a lower layer includes a higher one. Layers, lowest
-# first: engine → kernels → nets, datasets → experiments → examples, bench. A file may include
+# first: engine → kernels → nets, datasets → experiments → examples, bench, python. A file may include
 # its own layer's headers and any lower layer's; nets and datasets are side by side and include
 # neither each other. The umbrella headers stand just above what they include: <ditto/ditto.h>
 # above nets and datasets, <ditto/experiments.h> above experiments.
@@ -13,12 +13,13 @@ set(rank_experiments 6)
 set(rank_ditto/experiments.h 7)
 set(rank_examples 8)
 set(rank_bench 8)
+set(rank_python 8)
 set(bad "")
-foreach(layer engine kernels nets datasets experiments examples bench)
+foreach(layer engine kernels nets datasets experiments examples bench python)
   file(GLOB_RECURSE files RELATIVE "${SRC}" "${SRC}/${layer}/*.h" "${SRC}/${layer}/*.cpp" "${SRC}/${layer}/*.cu"
        "${SRC}/${layer}/*.cuh")
   foreach(f IN LISTS files)
-    file(STRINGS "${SRC}/${f}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<](engine|kernels|nets|datasets|experiments|examples|bench|ditto)/")
+    file(STRINGS "${SRC}/${f}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<](engine|kernels|nets|datasets|experiments|examples|bench|python|ditto)/")
     foreach(line IN LISTS includes)
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[\"<]([^\">]+)[\">].*" "\\1" path "${line}")
       string(REGEX REPLACE "/.*" "" target "${path}")

@@ -20,6 +20,7 @@
 #include "engine/digest.h"
 #include "engine/tensor_ops.h"
 #include "engine/error.h"
+#include "engine/external.h"
 #include "engine/fingerprint.h"
 #include "engine/graph.h"
 #include "engine/knob.h"

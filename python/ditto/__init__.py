@@ -1,0 +1,147 @@
+"""ditto from Python: the knob registry, policies, tensors shared by DLPack, and training runs.
+
+    import ditto
+    r = ditto.train(device="cpu", synthetic_train=256, synthetic_test=128, synthetic_size=16,
+                    batch_size=32, epochs=1, kernels="deterministic")
+    r.test_top1, r.weights_fingerprint, r.predictions     # numpy int32 array per test example
+
+`train` takes ditto-train's flags as keywords (``batch_size=32`` is ``--batch-size 32``; ``True``
+gives a switch, a list repeats the flag); `ditto.train_help()` prints them. Errors are raised as
+``ditto.Error`` subclasses carrying ditto's messages: ``FlagError`` for a flag ditto-train refuses,
+``PolicyError``, ``ShapeError``, ``DataError``, ``IoError``, ``CudaError``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from ._ditto import (  # noqa: F401  (re-exported)
+    Context,
+    CublasError,
+    CudaError,
+    CudnnError,
+    DataError,
+    Error,
+    FlagError,
+    IoError,
+    Policy,
+    PolicyError,
+    ShapeError,
+    Tensor,
+    knobs,
+    train_help,
+)
+from . import _ditto
+
+__all__ = [
+    "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
+    "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "flags_to_argv", "knobs", "train",
+    "train_help",
+]
+
+FlagValue = Union[str, int, float, bool, List[Any], tuple]
+
+
+def flags_to_argv(flags: Dict[str, FlagValue]) -> List[str]:
+    """Keyword flags as ditto-train's command line: ``batch_size=32`` -> ``--batch-size 32``.
+
+    ``True`` gives the bare switch and ``False`` leaves it out; a list or tuple repeats the flag
+    once per item (``pin=["conv1.bwd_data=algo0", "fc.gemm=cublaslt"]``). Anything else is
+    passed as text, so ditto-train's own parser checks it and names the flag when it refuses it.
+    """
+    argv: List[str] = []
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+@dataclass
+class TrainResult:
+    """One training run: what ditto-train prints and writes, as Python values and numpy arrays."""
+
+    log: List[Dict[str, float]]  # per epoch, log.csv's columns (epoch, lr, loss, train_acc, test_top1, ...)
+    seed_init: int
+    seed_order: int
+    seed_augment: int
+    weights_fingerprint: str
+    task: str
+    predictions: Any  # numpy int32: the final prediction per test unit
+    test_labels: Any  # numpy int32: the test units' labels, same order
+    test_subgroups: Any  # numpy int32 per test example; empty without subgroups
+    units_per_example: int
+    class_names: List[str]
+    subgroup_names: List[str]
+    test_top1: float
+    steps: int
+    train_seconds: float
+    weights: Any  # numpy float32: every parameter and buffer, in name order
+    ops: List[Dict[str, Any]]  # what every op ran (the manifest's "ops")
+    warnings: List[str]
+    out: str  # the run folder ("" when none was written)
+    replay: str  # the ditto-train command line that reproduces the run ("" without a folder)
+    argv: List[str] = field(default_factory=list)  # the flags the run was given
+
+
+def _progress_callback(progress: Union[bool, Callable[[int, int], None], None], epochs: Optional[int]):
+    """(on_step, close): a user's callable as is; True: a tqdm bar over the steps when tqdm is
+    installed, else a line per epoch on stdout (what a notebook shows)."""
+    if progress is None or progress is False:
+        return None, lambda: None
+    if callable(progress):
+        return progress, lambda: None
+    try:
+        from tqdm.auto import tqdm  # type: ignore
+    except ImportError:
+        state = {"epoch": 0}
+
+        def line(step: int, epoch: int) -> None:
+            if epoch != state["epoch"]:
+                state["epoch"] = epoch
+                total = f"/{epochs}" if epochs else ""
+                print(f"ditto: epoch {epoch}{total} (step {step})", flush=True)
+
+        return line, lambda: None
+    bar = tqdm(desc="ditto.train", unit="step")
+
+    def tick(step: int, epoch: int) -> None:
+        bar.set_postfix(epoch=epoch, refresh=False)
+        bar.update(step - bar.n)
+
+    return tick, bar.close
+
+
+def train(progress: Union[bool, Callable[[int, int], None], None] = None, **flags: FlagValue) -> TrainResult:
+    """Trains one network with ditto-train's flags as keywords; see ``ditto.train_help()``.
+
+    ``progress``: a callable ``(step, epoch)`` run after every optimizer step, ``True`` for a
+    tqdm bar (or a line per epoch without tqdm), ``None`` for silence. ditto's own progress line
+    on stderr is off unless ``quiet=False`` is given.
+    """
+    flags = dict(flags)
+    flags.setdefault("quiet", True)
+    argv = flags_to_argv(flags)
+    epochs = flags.get("epochs")
+    on_step, close = _progress_callback(progress, int(epochs) if isinstance(epochs, (int, str)) and str(epochs).isdigit() else None)
+    try:
+        result = _ditto._run_training(argv, on_step)
+    finally:
+        close()
+    result["ops"] = json.loads(result.pop("ops_json"))["ops"]
+    result["log"] = [{k: (int(v) if k == "epoch" else float(v)) for k, v in row.items()}
+                     for row in csv.DictReader(io.StringIO(result.pop("log_csv")))]
+    return TrainResult(argv=argv, **result)
+
+
+train.__doc__ = (train.__doc__ or "") + "\n\nditto-train's flags:\n\n" + train_help()

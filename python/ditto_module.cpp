@@ -1,0 +1,287 @@
+// ditto._ditto: the engine, the knob registry and training runs for Python (nanobind). The Python
+// package (python/ditto/__init__.py) re-exports these and adds keyword flags and progress bars.
+//
+// Tensors cross by DLPack without copies: Context.from_dlpack wraps another library's array
+// (engine/external.h), Tensor.__dlpack__ hands ditto's memory out. Errors are Python exceptions of
+// the matching type (ditto.PolicyError for ditto::PolicyError, ...) with the same messages; a flag
+// that ditto-train would refuse is refused the same way (ditto.FlagError), since train() parses
+// ditto-train's own flags (experiments/cli.h).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "engine/external.h"
+#include "engine/knob.h"
+#include "engine/manifest.h"
+#include "engine/policy.h"
+#include "experiments/cli.h"
+#include "experiments/run_dir.h"
+#include "experiments/train.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ditto {
+namespace {
+
+// Raised for a flag ditto-train refuses while parsing (CLI11's own checks and ditto's validators).
+class FlagError : public Error {
+ public:
+  using Error::Error;
+};
+
+// ---- dtypes and DLPack --------------------------------------------------------------------------
+
+DType dtype_from_dlpack(nb::dlpack::dtype t) {
+  using Code = nb::dlpack::dtype_code;
+  if (t.lanes == 1) {
+    if (t.code == uint8_t(Code::Float) && t.bits == 32) return DType::F32;
+    if (t.code == uint8_t(Code::Int) && t.bits == 32) return DType::I32;
+    if (t.code == uint8_t(Code::Bfloat) && t.bits == 16) return DType::BF16;
+    if (t.code == uint8_t(Code::Float) && t.bits == 16) return DType::F16;
+  }
+  throw ShapeError(fmt::format("from_dlpack: ditto holds float32, int32, bfloat16 and float16; this array is DLPack "
+                               "type code {} with {} bits and {} lanes",
+                               int(t.code), int(t.bits), int(t.lanes)));
+}
+
+nb::dlpack::dtype dlpack_of(DType t) {
+  using Code = nb::dlpack::dtype_code;
+  switch (t) {
+    case DType::F32: return {uint8_t(Code::Float), 32, 1};
+    case DType::I32: return {uint8_t(Code::Int), 32, 1};
+    case DType::BF16: return {uint8_t(Code::Bfloat), 16, 1};
+    case DType::F16: return {uint8_t(Code::Float), 16, 1};
+  }
+  return {uint8_t(Code::Float), 32, 1};
+}
+
+// The work that produced a CUDA tensor is queued on its context's stream; a consumer on another
+// stream must not read before it ends, and DLPack's export carries no event, so the export waits.
+void wait_for_producer(const Tensor& t) {
+  const auto& st = detail::storage_of(t);
+  if (st && st->cuda) DITTO_CUDA_CHECK(cudaStreamSynchronize(st->cuda->stream));
+}
+
+// ditto's memory as an nb_ndarray (the array-API object, which implements __dlpack__ and the
+// buffer protocol); the capsule keeps a reference to the tensor's storage for as long as any
+// consumer holds the view.
+nb::ndarray<nb::array_api> as_ndarray(const Tensor& t) {
+  if (!t.defined()) throw Error("an undefined tensor has no data to share");
+  wait_for_producer(t);
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  const Device d = t.device();
+  return nb::ndarray<nb::array_api>(t.raw(), shape.size(), shape.data(), owner, nullptr, dlpack_of(t.dtype()),
+                       d.is_cuda() ? nb::device::cuda::value : nb::device::cpu::value, d.is_cuda() ? d.index : 0);
+}
+
+// An array of another library as a ditto tensor on ctx's device, sharing its memory.
+Tensor from_dlpack(Context& ctx, nb::handle obj) {
+  nb::object source = nb::borrow(obj);
+  // DLPack's stream contract: a producer asked for its data on our stream orders its pending work
+  // before it; without a stream argument the exchange would race with a GPU producer.
+  if (ctx.is_cuda() && nb::hasattr(obj, "__dlpack__")) {
+    const auto stream = reinterpret_cast<std::intptr_t>(detail::cuda_state(ctx).stream);
+    source = obj.attr("__dlpack__")("stream"_a = stream);
+  }
+  nb::ndarray<nb::c_contig> a;
+  if (!nb::try_cast(source, a, false))
+    throw ShapeError("from_dlpack: the object is not a C-contiguous DLPack array (call .contiguous() or "
+                     "numpy.ascontiguousarray first: ditto shares memory and never copies silently)");
+  const bool cuda = a.device_type() == nb::device::cuda::value;
+  if (!cuda && a.device_type() != nb::device::cpu::value)
+    throw Error(fmt::format("from_dlpack: DLPack device type {} is neither the CPU nor CUDA", a.device_type()));
+  const Device where = cuda ? Device::cuda(a.device_id()) : Device::cpu();
+  if (where != ctx.device())
+    throw Error(fmt::format("from_dlpack: the array is on {}, this context on {}; make the context on the array's "
+                            "device",
+                            where.str(), ctx.device().str()));
+  Shape shape;
+  for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(static_cast<int64_t>(a.shape(i)));
+  auto* keep = new nb::object(source);
+  std::shared_ptr<void> owner(keep, [](void* p) {
+    nb::gil_scoped_acquire gil;
+    delete static_cast<nb::object*>(p);
+  });
+  return wrap_external(ctx, a.data(), shape, dtype_from_dlpack(a.dtype()), std::move(owner));
+}
+
+// ---- training runs --------------------------------------------------------------------------------
+
+// ditto-train's flags, parsed as ditto-train parses them. argv excludes the program name.
+TrainConfig parse_train_flags(const std::vector<std::string>& argv) {
+  TrainConfig c;
+  TrainFlags flags;
+  CLI::App app{"ditto.train"};
+  add_train_flags(app, c, flags);
+  std::vector<std::string> args(argv.rbegin(), argv.rend());  // CLI11 takes them reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw FlagError(e.what());
+  }
+  std::vector<std::string> line{"ditto.train"};
+  line.insert(line.end(), argv.begin(), argv.end());
+  std::vector<char*> ptrs;
+  for (auto& s : line) ptrs.push_back(s.data());
+  apply_train_flags(c, flags, static_cast<int>(ptrs.size()), ptrs.data());
+  return c;
+}
+
+std::string train_help() {
+  TrainConfig c;
+  TrainFlags flags;
+  CLI::App app{"ditto.train: replayable training runs for determinism studies (ditto-train's flags)"};
+  add_train_flags(app, c, flags);
+  return app.help();
+}
+
+// A result vector as a numpy array that owns it (no copy).
+template <class T>
+nb::ndarray<nb::numpy, T> numpy_array(std::vector<T> v) {
+  auto* held = new std::vector<T>(std::move(v));
+  nb::capsule owner(held, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(held->data(), {held->size()}, owner);
+}
+
+// One run: the result as a dict of Python values (the package wraps it in TrainResult).
+nb::dict run_training(const std::vector<std::string>& argv, nb::object on_step) {
+  TrainConfig c = parse_train_flags(argv);
+  TrainHooks hooks;
+  if (!on_step.is_none())
+    hooks.after_step = [&on_step](const StepView& v) {
+      nb::gil_scoped_acquire gil;
+      on_step(v.step, v.epoch);
+    };
+  TrainResult r;
+  {
+    nb::gil_scoped_release released;  // the run's threads and the callback's reacquire are free
+    r = train(c, hooks);
+  }
+  nb::dict d;
+  // Per epoch, as the run folder's log.csv writes it (one spelling of the columns).
+  d["log_csv"] = log_csv_text(r.log, r.task);
+  d["seed_init"] = r.seed_init;
+  d["seed_order"] = r.seed_order;
+  d["seed_augment"] = r.seed_augment;
+  d["weights_fingerprint"] = r.weights_fingerprint.hex();
+  d["task"] = task_name(r.task);
+  d["predictions"] = numpy_array(std::move(r.predictions));
+  d["test_labels"] = numpy_array(std::move(r.test_labels));
+  d["test_subgroups"] = numpy_array(std::move(r.test_subgroups));
+  d["units_per_example"] = r.units_per_example;
+  d["class_names"] = r.class_names;
+  d["subgroup_names"] = r.subgroup_names;
+  d["test_top1"] = r.test_top1;
+  d["steps"] = r.steps;
+  d["train_seconds"] = r.train_seconds;
+  d["weights"] = numpy_array(std::move(r.weights));
+  // The ops as the manifest writes them (one spelling of the fields); the package parses them.
+  Manifest ops;
+  for (const auto& e : r.ops) ops.record(e);
+  d["ops_json"] = ops.to_json();
+  d["warnings"] = r.warnings;
+  d["out"] = c.out;
+  d["replay"] = c.out.empty() ? std::string() : replay_line(c, r.seed_init, r.seed_order, r.seed_augment);
+  return d;
+}
+
+}  // namespace
+}  // namespace ditto
+
+NB_MODULE(_ditto, m) {
+  using namespace ditto;
+  m.doc() = "ditto's engine, knob registry and training runs (the package `ditto` re-exports them)";
+
+  // Most specific last: nanobind tries the latest registered translator first.
+  static nb::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  static nb::exception<CudaError> cuda_error(m, "CudaError", error.ptr());
+  static nb::exception<CudnnError> cudnn_error(m, "CudnnError", error.ptr());
+  static nb::exception<CublasError> cublas_error(m, "CublasError", error.ptr());
+  static nb::exception<ShapeError> shape_error(m, "ShapeError", error.ptr());
+  static nb::exception<PolicyError> policy_error(m, "PolicyError", error.ptr());
+  static nb::exception<DataError> data_error(m, "DataError", error.ptr());
+  static nb::exception<IoError> io_error(m, "IoError", error.ptr());
+  static nb::exception<FlagError> flag_error(m, "FlagError", error.ptr());
+
+  m.def(
+      "knobs",
+      [] {
+        nb::list out;
+        for (const KnobSpec& k : ditto::knobs()) {
+          nb::list variants;
+          for (const VariantSpec& v : k.variants) {
+            nb::dict vd;
+            vd["name"] = v.name;
+            vd["guarantee"] = guarantee_name(v.guarantee);
+            vd["impl"] = v.impl == Impl::Ditto ? "ditto" : v.impl == Impl::Library ? "library" : "cpu-reference";
+            vd["summary"] = v.summary;
+            variants.append(vd);
+          }
+          nb::dict kd;
+          kd["op"] = op_kind_name(k.op);
+          kd["knob"] = k.name;
+          kd["variants"] = variants;
+          kd["framework_default"] = k.framework_default;
+          kd["selected_at_run_time"] = k.selected_at_run_time;
+          kd["summary"] = k.summary;
+          out.append(kd);
+        }
+        return out;
+      },
+      "Every knob of every op family: its variants with their guarantees, and the framework default.");
+
+  nb::class_<Policy>(m, "Policy", "Rules LAYER.KNOB=VARIANT or LAYER.KNOB=MODE (engine/policy.h)")
+      .def("__init__", [](Policy* p, const std::vector<std::string>& rules) { new (p) Policy(Policy::parse(rules)); },
+           "rules"_a = std::vector<std::string>{}, "Parses the rules; a bad one raises PolicyError naming it.")
+      .def_prop_ro("rules", [](const Policy& p) { return p.rules(); })
+      .def("__repr__", [](const Policy& p) {
+        std::string s = "ditto.Policy([";
+        for (std::size_t i = 0; i < p.rules().size(); ++i) s += (i ? ", '" : "'") + p.rules()[i] + "'";
+        return s + "])";
+      });
+
+  nb::class_<Tensor>(m, "Tensor", "A ditto tensor; shares memory with NumPy, PyTorch, CuPy and JAX through DLPack")
+      .def_prop_ro("shape", [](const Tensor& t) { return t.shape(); })
+      .def_prop_ro("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
+      .def_prop_ro("device", [](const Tensor& t) { return t.device().str(); })
+      .def("fingerprint", [](const Tensor& t) { return t.fingerprint().hex(); },
+           "XXH3-128 of dtype, shape and bytes, as hex: equal on CPU and GPU for equal bits.")
+      .def(
+          "__dlpack__",
+          [](const Tensor& t, nb::kwargs kwargs) { return nb::cast(as_ndarray(t)).attr("__dlpack__")(**kwargs); },
+          "The tensor's memory as a DLPack capsule (no copy; a CUDA tensor's pending work ends first).")
+      .def("__dlpack_device__", [](const Tensor& t) { return nb::cast(as_ndarray(t)).attr("__dlpack_device__")(); })
+      .def("__repr__", [](const Tensor& t) {
+        return fmt::format("ditto.Tensor(shape={}, dtype={}, device={})", shape_str(t.shape()), dtype_name(t.dtype()),
+                           t.device().str());
+      });
+
+  nb::class_<Context>(m, "Context", "A device, its policy, its stream and memory arena (engine/context.h)")
+      .def("__init__",
+           [](Context* c, const std::string& device, const Policy& policy) {
+             new (c) Context(Device::parse(device), policy);
+           },
+           "device"_a = "cpu", "policy"_a = Policy())
+      .def_prop_ro("device", [](const Context& c) { return c.device().str(); })
+      .def("from_dlpack", &from_dlpack, "array"_a,
+           "A ditto tensor sharing the array's memory (C-contiguous float32, int32, bfloat16 or float16 on this "
+           "context's device); a GPU producer is asked for its data on this context's stream.")
+      .def("synchronize", &Context::synchronize, "Waits for the work queued on the context's stream.");
+
+  m.def("train_help", &train_help, "ditto-train's --help: the flags train() takes.");
+  m.def("_run_training", &run_training, "argv"_a, "on_step"_a = nb::none(),
+        "Trains with ditto-train's flags (argv without a program name); a dict of the results.");
+}

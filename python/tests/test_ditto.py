@@ -1,0 +1,109 @@
+"""The Python package on the CPU: knobs, policies, tensors shared with NumPy without copies,
+training runs with ditto-train's flags, and errors as Python exceptions with ditto's messages."""
+import numpy as np
+import pytest
+
+import ditto
+
+SYNTHETIC = dict(device="cpu", synthetic_train=256, synthetic_test=128, synthetic_size=16, batch_size=32,
+                 seed_init=1, seed_order=2, seed_augment=3)
+
+
+def test_knobs_list_every_family_with_guarantees():
+    by_name = {(k["op"], k["knob"]): k for k in ditto.knobs()}
+    gemm = by_name[("linear", "gemm")]
+    assert [v["name"] for v in gemm["variants"]] == ["cublas", "cublaslt"]
+    assert gemm["framework_default"] == "cublas"
+    pool = by_name[("maxpool2d", "bwd")]
+    assert {v["guarantee"] for v in pool["variants"]} >= {"not_guaranteed", "gpu_to_gpu"}
+
+
+def test_policy_parses_rules_and_refuses_a_bad_one_by_name():
+    p = ditto.Policy(["*=deterministic", "conv1.bwd_filter=algo1"])
+    assert p.rules == ["*=deterministic", "conv1.bwd_filter=algo1"]
+    with pytest.raises(ditto.PolicyError, match="no-equals-sign"):
+        ditto.Policy(["no-equals-sign"])
+    assert issubclass(ditto.PolicyError, ditto.Error)
+
+
+def test_numpy_arrays_cross_without_copies_both_ways():
+    ctx = ditto.Context("cpu")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ctx.from_dlpack(a)
+    assert t.shape == [3, 4] and t.dtype == "f32" and t.device == "cpu"
+    back = np.from_dlpack(t)
+    a[1, 2] = 42.0  # one memory: the write shows through ditto's tensor and the array made from it
+    assert back[1, 2] == 42.0
+    assert np.shares_memory(a, back)
+    labels = ctx.from_dlpack(np.array([1, 2, 3], dtype=np.int32))
+    assert labels.dtype == "i32"
+
+
+def test_fingerprints_follow_the_bits():
+    ctx = ditto.Context("cpu")
+    a = np.linspace(-1, 1, 64, dtype=np.float32)
+    b = a.copy()
+    ta, tb = ctx.from_dlpack(a), ctx.from_dlpack(b)
+    assert ta.fingerprint() == tb.fingerprint()
+    b[7] = -b[7]  # one sign bit
+    assert ta.fingerprint() != tb.fingerprint()
+
+
+def test_arrays_ditto_cannot_share_are_refused_not_copied():
+    ctx = ditto.Context("cpu")
+    with pytest.raises(ditto.ShapeError, match="C-contiguous"):
+        ctx.from_dlpack(np.zeros((4, 4), dtype=np.float32)[:, ::2])
+    with pytest.raises(ditto.ShapeError, match="float32, int32, bfloat16 and float16"):
+        ctx.from_dlpack(np.zeros(3, dtype=np.float64))
+
+
+def test_a_tensor_outlives_the_array_it_came_from():
+    ctx = ditto.Context("cpu")
+    t = ctx.from_dlpack(np.full(1000, 3.0, dtype=np.float32))  # the array has no other reference
+    assert np.from_dlpack(t)[999] == 3.0
+
+
+def test_training_runs_with_fixed_seeds_are_bit_identical_and_report_their_results():
+    steps = []
+    r1 = ditto.train(epochs=1, kernels="deterministic", progress=lambda step, epoch: steps.append((step, epoch)),
+                     **SYNTHETIC)
+    r2 = ditto.train(epochs=1, kernels="deterministic", **SYNTHETIC)
+    assert r1.weights_fingerprint == r2.weights_fingerprint
+    assert np.array_equal(r1.predictions, r2.predictions)
+    assert r1.predictions.dtype == np.int32 and r1.predictions.shape == (128,)
+    assert r1.test_labels.shape == (128,)
+    assert 0.0 <= r1.test_top1 <= 1.0
+    assert r1.steps == 8 and steps == [(s, 1) for s in range(1, 9)]
+    assert len(r1.log) == 1 and r1.log[0]["epoch"] == 1
+    assert any(op["knob"] == "bias_bwd" for op in r1.ops)
+    assert r1.weights.dtype == np.float32 and r1.weights.size > 0
+
+
+def test_flags_are_refused_as_ditto_train_refuses_them():
+    with pytest.raises(ditto.FlagError, match="--lr"):
+        ditto.train(lr=-1, epochs=1, **SYNTHETIC)
+    with pytest.raises(ditto.FlagError, match="--no-such-flag"):
+        ditto.train(no_such_flag=1, **SYNTHETIC)
+    with pytest.raises(ditto.Error, match="--out"):
+        ditto.train(out="", epochs=1, **SYNTHETIC)
+
+
+def test_a_run_folder_is_written_and_never_overwritten(tmp_path):
+    out = tmp_path / "run"
+    r = ditto.train(epochs=1, out=str(out), **SYNTHETIC)
+    assert r.out == str(out) and (out / "manifest.json").exists()
+    assert r.replay.startswith("ditto-train") and "--seed-init 1" in r.replay
+    with pytest.raises(ditto.Error, match="--overwrite"):
+        ditto.train(epochs=1, out=str(out), **SYNTHETIC)
+
+
+def test_flags_to_argv_spells_ditto_trains_flags():
+    assert ditto.flags_to_argv({"batch_size": 32, "graph": True, "resume": False, "pin": ["a.b=c", "d.e=f"]}) == [
+        "--batch-size", "32", "--graph", "--pin", "a.b=c", "--pin", "d.e=f"]
+
+
+def test_train_help_is_ditto_trains_help():
+    text = ditto.train_help()
+    for flag in ("--model", "--batch-size", "--kernels", "--pin", "--precision"):
+        assert flag in text
+    assert "--batch-size" in ditto.train.__doc__
