@@ -19,13 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
 import importlib.util
+import os
 import sys
 
 # PyTorch ships its own CUDA libraries (cuDNN, NCCL, cuBLAS) under the same sonames as the
 # toolkit's that ditto links. A process holds one library per soname: whichever loads first serves
 # both, and PyTorch refuses (or crashes on) the toolkit's older ones, while ditto runs on PyTorch's.
-# So where PyTorch is installed it is loaded before the extension.
-if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
+# So where PyTorch is installed it is loaded before the extension (DITTO_NO_TORCH_PRELOAD=1 skips
+# that, as the build's stub generation does).
+if ("torch" not in sys.modules and not os.environ.get("DITTO_NO_TORCH_PRELOAD")
+        and importlib.util.find_spec("torch") is not None):
     import torch  # noqa: F401
 
 from ._ditto import (  # noqa: F401  (re-exported)
