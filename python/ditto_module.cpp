@@ -26,6 +26,8 @@
 #include "engine/manifest.h"
 #include "engine/policy.h"
 #include "experiments/cli.h"
+#include "experiments/experiment_cli.h"
+#include "experiments/report.h"
 #include "experiments/run_dir.h"
 #include "experiments/train.h"
 
@@ -120,23 +122,33 @@ Tensor from_dlpack(Context& ctx, nb::handle obj) {
 
 // ---- training runs --------------------------------------------------------------------------------
 
+// A command line as the front ends' apply steps take it: `program` and then argv's words, which
+// CLI11 has parsed into `app` (its refusals raised as FlagError).
+struct CommandLine {
+  std::vector<std::string> words;
+  std::vector<char*> ptrs;
+  CommandLine(CLI::App& app, const char* program, const std::vector<std::string>& argv) : words{program} {
+    std::vector<std::string> args(argv.rbegin(), argv.rend());  // CLI11 takes them reversed
+    try {
+      app.parse(args);
+    } catch (const CLI::ParseError& e) {
+      throw FlagError(e.what());
+    }
+    words.insert(words.end(), argv.begin(), argv.end());
+    for (auto& w : words) ptrs.push_back(w.data());
+  }
+  int argc() { return static_cast<int>(ptrs.size()); }
+  char** argv() { return ptrs.data(); }
+};
+
 // ditto-train's flags, parsed as ditto-train parses them. argv excludes the program name.
 TrainConfig parse_train_flags(const std::vector<std::string>& argv) {
   TrainConfig c;
   TrainFlags flags;
   CLI::App app{"ditto.train"};
   add_train_flags(app, c, flags);
-  std::vector<std::string> args(argv.rbegin(), argv.rend());  // CLI11 takes them reversed
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    throw FlagError(e.what());
-  }
-  std::vector<std::string> line{"ditto.train"};
-  line.insert(line.end(), argv.begin(), argv.end());
-  std::vector<char*> ptrs;
-  for (auto& s : line) ptrs.push_back(s.data());
-  apply_train_flags(c, flags, static_cast<int>(ptrs.size()), ptrs.data());
+  CommandLine line(app, "ditto.train", argv);
+  apply_train_flags(c, flags, line.argc(), line.argv());
   return c;
 }
 
@@ -195,6 +207,42 @@ nb::dict run_training(const std::vector<std::string>& argv, nb::object on_step) 
   d["warnings"] = r.warnings;
   d["out"] = c.out;
   d["replay"] = c.out.empty() ? std::string() : replay_line(c, r.seed_init, r.seed_order, r.seed_augment);
+  return d;
+}
+
+// ditto-experiment's flags, parsed as ditto-experiment parses them, into `a` (argv without a
+// program name).
+void parse_experiment_flags(const std::vector<std::string>& argv, CLI::App& app, ExperimentArgs& a) {
+  add_experiment_flags(app, a);
+  CommandLine line(app, "ditto.experiment", argv);
+  apply_experiment_flags(app, a, line.argc(), line.argv());
+}
+
+std::string experiment_help() {
+  CLI::App app{"ditto.experiment: the paper's protocols (ditto-experiment's flags)"};
+  ExperimentArgs a;
+  add_experiment_flags(app, a);
+  return app.help();
+}
+
+// One protocol run, its report written to --out as ditto-experiment writes it.
+nb::dict run_experiment(const std::vector<std::string>& argv) {
+  CLI::App app{"ditto.experiment"};
+  ExperimentArgs a;
+  parse_experiment_flags(argv, app, a);
+  ReportData report;
+  double wall = 0;
+  {
+    nb::gil_scoped_release released;
+    auto data = load_train_data(a.o.base);
+    report = run_experiment_protocol(a, data, &wall);
+    write_report(a.o.out, report);
+  }
+  nb::dict d;
+  d["out"] = a.o.out;
+  d["protocol"] = a.protocol;
+  d["wall_seconds"] = wall;
+  d["control_mismatch"] = control_mismatch(report, a.protocol);
   return d;
 }
 
@@ -282,6 +330,9 @@ NB_MODULE(_ditto, m) {
       .def("synchronize", &Context::synchronize, "Waits for the work queued on the context's stream.");
 
   m.def("train_help", &train_help, "ditto-train's --help: the flags train() takes.");
+  m.def("experiment_help", &experiment_help, "ditto-experiment's --help: the flags experiment() takes.");
+  m.def("_run_experiment", &run_experiment, "argv"_a,
+        "Runs a protocol with ditto-experiment's flags (argv without a program name); writes the report to --out.");
   m.def("_run_training", &run_training, "argv"_a, "on_step"_a = nb::none(),
         "Trains with ditto-train's flags (argv without a program name); a dict of the results.");
 }

@@ -44,6 +44,7 @@ from ._ditto import (  # noqa: F401  (re-exported)
     PolicyError,
     ShapeError,
     Tensor,
+    experiment_help,
     knobs,
     train_help,
 )
@@ -51,8 +52,8 @@ from . import _ditto
 
 __all__ = [
     "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
-    "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "flags_to_argv", "knobs", "train",
-    "train_help",
+    "ExperimentResult", "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "experiment",
+    "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
 ]
 
 FlagValue = Union[str, int, float, bool, List[Any], tuple]
@@ -158,3 +159,43 @@ def train(progress: Union[bool, Callable[[int, int], None], None] = None, **flag
 
 
 train.__doc__ = (train.__doc__ or "") + "\n\nditto-train's flags:\n\n" + train_help()
+
+
+@dataclass
+class ExperimentResult:
+    """One protocol run (settings, fig-s4 or overhead): its folder, its report and its verdict."""
+
+    out: str  # the experiment folder: report.{json,csv,html} and one run folder per replica
+    protocol: str
+    wall_seconds: float  # the settings protocol's wall time (0 for the others)
+    control_mismatch: str  # "" when every CONTROL cell ended bit-identical, else what did not
+    report: Dict[str, Any]  # report.json, parsed
+    argv: List[str] = field(default_factory=list)
+
+    @property
+    def report_html(self) -> str:
+        return os.path.join(self.out, "report.html")
+
+    def metric(self, setting: str, name: str) -> Dict[str, Any]:
+        """One metric of one setting from the report ({"value", "low", "high", ...}); KeyError when
+        the report has none."""
+        for m in self.report.get("metrics", []):
+            if m.get("setting") == setting and m.get("metric") == name:
+                return m
+        raise KeyError(f"the report has no metric {name!r} for setting {setting!r}")
+
+
+def experiment(**flags: FlagValue) -> ExperimentResult:
+    """Runs one of the paper's protocols with ditto-experiment's flags as keywords (see
+    ``ditto.experiment_help()``): ``protocol="settings"`` (the default: replicas per setting),
+    ``"fig-s4"`` or ``"overhead"``. The report is written to ``out`` as ditto-experiment writes it
+    and read back; ``control_mismatch`` is non-empty when a CONTROL cell did not end bit-identical.
+    """
+    argv = flags_to_argv(flags)
+    result = _ditto._run_experiment(argv)
+    with open(os.path.join(result["out"], "report.json")) as f:
+        report = json.load(f)
+    return ExperimentResult(report=report, argv=argv, **result)
+
+
+experiment.__doc__ = (experiment.__doc__ or "") + "\n\nditto-experiment's flags:\n\n" + experiment_help()

@@ -107,3 +107,20 @@ def test_train_help_is_ditto_trains_help():
     for flag in ("--model", "--batch-size", "--kernels", "--pin", "--precision"):
         assert flag in text
     assert "--batch-size" in ditto.train.__doc__
+
+
+def test_the_settings_protocol_runs_from_python_and_controls_stay_bit_identical(tmp_path):
+    out = tmp_path / "exp"
+    r = ditto.experiment(device="cpu", settings="ALGO,CONTROL", replicas=2, epochs=1, synthetic_train=128,
+                         synthetic_test=64, synthetic_size=8, batch_size=32, bootstrap=100, out=str(out))
+    assert r.protocol == "settings" and r.control_mismatch == ""
+    assert r.metric("CONTROL", "distinct_fingerprints")["value"] == 1
+    assert r.metric("ALGO", "distinct_fingerprints")["value"] == 2  # seeds differ between its replicas
+    assert (out / "report.html").exists() and r.report_html == str(out / "report.html")
+    with pytest.raises(KeyError):
+        r.metric("IMPL", "churn")
+
+
+def test_a_protocols_own_flag_given_to_another_is_refused_by_name(tmp_path):
+    with pytest.raises(ditto.Error, match="--lrs belongs to --protocol fig-s4"):
+        ditto.experiment(device="cpu", protocol="overhead", lrs="0.1", out=str(tmp_path / "e"))
