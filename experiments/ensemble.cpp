@@ -274,6 +274,7 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
   const int jobs = static_cast<int>(o.settings.size()) * o.replicas;
   std::vector<TrainResult> all(static_cast<std::size_t>(jobs));
   std::mutex print_mu;
+  int ended = 0;  // replicas ended so far (under print_mu)
   const auto t0 = std::chrono::steady_clock::now();
   run_jobs(jobs, devices, o.concurrent, [&](int j, const std::string& dev) {
     const Setting& s = o.settings[static_cast<std::size_t>(j / o.replicas)];
@@ -301,6 +302,10 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
       std::fflush(stdout);
     }
     if (what != "finished earlier") all[static_cast<std::size_t>(j)] = train(c, {}, data);
+    if (o.on_replica) {
+      std::lock_guard<std::mutex> lk(print_mu);
+      o.on_replica(s.name, k, ++ended, jobs);
+    }
   });
   if (wall_seconds) *wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<SettingRuns> out;

@@ -11,6 +11,7 @@
 //   CONTROL      seeds fixed, deterministic kernels: must be bit-identical
 // and custom ones, "NAME: seeds=fixed|random|init|order kernels=MODE pin=LAYER.KNOB=VARIANT ...".
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,11 @@ struct EnsembleOptions {
   int bootstrap = 1000;      // resamples for the confidence intervals
   int unstable_shown = 10;   // least stable test examples shown per setting (with their images)
   bool verbose = true;       // a line per replica started
+  // Called after each replica ends (trained, or read back as finished earlier), one call at a
+  // time though replicas train concurrently: the setting, the replica (0-based), and how many of
+  // the experiment's settings x replicas have ended. Progress for front ends (the Python
+  // package's bars); it must not throw.
+  std::function<void(const std::string& setting, int replica, int done, int total)> on_replica;
 };
 
 struct SettingRuns {

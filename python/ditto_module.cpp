@@ -226,10 +226,19 @@ std::string experiment_help() {
 }
 
 // One protocol run, its report written to --out as ditto-experiment writes it.
-nb::dict run_experiment(const std::vector<std::string>& argv) {
+nb::dict run_experiment(const std::vector<std::string>& argv, nb::object on_replica) {
   CLI::App app{"ditto.experiment"};
   ExperimentArgs a;
   parse_experiment_flags(argv, app, a);
+  if (!on_replica.is_none())
+    a.o.on_replica = [&on_replica](const std::string& setting, int replica, int done, int total) {
+      nb::gil_scoped_acquire gil;
+      try {
+        on_replica(setting, replica, done, total);
+      } catch (nb::python_error& e) {  // a worker thread cannot hand it on: reported, not lost
+        e.discard_as_unraisable("ditto.experiment's progress callback");
+      }
+    };
   ReportData report;
   double wall = 0;
   {
@@ -331,7 +340,7 @@ NB_MODULE(_ditto, m) {
 
   m.def("train_help", &train_help, "ditto-train's --help: the flags train() takes.");
   m.def("experiment_help", &experiment_help, "ditto-experiment's --help: the flags experiment() takes.");
-  m.def("_run_experiment", &run_experiment, "argv"_a,
+  m.def("_run_experiment", &run_experiment, "argv"_a, "on_replica"_a = nb::none(),
         "Runs a protocol with ditto-experiment's flags (argv without a program name); writes the report to --out.");
   m.def("_run_training", &run_training, "argv"_a, "on_step"_a = nb::none(),
         "Trains with ditto-train's flags (argv without a program name); a dict of the results.");

@@ -6,21 +6,21 @@
     r.test_top1, r.weights_fingerprint, r.predictions     # numpy int32 array per test example
 
 `train` takes ditto-train's flags as keywords (``batch_size=32`` is ``--batch-size 32``; ``True``
-gives a switch, a list repeats the flag); `ditto.train_help()` prints them. Errors are raised as
+gives a switch, a list repeats the flag); `ditto.train_help()` prints them. `experiment` runs the
+paper's protocols with ditto-experiment's flags (`ditto.experiment_help()`). Errors are raised as
 ``ditto.Error`` subclasses carrying ditto's messages: ``FlagError`` for a flag ditto-train refuses,
 ``PolicyError``, ``ShapeError``, ``DataError``, ``IoError``, ``CudaError``.
 """
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Union
-
-import importlib.util
 import os
 import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
 
 # PyTorch ships its own CUDA libraries (cuDNN, NCCL, cuBLAS) under the same sonames as the
 # toolkit's that ditto links. A process holds one library per soname: whichever loads first serves
@@ -185,14 +185,47 @@ class ExperimentResult:
         raise KeyError(f"the report has no metric {name!r} for setting {setting!r}")
 
 
-def experiment(**flags: FlagValue) -> ExperimentResult:
+def _replica_progress(progress: Union[bool, Callable[[str, int, int, int], None], None]):
+    """(on_replica, close) for experiment(): a user's callable as is; True: a tqdm bar over the
+    replicas when tqdm is installed, else a line per replica on stdout."""
+    if progress is None or progress is False:
+        return None, lambda: None
+    if callable(progress):
+        return progress, lambda: None
+    try:
+        from tqdm.auto import tqdm  # type: ignore
+    except ImportError:
+        def line(setting: str, replica: int, done: int, total: int) -> None:
+            print(f"ditto: {done}/{total} replicas ended ({setting} replica {replica + 1})", flush=True)
+
+        return line, lambda: None
+    bar = tqdm(desc="ditto.experiment", unit="replica")
+
+    def tick(setting: str, replica: int, done: int, total: int) -> None:
+        bar.total = total
+        bar.set_postfix(setting=setting, refresh=False)
+        bar.update(done - bar.n)
+
+    return tick, bar.close
+
+
+def experiment(progress: Union[bool, Callable[[str, int, int, int], None], None] = None,
+               **flags: FlagValue) -> ExperimentResult:
     """Runs one of the paper's protocols with ditto-experiment's flags as keywords (see
     ``ditto.experiment_help()``): ``protocol="settings"`` (the default: replicas per setting),
     ``"fig-s4"`` or ``"overhead"``. The report is written to ``out`` as ditto-experiment writes it
     and read back; ``control_mismatch`` is non-empty when a CONTROL cell did not end bit-identical.
+
+    ``progress``: a callable ``(setting, replica, done, total)`` run as each replica ends (one call
+    at a time, from the thread that trained it), ``True`` for a tqdm bar (or a line per replica
+    without tqdm), ``None`` for ditto-experiment's own lines on stdout.
     """
     argv = flags_to_argv(flags)
-    result = _ditto._run_experiment(argv)
+    on_replica, close = _replica_progress(progress)
+    try:
+        result = _ditto._run_experiment(argv, on_replica)
+    finally:
+        close()
     with open(os.path.join(result["out"], "report.json")) as f:
         report = json.load(f)
     return ExperimentResult(report=report, argv=argv, **result)

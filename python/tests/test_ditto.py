@@ -111,8 +111,12 @@ def test_train_help_is_ditto_trains_help():
 
 def test_the_settings_protocol_runs_from_python_and_controls_stay_bit_identical(tmp_path):
     out = tmp_path / "exp"
+    ended = []
     r = ditto.experiment(device="cpu", settings="ALGO,CONTROL", replicas=2, epochs=1, synthetic_train=128,
-                         synthetic_test=64, synthetic_size=8, batch_size=32, bootstrap=100, out=str(out))
+                         synthetic_test=64, synthetic_size=8, batch_size=32, bootstrap=100, out=str(out),
+                         progress=lambda setting, replica, done, total: ended.append((setting, replica, done, total)))
+    assert sorted((s, k) for s, k, _, _ in ended) == [("ALGO", 0), ("ALGO", 1), ("CONTROL", 0), ("CONTROL", 1)]
+    assert [d for _, _, d, _ in ended] == [1, 2, 3, 4] and {t for _, _, _, t in ended} == {4}
     assert r.protocol == "settings" and r.control_mismatch == ""
     assert r.metric("CONTROL", "distinct_fingerprints")["value"] == 1
     assert r.metric("ALGO", "distinct_fingerprints")["value"] == 2  # seeds differ between its replicas
