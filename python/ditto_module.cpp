@@ -230,6 +230,8 @@ nb::dict run_experiment(const std::vector<std::string>& argv, nb::object on_repl
   CLI::App app{"ditto.experiment"};
   ExperimentArgs a;
   parse_experiment_flags(argv, app, a);
+  // With a progress callback it reports the replicas; ditto-experiment's own lines stay off.
+  if (!on_replica.is_none()) a.o.verbose = false;
   if (!on_replica.is_none())
     a.o.on_replica = [&on_replica](const std::string& setting, int replica, int done, int total) {
       nb::gil_scoped_acquire gil;

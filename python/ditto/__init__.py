@@ -108,9 +108,11 @@ class TrainResult:
     argv: List[str] = field(default_factory=list)  # the flags the run was given
 
 
-def _progress_callback(progress: Union[bool, Callable[[int, int], None], None], epochs: Optional[int]):
-    """(on_step, close): a user's callable as is; True: a tqdm bar over the steps when tqdm is
-    installed, else a line per epoch on stdout (what a notebook shows)."""
+def _progress(progress: Any, desc: str, unit: str, where: Callable[..., tuple]):
+    """(callback, close) for a run's ``progress`` argument: a user's callable as is; True: a tqdm
+    bar when tqdm is installed, else a line on stdout (what a notebook shows) whenever ``where``
+    gives one; None or False: none. ``where(*args)`` -> (count so far, total or None, the bar's
+    postfix, a line or None)."""
     if progress is None or progress is False:
         return None, lambda: None
     if callable(progress):
@@ -118,22 +120,41 @@ def _progress_callback(progress: Union[bool, Callable[[int, int], None], None], 
     try:
         from tqdm.auto import tqdm  # type: ignore
     except ImportError:
-        state = {"epoch": 0}
-
-        def line(step: int, epoch: int) -> None:
-            if epoch != state["epoch"]:
-                state["epoch"] = epoch
-                total = f"/{epochs}" if epochs else ""
-                print(f"ditto: epoch {epoch}{total} (step {step})", flush=True)
+        def line(*args: Any) -> None:
+            text = where(*args)[3]
+            if text:
+                print(text, flush=True)
 
         return line, lambda: None
-    bar = tqdm(desc="ditto.train", unit="step")
+    bar = tqdm(desc=desc, unit=unit)
 
-    def tick(step: int, epoch: int) -> None:
-        bar.set_postfix(epoch=epoch, refresh=False)
-        bar.update(step - bar.n)
+    def tick(*args: Any) -> None:
+        count, total, postfix, _ = where(*args)
+        if total:
+            bar.total = total
+        bar.set_postfix(refresh=False, **postfix)
+        bar.update(count - bar.n)
 
     return tick, bar.close
+
+
+def _step_position(epochs: Optional[int]) -> Callable[[int, int], tuple]:
+    """train()'s progress: steps on the bar, a line when an epoch begins."""
+    seen = {"epoch": 0}
+
+    def where(step: int, epoch: int) -> tuple:
+        text = None
+        if epoch != seen["epoch"]:
+            seen["epoch"] = epoch
+            text = f"ditto: epoch {epoch}{f'/{epochs}' if epochs else ''} (step {step})"
+        return step, None, {"epoch": epoch}, text
+
+    return where
+
+
+def _replica_position(setting: str, replica: int, done: int, total: int) -> tuple:
+    """experiment()'s progress: replicas ended on the bar, a line per replica."""
+    return done, total, {"setting": setting}, f"ditto: {done}/{total} replicas ended ({setting} replica {replica + 1})"
 
 
 def train(progress: Union[bool, Callable[[int, int], None], None] = None, **flags: FlagValue) -> TrainResult:
@@ -147,7 +168,8 @@ def train(progress: Union[bool, Callable[[int, int], None], None] = None, **flag
     flags.setdefault("quiet", True)
     argv = flags_to_argv(flags)
     epochs = flags.get("epochs")
-    on_step, close = _progress_callback(progress, int(epochs) if isinstance(epochs, (int, str)) and str(epochs).isdigit() else None)
+    known = int(epochs) if isinstance(epochs, (int, str)) and str(epochs).isdigit() else None
+    on_step, close = _progress(progress, "ditto.train", "step", _step_position(known))
     try:
         result = _ditto._run_training(argv, on_step)
     finally:
@@ -185,30 +207,6 @@ class ExperimentResult:
         raise KeyError(f"the report has no metric {name!r} for setting {setting!r}")
 
 
-def _replica_progress(progress: Union[bool, Callable[[str, int, int, int], None], None]):
-    """(on_replica, close) for experiment(): a user's callable as is; True: a tqdm bar over the
-    replicas when tqdm is installed, else a line per replica on stdout."""
-    if progress is None or progress is False:
-        return None, lambda: None
-    if callable(progress):
-        return progress, lambda: None
-    try:
-        from tqdm.auto import tqdm  # type: ignore
-    except ImportError:
-        def line(setting: str, replica: int, done: int, total: int) -> None:
-            print(f"ditto: {done}/{total} replicas ended ({setting} replica {replica + 1})", flush=True)
-
-        return line, lambda: None
-    bar = tqdm(desc="ditto.experiment", unit="replica")
-
-    def tick(setting: str, replica: int, done: int, total: int) -> None:
-        bar.total = total
-        bar.set_postfix(setting=setting, refresh=False)
-        bar.update(done - bar.n)
-
-    return tick, bar.close
-
-
 def experiment(progress: Union[bool, Callable[[str, int, int, int], None], None] = None,
                **flags: FlagValue) -> ExperimentResult:
     """Runs one of the paper's protocols with ditto-experiment's flags as keywords (see
@@ -221,7 +219,7 @@ def experiment(progress: Union[bool, Callable[[str, int, int, int], None], None]
     without tqdm), ``None`` for ditto-experiment's own lines on stdout.
     """
     argv = flags_to_argv(flags)
-    on_replica, close = _replica_progress(progress)
+    on_replica, close = _progress(progress, "ditto.experiment", "replica", _replica_position)
     try:
         result = _ditto._run_experiment(argv, on_replica)
     finally:

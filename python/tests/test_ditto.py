@@ -1,5 +1,7 @@
 """The Python package on the CPU: knobs, policies, tensors shared with NumPy without copies,
 training runs with ditto-train's flags, and errors as Python exceptions with ditto's messages."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -128,3 +130,9 @@ def test_the_settings_protocol_runs_from_python_and_controls_stay_bit_identical(
 def test_a_protocols_own_flag_given_to_another_is_refused_by_name(tmp_path):
     with pytest.raises(ditto.Error, match="--lrs belongs to --protocol fig-s4"):
         ditto.experiment(device="cpu", protocol="overhead", lrs="0.1", out=str(tmp_path / "e"))
+
+
+def test_progress_true_prints_a_line_per_epoch_without_tqdm(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as where tqdm is not installed
+    ditto.train(epochs=2, progress=True, **SYNTHETIC)
+    assert capsys.readouterr().out.splitlines() == ["ditto: epoch 1/2 (step 1)", "ditto: epoch 2/2 (step 9)"]
