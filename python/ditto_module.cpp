@@ -25,6 +25,7 @@
 #include "engine/knob.h"
 #include "engine/manifest.h"
 #include "engine/policy.h"
+#include "experiments/attribute_cli.h"
 #include "experiments/cli.h"
 #include "experiments/experiment_cli.h"
 #include "experiments/report.h"
@@ -257,6 +258,49 @@ nb::dict run_experiment(const std::vector<std::string>& argv, nb::object on_repl
   return d;
 }
 
+std::string attribute_help() {
+  CLI::App app{"ditto.attribute: attribute run-to-run churn to single kernels (ditto-attribute's flags)"};
+  AttributeArgs a;
+  add_attribute_flags(app, a);
+  return app.help();
+}
+
+// The attribution ditto-attribute runs, each form written to out/<form>: the forms' folders and the
+// baseline check. With list=True only the candidates' names.
+nb::dict run_attribution(const std::vector<std::string>& argv) {
+  CLI::App app{"ditto.attribute"};
+  AttributeArgs a;
+  add_attribute_flags(app, a);
+  CommandLine line(app, "ditto.attribute", argv);
+  if (!a.report.empty()) throw FlagError("--report: ditto.attribute runs attributions; read an earlier one's "
+                                         "attribution.json with json.load");
+  apply_train_flags(a.base, a.flags, line.argc(), line.argv());
+  a.base.checkpoint = !a.no_checkpoint;
+  const std::vector<Candidate> cands = chosen_candidates(a);
+  nb::dict d;
+  std::vector<std::string> names;
+  for (const auto& c : cands) names.push_back(c.name);
+  d["candidates"] = names;
+  std::vector<std::string> folders;
+  std::string mismatch;
+  if (!a.list) {
+    a.opts.out = a.out;
+    nb::gil_scoped_release released;
+    for (AttributionForm f : chosen_forms(a)) {
+      a.opts.form = f;
+      const AttributionResult r = attribute(a.base, candidates_for(cands, f), a.opts);
+      const std::string dir = a.out + "/" + form_name(f);
+      write_attribution(r, dir);
+      folders.push_back(dir);
+      mismatch = baseline_mismatch(r);
+      if (!mismatch.empty()) break;
+    }
+  }
+  d["folders"] = folders;
+  d["baseline_mismatch"] = mismatch;
+  return d;
+}
+
 }  // namespace
 }  // namespace ditto
 
@@ -341,6 +385,9 @@ NB_MODULE(_ditto, m) {
       .def("synchronize", &Context::synchronize, "Waits for the work queued on the context's stream.");
 
   m.def("train_help", &train_help, "ditto-train's --help: the flags train() takes.");
+  m.def("attribute_help", &attribute_help, "ditto-attribute's --help: the flags attribute() takes.");
+  m.def("_run_attribution", &run_attribution, "argv"_a,
+        "Runs ditto-attribute's attribution (argv without a program name); each form written to --out/<form>.");
   m.def("experiment_help", &experiment_help, "ditto-experiment's --help: the flags experiment() takes.");
   m.def("_run_experiment", &run_experiment, "argv"_a, "on_replica"_a = nb::none(),
         "Runs a protocol with ditto-experiment's flags (argv without a program name); writes the report to --out.");

@@ -44,6 +44,7 @@ from ._ditto import (  # noqa: F401  (re-exported)
     PolicyError,
     ShapeError,
     Tensor,
+    attribute_help,
     experiment_help,
     knobs,
     train_help,
@@ -51,9 +52,9 @@ from ._ditto import (  # noqa: F401  (re-exported)
 from . import _ditto
 
 __all__ = [
-    "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
-    "ExperimentResult", "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "experiment",
-    "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
+    "AttributionResult", "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
+    "ExperimentResult", "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "attribute",
+    "attribute_help", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
 ]
 
 FlagValue = Union[str, int, float, bool, List[Any], tuple]
@@ -230,3 +231,38 @@ def experiment(progress: Union[bool, Callable[[str, int, int, int], None], None]
 
 
 experiment.__doc__ = (experiment.__doc__ or "") + "\n\nditto-experiment's flags:\n\n" + experiment_help()
+
+
+
+@dataclass
+class AttributionResult:
+    """An attribution (ditto-attribute): which kernel makes identical runs drift apart, per form."""
+
+    candidates: List[str]  # the candidates that ran (or, with list=True, that would)
+    folders: List[str]  # out/<form> per form that ran: attribution.{json,csv,svg}
+    baseline_mismatch: str  # "" when the all-deterministic baseline ended bit-identical
+    forms: Dict[str, Dict[str, Any]]  # form name -> its attribution.json, parsed
+    argv: List[str] = field(default_factory=list)
+
+    def rows(self, form: str = "add-one") -> List[Dict[str, Any]]:
+        """One form's configurations as attribution.json writes them (baselines first, then the
+        candidates ranked: "configuration", "churn", "rank", ...); KeyError for a form that did not
+        run."""
+        return self.forms[form]["configurations"]
+
+
+def attribute(**flags: FlagValue) -> AttributionResult:
+    """Attributes run-to-run churn to single kernels with ditto-attribute's flags as keywords (see
+    ``ditto.attribute_help()``): ``form="add-one"`` (each nondeterministic kernel alone on top of
+    deterministic ones), ``"leave-one-out"`` or ``"both"``; ``list=True`` names the candidates only.
+    """
+    argv = flags_to_argv(flags)
+    result = _ditto._run_attribution(argv)
+    forms = {}
+    for folder in result["folders"]:
+        with open(os.path.join(folder, "attribution.json")) as f:
+            forms[os.path.basename(folder)] = json.load(f)
+    return AttributionResult(forms=forms, argv=argv, **result)
+
+
+attribute.__doc__ = (attribute.__doc__ or "") + "\n\nditto-attribute's flags:\n\n" + attribute_help()

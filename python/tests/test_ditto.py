@@ -136,3 +136,17 @@ def test_progress_true_prints_a_line_per_epoch_without_tqdm(monkeypatch, capsys)
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as where tqdm is not installed
     ditto.train(epochs=2, progress=True, **SYNTHETIC)
     assert capsys.readouterr().out.splitlines() == ["ditto: epoch 1/2 (step 1)", "ditto: epoch 2/2 (step 9)"]
+
+
+def test_attribution_names_its_candidates_and_ranks_them(tmp_path):
+    small = dict(device="cpu", model="smallcnn", synthetic_train=128, synthetic_test=64, synthetic_size=8,
+                 batch_size=32)
+    listed = ditto.attribute(list=True, **small)
+    assert "conv1.bwd_filter=algo0" in listed.candidates and listed.folders == []
+    r = ditto.attribute(steps=2, replicas=2, candidate="conv1.bias_bwd=atomic", l2_steps="1,2", fingerprint_steps=2,
+                        bootstrap=100, no_checkpoint=True, out=str(tmp_path / "attr"), **small)
+    assert r.baseline_mismatch == "" and r.folders == [str(tmp_path / "attr" / "add-one")]
+    names = [row["configuration"] for row in r.rows("add-one")]
+    assert "all-deterministic" in names and "conv1.bias_bwd=atomic" in names
+    with pytest.raises(ditto.Error, match="--candidate"):
+        ditto.attribute(candidate="no.such=knob", out=str(tmp_path / "bad"), **small)
