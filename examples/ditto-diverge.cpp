@@ -8,70 +8,14 @@
 #include <cstdio>
 
 #include "ditto/experiments.h"
-#include "experiments/cli.h"
+#include "experiments/diverge_cli.h"
 
 namespace {
 
-// Everything the command line sets, for each of the three subcommands.
-struct Args {
-  ditto::TrainConfig cfg, rec_cfg;
-  ditto::TrainFlags flags, rec_flags;
-  ditto::DivergeOptions opts;
-  std::string out = "runs/diverge", trace, path_a, path_b;
-  bool measure_overhead = false;
-  bool overwrite_trace = false;
-  CLI::App *run = nullptr, *record = nullptr, *compare = nullptr;
-};
-
-// The subcommands and their flags (a flat table of flag definitions).
-void add_subcommands(CLI::App& app, Args& a) {
-  a.cfg.device = "auto";
-  a.cfg.kernels = "deterministic";
-  a.cfg.max_steps = 300;
-  a.cfg.epochs = 1000;  // --steps bounds the run
-  const unsigned groups = ditto::kFlagsData | ditto::kFlagsOptim | ditto::kFlagsRun | ditto::kFlagsKernels |
-                          ditto::kFlagsPins | ditto::kFlagsSeeds | ditto::kFlagsDataParallel |
-                          ditto::kFlagsGpusFlag;
-
-  auto* run = a.run = app.add_subcommand("run", "train twice in lockstep (two contexts on one device) and compare every op");
-  ditto::add_train_flags(*run, a.cfg, a.flags, groups);
-  run->add_option("--eval-every", a.opts.eval_every, "compare test predictions every K steps (0: never)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  run->add_option("--trace-a", a.opts.trace_a, "write run A's trace here");
-  run->add_option("--trace-b", a.opts.trace_b, "write run B's trace here");
-  run->add_flag("!--no-layer-growth", a.opts.layer_growth,
-                "skip the per-layer weight and activation distances (layer_growth.csv, heat maps), which keep a "
-                "device copy of every named layer's output each step");
-  run->add_flag("--measure-overhead", a.measure_overhead,
-                "also train once untraced: report its ms/step and check it ends with run A's weights");
-  run->add_option("--out", a.out, "diverge.json, growth.csv and the two run folders")
-      ->check(ditto::detail::output_path())->capture_default_str();
-  run->add_flag("--overwrite", a.cfg.overwrite, "replace the run folders an earlier ditto-diverge run left in --out");
-
-  auto* record = a.record = app.add_subcommand("record", "train once and write the trace (to compare machines or builds)");
-  a.rec_cfg = a.cfg;
-  ditto::add_train_flags(*record, a.rec_cfg, a.rec_flags, groups);
-  record->add_option("--trace", a.trace, "trace file to write (refused when it exists, unless --overwrite)")
-      ->check(ditto::detail::output_path())->required();
-  record->add_flag("--overwrite", a.overwrite_trace, "replace the trace file when it exists");
-
-  auto* compare = a.compare = app.add_subcommand("compare", "compare two trace files");
-  compare->add_option("trace_a", a.path_a)->required()->check(CLI::ExistingFile);
-  compare->add_option("trace_b", a.path_b)->required()->check(CLI::ExistingFile);
-}
-
-// The seeds a traced run takes (a given seed, else the deterministic switch's 0), without a
-// progress line: what a recorded trace or the untraced comparison must share with the traced runs.
-void fix_seeds(ditto::TrainConfig& c) {
-  if (!c.seed_init) c.deterministic_init = true;
-  if (!c.seed_order && !c.seed_augment) c.deterministic_input = true;
-  c.progress = false;
-}
-
 // ditto-diverge record: one run's trace.
-void record_trace_file(Args& a, int argc, char** argv) {
+void record_trace_file(ditto::DivergeArgs& a, int argc, char** argv) {
   ditto::apply_train_flags(a.rec_cfg, a.rec_flags, argc, argv);
-  fix_seeds(a.rec_cfg);
+  ditto::fix_seeds(a.rec_cfg);
   auto r = ditto::record_trace(a.rec_cfg, a.trace, {}, a.overwrite_trace);
   std::printf("wrote %s: %lld steps, final weights fingerprint %s\n", a.trace.c_str(), (long long)r.steps,
               r.weights_fingerprint.hex().c_str());
@@ -79,9 +23,9 @@ void record_trace_file(Args& a, int argc, char** argv) {
 
 // --measure-overhead: the configuration trained once untraced, its time per step against the
 // traced lockstep's, and whether it ends with run A's weights.
-void measure_overhead(const Args& a, const ditto::DivergeResult& r) {
+void measure_overhead(const ditto::DivergeArgs& a, const ditto::DivergeResult& r) {
   ditto::TrainConfig plain = a.cfg;
-  fix_seeds(plain);
+  ditto::fix_seeds(plain);
   plain.out = a.out + "/untraced";
   auto u = ditto::train(plain);
   const double ms = 1000.0 * u.train_seconds / std::max<int64_t>(1, u.steps);
@@ -96,7 +40,7 @@ void measure_overhead(const Args& a, const ditto::DivergeResult& r) {
 }
 
 // ditto-diverge run: two runs in lockstep, compared op by op.
-void diverge_twice(Args& a, int argc, char** argv) {
+void diverge_twice(ditto::DivergeArgs& a, int argc, char** argv) {
   ditto::TrainConfig& cfg = a.cfg;
   ditto::apply_train_flags(cfg, a.flags, argc, argv);
   cfg.out = a.out;
@@ -116,8 +60,8 @@ void diverge_twice(Args& a, int argc, char** argv) {
 int main(int argc, char** argv) {
   CLI::App app{"ditto-diverge: find the first op whose output differs between two runs"};
   app.require_subcommand(1);
-  Args a;
-  add_subcommands(app, a);
+  ditto::DivergeArgs a;
+  ditto::add_diverge_subcommands(app, a);
   CLI11_PARSE(app, argc, argv);
 
   try {

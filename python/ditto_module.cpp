@@ -27,6 +27,7 @@
 #include "engine/policy.h"
 #include "experiments/attribute_cli.h"
 #include "experiments/cli.h"
+#include "experiments/diverge_cli.h"
 #include "experiments/experiment_cli.h"
 #include "experiments/report.h"
 #include "experiments/run_dir.h"
@@ -301,6 +302,64 @@ nb::dict run_attribution(const std::vector<std::string>& argv) {
   return d;
 }
 
+std::string diverge_help() {
+  CLI::App app{"ditto.diverge: where two runs of one configuration part (ditto-diverge run's flags)"};
+  DivergeArgs a;
+  add_diverge_subcommands(app, a);
+  return a.run->help();
+}
+
+// A first divergence as Python values.
+nb::dict divergence_dict(const Divergence& d) {
+  nb::dict out;
+  out["found"] = d.found;
+  out["structure_mismatch"] = d.structure_mismatch;
+  out["tensor"] = d.tensor;
+  out["note"] = d.note;
+  out["events_compared"] = d.events_compared;
+  return out;
+}
+
+// ditto-diverge run: the two runs in lockstep, compared op by op; diverge.json and growth.csv in
+// --out.
+nb::dict run_divergence(const std::vector<std::string>& argv) {
+  CLI::App app{"ditto.diverge"};
+  DivergeArgs a;
+  add_diverge_subcommands(app, a);
+  std::vector<std::string> words{"run"};
+  words.insert(words.end(), argv.begin(), argv.end());
+  CommandLine line(app, "ditto.diverge", words);
+  if (a.measure_overhead) throw FlagError("--measure-overhead: ditto-diverge's own report; time ditto.train instead");
+  apply_train_flags(a.cfg, a.flags, line.argc(), line.argv());
+  a.cfg.out = a.out;
+  DivergeResult r;
+  {
+    nb::gil_scoped_release released;
+    r = diverge(a.cfg, a.opts);
+    write_divergence(r, a.out);
+  }
+  nb::dict d;
+  d["out"] = a.out;
+  d["first"] = divergence_dict(r.first);
+  d["source"] = divergence_dict(r.source);
+  d["text"] = format_divergence(r);
+  return d;
+}
+
+// ditto-diverge compare: two trace files.
+nb::dict compare_traces(const std::string& a, const std::string& b) {
+  TraceComparison c;
+  {
+    nb::gil_scoped_release released;
+    c = compare_trace_files(a, b);
+  }
+  nb::dict d;
+  d["first"] = divergence_dict(c.first);
+  d["source"] = divergence_dict(c.source);
+  d["text"] = format_comparison(c);
+  return d;
+}
+
 }  // namespace
 }  // namespace ditto
 
@@ -388,6 +447,11 @@ NB_MODULE(_ditto, m) {
   m.def("attribute_help", &attribute_help, "ditto-attribute's --help: the flags attribute() takes.");
   m.def("_run_attribution", &run_attribution, "argv"_a,
         "Runs ditto-attribute's attribution (argv without a program name); each form written to --out/<form>.");
+  m.def("diverge_help", &diverge_help, "ditto-diverge run's --help: the flags diverge() takes.");
+  m.def("_run_divergence", &run_divergence, "argv"_a,
+        "ditto-diverge run (argv without the program and subcommand); diverge.json written to --out.");
+  m.def("compare_traces", &compare_traces, "trace_a"_a, "trace_b"_a,
+        "ditto-diverge compare: where two trace files (ditto-diverge record) first part, as a dict.");
   m.def("experiment_help", &experiment_help, "ditto-experiment's --help: the flags experiment() takes.");
   m.def("_run_experiment", &run_experiment, "argv"_a, "on_replica"_a = nb::none(),
         "Runs a protocol with ditto-experiment's flags (argv without a program name); writes the report to --out.");

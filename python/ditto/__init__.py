@@ -45,6 +45,8 @@ from ._ditto import (  # noqa: F401  (re-exported)
     ShapeError,
     Tensor,
     attribute_help,
+    compare_traces,
+    diverge_help,
     experiment_help,
     knobs,
     train_help,
@@ -54,7 +56,7 @@ from . import _ditto
 __all__ = [
     "AttributionResult", "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
     "ExperimentResult", "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "attribute",
-    "attribute_help", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
+    "attribute_help", "compare_traces", "diverge", "diverge_help", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
 ]
 
 FlagValue = Union[str, int, float, bool, List[Any], tuple]
@@ -266,3 +268,19 @@ def attribute(**flags: FlagValue) -> AttributionResult:
 
 
 attribute.__doc__ = (attribute.__doc__ or "") + "\n\nditto-attribute's flags:\n\n" + attribute_help()
+
+
+
+def diverge(**flags: FlagValue) -> Dict[str, Any]:
+    """ditto-diverge run with its flags as keywords (see ``ditto.diverge_help()``): the
+    configuration trained twice in lockstep and compared op by op. Returns ``first`` (where the
+    runs first parted: found, tensor, note), ``source`` (the first difference read on), ``text``
+    (ditto-diverge's report), ``out`` and ``report`` (diverge.json, parsed).
+    """
+    result = _ditto._run_divergence(flags_to_argv(flags))
+    with open(os.path.join(result["out"], "diverge.json")) as f:
+        result["report"] = json.load(f)
+    return result
+
+
+diverge.__doc__ = (diverge.__doc__ or "") + "\n\nditto-diverge run's flags:\n\n" + diverge_help()

@@ -150,3 +150,12 @@ def test_attribution_names_its_candidates_and_ranks_them(tmp_path):
     assert "all-deterministic" in names and "conv1.bias_bwd=atomic" in names
     with pytest.raises(ditto.Error, match="--candidate"):
         ditto.attribute(candidate="no.such=knob", out=str(tmp_path / "bad"), **small)
+
+
+def test_deterministic_runs_do_not_part_and_the_report_says_so(tmp_path):
+    r = ditto.diverge(device="cpu", model="smallcnn", synthetic_train=128, synthetic_test=64, synthetic_size=8,
+                      batch_size=32, steps=3, out=str(tmp_path / "d"))
+    assert r["first"]["found"] is False and r["report"]
+    assert (tmp_path / "d" / "diverge.json").exists()
+    with pytest.raises(ditto.IoError, match="missing-a.trace: cannot open for reading"):
+        ditto.compare_traces(str(tmp_path / "missing-a.trace"), str(tmp_path / "missing-b.trace"))
