@@ -186,16 +186,22 @@ LtPlan& lt_plan(Context& ctx, const GemmSite& site, Precision precision, bool ta
                   unsplit ? "none" : "fp32-separate",
                   algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
                   algo_config<uint32_t>(best.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), best.workspaceSize);
-  // The manifest's entry for this layer and shape names every product's algorithm.
+  return *st.plans.emplace(key, std::move(plan)).first->second;
+}
+
+// The manifest's entry for the layer and its x shape names every product's algorithm. Plans are
+// shared by the layers of one shape and outlive a cleared manifest, so each call checks that its
+// layer's entry names this product's algorithm (one lookup when it does).
+void record_algorithm(Context& ctx, const GemmSite& site, Precision precision, const LtPlan& plan) {
+  const ManifestEntry* prior = ctx.manifest().find(site.layer, "gemm", site.x_shape);
+  if (prior && prior->algorithm.find(plan.description) != std::string::npos) return;
   ManifestEntry e{site.layer, "linear", "gemm", name_of(LinearGemm::Cublaslt),
                   ctx.policy().requested(site.layer, "gemm", op::linear), Determinism::Yes, name_of(precision), 0,
                   ctx.device().str(), site.x_shape, Guarantee::RunToRun};
-  if (const ManifestEntry* prior = ctx.manifest().find(site.layer, "gemm", site.x_shape)) e = *prior;
-  std::string algorithms = e.algorithm.empty() ? plan->description : e.algorithm + "; " + plan->description;
-  e.algorithm = std::move(algorithms);
-  e.workspace_bytes = std::max(e.workspace_bytes, plan->workspace);
+  if (prior) e = *prior;
+  e.algorithm = e.algorithm.empty() ? plan.description : e.algorithm + "; " + plan.description;
+  e.workspace_bytes = std::max(e.workspace_bytes, plan.workspace);
   ctx.manifest().record(e);
-  return *st.plans.emplace(key, std::move(plan)).first->second;
 }
 
 void gemm(Context& ctx, const GemmSite& site, GemmModes modes, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -211,6 +217,7 @@ void gemm(Context& ctx, const GemmSite& site, GemmModes modes, bool ta, bool tb,
   const float alpha = 1.0f, beta = 0.0f;
   if (modes.gemm == LinearGemm::Cublaslt) {
     LtPlan& plan = lt_plan(ctx, site, modes.precision, ta, tb, m, n, k, lda, ldb, ldc);
+    record_algorithm(ctx, site, modes.precision, plan);
     detail::Workspace ws(cs, plan.workspace);
     if (!ws.ok())
       throw CudaError(fmt::format("linear (layer '{}'): gemm=cublaslt for {} needs {} bytes of workspace, which could "

@@ -64,6 +64,54 @@ LinearRun run_linear(Context& ctx, const std::string& layer, const std::vector<f
   return {y.value().to_host_f32(), x.grad().to_host_f32(), w.grad().to_host_f32(), y.value().fingerprint()};
 }
 
+// One shape's inputs and their double-precision products, with the same products on absolute
+// values (A = sum_k |a_k| |b_k| per output element), which bound the error of any summation order.
+struct LinearCase {
+  int64_t n, in, out;
+  std::vector<float> xv, wv, dyv;
+  std::vector<double> y, dx, dw, ay, adx, adw;
+
+  LinearCase(int64_t n_, int64_t in_, int64_t out_, uint64_t seed)
+      : n(n_), in(in_), out(out_), xv(test::random_vec(n * in, seed)), wv(test::random_vec(out * in, seed + 1)),
+        dyv(test::random_vec(n * out, seed + 2)), y(n * out), dx(n * in), dw(out * in), ay(n * out), adx(n * in),
+        adw(out * in) {
+    auto X = test::to_double(xv), W = test::to_double(wv), DY = test::to_double(dyv);
+    ref::linear_fwd(X.data(), W.data(), y.data(), n, in, out);
+    ref::linear_bwd_x(DY.data(), W.data(), dx.data(), n, in, out);
+    ref::linear_bwd_w(DY.data(), X.data(), dw.data(), n, in, out);
+    auto AX = absv(xv), AW = absv(wv), ADY = absv(dyv);
+    ref::linear_fwd(AX.data(), AW.data(), ay.data(), n, in, out);
+    ref::linear_bwd_x(ADY.data(), AW.data(), adx.data(), n, in, out);
+    ref::linear_bwd_w(ADY.data(), AX.data(), adw.data(), n, in, out);
+  }
+};
+
+// y, dx and dw against the reference within the standard dot-product bound (Higham, Thm 3.5),
+// which holds for ANY order of summation (so for any cuBLAS tiling or split-K):
+//   fma:  |err| <= gamma_{K+1} * A    (K products and additions, plus the final store),
+//   tf32: each input is rounded or truncated to a 10-bit mantissa (relative error <= 2^-10),
+//         so each product is off by <= (2^-9 + 2^-20)|a b| before the fp32 accumulation:
+//         |err| <= (2^-9 + 2^-20 + 2 gamma_{K+1}) * A.
+// A wrong layout or transposition errs by O(A) and fails; rounding never can.
+void check_within_bounds(const LinearCase& c, const std::vector<float>& y, const std::vector<float>& dx,
+                         const std::vector<float>& dw, bool tf32) {
+  auto rel = [&](int64_t k) { return tf32 ? 0x1p-9 + 0x1p-20 + 2 * gamma_k(k + 1) : gamma_k(k + 1); };
+  auto scaled = [](std::vector<double> a, double f) {
+    for (auto& v : a) v = v * f + 1e-30;
+    return a;
+  };
+  std::size_t at = 0;
+  double ry = worst_ratio(y, c.y, scaled(c.ay, rel(c.in)), &at);
+  INFO("y worst ratio " << ry << " at " << at);
+  CHECK(ry <= 1.0);
+  double rdx = worst_ratio(dx, c.dx, scaled(c.adx, rel(c.out)), &at);
+  INFO("dx worst ratio " << rdx << " at " << at);
+  CHECK(rdx <= 1.0);
+  double rdw = worst_ratio(dw, c.dw, scaled(c.adw, rel(c.n)), &at);
+  INFO("dw worst ratio " << rdw << " at " << at);
+  CHECK(rdw <= 1.0);
+}
+
 }  // namespace
 
 TEST_CASE("gpu linear: fma and tf32 against the CPU reference") {
@@ -73,26 +121,7 @@ TEST_CASE("gpu linear: fma and tf32 against the CPU reference") {
   // A square-ish shape and a tall one whose dw sums over 4096 rows (where cuBLAS may split K).
   for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 128}, {4096, 40, 24}}) {
     INFO("N " << n << " in " << in << " out " << out);
-    auto xv = test::random_vec(n * in, seed), wv = test::random_vec(out * in, seed + 1);
-    auto dyv = test::random_vec(n * out, seed + 2);
-    std::vector<double> y(n * out), dx(n * in), dw(out * in), ay(n * out), adx(n * in), adw(out * in);
-    auto X = test::to_double(xv), W = test::to_double(wv), DY = test::to_double(dyv);
-    ref::linear_fwd(X.data(), W.data(), y.data(), n, in, out);
-    ref::linear_bwd_x(DY.data(), W.data(), dx.data(), n, in, out);
-    ref::linear_bwd_w(DY.data(), X.data(), dw.data(), n, in, out);
-    // The same products on absolute values: A = sum_k |a_k| |b_k| for every output element.
-    auto AX = absv(xv), AW = absv(wv), ADY = absv(dyv);
-    ref::linear_fwd(AX.data(), AW.data(), ay.data(), n, in, out);
-    ref::linear_bwd_x(ADY.data(), AW.data(), adx.data(), n, in, out);
-    ref::linear_bwd_w(ADY.data(), AX.data(), adw.data(), n, in, out);
-
-    // Tolerances, per element, from the standard dot-product bound (Higham, Thm 3.5), which holds
-    // for ANY order of summation (so for any cuBLAS tiling or split-K):
-    //   fma:  |err| <= gamma_{K+1} * A    (K products and additions, plus the final store),
-    //   tf32: each input is rounded or truncated to a 10-bit mantissa (relative error <= 2^-10),
-    //         so each product is off by <= (2^-9 + 2^-20)|a b| before the fp32 accumulation:
-    //         |err| <= (2^-9 + 2^-20 + 2 gamma_{K+1}) * A.
-    // A wrong layout or transposition errs by O(A) and fails; rounding never can.
+    const LinearCase c(n, in, out, seed);
     struct Mode {
       const char* layer;
       bool tf32;
@@ -100,22 +129,8 @@ TEST_CASE("gpu linear: fma and tf32 against the CPU reference") {
     LinearRun fma_run{}, tf_run{};
     for (Mode m : {Mode{"fc_fma", false}, Mode{"fc_tf32", true}}) {
       INFO("layer " << m.layer);
-      LinearRun r = run_linear(ctx, m.layer, xv, wv, dyv, n, in, out);
-      auto rel = [&](int64_t k) { return m.tf32 ? 0x1p-9 + 0x1p-20 + 2 * gamma_k(k + 1) : gamma_k(k + 1); };
-      auto scaled = [](std::vector<double> a, double f) {
-        for (auto& v : a) v = v * f + 1e-30;
-        return a;
-      };
-      std::size_t at = 0;
-      double ry = worst_ratio(r.y, y, scaled(ay, rel(in)), &at);
-      INFO("y worst ratio " << ry << " at " << at);
-      CHECK(ry <= 1.0);
-      double rdx = worst_ratio(r.dx, dx, scaled(adx, rel(out)), &at);
-      INFO("dx worst ratio " << rdx << " at " << at);
-      CHECK(rdx <= 1.0);
-      double rdw = worst_ratio(r.dw, dw, scaled(adw, rel(n)), &at);
-      INFO("dw worst ratio " << rdw << " at " << at);
-      CHECK(rdw <= 1.0);
+      LinearRun r = run_linear(ctx, m.layer, c.xv, c.wv, c.dyv, n, in, out);
+      check_within_bounds(c, r.y, r.dx, r.dw, m.tf32);
       (m.tf32 ? tf_run : fma_run) = std::move(r);
     }
     // TF32 really ran (checked on the larger shape, where cuBLAS's heuristics certainly pick a
@@ -182,18 +197,9 @@ TEST_CASE("gpu linear: cuBLASLt runs one recorded algorithm per shape, split onl
   // The tall shape's dw reduces over 8192 rows, where cuBLAS's own pick splits K.
   for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 128}, {8192, 128, 32}}) {
     INFO("N " << n << " in " << in << " out " << out);
-    auto xv = test::random_vec(n * in, seed), wv = test::random_vec(out * in, seed + 1);
-    auto dyv = test::random_vec(n * out, seed + 2);
-    std::vector<double> y(n * out), dx(n * in), dw(out * in), ay(n * out), adx(n * in), adw(out * in);
-    auto X = test::to_double(xv), W = test::to_double(wv), DY = test::to_double(dyv);
-    ref::linear_fwd(X.data(), W.data(), y.data(), n, in, out);
-    ref::linear_bwd_x(DY.data(), W.data(), dx.data(), n, in, out);
-    ref::linear_bwd_w(DY.data(), X.data(), dw.data(), n, in, out);
-    auto AX = absv(xv), AW = absv(wv), ADY = absv(dyv);
-    ref::linear_fwd(AX.data(), AW.data(), ay.data(), n, in, out);
-    ref::linear_bwd_x(ADY.data(), AW.data(), adx.data(), n, in, out);
-    ref::linear_bwd_w(ADY.data(), AX.data(), adw.data(), n, in, out);
-    Tensor xd = ctx.from_host(xv, {n, in}), wd = ctx.from_host(wv, {out, in}), dyd = ctx.from_host(dyv, {n, out});
+    const LinearCase c(n, in, out, seed);
+    Tensor xd = ctx.from_host(c.xv, {n, in}), wd = ctx.from_host(c.wv, {out, in}),
+           dyd = ctx.from_host(c.dyv, {n, out});
     for (const char* layer : {"fc_fma", "fc_tf32", "fc_bf16", "fc_fp16"}) {
       INFO("layer " << layer);
       auto step = [&] {
@@ -207,20 +213,12 @@ TEST_CASE("gpu linear: cuBLASLt runs one recorded algorithm per shape, split onl
                   static_cast<long long>(n), static_cast<long long>(in), static_cast<long long>(out), distinct,
                   us_per_call(ctx, [&] { step(); }));
       CHECK(distinct == 1);
-      // fp32 and tf32 against the double reference, with the order-free bounds of the first case:
+      // fp32 and tf32 against the double reference within the order-free bounds (check_within_bounds):
       // a wrong transposition or layout descriptor errs by O(A).
       const bool tf32 = std::string(layer) == "fc_tf32";
       if (std::string(layer) == "fc_fma" || tf32) {
         const auto got = step();
-        auto rel = [&](int64_t k) { return tf32 ? 0x1p-9 + 0x1p-20 + 2 * gamma_k(k + 1) : gamma_k(k + 1); };
-        auto scaled = [](std::vector<double> a, double f) {
-          for (auto& v : a) v = v * f + 1e-30;
-          return a;
-        };
-        std::size_t at = 0;
-        CHECK(worst_ratio(got[0].to_host_f32(), y, scaled(ay, rel(in)), &at) <= 1.0);
-        CHECK(worst_ratio(got[1].to_host_f32(), dx, scaled(adx, rel(out)), &at) <= 1.0);
-        CHECK(worst_ratio(got[2].to_host_f32(), dw, scaled(adw, rel(n)), &at) <= 1.0);
+        check_within_bounds(c, got[0].to_host_f32(), got[1].to_host_f32(), got[2].to_host_f32(), tf32);
       }
       // The manifest names each product's algorithm for this x shape.
       const ManifestEntry* e = ctx.manifest().find(layer, "gemm", shape_str({n, in}));
@@ -239,4 +237,18 @@ TEST_CASE("gpu linear: cuBLASLt runs one recorded algorithm per shape, split onl
       CHECK(count(" splitk 1 reduction none ") == count(" reduction none "));
     }
   }
+  // Another layer of a shape already planned runs the same plan, and its own manifest entry still
+  // names the three algorithms, also after the manifest was cleared.
+  ctx.manifest().clear();
+  const LinearCase c(256, 512, 128, seed);
+  for (const char* layer : {"fc_fma", "fc_same_shape"}) {
+    Var x(ctx.from_host(c.xv, {256, 512}), true), w(ctx.from_host(c.wv, {128, 512}), true);
+    ctx.tape().backward(ctx, linear(ctx, layer, x, w), ctx.from_host(c.dyv, {256, 128}));
+    const ManifestEntry* e = ctx.manifest().find(layer, "gemm", shape_str({256, 512}));
+    INFO("layer " << layer);
+    REQUIRE(e);
+    for (const char* product : {"y: id ", "dx: id ", "dw: id "}) CHECK(e->algorithm.find(product) != std::string::npos);
+  }
+  CHECK(ctx.manifest().find("fc_same_shape", "gemm", shape_str({256, 512}))->algorithm ==
+        ctx.manifest().find("fc_fma", "gemm", shape_str({256, 512}))->algorithm);
 }
