@@ -44,23 +44,38 @@ struct DigestQueue::Impl {
     std::size_t nbytes = 0;
   };
   std::vector<Item> items;
-  std::vector<unsigned long long*> chunks;  // device memory, 2 * kChunkSlots each, zero between uses
+  // Device memory, 2 * kChunkSlots each, zero between uses. A new chunk is zeroed on the stream of
+  // the tensor that needed it (fresh_on) and is safe there at once; a tensor on another stream
+  // waits for that zeroing first. take() zeroes every chunk again and waits, so reused chunks are
+  // zero on every stream.
+  struct Chunk {
+    unsigned long long* ptr = nullptr;
+    cudaStream_t fresh_on = nullptr;
+  };
+  std::vector<Chunk> chunks;
   int device = -1;
   std::size_t used = 0;                                     // slots in use
   std::vector<std::shared_ptr<detail::CudaState>> streams;  // to wait for at take()
 
-  unsigned long long* slot_for(std::size_t slot) {
+  unsigned long long* slot_for(std::size_t slot, cudaStream_t stream) {
     while (chunks.size() <= slot / kChunkSlots) {
       void* p = nullptr;
       DITTO_CUDA_CHECK(cudaMalloc(&p, 2 * kChunkSlots * sizeof(unsigned long long)));
-      DITTO_CUDA_CHECK(cudaMemset(p, 0, 2 * kChunkSlots * sizeof(unsigned long long)));
-      chunks.push_back(static_cast<unsigned long long*>(p));
+      chunks.push_back({static_cast<unsigned long long*>(p), stream});
+      // Not cudaMemset: it runs on the legacy default stream, which ditto's non-blocking streams
+      // do not wait for, so a digest could add into the chunk before (or while) it is zeroed.
+      DITTO_CUDA_CHECK(cudaMemsetAsync(p, 0, 2 * kChunkSlots * sizeof(unsigned long long), stream));
     }
-    return chunks[slot / kChunkSlots] + 2 * (slot % kChunkSlots);
+    Chunk& c = chunks[slot / kChunkSlots];
+    if (c.fresh_on && c.fresh_on != stream) {
+      DITTO_CUDA_CHECK(cudaStreamSynchronize(c.fresh_on));
+      c.fresh_on = nullptr;
+    }
+    return c.ptr + 2 * (slot % kChunkSlots);
   }
 
   ~Impl() {
-    for (auto* p : chunks) DITTO_CUDA_CHECK_PRINT(cudaFree(p));
+    for (const auto& c : chunks) DITTO_CUDA_CHECK_PRINT(cudaFree(c.ptr));
   }
 };
 
@@ -91,7 +106,7 @@ std::size_t DigestQueue::add(const Tensor& t) {
   item.dtype = t.dtype();
   item.shape = t.shape();
   item.nbytes = t.nbytes();
-  unsigned long long* slot = q.slot_for(item.slot);
+  unsigned long long* slot = q.slot_for(item.slot, st->cuda->stream);
   if (item.nbytes) cuda::digest_sums(st->ptr, item.nbytes, slot, st->cuda->stream);
   if (std::find(q.streams.begin(), q.streams.end(), st->cuda) == q.streams.end()) q.streams.push_back(st->cuda);
   q.items.push_back(std::move(item));
@@ -110,11 +125,12 @@ std::vector<Fingerprint> DigestQueue::take() {
     sums.resize(2 * q.used);
     for (std::size_t c = 0; c * kChunkSlots < q.used; ++c) {
       const std::size_t n = std::min(kChunkSlots, q.used - c * kChunkSlots);
-      DITTO_CUDA_CHECK(cudaMemcpyAsync(sums.data() + 2 * c * kChunkSlots, q.chunks[c],
+      DITTO_CUDA_CHECK(cudaMemcpyAsync(sums.data() + 2 * c * kChunkSlots, q.chunks[c].ptr,
                                        2 * n * sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
-      DITTO_CUDA_CHECK(cudaMemsetAsync(q.chunks[c], 0, 2 * n * sizeof(unsigned long long), stream));
+      DITTO_CUDA_CHECK(cudaMemsetAsync(q.chunks[c].ptr, 0, 2 * n * sizeof(unsigned long long), stream));
     }
     DITTO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (auto& c : q.chunks) c.fresh_on = nullptr;
   }
   std::vector<Fingerprint> out;
   out.reserve(q.items.size());
