@@ -32,7 +32,7 @@ int cuda_device_count() {
 
 namespace detail {
 
-CudaState::CudaState(int dev) : device(dev) {
+CudaState::CudaState(int dev, cudaStream_t external) : device(dev), owns_stream(external == nullptr) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
@@ -42,7 +42,10 @@ CudaState::CudaState(int dev) : device(dev) {
   if (dev >= count) throw CudaError(fmt::format("cuda:{} requested, {} device(s) present", dev, count));
   DITTO_CUDA_CHECK(cudaSetDevice(dev));
   DITTO_CUDA_CHECK(cudaGetDeviceProperties(&props, dev));
-  DITTO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (external)
+    stream = external;
+  else
+    DITTO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DITTO_CUDNN_CHECK(cudnnCreate(&cudnn));
   DITTO_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
   DITTO_CUBLAS_CHECK(cublasCreate(&cublas));
@@ -67,7 +70,7 @@ CudaState::~CudaState() {
   if (cublas) cublasDestroy(cublas);
   if (cudnn) cudnnDestroy(cudnn);
   if (pool) DITTO_CUDA_CHECK_PRINT(cudaMemPoolDestroy(pool));
-  if (stream) DITTO_CUDA_CHECK_PRINT(cudaStreamDestroy(stream));
+  if (stream && owns_stream) DITTO_CUDA_CHECK_PRINT(cudaStreamDestroy(stream));
 }
 
 void* CudaState::try_alloc(std::size_t bytes) {
@@ -101,7 +104,10 @@ cudaStream_t stream_of(const Context& ctx) { return detail::cuda_state(ctx).stre
 Context::Context(Device device, Policy policy, ContextOptions options)
     : device_(device), policy_(std::move(policy)), debug_sync_(options.sync_after_launch) {
   if (const char* env = std::getenv("DITTO_DEBUG_SYNC"); env && std::strcmp(env, "0") != 0 && *env) debug_sync_ = true;
-  if (device_.is_cuda()) cuda_ = std::make_shared<detail::CudaState>(device_.index);
+  if (device_.is_cuda())
+    cuda_ = std::make_shared<detail::CudaState>(device_.index, static_cast<cudaStream_t>(options.stream));
+  else if (options.stream)
+    throw Error("a CUDA stream was given for a context on the CPU");
 }
 
 Context::~Context() = default;

@@ -35,6 +35,12 @@ struct ContextOptions {
   // reported at the launch that caused it. Also switched on by the environment variable
   // DITTO_DEBUG_SYNC=1 when the context is made.
   bool sync_after_launch = false;
+  // A CUDA stream to run on instead of a stream of the context's own (a cudaStream_t, here as
+  // void* so this header needs no CUDA): another library's stream, so ditto's work is ordered with
+  // its work (PyTorch's current stream, for ditto.torch). Borrowed: ditto never destroys it, and
+  // the caller keeps it alive while the context or any of its tensors lives. nullptr: ditto makes
+  // its own non-blocking stream.
+  void* stream = nullptr;
 };
 
 // Versions and names for run manifests.

@@ -16,7 +16,10 @@ struct CudaState {
   cudaMemPool_t pool = nullptr;
   cudaDeviceProp props{};
 
-  explicit CudaState(int device);
+  bool owns_stream = true;  // false for a borrowed stream (ContextOptions::stream)
+
+  // external: a borrowed stream to run on; nullptr makes one of the state's own.
+  explicit CudaState(int device, cudaStream_t external = nullptr);
   ~CudaState();
   CudaState(const CudaState&) = delete;
   CudaState& operator=(const CudaState&) = delete;
