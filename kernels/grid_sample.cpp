@@ -115,6 +115,33 @@ void cudnn_sampler_bwd(Context& ctx, const std::string& where, const ref::GridSa
                       where, "bwd=cudnn", "atomic, deterministic");
 }
 
+// dtheta {N, 2, 3} from dgrid {N, H, W, 2} by the layer's variant, recorded with its workspace.
+Tensor affine_backward(Context& c, const std::string& layer, const std::string& op, AffineGridBwd variant,
+                       const std::string& requested, const Tensor& dgrid, int64_t height, int64_t width,
+                       bool align_corners) {
+  const int64_t n = dgrid.shape()[0];
+  Tensor dtheta = c.empty({n, 2, 3});
+  const float* dg = dgrid.f32();
+  std::size_t ws_bytes = 0;
+  if (!c.is_cuda()) {
+    ref::affine_grid_bwd(dg, dtheta.f32(), n, height, width, align_corners);
+  } else if (variant == AffineGridBwd::Atomic) {
+    cuda::affine_grid_bwd_atomic(c, dg, dtheta.f32(), n, height, width, align_corners);
+  } else if (variant == AffineGridBwd::Deterministic) {
+    ws_bytes = sizeof(float) * 6 * static_cast<std::size_t>(n * cuda::affine_grid_bwd_partials(height * width));
+    detail::Workspace ws(detail::cuda_state(c), ws_bytes);
+    detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
+    cuda::affine_grid_bwd_deterministic(c, dg, dtheta.f32(), static_cast<float*>(ws.get()), n, height, width,
+                                        align_corners);
+  } else if (n > 0) {
+    DITTO_CUDNN_VARIANT(cudnnSpatialTfGridGeneratorBackward(detail::cuda_state(c).cudnn,
+                                                            SpatialTfDesc(n, 1, height, width).d, dg, dtheta.f32()),
+                        op, "bwd=cudnn", "atomic, deterministic");
+  }
+  record_affine(c, layer, variant, requested, ws_bytes);
+  return dtheta;
+}
+
 }  // namespace
 
 Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_t height, int64_t width,
@@ -156,30 +183,11 @@ Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_
   Var out(std::move(grid), grad);
   if (grad) {
     ctx.tape().record(kGridOp, layer, {{"theta", theta}}, out,
-                      [theta, out, n, height, width, align_corners, variant, requested, layer, op](Context& c) {
+                      [theta, out, height, width, align_corners, variant, requested, layer, op](Context& c) {
                         if (!out.grad().defined()) return;
-                        Tensor dtheta = c.empty(theta.shape());
-                        const float* dg = out.grad().f32();
-                        std::size_t ws_bytes = 0;
-                        if (!c.is_cuda()) {
-                          ref::affine_grid_bwd(dg, dtheta.f32(), n, height, width, align_corners);
-                        } else if (variant == AffineGridBwd::Atomic) {
-                          cuda::affine_grid_bwd_atomic(c, dg, dtheta.f32(), n, height, width, align_corners);
-                        } else if (variant == AffineGridBwd::Deterministic) {
-                          ws_bytes = sizeof(float) * 6 *
-                                     static_cast<std::size_t>(n * cuda::affine_grid_bwd_partials(height * width));
-                          detail::Workspace ws(detail::cuda_state(c), ws_bytes);
-                          detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
-                          cuda::affine_grid_bwd_deterministic(c, dg, dtheta.f32(), static_cast<float*>(ws.get()), n,
-                                                              height, width, align_corners);
-                        } else if (n > 0) {
-                          DITTO_CUDNN_VARIANT(
-                              cudnnSpatialTfGridGeneratorBackward(detail::cuda_state(c).cudnn, SpatialTfDesc(n, 1, height, width).d,
-                                                                  dg, dtheta.f32()),
-                              op, "bwd=cudnn", "atomic, deterministic");
-                        }
-                        record_affine(c, layer, variant, requested, ws_bytes);
-                        accumulate_grad(c, theta, std::move(dtheta));
+                        accumulate_grad(c, theta,
+                                        affine_backward(c, layer, op, variant, requested, out.grad(), height, width,
+                                                        align_corners));
                       });
   }
   return out;
@@ -297,6 +305,42 @@ Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var&
                       });
   }
   return out;
+}
+
+Tensor affine_grid_backward(Context& ctx, const std::string& layer, const Tensor& dgrid, bool align_corners) {
+  const std::string op = op_where(kGridOp, layer);
+  check_f32_on(ctx, dgrid, op, "dgrid");
+  check_ndim(dgrid, 4, op, "dgrid");
+  if (dgrid.shape()[3] != 2)
+    throw ShapeError(fmt::format("{}: dgrid must be {{N, H, W, 2}}, has shape {}", op, shape_str(dgrid.shape())));
+  const AffineGridBwd variant = ctx.policy().variant<AffineGridBwd>(layer, op::affine_grid);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::affine_grid);
+  if (ctx.is_cuda() && variant == AffineGridBwd::Cudnn && !align_corners)
+    throw PolicyError(fmt::format("{}: bwd=cudnn needs align_corners=true; supported variants for "
+                                  "align_corners=false: atomic, deterministic",
+                                  op));
+  return affine_backward(ctx, layer, op, variant, requested, dgrid, dgrid.shape()[1], dgrid.shape()[2], align_corners);
+}
+
+GridSampleGrads grid_sample_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& x,
+                                     const Tensor& grid, bool align_corners, bool want_dx, bool want_dgrid) {
+  const std::string op = op_where(kSampleOp, layer);
+  const Var xv(x, want_dx), gv(grid, want_dgrid);
+  const ref::GridSampleDims d = check_sample_operands(ctx, op, xv, gv, align_corners);
+  check_f32_on(ctx, dy, op, "dy");
+  if (dy.shape() != Shape{d.n, d.c, d.oh, d.ow})
+    throw ShapeError(fmt::format("{}: dy has shape {}; the output is {{{}, {}, {}, {}}}", op, shape_str(dy.shape()),
+                                 d.n, d.c, d.oh, d.ow));
+  const GridSampleBwd variant = ctx.policy().variant<GridSampleBwd>(layer, op::grid_sample);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::grid_sample);
+  check_sample_variant(ctx, op, variant, d, x.shape(), grid.shape());
+  GridSampleGrads g;
+  if (!want_dx && !want_dgrid) return g;
+  const std::size_t ws_bytes = sample_backward(ctx, op, variant, d, xv, gv, dy, g.dx, g.dgrid);
+  record_sample(ctx, layer, variant, requested, ws_bytes);
+  if (!want_dx) g.dx = Tensor();
+  if (!want_dgrid) g.dgrid = Tensor();
+  return g;
 }
 
 }  // namespace ditto

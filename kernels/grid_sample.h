@@ -77,4 +77,16 @@ Var affine_grid(Context& ctx, const std::string& layer, const Var& theta, int64_
 
 Var grid_sample(Context& ctx, const std::string& layer, const Var& x, const Var& grid, bool align_corners);
 
+
+// The backward passes alone, as the tape entries run them (ditto.torch calls them with another
+// library's tensors): by the layer's `bwd` variant, recorded under (layer, "bwd"), the same checks
+// as the forward's. affine_grid: dtheta {N, 2, 3} from dgrid {N, H, W, 2}. grid_sample: dx and
+// dgrid from dy {N, C, OH, OW}; an unwanted one is left undefined (cuDNN computes both anyway).
+Tensor affine_grid_backward(Context& ctx, const std::string& layer, const Tensor& dgrid, bool align_corners);
+struct GridSampleGrads {
+  Tensor dx, dgrid;
+};
+GridSampleGrads grid_sample_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& x,
+                                     const Tensor& grid, bool align_corners, bool want_dx, bool want_dgrid);
+
 }  // namespace ditto

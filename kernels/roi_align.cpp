@@ -47,12 +47,10 @@ void check_rois_on_cpu(const float* rois, const ref::RoiAlignDims& d, const std:
   }
 }
 
-}  // namespace
-
-Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor& rois, const RoiAlignParams& p) {
-  const std::string op = detail::op_where(kOp, layer);
-  check_f32_on(ctx, x.value(), op, "x");
-  check_ndim(x.value(), 4, op, "x");
+// The checks and dimensions shared by the forward and backward passes.
+ref::RoiAlignDims roi_dims(const Context& ctx, const std::string& op, const Shape& xs, const Tensor& rois,
+                           const RoiAlignParams& p) {
+  if (xs.size() != 4) throw ShapeError(fmt::format("{}: x must be {{N, C, H, W}}, has shape {}", op, shape_str(xs)));
   check_f32_on(ctx, rois, op, "rois");
   if (rois.ndim() != 2 || rois.shape()[1] != 5)
     throw ShapeError(fmt::format("{}: rois must be {{K, 5}} (batch index, x1, y1, x2, y2), has shape {}", op,
@@ -61,7 +59,6 @@ Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor
     throw ShapeError(fmt::format("{}: output size {}x{} must be at least 1x1", op, p.out_h, p.out_w));
   if (!(p.spatial_scale > 0.f) || !std::isfinite(p.spatial_scale))
     throw ShapeError(fmt::format("{}: spatial_scale must be positive and finite, is {}", op, p.spatial_scale));
-  const Shape& xs = x.shape();
   ref::RoiAlignDims d;
   d.n = xs[0], d.c = xs[1], d.h = xs[2], d.w = xs[3], d.rois = rois.shape()[0], d.ph = p.out_h, d.pw = p.out_w;
   d.spatial_scale = p.spatial_scale, d.sampling_ratio = p.sampling_ratio, d.aligned = p.aligned;
@@ -69,6 +66,39 @@ Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor
     throw ShapeError(fmt::format("{}: x {} has planes of more than 2^31-1 elements or more than 2^31-1 images", op,
                                  shape_str(xs)));
   if (!ctx.is_cuda()) check_rois_on_cpu(rois.f32(), d, op);
+  return d;
+}
+
+// dx of shape d's input from dy {K, C, out_h, out_w} by the layer's variant, recorded with its
+// workspace.
+Tensor roi_backward(Context& c, const std::string& layer, const std::string& op, RoiAlignBwd variant,
+                    const std::string& requested, const Tensor& dy, const Tensor& rois, const ref::RoiAlignDims& d) {
+  const Shape xs{d.n, d.c, d.h, d.w};
+  Tensor dx;
+  std::size_t ws_bytes = 0;
+  if (!c.is_cuda()) {
+    dx = c.empty(xs);
+    ref::roi_align_bwd(rois.f32(), dy.f32(), dx.f32(), d);
+  } else if (variant == RoiAlignBwd::Atomic) {
+    dx = c.zeros(xs);
+    cuda::roi_align_bwd_atomic(c, rois.f32(), dy.f32(), dx.f32(), d);
+  } else {
+    dx = c.empty(xs);
+    ws_bytes = cuda::roi_align_bwd_deterministic_workspace(d);
+    detail::Workspace ws(detail::cuda_state(c), ws_bytes);
+    detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
+    cuda::roi_align_bwd_deterministic(c, rois.f32(), dy.f32(), dx.f32(), ws.get(), d);
+  }
+  record(c, layer, variant, requested, ws_bytes);
+  return dx;
+}
+
+}  // namespace
+
+Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor& rois, const RoiAlignParams& p) {
+  const std::string op = detail::op_where(kOp, layer);
+  check_f32_on(ctx, x.value(), op, "x");
+  const ref::RoiAlignDims d = roi_dims(ctx, op, x.shape(), rois, p);
 
   const RoiAlignBwd variant = ctx.policy().variant<RoiAlignBwd>(layer, op::roi_align);
   const std::string requested = ctx.policy().requested(layer, "bwd", op::roi_align);
@@ -85,26 +115,23 @@ Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor
     ctx.tape().record(kOp, layer, {{"x", x}, {"rois", Var(rois)}}, out,
                       [x, rois, out, d, variant, requested, layer, op](Context& c) {
                         if (!out.grad().defined()) return;
-                        Tensor dx;
-                        std::size_t ws_bytes = 0;
-                        if (!c.is_cuda()) {
-                          dx = c.empty(x.shape());
-                          ref::roi_align_bwd(rois.f32(), out.grad().f32(), dx.f32(), d);
-                        } else if (variant == RoiAlignBwd::Atomic) {
-                          dx = c.zeros(x.shape());
-                          cuda::roi_align_bwd_atomic(c, rois.f32(), out.grad().f32(), dx.f32(), d);
-                        } else {
-                          dx = c.empty(x.shape());
-                          ws_bytes = cuda::roi_align_bwd_deterministic_workspace(d);
-                          detail::Workspace ws(detail::cuda_state(c), ws_bytes);
-                          detail::require_workspace(ws, op, "bwd=deterministic", "bwd=atomic needs none");
-                          cuda::roi_align_bwd_deterministic(c, rois.f32(), out.grad().f32(), dx.f32(), ws.get(), d);
-                        }
-                        record(c, layer, variant, requested, ws_bytes);
-                        accumulate_grad(c, x, std::move(dx));
+                        accumulate_grad(c, x, roi_backward(c, layer, op, variant, requested, out.grad(), rois, d));
                       });
   }
   return out;
+}
+
+Tensor roi_align_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Shape& x_shape,
+                          const Tensor& rois, const RoiAlignParams& p) {
+  const std::string op = detail::op_where(kOp, layer);
+  const ref::RoiAlignDims d = roi_dims(ctx, op, x_shape, rois, p);
+  check_f32_on(ctx, dy, op, "dy");
+  if (dy.shape() != Shape{d.rois, d.c, d.ph, d.pw})
+    throw ShapeError(fmt::format("{}: dy has shape {}; the output is {{{}, {}, {}, {}}}", op, shape_str(dy.shape()),
+                                 d.rois, d.c, d.ph, d.pw));
+  const RoiAlignBwd variant = ctx.policy().variant<RoiAlignBwd>(layer, op::roi_align);
+  const std::string requested = ctx.policy().requested(layer, "bwd", op::roi_align);
+  return roi_backward(ctx, layer, op, variant, requested, dy, rois, d);
 }
 
 }  // namespace ditto

@@ -48,4 +48,10 @@ struct RoiAlignParams {
 
 Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor& rois, const RoiAlignParams& p);
 
+// The backward pass alone, as the tape entry runs it (ditto.torch calls it with another library's
+// tensors): dx of shape x_shape from dy {K, C, out_h, out_w}, by the layer's `bwd` variant,
+// recorded under (layer, "bwd"), with the forward's checks.
+Tensor roi_align_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Shape& x_shape,
+                          const Tensor& rois, const RoiAlignParams& p);
+
 }  // namespace ditto

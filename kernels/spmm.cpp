@@ -265,22 +265,22 @@ std::size_t spmm_forward(Context& ctx, const std::string& op, SpmmFwd fwd, const
 }
 
 // db = A^T dc by the layer's bwd variant; returns the workspace it took.
-std::size_t spmm_dense_grad(Context& cx, const std::string& op, SpmmBwd bwd, const CsrMatrix& a, const Var& b,
-                            const ref::SpmmDims& d, const float* dc, Tensor& db) {
+std::size_t spmm_dense_grad(Context& cx, const std::string& op, SpmmBwd bwd, const CsrMatrix& a,
+                            const Shape& b_shape, const ref::SpmmDims& d, const float* dc, Tensor& db) {
   if (!cx.is_cuda()) {
-    db = cx.empty(b.shape());
+    db = cx.empty(b_shape);
     ref::spmm_bwd_dense(a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(), dc, db.f32(), d);
     return 0;
   }
   if (bwd == SpmmBwd::Atomic) {
-    db = cx.zeros(b.shape());
+    db = cx.zeros(b_shape);
     cuda::spmm_scatter_atomic(cx, a.rows, a.cols, d.k, d.nnz, a.row_ptr.i32(), a.col_idx.i32(), a.values.value().f32(),
                               dc, db.f32());
     return 0;
   }
   if (bwd == SpmmBwd::Deterministic) {
     std::size_t ws_bytes = 0;
-    db = cx.empty(b.shape());
+    db = cx.empty(b_shape);
     CsrMatrix plan = a;
     if (!plan.t_perm.defined()) {
       ws_bytes = cuda::csr_transpose_workspace(d.nnz, a.cols) + sizeof(int32_t) * (a.cols + 1 + 2 * d.nnz);
@@ -290,7 +290,7 @@ std::size_t spmm_dense_grad(Context& cx, const std::string& op, SpmmBwd bwd, con
                     plan.t_perm.i32(), dc, db.f32());
     return ws_bytes;
   }
-  db = cx.empty(b.shape());
+  db = cx.empty(b_shape);
   if (db.numel() > 0 && d.nnz == 0)
     DITTO_CUDA_CHECK(cudaMemsetAsync(db.raw(), 0, db.nbytes(), detail::stream_of(cx)));
   else if (db.numel() > 0)
@@ -331,7 +331,7 @@ Var spmm(Context& ctx, const std::string& layer, const CsrMatrix& a, const Var& 
       if (!out.grad().defined()) return;
       const float* dc = out.grad().f32();
       Tensor db, dvals;
-      if (b.requires_grad()) record_bwd(cx, layer, bwd, bwd_req, spmm_dense_grad(cx, op, bwd, a, b, d, dc, db));
+      if (b.requires_grad()) record_bwd(cx, layer, bwd, bwd_req, spmm_dense_grad(cx, op, bwd, a, b.shape(), d, dc, db));
       if (a.values.requires_grad()) {
         dvals = cx.empty(a.values.shape());
         if (cx.is_cuda())
@@ -345,6 +345,23 @@ Var spmm(Context& ctx, const std::string& layer, const CsrMatrix& a, const Var& 
     });
   }
   return out;
+}
+
+Tensor spmm_backward_dense(Context& ctx, const std::string& layer, const CsrMatrix& a, const Tensor& dc,
+                           const Shape& b_shape) {
+  const std::string op = detail::op_where(kOp, layer);
+  check_shapes(&ctx, a, op);
+  check_f32_on(ctx, dc, op, "dc");
+  if (b_shape.size() != 2 || b_shape[0] != a.cols || dc.shape() != Shape{a.rows, b_shape[1]})
+    throw ShapeError(fmt::format("{}: A is {}x{}, b {} and dc {}: b needs {} rows and dc is {{A's rows, b's columns}}",
+                                 op, a.rows, a.cols, shape_str(b_shape), shape_str(dc.shape()), a.cols));
+  const ref::SpmmDims d = dims_of(a, b_shape[1]);
+  if (!ctx.is_cuda()) check_structure(a, op);
+  const SpmmBwd bwd = ctx.policy().variant<SpmmBwd>(layer, op::spmm);
+  const std::string bwd_req = ctx.policy().requested(layer, "bwd", op::spmm);
+  Tensor db;
+  record_bwd(ctx, layer, bwd, bwd_req, spmm_dense_grad(ctx, op, bwd, a, b_shape, d, dc.f32(), db));
+  return db;
 }
 
 }  // namespace ditto

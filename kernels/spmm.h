@@ -78,4 +78,10 @@ void csr_plan_transpose(Context& ctx, CsrMatrix& a);
 
 Var spmm(Context& ctx, const std::string& layer, const CsrMatrix& a, const Var& b);
 
+// The dense operand's gradient alone, as the tape entry computes it (ditto.torch calls it with
+// another library's tensors): dB {cols, k} = A^T dc for dc {rows, k}, by the layer's `bwd`
+// variant, recorded under (layer, "bwd").
+Tensor spmm_backward_dense(Context& ctx, const std::string& layer, const CsrMatrix& a, const Tensor& dc,
+                           const Shape& b_shape);
+
 }  // namespace ditto
