@@ -1,0 +1,139 @@
+"""ditto.torch's ops against PyTorch's own, at bench/op_noise's sizes, on one GPU: per op one forward
+and backward timed (CUDA events, after warm-up) for PyTorch's default mode, PyTorch's deterministic
+mode (or the error it raises), ditto deterministic and ditto nondeterministic; and, over 20 calls,
+how many distinct results (output and gradients hashed) each gives.
+
+    python bench/torch_ops.py --out bench/results/DATE-torch-ops [--runs 20] [--only grid_sample]
+
+Writes torch_ops.json (one record per op and mode, with the GPU, PyTorch and ditto versions) and
+torch_ops.md (the table). PyTorch's deterministic mode runs with fill_uninitialized_memory off (its
+cost is not the algorithms') and CUBLAS_WORKSPACE_CONFIG=:4096:8 (which it requires).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import ditto  # noqa: E402
+import ditto.torch as dt  # noqa: E402
+import torch_op_cases as tc  # noqa: E402
+
+
+_gpu = None
+
+
+def digest(tensors) -> str:
+    """The tensors' bits, hashed on the GPU (ditto's XXH3-128 fingerprint of each, zero-copy)."""
+    global _gpu
+    if _gpu is None:
+        _gpu = ditto.Context("cuda")
+    return ",".join(_gpu.from_dlpack(t.detach().contiguous()).fingerprint() for t in tensors)
+
+
+def timed(fn, repeats: int) -> float:
+    """Median microseconds of fn over `repeats` timed calls, each bracketed by CUDA events."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
+def measure(case, inputs, dy, mode: str, runs: int, repeats: int) -> dict:
+    row = {"op": case.name, "mode": mode, "shape": case.shape(inputs)}
+    det_mode = mode == "pytorch-deterministic"
+    torch.use_deterministic_algorithms(det_mode)
+    try:
+        if mode.startswith("pytorch"):
+            fn = lambda: tc.step(case, inputs, "torch", dy)  # noqa: E731
+        else:
+            fn = lambda: tc.step(case, inputs, "ditto", dy, mode == "ditto-deterministic")  # noqa: E731
+        out = fn()
+        row["distinct"] = len({digest(fn()) for _ in range(runs)})
+        row["runs"] = runs
+        row["us"] = timed(fn, repeats)
+        if mode.startswith("ditto"):
+            row["variants"] = dt.variants().get(case.op, [])
+        row["outputs"] = out
+    except RuntimeError as e:
+        row["error"] = str(e).splitlines()[0][:300]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="folder for torch_ops.json and torch_ops.md (must not exist)")
+    ap.add_argument("--runs", type=int, default=20, help="calls hashed per op and mode (default 20)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed calls per op and mode (default 20)")
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    a = ap.parse_args()
+    out = pathlib.Path(a.out)
+    if out.exists():
+        ap.error(f"--out {out}: exists; a finished benchmark is never overwritten")
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device")
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    wanted = set(filter(None, a.only.split(",")))
+    records = []
+    for case in tc.CASES:
+        if wanted and case.name not in wanted:
+            continue
+        inputs = case.make("cuda", "bench")
+        dy = tc.upstream(tc.step(case, inputs, "torch")[0])
+        rows = [measure(case, inputs, dy, m, a.runs, a.repeats)
+                for m in ("pytorch-default", "pytorch-deterministic", "ditto-deterministic", "ditto-nondeterministic")]
+        ref = rows[0].get("outputs")
+        for r in rows:
+            got = r.pop("outputs", None)
+            if ref is not None and got is not None and r is not rows[0]:
+                r["max_abs_diff_vs_pytorch"] = max(float((u - v).abs().max()) for u, v in zip(got, ref))
+            if "us" in r and "us" in rows[0]:
+                r["vs_pytorch_default"] = r["us"] / rows[0]["us"]
+            records.append(r)
+            print(json.dumps(r), flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+            "ditto_commit": os.environ.get("DITTO_COMMIT", ""), "date": datetime.date.today().isoformat(),
+            "runs": a.runs, "repeats": a.repeats}
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True)
+    (tmp / "torch_ops.json").write_text(json.dumps({"meta": meta, "rows": records}, indent=1) + "\n")
+    lines = [f"# ditto.torch against PyTorch ({meta['gpu']}, PyTorch {meta['torch']}, ditto {meta['ditto_commit']}, "
+             f"{meta['date']})", "",
+             "One forward and backward per call; median of the timed calls; distinct = different results (output and "
+             f"gradients hashed) over {a.runs} calls.", "",
+             "| op | shape | mode | µs | × PyTorch default | distinct | max abs diff vs PyTorch | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        note = r.get("error", "") or ", ".join(f"{v['knob']}={v['variant']}" for v in r.get("variants", []))
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            r["op"], r["shape"], r["mode"], f"{r['us']:.0f}" if "us" in r else "—",
+            f"{r['vs_pytorch_default']:.2f}" if "vs_pytorch_default" in r else "—",
+            f"{r['distinct']}/{r['runs']}" if "distinct" in r else "—",
+            f"{r['max_abs_diff_vs_pytorch']:.2e}" if "max_abs_diff_vs_pytorch" in r else "—", note.replace("|", "/")))
+    (tmp / "torch_ops.md").write_text("\n".join(lines) + "\n")
+    tmp.rename(out)
+    print(f"wrote {out}/torch_ops.json and torch_ops.md")
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

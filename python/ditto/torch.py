@@ -1,0 +1,823 @@
+"""ditto's deterministic kernels as PyTorch operators.
+
+PyTorch's deterministic mode (``torch.use_deterministic_algorithms(True)``) raises on grid sampling,
+pixel-wise NLL and CTC loss backward, and runs bilinear-upsampling and ROI-align backward far slower
+than their atomic kernels. These functions run ditto's kernels on PyTorch's tensors, on PyTorch's
+current CUDA stream (or on the CPU, ditto's double-accumulating references), as ``torch.library``
+custom operators with their gradients: they work in eager mode, under deterministic mode, and stay
+opaque but traceable under ``torch.compile``.
+
+    import ditto.torch as dt
+    y = dt.grid_sample(x, grid, align_corners=False)     # deterministic=True by default
+    dt.variants()["grid_sample"]                         # which ditto variant ran, and its guarantee
+
+Every function takes ``deterministic=`` (default True): True runs ditto's deterministic variants
+(gathers, stable sorts, fixed-order reductions; convolution backward by ditto's own GEMM form),
+False what frameworks run (atomics, cuDNN's heuristics). ``variants()`` says, per op, which knob
+variants the latest call ran and their guarantees. ``patch()`` routes the matching
+``torch.nn.functional`` calls here.
+
+Float32 tensors (int32 or int64 indices) on one device; anything else is refused with a
+``ditto.Error`` (or ``ValueError`` for an argument ditto does not implement), never run otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _ditto
+
+__all__ = [
+    "affine_grid", "conv2d", "cross_entropy", "ctc_loss", "embedding", "embedding_bag", "grid_sample",
+    "index_add", "interpolate", "nll_loss", "patch", "roi_align", "scatter_add", "sparse_mm", "variants",
+]
+
+_latest: Dict[str, List[dict]] = {}
+
+
+def variants() -> Dict[str, List[dict]]:
+    """Per op, the variants its latest call ran: ``[{"knob", "variant", "guarantee"}, ...]``."""
+    return {op: [dict(v) for v in vs] for op, vs in _latest.items()}
+
+
+def _where(t: Tensor) -> Tuple[str, int]:
+    if t.device.type == "cuda":
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index}", torch.cuda.current_stream(index).cuda_stream
+    if t.device.type == "cpu":
+        return "cpu", 0
+    raise ValueError(f"ditto.torch: tensors on {t.device}; ditto runs on the CPU and on CUDA devices")
+
+
+def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Optional[Tensor]]:
+    device, stream = _where(like)
+    *outs, ran = getattr(_ditto, fn)(device, stream, deterministic, *args)
+    _latest[op] = [{"knob": k, "variant": v, "guarantee": g} for k, v, g in ran]
+    return [None if o is None else torch.from_dlpack(o) for o in outs]
+
+
+def _f32(t: Tensor, what: str) -> Tensor:
+    if t.dtype != torch.float32:
+        raise ValueError(f"ditto.torch: {what} is {t.dtype}; ditto's ops here take float32")
+    return t.contiguous()
+
+
+def _i32(t: Tensor) -> Tensor:
+    return t.to(torch.int32).contiguous()
+
+
+def _empty(like: Tensor) -> Tensor:
+    return like.new_empty((0,))
+
+
+# ---- scatter_add / index_add: rows added into a table --------------------------------------------
+
+@torch.library.custom_op("ditto::index_add_rows", mutates_args=())
+def _index_add_rows(src: Tensor, index: Tensor, num_rows: int, deterministic: bool) -> Tensor:
+    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _i32(index),
+                num_rows)[0]
+
+
+@_index_add_rows.register_fake
+def _(src, index, num_rows, deterministic):
+    return src.new_empty((num_rows,) + tuple(src.shape[1:]))
+
+
+def _index_add_rows_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _index_add_rows_backward(ctx, grad):
+    (index,) = ctx.saved_tensors
+    return grad.index_select(0, index.long()), None, None, None  # a gather: no collisions
+
+
+_index_add_rows.register_autograd(_index_add_rows_backward, setup_context=_index_add_rows_setup)
+
+
+def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: float = 1,
+              deterministic: bool = True) -> Tensor:
+    """``torch.index_add``: ``input`` plus ``source``'s slices added at ``index`` along ``dim``; the sum into
+    each destination in increasing source order (``deterministic``), or by atomics."""
+    dim = dim % max(input.dim(), 1)
+    src = source.movedim(dim, 0)
+    if alpha != 1:
+        src = src * alpha
+    rows = _index_add_rows(src.contiguous(), index, input.shape[dim], deterministic)
+    return input + rows.movedim(0, dim)
+
+
+def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, deterministic: bool = True) -> Tensor:
+    """``torch.scatter_add``: ``input`` plus each ``src[p]`` added at position p with its ``dim`` coordinate
+    replaced by ``index[p]`` (over ``index``'s extent)."""
+    dim = dim % max(input.dim(), 1)
+    src = src[tuple(slice(0, s) for s in index.shape)]
+    flat = index.long() * input.stride(dim)
+    for d in range(index.dim()):
+        if d != dim:
+            shape = [1] * index.dim()
+            shape[d] = index.shape[d]
+            flat = flat + (torch.arange(index.shape[d], device=index.device) * input.stride(d)).view(shape)
+    rows = _index_add_rows(src.reshape(-1, 1).contiguous(), flat.reshape(-1), input.numel(), deterministic)
+    return input + rows.view(input.shape) if input.is_contiguous() else input + rows.view(input.contiguous().shape)
+
+
+# ---- embedding and embedding_bag ------------------------------------------------------------------
+
+@torch.library.custom_op("ditto::embedding", mutates_args=())
+def _embedding(weight: Tensor, index: Tensor, padding_idx: int, deterministic: bool) -> Tensor:
+    return F.embedding(index, weight)  # a gather: one source per output, deterministic everywhere
+
+
+@_embedding.register_fake
+def _(weight, index, padding_idx, deterministic):
+    return weight.new_empty(tuple(index.shape) + (weight.shape[1],))
+
+
+@torch.library.custom_op("ditto::embedding_backward", mutates_args=())
+def _embedding_backward(grad: Tensor, index: Tensor, num_rows: int, padding_idx: int, deterministic: bool) -> Tensor:
+    if padding_idx >= 0:
+        grad = grad.masked_fill((index == padding_idx).unsqueeze(-1), 0)
+    return _run("embedding", "_torch_embedding_backward", deterministic, grad, _f32(grad, "grad"), _i32(index),
+                num_rows)[0]
+
+
+@_embedding_backward.register_fake
+def _(grad, index, num_rows, padding_idx, deterministic):
+    return grad.new_empty((num_rows, grad.shape[-1]))
+
+
+def _embedding_setup(ctx, inputs, output):
+    weight, index, padding_idx, deterministic = inputs
+    ctx.save_for_backward(index)
+    ctx.rows, ctx.padding_idx, ctx.deterministic = weight.shape[0], padding_idx, deterministic
+
+
+def _embedding_bwd(ctx, grad):
+    (index,) = ctx.saved_tensors
+    return _embedding_backward(grad.contiguous(), index, ctx.rows, ctx.padding_idx, ctx.deterministic), None, None, None
+
+
+_embedding.register_autograd(_embedding_bwd, setup_context=_embedding_setup)
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None, *,
+              deterministic: bool = True) -> Tensor:
+    """``F.embedding``: rows of ``weight``; its gradient a scatter-add of the output gradient by the
+    indices (stable-sorted segment sums, or atomics)."""
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    return _embedding(weight, input, -1 if padding_idx is None else padding_idx, deterministic)
+
+
+@torch.library.custom_op("ditto::embedding_bag", mutates_args=())
+def _embedding_bag(weight: Tensor, index: Tensor, offsets: Optional[Tensor], mode: str,
+                   deterministic: bool) -> Tensor:
+    return _run("embedding_bag", "_torch_embedding_bag", deterministic, weight, _f32(weight, "weight"), _i32(index),
+                None if offsets is None else _i32(offsets), mode)[0]
+
+
+@_embedding_bag.register_fake
+def _(weight, index, offsets, mode, deterministic):
+    bags = index.shape[0] if offsets is None else offsets.shape[0]
+    return weight.new_empty((bags, weight.shape[1]))
+
+
+@torch.library.custom_op("ditto::embedding_bag_backward", mutates_args=())
+def _embedding_bag_backward(grad: Tensor, index: Tensor, offsets: Optional[Tensor], mode: str, num_rows: int,
+                            deterministic: bool) -> Tensor:
+    return _run("embedding_bag", "_torch_embedding_bag_backward", deterministic, grad, _f32(grad, "grad"),
+                _i32(index), None if offsets is None else _i32(offsets), mode, num_rows)[0]
+
+
+@_embedding_bag_backward.register_fake
+def _(grad, index, offsets, mode, num_rows, deterministic):
+    return grad.new_empty((num_rows, grad.shape[1]))
+
+
+def _embedding_bag_setup(ctx, inputs, output):
+    weight, index, offsets, mode, deterministic = inputs
+    ctx.save_for_backward(index, offsets)
+    ctx.rows, ctx.mode, ctx.deterministic = weight.shape[0], mode, deterministic
+
+
+def _embedding_bag_bwd(ctx, grad):
+    index, offsets = ctx.saved_tensors
+    return (_embedding_bag_backward(grad.contiguous(), index, offsets, ctx.mode, ctx.rows, ctx.deterministic),
+            None, None, None, None)
+
+
+_embedding_bag.register_autograd(_embedding_bag_bwd, setup_context=_embedding_bag_setup)
+
+
+def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = None, mode: str = "mean", *,
+                  deterministic: bool = True) -> Tensor:
+    """``F.embedding_bag`` (modes sum and mean, no per-sample weights, include_last_offset=False):
+    per bag the rows' sum or mean in position order; the gradient a scatter-add as ``embedding``'s."""
+    if mode not in ("sum", "mean"):
+        raise ValueError(f"ditto.torch.embedding_bag: mode '{mode}'; ditto has sum and mean")
+    return _embedding_bag(weight, input, offsets, mode, deterministic)
+
+
+# ---- interpolate (nearest, bilinear) --------------------------------------------------------------
+
+@torch.library.custom_op("ditto::upsample", mutates_args=())
+def _upsample(x: Tensor, out_h: int, out_w: int, mode: str, align_corners: bool, deterministic: bool) -> Tensor:
+    return _run("upsample", "_torch_upsample", deterministic, x, _f32(x, "input"), mode, out_h, out_w,
+                align_corners)[0]
+
+
+@_upsample.register_fake
+def _(x, out_h, out_w, mode, align_corners, deterministic):
+    return x.new_empty((x.shape[0], x.shape[1], out_h, out_w))
+
+
+@torch.library.custom_op("ditto::upsample_backward", mutates_args=())
+def _upsample_backward(grad: Tensor, x_shape: List[int], mode: str, align_corners: bool,
+                       deterministic: bool) -> Tensor:
+    return _run("upsample", "_torch_upsample_backward", deterministic, grad, _f32(grad, "grad"), list(x_shape), mode,
+                align_corners)[0]
+
+
+@_upsample_backward.register_fake
+def _(grad, x_shape, mode, align_corners, deterministic):
+    return grad.new_empty(tuple(x_shape))
+
+
+def _upsample_setup(ctx, inputs, output):
+    x, out_h, out_w, mode, align_corners, deterministic = inputs
+    ctx.x_shape, ctx.mode, ctx.align_corners, ctx.deterministic = list(x.shape), mode, align_corners, deterministic
+
+
+def _upsample_bwd(ctx, grad):
+    dx = _upsample_backward(grad.contiguous(), ctx.x_shape, ctx.mode, ctx.align_corners, ctx.deterministic)
+    return dx, None, None, None, None, None
+
+
+_upsample.register_autograd(_upsample_bwd, setup_context=_upsample_setup)
+
+
+def _out_size(n: int, scale: float, what: str) -> int:
+    out = math.floor(n * scale)
+    # ditto places taps by in/out; PyTorch by 1/scale_factor. They agree where out/in is the scale.
+    if out < 1 or out / n != scale:
+        raise ValueError(f"ditto.torch.interpolate: scale_factor {scale} on {what} {n} gives {out}, not an exact "
+                         f"ratio; pass size= (ditto places taps by the input/output ratio)")
+    return out
+
+
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: Optional[bool] = None, *, deterministic: bool = True) -> Tensor:
+    """``F.interpolate`` of an N,C,H,W tensor, modes nearest and bilinear: its backward a gather per input
+    pixel in a fixed order (``deterministic``), or atomics from every output."""
+    if input.dim() != 4:
+        raise ValueError(f"ditto.torch.interpolate: a 4-D N,C,H,W input, not {input.dim()}-D")
+    if mode not in ("nearest", "bilinear"):
+        raise ValueError(f"ditto.torch.interpolate: mode '{mode}'; ditto has nearest and bilinear")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError("ditto.torch.interpolate: align_corners only goes with bilinear (as in PyTorch)")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("ditto.torch.interpolate: give exactly one of size and scale_factor")
+    h, w = input.shape[2], input.shape[3]
+    if size is not None:
+        oh, ow = (size, size) if isinstance(size, int) else tuple(size)
+    else:
+        sh, sw = (scale_factor, scale_factor) if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        oh, ow = _out_size(h, float(sh), "height"), _out_size(w, float(sw), "width")
+    return _upsample(input, int(oh), int(ow), mode, bool(align_corners), deterministic)
+
+
+# ---- grid_sample and affine_grid ------------------------------------------------------------------
+
+@torch.library.custom_op("ditto::grid_sample", mutates_args=())
+def _grid_sample(x: Tensor, grid: Tensor, align_corners: bool, deterministic: bool) -> Tensor:
+    return _run("grid_sample", "_torch_grid_sample", deterministic, x, _f32(x, "input"), _f32(grid, "grid"),
+                align_corners)[0]
+
+
+@_grid_sample.register_fake
+def _(x, grid, align_corners, deterministic):
+    return x.new_empty((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]))
+
+
+@torch.library.custom_op("ditto::grid_sample_backward", mutates_args=())
+def _grid_sample_backward(grad: Tensor, x: Tensor, grid: Tensor, align_corners: bool, want_dx: bool,
+                          want_dgrid: bool, deterministic: bool) -> Tuple[Tensor, Tensor]:
+    dx, dg = _run("grid_sample", "_torch_grid_sample_backward", deterministic, x, _f32(grad, "grad"),
+                  _f32(x, "input"), _f32(grid, "grid"), align_corners, want_dx, want_dgrid)
+    return (dx if dx is not None else _empty(x)), (dg if dg is not None else _empty(grid))
+
+
+@_grid_sample_backward.register_fake
+def _(grad, x, grid, align_corners, want_dx, want_dgrid, deterministic):
+    return (x.new_empty(x.shape) if want_dx else x.new_empty((0,)),
+            grid.new_empty(grid.shape) if want_dgrid else grid.new_empty((0,)))
+
+
+def _grid_sample_setup(ctx, inputs, output):
+    x, grid, align_corners, deterministic = inputs
+    ctx.save_for_backward(x, grid)
+    ctx.align_corners, ctx.deterministic = align_corners, deterministic
+
+
+def _grid_sample_bwd(ctx, grad):
+    x, grid = ctx.saved_tensors
+    want_dx, want_dgrid = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    dx, dg = _grid_sample_backward(grad.contiguous(), x, grid, ctx.align_corners, want_dx, want_dgrid,
+                                   ctx.deterministic)
+    return (dx if want_dx else None), (dg if want_dgrid else None), None, None
+
+
+_grid_sample.register_autograd(_grid_sample_bwd, setup_context=_grid_sample_setup)
+
+
+def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",
+                align_corners: Optional[bool] = None, *, deterministic: bool = True) -> Tensor:
+    """``F.grid_sample`` (bilinear, zero padding): the input's gradient a gather per pixel after a stable
+    sort of the samples that reach it (``deterministic``), or atomics, as PyTorch's kernel."""
+    if mode != "bilinear" or padding_mode != "zeros":
+        raise ValueError(f"ditto.torch.grid_sample: mode '{mode}' with padding '{padding_mode}'; ditto has "
+                         "bilinear with zeros")
+    return _grid_sample(input, grid, bool(align_corners), deterministic)
+
+
+@torch.library.custom_op("ditto::affine_grid", mutates_args=())
+def _affine_grid(theta: Tensor, height: int, width: int, align_corners: bool, deterministic: bool) -> Tensor:
+    return _run("affine_grid", "_torch_affine_grid", deterministic, theta, _f32(theta, "theta"), height, width,
+                align_corners)[0]
+
+
+@_affine_grid.register_fake
+def _(theta, height, width, align_corners, deterministic):
+    return theta.new_empty((theta.shape[0], height, width, 2))
+
+
+@torch.library.custom_op("ditto::affine_grid_backward", mutates_args=())
+def _affine_grid_backward(grad: Tensor, align_corners: bool, deterministic: bool) -> Tensor:
+    return _run("affine_grid", "_torch_affine_grid_backward", deterministic, grad, _f32(grad, "grad"),
+                align_corners)[0]
+
+
+@_affine_grid_backward.register_fake
+def _(grad, align_corners, deterministic):
+    return grad.new_empty((grad.shape[0], 2, 3))
+
+
+def _affine_grid_setup(ctx, inputs, output):
+    ctx.align_corners, ctx.deterministic = inputs[3], inputs[4]
+
+
+def _affine_grid_bwd(ctx, grad):
+    return _affine_grid_backward(grad.contiguous(), ctx.align_corners, ctx.deterministic), None, None, None, None
+
+
+_affine_grid.register_autograd(_affine_grid_bwd, setup_context=_affine_grid_setup)
+
+
+def affine_grid(theta: Tensor, size: Sequence[int], align_corners: Optional[bool] = None, *,
+                deterministic: bool = True) -> Tensor:
+    """``F.affine_grid`` for 2-D (size N, C, H, W): dtheta by fixed-order block sums (``deterministic``)."""
+    if len(size) != 4:
+        raise ValueError(f"ditto.torch.affine_grid: size N, C, H, W (2-D grids), not {tuple(size)}")
+    return _affine_grid(theta, int(size[2]), int(size[3]), bool(align_corners), deterministic)
+
+
+# ---- ROI align --------------------------------------------------------------------------------------
+
+@torch.library.custom_op("ditto::roi_align", mutates_args=())
+def _roi_align(x: Tensor, rois: Tensor, out_h: int, out_w: int, spatial_scale: float, sampling_ratio: int,
+               aligned: bool, deterministic: bool) -> Tensor:
+    return _run("roi_align", "_torch_roi_align", deterministic, x, _f32(x, "input"), _f32(rois, "boxes"), out_h,
+                out_w, spatial_scale, sampling_ratio, aligned)[0]
+
+
+@_roi_align.register_fake
+def _(x, rois, out_h, out_w, spatial_scale, sampling_ratio, aligned, deterministic):
+    return x.new_empty((rois.shape[0], x.shape[1], out_h, out_w))
+
+
+@torch.library.custom_op("ditto::roi_align_backward", mutates_args=())
+def _roi_align_backward(grad: Tensor, rois: Tensor, x_shape: List[int], out_h: int, out_w: int,
+                        spatial_scale: float, sampling_ratio: int, aligned: bool, deterministic: bool) -> Tensor:
+    return _run("roi_align", "_torch_roi_align_backward", deterministic, grad, _f32(grad, "grad"), list(x_shape),
+                _f32(rois, "boxes"), out_h, out_w, spatial_scale, sampling_ratio, aligned)[0]
+
+
+@_roi_align_backward.register_fake
+def _(grad, rois, x_shape, out_h, out_w, spatial_scale, sampling_ratio, aligned, deterministic):
+    return grad.new_empty(tuple(x_shape))
+
+
+def _roi_align_setup(ctx, inputs, output):
+    x, rois, out_h, out_w, spatial_scale, sampling_ratio, aligned, deterministic = inputs
+    ctx.save_for_backward(rois)
+    ctx.args = (list(x.shape), out_h, out_w, spatial_scale, sampling_ratio, aligned, deterministic)
+
+
+def _roi_align_bwd(ctx, grad):
+    (rois,) = ctx.saved_tensors
+    dx = _roi_align_backward(grad.contiguous(), rois, *ctx.args)
+    return (dx,) + (None,) * 7
+
+
+_roi_align.register_autograd(_roi_align_bwd, setup_context=_roi_align_setup)
+
+
+def roi_align(input: Tensor, boxes: Tensor, output_size, spatial_scale: float = 1.0, sampling_ratio: int = -1,
+              aligned: bool = False, *, deterministic: bool = True) -> Tensor:
+    """``torchvision.ops.roi_align`` with boxes as a K x 5 tensor (batch index, x1, y1, x2, y2): the input's
+    gradient gathered per pixel from the rois that reach it (``deterministic``), or atomics."""
+    if not isinstance(boxes, Tensor) or boxes.dim() != 2 or boxes.shape[1] != 5:
+        raise ValueError("ditto.torch.roi_align: boxes as one K x 5 tensor (batch index, x1, y1, x2, y2)")
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    return _roi_align(input, boxes, int(oh), int(ow), float(spatial_scale), int(sampling_ratio), bool(aligned),
+                      deterministic)
+
+
+# ---- CTC loss ---------------------------------------------------------------------------------------
+
+@torch.library.custom_op("ditto::ctc_loss", mutates_args=())
+def _ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, want_grad: bool,
+              deterministic: bool) -> Tuple[Tensor, Tensor]:
+    cost, grad = _run("ctc_loss", "_torch_ctc_loss", deterministic, log_probs, _f32(log_probs, "log_probs"),
+                      _i32(targets), _i32(target_lengths), _i32(input_lengths), want_grad)
+    return cost, (grad if grad is not None else _empty(log_probs))
+
+
+@_ctc_loss.register_fake
+def _(log_probs, targets, input_lengths, target_lengths, want_grad, deterministic):
+    return (log_probs.new_empty((log_probs.shape[1],)),
+            log_probs.new_empty(log_probs.shape) if want_grad else log_probs.new_empty((0,)))
+
+
+def _ctc_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1])
+
+
+def _ctc_bwd(ctx, dcost, _unused):
+    (grad,) = ctx.saved_tensors
+    return grad * dcost.view(1, -1, 1), None, None, None, None, None
+
+
+_ctc_loss.register_autograd(_ctc_bwd, setup_context=_ctc_setup)
+
+
+def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, blank: int = 0,
+             reduction: str = "mean", zero_infinity: bool = False, *, deterministic: bool = True) -> Tensor:
+    """``F.ctc_loss`` (log_probs T x N x C, blank 0; targets padded N x S or concatenated): each sequence
+    in one thread block, no atomics (``deterministic``, ditto's), or cuDNN's nondeterministic algorithm."""
+    if blank != 0:
+        raise ValueError(f"ditto.torch.ctc_loss: blank {blank}; ditto's CTC takes class 0 as the blank")
+    if reduction not in ("none", "sum", "mean"):
+        raise ValueError(f"ditto.torch.ctc_loss: reduction '{reduction}'")
+    input_lengths = torch.as_tensor(input_lengths, device=log_probs.device)
+    target_lengths = torch.as_tensor(target_lengths, device=log_probs.device)
+    if targets.dim() == 1:  # concatenated: pad to N x max length
+        n = target_lengths.shape[0]
+        s = max(int(target_lengths.max()), 1) if n else 1
+        starts = torch.cumsum(target_lengths, 0) - target_lengths
+        pos = torch.arange(s, device=targets.device).view(1, -1)
+        take = (starts.view(-1, 1) + pos).clamp(max=max(targets.numel() - 1, 0))
+        targets = torch.where(pos < target_lengths.view(-1, 1), targets[take.long()], torch.zeros_like(take))
+    want_grad = torch.is_grad_enabled() and log_probs.requires_grad
+    cost, _ = _ctc_loss(log_probs, targets, input_lengths, target_lengths, want_grad, deterministic)
+    if zero_infinity:
+        cost = torch.where(torch.isinf(cost), torch.zeros_like(cost), cost)
+    if reduction == "none":
+        return cost
+    if reduction == "sum":
+        return cost.sum()
+    return (cost / target_lengths.clamp(min=1).to(cost.dtype)).mean()
+
+
+# ---- pixel-wise cross-entropy and NLL ----------------------------------------------------------------
+
+@torch.library.custom_op("ditto::pixel_cross_entropy", mutates_args=())
+def _pixel_xent(logits: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tensor:
+    return _run("pixel_xent", "_torch_pixel_cross_entropy", deterministic, logits, _f32(logits, "input"),
+                _i32(labels), ignore_index)[0].view(())
+
+
+@_pixel_xent.register_fake
+def _(logits, labels, ignore_index, deterministic):
+    return logits.new_empty(())
+
+
+@torch.library.custom_op("ditto::pixel_cross_entropy_backward", mutates_args=())
+def _pixel_xent_backward(grad: Tensor, logits: Tensor, labels: Tensor, ignore_index: int,
+                         deterministic: bool) -> Tensor:
+    return _run("pixel_xent", "_torch_pixel_cross_entropy_backward", deterministic, logits,
+                _f32(grad, "grad").reshape(1), _f32(logits, "input"), _i32(labels), ignore_index)[0]
+
+
+@_pixel_xent_backward.register_fake
+def _(grad, logits, labels, ignore_index, deterministic):
+    return logits.new_empty(logits.shape)
+
+
+def _pixel_xent_setup(ctx, inputs, output):
+    logits, labels, ignore_index, deterministic = inputs
+    ctx.save_for_backward(logits, labels)
+    ctx.ignore_index, ctx.deterministic = ignore_index, deterministic
+
+
+def _pixel_xent_bwd(ctx, grad):
+    logits, labels = ctx.saved_tensors
+    return _pixel_xent_backward(grad, logits, labels, ctx.ignore_index, ctx.deterministic), None, None, None
+
+
+_pixel_xent.register_autograd(_pixel_xent_bwd, setup_context=_pixel_xent_setup)
+
+
+def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
+                  deterministic: bool = True) -> Tensor:
+    """``F.cross_entropy`` of N,C,H,W logits and N,H,W labels with mean reduction (the segmentation loss):
+    log-softmax and NLL fused, the pixel sum in a fixed order (``deterministic``) or by atomics."""
+    if input.dim() != 4 or reduction != "mean":
+        raise ValueError("ditto.torch.cross_entropy: N,C,H,W logits with N,H,W labels and reduction 'mean'")
+    return _pixel_xent(input, target, int(ignore_index), deterministic)
+
+
+def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """``F.nll_loss`` of N,C,H,W log-probabilities (mean over the counted pixels), composed of PyTorch ops
+    that are deterministic on their own (a one-hot product and two sums; no scatter), since PyTorch's
+    nll_loss2d kernel has no deterministic form. Not one of ditto's kernels; for log-softmax output
+    prefer ``cross_entropy`` on the logits (one fused pass)."""
+    if input.dim() != 4 or reduction != "mean":
+        raise ValueError("ditto.torch.nll_loss: N,C,H,W log-probabilities with N,H,W labels and reduction 'mean'")
+    counted = target != ignore_index
+    onehot = F.one_hot(torch.where(counted, target, torch.zeros_like(target)).long(), input.shape[1])
+    picked = (input * onehot.permute(0, 3, 1, 2).to(input.dtype)).sum(1)
+    return -(picked * counted.to(input.dtype)).sum() / counted.sum().to(input.dtype)
+
+
+# ---- sparse x dense ------------------------------------------------------------------------------------
+
+@torch.library.custom_op("ditto::sparse_mm", mutates_args=())
+def _sparse_mm(row_ptr: Tensor, col_idx: Tensor, values: Tensor, rows: int, cols: int, b: Tensor,
+               deterministic: bool) -> Tensor:
+    return _run("spmm", "_torch_spmm", deterministic, b, _i32(row_ptr), _i32(col_idx), _f32(values, "values"),
+                rows, cols, _f32(b, "dense operand"))[0]
+
+
+@_sparse_mm.register_fake
+def _(row_ptr, col_idx, values, rows, cols, b, deterministic):
+    return b.new_empty((rows, b.shape[1]))
+
+
+@torch.library.custom_op("ditto::sparse_mm_backward", mutates_args=())
+def _sparse_mm_backward(grad: Tensor, row_ptr: Tensor, col_idx: Tensor, values: Tensor, rows: int, cols: int,
+                        deterministic: bool) -> Tensor:
+    return _run("spmm", "_torch_spmm_backward", deterministic, grad, _f32(grad, "grad"), _i32(row_ptr),
+                _i32(col_idx), _f32(values, "values"), rows, cols, [cols, grad.shape[1]])[0]
+
+
+@_sparse_mm_backward.register_fake
+def _(grad, row_ptr, col_idx, values, rows, cols, deterministic):
+    return grad.new_empty((cols, grad.shape[1]))
+
+
+def _sparse_mm_setup(ctx, inputs, output):
+    row_ptr, col_idx, values, rows, cols, b, deterministic = inputs
+    ctx.save_for_backward(row_ptr, col_idx, values)
+    ctx.rows, ctx.cols, ctx.deterministic = rows, cols, deterministic
+
+
+def _sparse_mm_bwd(ctx, grad):
+    row_ptr, col_idx, values = ctx.saved_tensors
+    db = _sparse_mm_backward(grad.contiguous(), row_ptr, col_idx, values, ctx.rows, ctx.cols, ctx.deterministic)
+    return None, None, None, None, None, db, None
+
+
+_sparse_mm.register_autograd(_sparse_mm_bwd, setup_context=_sparse_mm_setup)
+
+
+def sparse_mm(a: Tensor, b: Tensor, *, deterministic: bool = True) -> Tensor:
+    """``torch.sparse.mm`` of a sparse matrix (CSR, or COO converted) and a dense one: the dense operand's
+    gradient ``A^T dC`` by a stable sort of A's entries by column and one warp per column
+    (``deterministic``), or cuSPARSE's transposed product. No gradient to A's values."""
+    if a.layout == torch.sparse_coo:
+        a = a.coalesce().to_sparse_csr()
+    if a.layout != torch.sparse_csr or a.dim() != 2:
+        raise ValueError(f"ditto.torch.sparse_mm: a 2-D sparse CSR (or COO) matrix, not {a.layout}")
+    if a.requires_grad:
+        raise ValueError("ditto.torch.sparse_mm: no gradient to the sparse matrix's values; detach it")
+    return _sparse_mm(a.crow_indices(), a.col_indices(), a.values(), a.shape[0], a.shape[1], b, deterministic)
+
+
+# ---- conv2d with ditto's own deterministic backward ---------------------------------------------------
+
+@torch.library.custom_op("ditto::conv2d", mutates_args=())
+def _conv2d(x: Tensor, w: Tensor, stride: List[int], padding: List[int], dilation: List[int], groups: int,
+            deterministic: bool) -> Tensor:
+    return _run("conv2d", "_torch_conv2d", deterministic, x, _f32(x, "input"), _f32(w, "weight"), list(stride),
+                list(padding), list(dilation), groups)[0]
+
+
+def _conv_out(n: int, k: int, s: int, p: int, d: int) -> int:
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+@_conv2d.register_fake
+def _(x, w, stride, padding, dilation, groups, deterministic):
+    return x.new_empty((x.shape[0], w.shape[0], _conv_out(x.shape[2], w.shape[2], stride[0], padding[0], dilation[0]),
+                        _conv_out(x.shape[3], w.shape[3], stride[1], padding[1], dilation[1])))
+
+
+@torch.library.custom_op("ditto::conv2d_backward", mutates_args=())
+def _conv2d_backward(grad: Tensor, x: Tensor, w: Tensor, stride: List[int], padding: List[int], dilation: List[int],
+                     groups: int, want_dx: bool, want_dw: bool, deterministic: bool) -> Tuple[Tensor, Tensor]:
+    dx, dw = _run("conv2d", "_torch_conv2d_backward", deterministic, x, _f32(grad, "grad"), _f32(x, "input"),
+                  _f32(w, "weight"), list(stride), list(padding), list(dilation), groups, want_dx, want_dw)
+    return (dx if dx is not None else _empty(x)), (dw if dw is not None else _empty(w))
+
+
+@_conv2d_backward.register_fake
+def _(grad, x, w, stride, padding, dilation, groups, want_dx, want_dw, deterministic):
+    return (x.new_empty(x.shape) if want_dx else x.new_empty((0,)),
+            w.new_empty(w.shape) if want_dw else w.new_empty((0,)))
+
+
+def _conv2d_setup(ctx, inputs, output):
+    x, w, stride, padding, dilation, groups, deterministic = inputs
+    ctx.save_for_backward(x, w)
+    ctx.args = (list(stride), list(padding), list(dilation), groups)
+    ctx.deterministic = deterministic
+
+
+def _conv2d_bwd(ctx, grad):
+    x, w = ctx.saved_tensors
+    want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    dx, dw = _conv2d_backward(grad.contiguous(), x, w, *ctx.args, want_dx, want_dw, ctx.deterministic)
+    return (dx if want_dx else None), (dw if want_dw else None), None, None, None, None, None
+
+
+_conv2d.register_autograd(_conv2d_bwd, setup_context=_conv2d_setup)
+
+
+def _pair(v) -> List[int]:
+    return [int(v), int(v)] if isinstance(v, int) else [int(u) for u in v]
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
+           groups: int = 1, *, deterministic: bool = True) -> Tensor:
+    """``F.conv2d`` (numeric padding): forward by cuDNN, backward by ditto's own GEMM-form kernels
+    (``deterministic``), or by cuDNN's heuristics; the bias gradient is PyTorch's sum."""
+    if isinstance(padding, str):
+        raise ValueError("ditto.torch.conv2d: numeric padding, not '" + padding + "'")
+    y = _conv2d(input, weight, _pair(stride), _pair(padding), _pair(dilation), int(groups), deterministic)
+    return y if bias is None else y + bias.view(1, -1, 1, 1)
+
+
+# ---- routing torch.nn.functional here --------------------------------------------------------------------
+
+class _Patch(contextlib.AbstractContextManager):
+    """The originals, restored by ``undo()`` or on leaving a ``with`` block."""
+
+    def __init__(self, saved: Dict[Tuple[object, str], object]):
+        self._saved = saved
+
+    def undo(self) -> None:
+        for (owner, name), fn in self._saved.items():
+            setattr(owner, name, fn)
+        self._saved = {}
+
+    def __exit__(self, *exc) -> None:
+        self.undo()
+
+
+def patch(*, deterministic: bool = True, conv2d: bool = False) -> _Patch:
+    """Routes the matching ``torch.nn.functional`` calls (and ``torchvision.ops.roi_align``) to ditto:
+    grid_sample (bilinear, zeros), affine_grid (2-D), interpolate (nearest, bilinear), cross_entropy
+    and nll_loss on N,C,H,W inputs with mean reduction, ctc_loss (blank 0), embedding, embedding_bag
+    (sum, mean); with ``conv2d=True`` also conv2d. A call with arguments ditto does not implement goes
+    to PyTorch's own function, unchanged. Returns a handle whose ``undo()`` (or a ``with`` block)
+    restores PyTorch's functions."""
+    saved: Dict[Tuple[object, str], object] = {}
+
+    def route(owner, name, accepts, ours):
+        original = getattr(owner, name)
+        saved[(owner, name)] = original
+
+        def routed(*args, **kwargs):
+            if accepts(*args, **kwargs):
+                return ours(*args, **kwargs)
+            return original(*args, **kwargs)
+
+        routed.__wrapped__ = original
+        routed.__doc__ = original.__doc__
+        setattr(owner, name, routed)
+
+    det = deterministic
+
+    def kw(args, kwargs, names):
+        out = dict(zip(names, args))
+        out.update(kwargs)
+        return out
+
+    def gs_ok(*a, **k):
+        p = kw(a, k, ["input", "grid", "mode", "padding_mode", "align_corners"])
+        return p.get("mode", "bilinear") == "bilinear" and p.get("padding_mode", "zeros") == "zeros" and \
+            p["input"].dtype == torch.float32 and p["input"].dim() == 4
+    route(F, "grid_sample", gs_ok, lambda *a, **k: grid_sample(*a, deterministic=det, **k))
+
+    def ag_ok(*a, **k):
+        p = kw(a, k, ["theta", "size", "align_corners"])
+        return len(p["size"]) == 4 and p["theta"].dtype == torch.float32
+    route(F, "affine_grid", ag_ok, lambda *a, **k: affine_grid(*a, deterministic=det, **k))
+
+    def up_ok(*a, **k):
+        p = kw(a, k, ["input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
+                      "antialias"])
+        if p["input"].dim() != 4 or p["input"].dtype != torch.float32 or p.get("antialias"):
+            return False
+        if p.get("mode", "nearest") not in ("nearest", "bilinear") or p.get("recompute_scale_factor"):
+            return False
+        sf = p.get("scale_factor")
+        if sf is not None:
+            h, w = p["input"].shape[2:]
+            sh, sw = (sf, sf) if isinstance(sf, (int, float)) else tuple(sf)
+            return math.floor(h * sh) / h == sh and math.floor(w * sw) / w == sw
+        return True
+
+    def up(*a, **k):
+        p = kw(a, k, ["input", "size", "scale_factor", "mode", "align_corners"])
+        return interpolate(p["input"], p.get("size"), p.get("scale_factor"), p.get("mode", "nearest"),
+                           p.get("align_corners"), deterministic=det)
+    route(F, "interpolate", up_ok, up)
+
+    def xent_ok(*a, **k):
+        p = kw(a, k, ["input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
+                      "label_smoothing"])
+        return (p["input"].dim() == 4 and p["input"].dtype == torch.float32 and p.get("weight") is None and
+                p.get("size_average") is None and p.get("reduce") is None and
+                p.get("reduction", "mean") == "mean" and not p.get("label_smoothing") and
+                p["target"].dtype in (torch.int64, torch.int32))
+
+    def xent(*a, **k):
+        p = kw(a, k, ["input", "target", "weight", "size_average", "ignore_index"])
+        return cross_entropy(p["input"], p["target"], p.get("ignore_index", -100), deterministic=det)
+    route(F, "cross_entropy", xent_ok, xent)
+
+    def nll_ok(*a, **k):
+        p = kw(a, k, ["input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction"])
+        return (p["input"].dim() == 4 and p["input"].dtype == torch.float32 and p.get("weight") is None and
+                p.get("size_average") is None and p.get("reduce") is None and p.get("reduction", "mean") == "mean")
+
+    def nll(*a, **k):
+        p = kw(a, k, ["input", "target", "weight", "size_average", "ignore_index"])
+        return nll_loss(p["input"], p["target"], p.get("ignore_index", -100))
+    route(F, "nll_loss", nll_ok, nll)
+
+    def ctc_ok(*a, **k):
+        p = kw(a, k, ["log_probs", "targets", "input_lengths", "target_lengths", "blank", "reduction",
+                      "zero_infinity"])
+        return p.get("blank", 0) == 0 and p["log_probs"].dtype == torch.float32 and p["log_probs"].dim() == 3
+    route(F, "ctc_loss", ctc_ok, lambda *a, **k: ctc_loss(*a, deterministic=det, **k))
+
+    def emb_ok(*a, **k):
+        p = kw(a, k, ["input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"])
+        return (p["weight"].dtype == torch.float32 and p.get("max_norm") is None and
+                not p.get("scale_grad_by_freq") and not p.get("sparse"))
+
+    def emb(*a, **k):
+        p = kw(a, k, ["input", "weight", "padding_idx"])
+        return embedding(p["input"], p["weight"], p.get("padding_idx"), deterministic=det)
+    route(F, "embedding", emb_ok, emb)
+
+    def bag_ok(*a, **k):
+        p = kw(a, k, ["input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode", "sparse",
+                      "per_sample_weights", "include_last_offset", "padding_idx"])
+        return (p["weight"].dtype == torch.float32 and p.get("mode", "mean") in ("sum", "mean") and
+                p.get("max_norm") is None and not p.get("scale_grad_by_freq") and not p.get("sparse") and
+                p.get("per_sample_weights") is None and not p.get("include_last_offset") and
+                p.get("padding_idx") is None)
+
+    def bag(*a, **k):
+        p = kw(a, k, ["input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode"])
+        return embedding_bag(p["input"], p["weight"], p.get("offsets"), p.get("mode", "mean"), deterministic=det)
+    route(F, "embedding_bag", bag_ok, bag)
+
+    if conv2d:
+        def conv_ok(*a, **k):
+            p = kw(a, k, ["input", "weight", "bias", "stride", "padding", "dilation", "groups"])
+            return p["input"].dtype == torch.float32 and p["input"].dim() == 4 and not isinstance(
+                p.get("padding", 0), str)
+        route(F, "conv2d", conv_ok, lambda *a, **k: globals()["conv2d"](*a, deterministic=det, **k))
+
+    try:
+        import torchvision.ops as tvops
+    except ImportError:
+        tvops = None
+    if tvops is not None:
+        def roi_ok(*a, **k):
+            p = kw(a, k, ["input", "boxes", "output_size", "spatial_scale", "sampling_ratio", "aligned"])
+            b = p["boxes"]
+            return isinstance(b, Tensor) and b.dim() == 2 and b.shape[1] == 5 and p["input"].dtype == torch.float32
+        route(tvops, "roi_align", roi_ok, lambda *a, **k: roi_align(*a, deterministic=det, **k))
+    return _Patch(saved)

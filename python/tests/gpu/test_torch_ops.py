@@ -1,0 +1,143 @@
+"""ditto.torch on a CUDA device beside PyTorch's own ops (ctest label gpu, gpu_python): each op agrees
+with PyTorch's to float32 accuracy (bench/torch_op_cases.py states the tolerance), repeats bit for
+bit over 20 calls, says which variant ran, runs under PyTorch's deterministic mode where PyTorch's own
+op raises, orders its work on the caller's (non-default) stream, traces under torch.compile, and its
+gradients match directional derivatives."""
+import hashlib
+import os
+import pathlib
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ditto.torch as dt
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "bench"))
+import torch_op_cases as tc  # noqa: E402
+
+CASES = {c.name: c for c in tc.CASES}
+
+
+def digest(tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_agrees_with_pytorch(name):
+    case = CASES[name]
+    inputs = case.make("cuda", "test")
+    ours, theirs = tc.step(case, inputs, "ditto"), tc.step(case, inputs, "torch")
+    assert len(ours) == len(theirs)
+    for u, v in zip(ours, theirs):
+        torch.testing.assert_close(u, v, **tc.tolerance(case, v))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_deterministic_calls_repeat_bit_for_bit(name):
+    case = CASES[name]
+    inputs = case.make("cuda", "test")
+    assert len({digest(tc.step(case, inputs, "ditto")) for _ in range(20)}) == 1
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.op])
+def test_each_call_records_its_variants_and_their_guarantees(name):
+    case = CASES[name]
+    inputs = case.make("cuda", "test")
+    tc.step(case, inputs, "ditto", deterministic=True)
+    ran = dt.variants()[case.op]
+    assert ran and all(v["guarantee"] in ("run_to_run", "gpu_to_gpu") for v in ran), ran
+    tc.step(case, inputs, "ditto", deterministic=False)
+    assert dt.variants()[case.op], "the nondeterministic call records what it ran too"
+
+
+def test_the_frameworks_choice_is_named_not_guaranteed():
+    case = CASES["grid_sample"]
+    tc.step(case, case.make("cuda", "test"), "ditto", deterministic=False)
+    assert dt.variants()["grid_sample"] == [{"knob": "bwd", "variant": "atomic", "guarantee": "not_guaranteed"}]
+
+
+def test_runs_under_pytorch_deterministic_mode_where_pytorch_raises():
+    gs, seg = CASES["grid_sample"], CASES["nll_loss-2d"]
+    gi, si = gs.make("cuda", "test"), seg.make("cuda", "test")
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(RuntimeError, match="deterministic"):
+            tc.step(gs, gi, "torch")
+        with pytest.raises(RuntimeError, match="deterministic"):
+            tc.step(seg, si, "torch")
+        a = tc.step(gs, gi, "ditto")
+        b = tc.step(seg, si, "ditto")
+        with dt.patch():  # the same calls through torch.nn.functional, routed to ditto
+            pa = tc.step(gs, gi, "torch")
+            pb = tc.step(seg, si, "torch")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert digest(a) == digest(pa) and digest(b) == digest(pb)
+    assert F.grid_sample.__module__ == "torch.nn.functional", "leaving the with block restores PyTorch's function"
+
+
+def test_work_is_ordered_on_the_callers_non_default_stream():
+    case = CASES["grid_sample"]
+    inputs = case.make("cuda", "test")
+    want = digest(tc.step(case, inputs, "ditto"))
+    # The input is written on a side stream at the end of a long queue; an op that ran on another
+    # stream would read the 7s it held before.
+    x = torch.full_like(inputs["x"], 7.0)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        busy = torch.rand(2048, 2048, device="cuda")
+        for _ in range(30):
+            busy = torch.tanh(busy @ busy)
+        x.copy_(inputs["x"].detach())
+        got = tc.step(case, dict(inputs, x=x.requires_grad_()), "ditto")
+        done = torch.cuda.Event()
+        done.record()
+    done.synchronize()
+    assert digest(got) == want
+
+
+def test_traces_under_torch_compile():
+    case = CASES["grid_sample"]
+    inputs = case.make("cuda", "test")
+
+    def loss(x, grid):
+        return (dt.grid_sample(x, grid) * 1.5).sum()
+
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    x, grid = inputs["x"], inputs["grid"]
+    eager = [loss(x, grid)] + list(torch.autograd.grad(loss(x, grid), (x, grid)))
+    traced = [compiled(x, grid)] + list(torch.autograd.grad(compiled(x, grid), (x, grid)))
+    assert digest(eager) == digest(traced)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.linear or n in ("ctc_loss", "cross_entropy-2d")])
+def test_gradients_match_directional_derivatives(name):
+    """<grad, v> against the change of <output, u> along v: exact for the ops linear in the input
+    (up to rounding), a central difference for the smooth losses."""
+    case = CASES[name]
+    inputs = case.make("cuda", "test")
+    out, *grads = tc.step(case, inputs, "ditto")
+    u = tc.upstream(out)
+    for name_in, g in zip(case.grads, grads):
+        base = inputs[name_in].detach()
+        v = tc._rand(base.shape, 5, "cuda") * (base.abs().max() * 0.01 + 1e-3)
+
+        def f(t):
+            with torch.no_grad():
+                return float((case.ditto(dict(inputs, **{name_in: t}), True).double() * u.double()).sum())
+
+        predicted = float((g.double() * v.double()).sum())
+        if case.linear:
+            change = f(base + v) - f(base)
+        else:
+            change = (f(base + v) - f(base - v)) / 2
+        assert change == pytest.approx(predicted, rel=2e-2, abs=1e-4 * (abs(f(base)) + 1))

@@ -1,0 +1,73 @@
+"""ditto.torch on the CPU (ditto's double-accumulating references under PyTorch's tensors): the ops
+agree with PyTorch's, record the variant that ran, refuse what they do not implement with an error
+naming it, and patch() routes and restores. Needs PyTorch (skipped where it is not installed; the
+GPU half, python/tests/gpu/test_torch_ops.py, runs beside PyTorch on the GPU host)."""
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import ditto  # noqa: E402
+import ditto.torch as dt  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import torch_op_cases as tc  # noqa: E402
+
+# roi_align's peer is torchvision's, which this interpreter may lack; its CPU check is by definition.
+CPU_CASES = [c for c in tc.CASES if c.name != "roi_align"]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
+def test_agrees_with_pytorch_on_the_cpu(case):
+    inputs = case.make("cpu", "test")
+    for u, v in zip(tc.step(case, inputs, "ditto"), tc.step(case, inputs, "torch")):
+        torch.testing.assert_close(u, v, **tc.tolerance(case, v))
+    if case.op:
+        assert {v["variant"] for v in dt.variants()[case.op]} == {"cpu-reference"}
+
+
+def test_roi_align_matches_its_definition_at_one_bin():
+    # One roi covering pixels 0..2 of a 1x1x4x4 ramp, one 1x1 bin, one sample at its centre (1.0, 1.0):
+    # the value there; its gradient lands on that pixel alone.
+    x = torch.arange(16, dtype=torch.float32).view(1, 1, 4, 4).requires_grad_()
+    y = dt.roi_align(x, torch.tensor([[0.0, 0.0, 0.0, 2.0, 2.0]]), 1, 1.0, 1, aligned=False)
+    assert float(y.detach()) == 5.0  # x[1, 1]
+    (g,) = torch.autograd.grad(y.sum(), x)
+    assert float(g[0, 0, 1, 1]) == 1.0 and float(g.sum()) == 1.0
+
+
+def test_what_ditto_does_not_implement_is_refused_by_name():
+    x = torch.rand(1, 2, 4, 4)
+    with pytest.raises(ValueError, match="bilinear with zeros"):
+        dt.grid_sample(x, torch.zeros(1, 2, 2, 2), mode="nearest")
+    with pytest.raises(ValueError, match="pass size="):
+        dt.interpolate(x, scale_factor=1.3, mode="bilinear", align_corners=False)
+    with pytest.raises(ValueError, match="float32"):
+        dt.grid_sample(x.double(), torch.zeros(1, 2, 2, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="class 0 as the blank"):
+        dt.ctc_loss(torch.zeros(3, 1, 4), torch.ones(1, 1, dtype=torch.long), [3], [1], blank=2)
+
+
+def test_ditto_errors_keep_their_type_and_message():
+    logits = torch.rand(1, 3, 2, 2)
+    with pytest.raises(ditto.DataError, match="outside \\[0, 3\\)"):
+        dt.cross_entropy(logits, torch.full((1, 2, 2), 5, dtype=torch.long))
+    with pytest.raises(ditto.ShapeError, match="grid"):
+        dt.grid_sample(torch.rand(2, 1, 4, 4), torch.zeros(3, 2, 2, 2))
+
+
+def test_patch_routes_the_matching_calls_and_restores_them():
+    original = F.grid_sample
+    x, grid = torch.rand(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2 - 1
+    with dt.patch():
+        assert F.grid_sample is not original
+        dt.variants().clear()
+        y = F.grid_sample(x, grid, align_corners=False)
+        assert "grid_sample" in dt.variants()
+        torch.testing.assert_close(y, original(x, grid, align_corners=False))
+        # A call ditto does not implement goes to PyTorch's own function.
+        F.grid_sample(x, grid, mode="nearest", align_corners=False)
+    assert F.grid_sample is original

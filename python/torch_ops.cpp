@@ -1,0 +1,294 @@
+#include "python/torch_ops.h"
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/detail/cuda_state.h"
+#include "engine/error.h"
+#include "engine/manifest.h"
+#include "engine/policy.h"
+#include "engine/tape.h"
+#include "kernels/conv2d.h"
+#include "kernels/ctc.h"
+#include "kernels/grid_sample.h"
+#include "kernels/pixel_xent.h"
+#include "kernels/roi_align.h"
+#include "kernels/scatter.h"
+#include "kernels/spmm.h"
+#include "kernels/upsample.h"
+#include "python/bridge.h"
+
+namespace ditto::py {
+namespace {
+
+using namespace nb::literals;
+
+// Each op runs under a context that borrows the caller's stream (PyTorch's current stream), so
+// its kernels are ordered with PyTorch's work and its outputs are ready for PyTorch without a
+// wait. Contexts are made once per (device, stream, deterministic) and kept for the process: a
+// cuDNN and a cuBLAS handle each, and a memory pool that serves the outputs handed to PyTorch.
+// They are never destroyed: at exit the CUDA runtime may already be gone.
+struct Runner {
+  std::unique_ptr<Context> ctx;
+  std::mutex mu;  // PyTorch's autograd runs backward on a thread of its own
+};
+
+// deterministic=True: every knob by the mode word `deterministic` (gather and sorted scatters,
+// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form.
+// deterministic=False: what frameworks run (atomics, cuDNN's heuristics).
+Policy torch_policy(bool deterministic) {
+  if (!deterministic) return Policy::parse({"*=heuristic"});
+  return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm"});
+}
+
+Runner& runner(const std::string& device, std::intptr_t stream, bool deterministic) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::tuple<std::string, std::intptr_t, bool>, std::unique_ptr<Runner>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& r = (*cache)[{device, stream, deterministic}];
+  if (!r) {
+    auto fresh = std::make_unique<Runner>();
+    ContextOptions o;
+    const Device d = Device::parse(device);
+    // PyTorch's default stream is the legacy one, handle 0, which ContextOptions reads as "make a
+    // stream"; its named handle orders ditto's work with it instead.
+    if (d.is_cuda()) o.stream = stream == 0 ? static_cast<void*>(cudaStreamLegacy) : reinterpret_cast<void*>(stream);
+    fresh->ctx = std::make_unique<Context>(d, torch_policy(deterministic), o);
+    r = std::move(fresh);
+  }
+  return *r;
+}
+
+// One op call: its context locked, its manifest cleared so that what it records is this call's.
+class Call {
+ public:
+  Call(const std::string& device, std::intptr_t stream, bool deterministic, std::string layer)
+      : r_(runner(device, stream, deterministic)), lock_(r_.mu), layer_(std::move(layer)) {
+    r_.ctx->manifest().clear();
+  }
+  Context& ctx() { return *r_.ctx; }
+  const std::string& layer() const { return layer_; }
+  Tensor in(nb::handle h) { return from_dlpack(*r_.ctx, h); }
+  Tensor in_opt(nb::handle h) { return h.is_none() ? Tensor() : in(h); }
+  // The outputs (None for an undefined one) and, last, the variants that ran: a list of
+  // (knob, variant, guarantee).
+  nb::tuple done(std::initializer_list<Tensor> outs) {
+    nb::list l;
+    for (const Tensor& t : outs) l.append(t.defined() ? nb::cast(share_on_stream(t)) : nb::none());
+    nb::list ran;
+    for (const ManifestEntry& e : r_.ctx->manifest().entries())
+      if (e.layer == layer_) ran.append(nb::make_tuple(e.knob, e.variant, guarantee_name(e.guarantee)));
+    l.append(ran);
+    return nb::tuple(l);
+  }
+
+ private:
+  Runner& r_;
+  std::unique_lock<std::mutex> lock_;
+  std::string layer_;
+};
+
+Shape shape_of(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }
+
+Conv2dParams conv_params(const std::vector<int>& stride, const std::vector<int>& padding,
+                         const std::vector<int>& dilation, int groups) {
+  if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
+    throw ShapeError("conv2d: stride, padding and dilation take two values each (height, width)");
+  Conv2dParams p;
+  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_h = padding[0], p.pad_w = padding[1];
+  p.dilation_h = dilation[0], p.dilation_w = dilation[1], p.groups = groups;
+  return p;
+}
+
+UpsampleParams upsample_params(const std::string& mode, int64_t out_h, int64_t out_w, bool align_corners) {
+  UpsampleParams p;
+  if (mode == "nearest")
+    p.mode = UpsampleMode::Nearest;
+  else if (mode == "bilinear")
+    p.mode = UpsampleMode::Bilinear;
+  else
+    throw ShapeError(fmt::format("interpolate: mode '{}'; ditto has nearest and bilinear", mode));
+  p.out_h = out_h, p.out_w = out_w, p.align_corners = align_corners;
+  return p;
+}
+
+BagMode bag_mode(const std::string& mode) {
+  if (mode == "sum") return BagMode::Sum;
+  if (mode == "mean") return BagMode::Mean;
+  throw ShapeError(fmt::format("embedding_bag: mode '{}'; ditto has sum and mean", mode));
+}
+
+// A CSR matrix over the caller's arrays (i32 structure, f32 values; no gradient to the values).
+CsrMatrix csr_of(Call& c, nb::handle row_ptr, nb::handle col_idx, nb::handle values, int64_t rows, int64_t cols) {
+  CsrMatrix a;
+  a.rows = rows, a.cols = cols;
+  a.row_ptr = c.in(row_ptr);
+  a.col_idx = c.in(col_idx);
+  a.values = Var(c.in(values));
+  return a;
+}
+
+}  // namespace
+
+void bind_torch_ops(nb::module_& m) {
+  // Every function takes (device, stream, deterministic) first: the tensors' device ("cpu" or
+  // "cuda:N"), PyTorch's current stream there (its cuda_stream handle; 0 on the CPU) and the
+  // policy. Tensors are C-contiguous DLPack arrays on that device; results share ditto's memory.
+  m.def("_torch_scatter_add",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index, int64_t rows) {
+          Call c(dev, s, det, "scatter_add");
+          Tensor out = scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value();
+          return c.done({out});
+        });
+  m.def("_torch_embedding_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle index, int64_t rows) {
+          Call c(dev, s, det, "embedding");
+          return c.done({embedding_backward(c.ctx(), c.layer(), c.in(dy), c.in(index), rows)});
+        });
+  m.def("_torch_embedding_bag",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle weight, nb::handle index, nb::handle offsets,
+           const std::string& mode) {
+          Call c(dev, s, det, "embedding_bag");
+          return c.done({embedding_bag(c.ctx(), c.layer(), Var(c.in(weight)), c.in(index), c.in_opt(offsets),
+                                       bag_mode(mode))
+                             .value()});
+        },
+        "device"_a, "stream"_a, "deterministic"_a, "weight"_a, "index"_a, "offsets"_a.none(), "mode"_a);
+  m.def("_torch_embedding_bag_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle index, nb::handle offsets,
+           const std::string& mode, int64_t rows) {
+          Call c(dev, s, det, "embedding_bag");
+          return c.done({embedding_bag_backward(c.ctx(), c.layer(), c.in(dy), c.in(index), c.in_opt(offsets),
+                                                bag_mode(mode), rows)});
+        },
+        "device"_a, "stream"_a, "deterministic"_a, "dy"_a, "index"_a, "offsets"_a.none(), "mode"_a, "num_rows"_a);
+  m.def("_torch_upsample",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, const std::string& mode, int64_t oh,
+           int64_t ow, bool align_corners) {
+          Call c(dev, s, det, "upsample");
+          return c.done({upsample2d(c.ctx(), c.layer(), Var(c.in(x)), upsample_params(mode, oh, ow, align_corners))
+                             .value()});
+        });
+  m.def("_torch_upsample_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, const std::vector<int64_t>& x_shape,
+           const std::string& mode, bool align_corners) {
+          Call c(dev, s, det, "upsample");
+          Tensor g = c.in(dy);
+          const UpsampleParams p = upsample_params(mode, g.ndim() == 4 ? g.shape()[2] : 0,
+                                                   g.ndim() == 4 ? g.shape()[3] : 0, align_corners);
+          return c.done({upsample2d_backward(c.ctx(), c.layer(), g, shape_of(x_shape), p)});
+        });
+  m.def("_torch_grid_sample",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle grid, bool align_corners) {
+          Call c(dev, s, det, "grid_sample");
+          return c.done({grid_sample(c.ctx(), c.layer(), Var(c.in(x)), Var(c.in(grid)), align_corners).value()});
+        });
+  m.def("_torch_grid_sample_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle x, nb::handle grid,
+           bool align_corners, bool want_dx, bool want_dgrid) {
+          Call c(dev, s, det, "grid_sample");
+          GridSampleGrads g =
+              grid_sample_backward(c.ctx(), c.layer(), c.in(dy), c.in(x), c.in(grid), align_corners, want_dx, want_dgrid);
+          return c.done({g.dx, g.dgrid});
+        });
+  m.def("_torch_affine_grid",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle theta, int64_t h, int64_t w,
+           bool align_corners) {
+          Call c(dev, s, det, "affine_grid");
+          return c.done({affine_grid(c.ctx(), c.layer(), Var(c.in(theta)), h, w, align_corners).value()});
+        });
+  m.def("_torch_affine_grid_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dgrid, bool align_corners) {
+          Call c(dev, s, det, "affine_grid");
+          return c.done({affine_grid_backward(c.ctx(), c.layer(), c.in(dgrid), align_corners)});
+        });
+  m.def("_torch_roi_align",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle rois, int64_t oh, int64_t ow,
+           float scale, int sampling_ratio, bool aligned) {
+          Call c(dev, s, det, "roi_align");
+          const RoiAlignParams p{oh, ow, scale, sampling_ratio, aligned};
+          return c.done({roi_align(c.ctx(), c.layer(), Var(c.in(x)), c.in(rois), p).value()});
+        });
+  m.def("_torch_roi_align_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, const std::vector<int64_t>& x_shape,
+           nb::handle rois, int64_t oh, int64_t ow, float scale, int sampling_ratio, bool aligned) {
+          Call c(dev, s, det, "roi_align");
+          const RoiAlignParams p{oh, ow, scale, sampling_ratio, aligned};
+          return c.done({roi_align_backward(c.ctx(), c.layer(), c.in(dy), shape_of(x_shape), c.in(rois), p)});
+        });
+  // CTC computes the gradient in its forward pass (as cuDNN does): with want_grad the costs' gradient
+  // for an upstream gradient of ones comes back beside them, and backward only scales it.
+  m.def("_torch_ctc_loss",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle logits, nb::handle labels,
+           nb::handle label_lengths, nb::handle input_lengths, bool want_grad) {
+          Call c(dev, s, det, "ctc_loss");
+          Var lg(c.in(logits), want_grad);
+          Var cost = ctc_loss(c.ctx(), c.layer(), lg, c.in(labels), c.in(label_lengths), c.in(input_lengths));
+          if (!want_grad) return c.done({cost.value(), Tensor()});
+          c.ctx().tape().backward(c.ctx(), cost);
+          return c.done({cost.value(), lg.grad()});
+        });
+  m.def("_torch_pixel_cross_entropy",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle logits, nb::handle labels, int ignore_index) {
+          Call c(dev, s, det, "pixel_xent");
+          return c.done({pixel_cross_entropy(c.ctx(), c.layer(), Var(c.in(logits)), c.in(labels), ignore_index).value()});
+        });
+  // The backward pass needs the forward's per-pixel log-sum-exp and count, so it runs the forward
+  // again (one pass over the logits) and then the backward kernel.
+  m.def("_torch_pixel_cross_entropy_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dloss, nb::handle logits, nb::handle labels,
+           int ignore_index) {
+          Call c(dev, s, det, "pixel_xent");
+          Var lg(c.in(logits), true);
+          Var loss = pixel_cross_entropy(c.ctx(), c.layer(), lg, c.in(labels), ignore_index);
+          c.ctx().tape().backward(c.ctx(), loss, c.in(dloss));
+          return c.done({lg.grad()});
+        });
+  m.def("_torch_spmm",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle row_ptr, nb::handle col_idx, nb::handle values,
+           int64_t rows, int64_t cols, nb::handle b) {
+          Call c(dev, s, det, "spmm");
+          const CsrMatrix a = csr_of(c, row_ptr, col_idx, values, rows, cols);
+          return c.done({spmm(c.ctx(), c.layer(), a, Var(c.in(b))).value()});
+        });
+  m.def("_torch_spmm_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dc, nb::handle row_ptr, nb::handle col_idx,
+           nb::handle values, int64_t rows, int64_t cols, const std::vector<int64_t>& b_shape) {
+          Call c(dev, s, det, "spmm");
+          const CsrMatrix a = csr_of(c, row_ptr, col_idx, values, rows, cols);
+          return c.done({spmm_backward_dense(c.ctx(), c.layer(), a, c.in(dc), shape_of(b_shape))});
+        });
+  m.def("_torch_conv2d",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle w, const std::vector<int>& stride,
+           const std::vector<int>& padding, const std::vector<int>& dilation, int groups) {
+          Call c(dev, s, det, "conv2d");
+          return c.done({conv2d_forward(c.ctx(), c.layer(), c.in(x), c.in(w), conv_params(stride, padding, dilation, groups))});
+        });
+  m.def("_torch_conv2d_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle x, nb::handle w,
+           const std::vector<int>& stride, const std::vector<int>& padding, const std::vector<int>& dilation, int groups,
+           bool want_dx, bool want_dw) {
+          Call c(dev, s, det, "conv2d");
+          const Conv2dParams p = conv_params(stride, padding, dilation, groups);
+          const Tensor g = c.in(dy), xt = c.in(x), wt = c.in(w);
+          Tensor dx, dw;
+          if (want_dx) dx = conv2d_backward_data(c.ctx(), c.layer(), g, wt, xt.shape(), p);
+          if (want_dw) dw = conv2d_backward_filter(c.ctx(), c.layer(), xt, g, wt.shape(), p);
+          return c.done({dx, dw});
+        });
+}
+
+}  // namespace ditto::py
