@@ -72,7 +72,11 @@ Tensor from_dlpack(Context& ctx, nb::handle obj) {
   nb::object source = nb::borrow(obj);
   // DLPack's stream contract: a producer asked for its data on our stream orders its pending work
   // before it; without a stream argument the exchange would race with a GPU producer.
-  if (ctx.is_cuda() && nb::hasattr(obj, "__dlpack__")) {
+  // A host array (NumPy's refuses any stream) is passed as it is, and refused below for its device.
+  constexpr int kDLCUDA = 2;
+  const bool producer_on_gpu =
+      !nb::hasattr(obj, "__dlpack_device__") || nb::cast<int>(nb::tuple(obj.attr("__dlpack_device__")())[0]) == kDLCUDA;
+  if (ctx.is_cuda() && producer_on_gpu && nb::hasattr(obj, "__dlpack__")) {
     const auto stream = reinterpret_cast<std::intptr_t>(detail::cuda_state(ctx).stream);
     source = obj.attr("__dlpack__")("stream"_a = stream);
   }

@@ -56,6 +56,9 @@ def _where(t: Tensor) -> Tuple[str, int]:
 
 def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Optional[Tensor]]:
     device, stream = _where(like)
+    # The op implementations run below autograd, but their inputs may still carry requires_grad,
+    # which PyTorch's DLPack export refuses; detaching shares the same memory.
+    args = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
     *outs, ran = getattr(_ditto, fn)(device, stream, deterministic, *args)
     _latest[op] = [{"knob": k, "variant": v, "guarantee": g} for k, v, g in ran]
     return [None if o is None else torch.from_dlpack(o) for o in outs]
