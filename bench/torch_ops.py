@@ -3,9 +3,14 @@ and backward timed (CUDA events, after warm-up) for PyTorch's default mode, PyTo
 mode (or the error it raises), ditto deterministic and ditto nondeterministic; and, over 20 calls,
 how many distinct results (output and gradients hashed) each gives.
 
-    python bench/torch_ops.py --out bench/results/DATE-torch-ops [--runs 20] [--only grid_sample]
+    python bench/torch_ops.py --out bench/results/DATE-torch-ops [--runs 20] [--only grid_sample] [--profile]
+    python bench/torch_ops.py --merge LOG... --out DIR    # the table from earlier runs' printed records
 
-Writes torch_ops.json (one record per op and mode, with the GPU, PyTorch and ditto versions) and
+Each record is printed as a JSON line as it is measured (the first line is the run's meta), so runs
+split over several device calls on one GPU can be assembled with --merge (a later record of an op
+and mode replaces an earlier one). --profile adds, per op, each way's GPU kernel time per call and
+its largest kernels (torch.profiler, CUDA activity), which says where a slower way spends the time;
+--profile-only records just that. Writes torch_ops.json (one record per op and mode, with the GPU, PyTorch and ditto versions) and
 torch_ops.md (the table). PyTorch's deterministic mode runs with fill_uninitialized_memory off (its
 cost is not the algorithms') and CUBLAS_WORKSPACE_CONFIG=:4096:8 (which it requires).
 """
@@ -55,7 +60,26 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(case, inputs, dy, mode: str, runs: int, repeats: int) -> dict:
+def kernel_profile(fn, steps: int = 3) -> dict:
+    """GPU kernel time per call of fn (summed over its kernels, memsets and copies) and the largest."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in p.key_averages():
+        t = getattr(e, "device_time_total", None)
+        t = t if t is not None else getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            rows.append({"kernel": e.key[:120], "us": t / steps, "calls": e.count / steps})
+    rows.sort(key=lambda r: -r["us"])
+    return {"gpu_us": sum(r["us"] for r in rows), "kernels": rows[:6]}
+
+
+def measure(case, inputs, dy, mode: str, runs: int, repeats: int, profile: bool, timing: bool = True) -> dict:
     row = {"op": case.name, "mode": mode, "shape": case.shape(inputs)}
     det_mode = mode == "pytorch-deterministic"
     torch.use_deterministic_algorithms(det_mode)
@@ -65,9 +89,12 @@ def measure(case, inputs, dy, mode: str, runs: int, repeats: int) -> dict:
         else:
             fn = lambda: tc.step(case, inputs, "ditto", dy, mode == "ditto-deterministic")  # noqa: E731
         out = fn()
-        row["distinct"] = len({digest(fn()) for _ in range(runs)})
-        row["runs"] = runs
-        row["us"] = timed(fn, repeats)
+        if timing:
+            row["distinct"] = len({digest(fn()) for _ in range(runs)})
+            row["runs"] = runs
+            row["us"] = timed(fn, repeats)
+        if profile:
+            row["profile"] = kernel_profile(fn)
         if mode.startswith("ditto"):
             row["variants"] = dt.variants().get(case.op, [])
         row["outputs"] = out
@@ -78,28 +105,96 @@ def measure(case, inputs, dy, mode: str, runs: int, repeats: int) -> dict:
     return row
 
 
+def write(out: pathlib.Path, meta: dict, records: list) -> None:
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True)
+    (tmp / "torch_ops.json").write_text(json.dumps({"meta": meta, "rows": records}, indent=1) + "\n")
+    lines = [f"# ditto.torch against PyTorch ({meta['gpu']}, PyTorch {meta['torch']}, ditto {meta['ditto_commit']}, "
+             f"{meta['date']})", "",
+             "One forward and backward per call; median of the timed calls (CUDA events, host time included); "
+             f"distinct = different results (output and gradients hashed) over {meta['runs']} calls; GPU µs = kernel "
+             "time per call (torch.profiler), where profiled.", "",
+             "| op | shape | mode | µs | × PyTorch default | GPU µs | distinct | max abs diff vs PyTorch | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        note = r.get("error", "") or ", ".join(f"{v['knob']}={v['variant']}" for v in r.get("variants", []))
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            r["op"], r["shape"], r["mode"], f"{r['us']:.0f}" if "us" in r else "—",
+            f"{r['vs_pytorch_default']:.2f}" if "vs_pytorch_default" in r else "—",
+            f"{r['profile']['gpu_us']:.0f}" if "profile" in r else "—",
+            f"{r['distinct']}/{r['runs']}" if "distinct" in r else "—",
+            f"{r['max_abs_diff_vs_pytorch']:.2e}" if "max_abs_diff_vs_pytorch" in r else "—", note.replace("|", "/")))
+    (tmp / "torch_ops.md").write_text("\n".join(lines) + "\n")
+    tmp.rename(out)
+    print(f"wrote {out}/torch_ops.json and torch_ops.md")
+
+
+def merge(logs: list, out: pathlib.Path) -> int:
+    """Records printed by earlier runs, in case order; a later record of an op and mode wins, and a
+    profile-only record adds its profile to the timed one."""
+    meta, by_key = None, {}
+    for log in logs:
+        for line in pathlib.Path(log).read_text().splitlines():
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            if "meta" in r:
+                if meta and (meta["gpu"], meta["torch"]) != (r["meta"]["gpu"], r["meta"]["torch"]):
+                    raise SystemExit(f"--merge: {log} was measured on {r['meta']['gpu']} with PyTorch "
+                                     f"{r['meta']['torch']}, an earlier log on {meta['gpu']} with {meta['torch']}")
+                meta = r["meta"]
+                continue
+            key = (r["op"], r["mode"])
+            if "us" not in r and key in by_key:
+                by_key[key]["profile"] = r.get("profile")
+            else:
+                by_key[key] = {**by_key.get(key, {}), **r}
+    if meta is None:
+        raise SystemExit("--merge: no log carries a meta line (the run's GPU and versions)")
+    order = {c.name: i for i, c in enumerate(tc.CASES)}
+    modes = ["pytorch-default", "pytorch-deterministic", "ditto-deterministic", "ditto-nondeterministic"]
+    records = sorted(by_key.values(), key=lambda r: (order.get(r["op"], 99), modes.index(r["mode"])))
+    write(out, meta, records)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for torch_ops.json and torch_ops.md (must not exist)")
     ap.add_argument("--runs", type=int, default=20, help="calls hashed per op and mode (default 20)")
     ap.add_argument("--repeats", type=int, default=20, help="timed calls per op and mode (default 20)")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--profile", action="store_true", help="also each way's GPU kernel time (torch.profiler)")
+    ap.add_argument("--profile-only", action="store_true", help="only the kernel profiles, no timing or hashing")
+    ap.add_argument("--merge", nargs="+", default=None, help="assemble --out from these runs' printed records")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     if out.exists():
         ap.error(f"--out {out}: exists; a finished benchmark is never overwritten")
+    if a.merge:
+        return merge(a.merge, out)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
     torch.utils.deterministic.fill_uninitialized_memory = False
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+            "ditto_commit": os.environ.get("DITTO_COMMIT", ""), "date": datetime.date.today().isoformat(),
+            "runs": a.runs, "repeats": a.repeats}
+    print(json.dumps({"meta": meta}), flush=True)
     wanted = set(filter(None, a.only.split(",")))
+    unknown = wanted - {c.name for c in tc.CASES}
+    if unknown:
+        ap.error(f"--only: no case {sorted(unknown)}; the cases: {', '.join(c.name for c in tc.CASES)}")
     records = []
     for case in tc.CASES:
         if wanted and case.name not in wanted:
             continue
         inputs = case.make("cuda", "bench")
         dy = tc.upstream(tc.step(case, inputs, "torch")[0])
-        rows = [measure(case, inputs, dy, m, a.runs, a.repeats)
-                for m in ("pytorch-default", "pytorch-deterministic", "ditto-deterministic", "ditto-nondeterministic")]
+        modes = ["pytorch-default", "pytorch-deterministic", "ditto-deterministic", "ditto-nondeterministic"]
+        if a.profile_only:
+            modes = ["pytorch-default", "ditto-deterministic"]
+        rows = [measure(case, inputs, dy, m, a.runs, a.repeats, a.profile or a.profile_only, not a.profile_only)
+                for m in modes]
         ref = rows[0].get("outputs")
         for r in rows:
             got = r.pop("outputs", None)
@@ -111,29 +206,9 @@ def main() -> int:
             print(json.dumps(r), flush=True)
         del inputs
         torch.cuda.empty_cache()
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-            "ditto_commit": os.environ.get("DITTO_COMMIT", ""), "date": datetime.date.today().isoformat(),
-            "runs": a.runs, "repeats": a.repeats}
-    tmp = out.with_name(out.name + ".partial")
-    tmp.mkdir(parents=True)
-    (tmp / "torch_ops.json").write_text(json.dumps({"meta": meta, "rows": records}, indent=1) + "\n")
-    lines = [f"# ditto.torch against PyTorch ({meta['gpu']}, PyTorch {meta['torch']}, ditto {meta['ditto_commit']}, "
-             f"{meta['date']})", "",
-             "One forward and backward per call; median of the timed calls; distinct = different results (output and "
-             f"gradients hashed) over {a.runs} calls.", "",
-             "| op | shape | mode | µs | × PyTorch default | distinct | max abs diff vs PyTorch | note |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in records:
-        note = r.get("error", "") or ", ".join(f"{v['knob']}={v['variant']}" for v in r.get("variants", []))
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            r["op"], r["shape"], r["mode"], f"{r['us']:.0f}" if "us" in r else "—",
-            f"{r['vs_pytorch_default']:.2f}" if "vs_pytorch_default" in r else "—",
-            f"{r['distinct']}/{r['runs']}" if "distinct" in r else "—",
-            f"{r['max_abs_diff_vs_pytorch']:.2e}" if "max_abs_diff_vs_pytorch" in r else "—", note.replace("|", "/")))
-    (tmp / "torch_ops.md").write_text("\n".join(lines) + "\n")
-    tmp.rename(out)
-    print(f"wrote {out}/torch_ops.json and torch_ops.md")
+    write(out, meta, records)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,8 +26,10 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_HOST_COMPILER="$cxx" \
   -DCMAKE_CUDA_ARCHITECTURES=90 > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
 grep -E "Found (CUDNN|JPEG|ZLIB)" "$BUILD.configure.log" || true
-cmake --build "$BUILD" -j "$(nproc)" 2>&1 | grep -E "error|warning: |FAILED" || true
-cmake --build "$BUILD" -j "$(nproc)" >/dev/null
+# DITTO_BUILD_TARGETS: only these targets (e.g. ditto_python for a benchmark of the package).
+targets=(); [ -n "${DITTO_BUILD_TARGETS:-}" ] && targets=(--target ${DITTO_BUILD_TARGETS})
+cmake --build "$BUILD" -j "$(nproc)" "${targets[@]}" 2>&1 | grep -E "error|warning: |FAILED" || true
+cmake --build "$BUILD" -j "$(nproc)" "${targets[@]}" >/dev/null
 if ! readelf -d "$BUILD/libditto.so" | grep -q 'libstdc++'; then
   echo "gpu-build: $BUILD/libditto.so carries a static C++ runtime (no libstdc++.so.6 among its NEEDED);" \
        "check the host compiler's library folders ($BUILD/CMakeFiles/*/CMakeCUDACompiler.cmake)" >&2
