@@ -12,7 +12,8 @@ and mode replaces an earlier one). --profile adds, per op, each way's GPU kernel
 its largest kernels (torch.profiler, CUDA activity), which says where a slower way spends the time;
 --profile-only records just that. Writes torch_ops.json (one record per op and mode, with the GPU, PyTorch and ditto versions) and
 torch_ops.md (the table). PyTorch's deterministic mode runs with fill_uninitialized_memory off (its
-cost is not the algorithms') and CUBLAS_WORKSPACE_CONFIG=:4096:8 (which it requires).
+cost is not the algorithms') and CUBLAS_WORKSPACE_CONFIG=:4096:8 (which it requires); PyTorch's
+TF32 is off (ditto's ops here are float32).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 
@@ -107,7 +109,18 @@ def measure(case, inputs, dy, mode: str, runs: int, repeats: int, profile: bool,
 
 def write(out: pathlib.Path, meta: dict, records: list) -> None:
     tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)  # a stale one is never a finished result
     tmp.mkdir(parents=True)
+    try:
+        _write_files(tmp, meta, records)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    tmp.rename(out)
+    print(f"wrote {out}/torch_ops.json and torch_ops.md")
+
+
+def _write_files(tmp: pathlib.Path, meta: dict, records: list) -> None:
     (tmp / "torch_ops.json").write_text(json.dumps({"meta": meta, "rows": records}, indent=1) + "\n")
     lines = [f"# ditto.torch against PyTorch ({meta['gpu']}, PyTorch {meta['torch']}, ditto {meta['ditto_commit']}, "
              f"{meta['date']})", "",
@@ -125,8 +138,6 @@ def write(out: pathlib.Path, meta: dict, records: list) -> None:
             f"{r['distinct']}/{r['runs']}" if "distinct" in r else "—",
             f"{r['max_abs_diff_vs_pytorch']:.2e}" if "max_abs_diff_vs_pytorch" in r else "—", note.replace("|", "/")))
     (tmp / "torch_ops.md").write_text("\n".join(lines) + "\n")
-    tmp.rename(out)
-    print(f"wrote {out}/torch_ops.json and torch_ops.md")
 
 
 def merge(logs: list, out: pathlib.Path) -> int:
@@ -145,8 +156,8 @@ def merge(logs: list, out: pathlib.Path) -> int:
                 meta = r["meta"]
                 continue
             key = (r["op"], r["mode"])
-            if "us" not in r and key in by_key:
-                by_key[key]["profile"] = r.get("profile")
+            if "us" not in r and "error" not in r and key in by_key:  # a profile-only record
+                by_key[key]["profile"] = r["profile"]
             else:
                 by_key[key] = {**by_key.get(key, {}), **r}
     if meta is None:
@@ -176,9 +187,13 @@ def main() -> int:
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device")
     torch.utils.deterministic.fill_uninitialized_memory = False
+    # ditto's ops here are float32; PyTorch's default lets cuDNN convolutions round to TF32, which is
+    # another precision (and faster tensor-core kernels), so the peer runs in float32 too.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "ditto_commit": os.environ.get("DITTO_COMMIT", ""), "date": datetime.date.today().isoformat(),
-            "runs": a.runs, "repeats": a.repeats}
+            "runs": a.runs, "repeats": a.repeats, "pytorch_tf32": False}
     print(json.dumps({"meta": meta}), flush=True)
     wanted = set(filter(None, a.only.split(",")))
     unknown = wanted - {c.name for c in tc.CASES}
