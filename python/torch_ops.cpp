@@ -18,6 +18,7 @@
 #include "engine/context.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
+#include "engine/external.h"
 #include "engine/manifest.h"
 #include "engine/policy.h"
 #include "engine/tape.h"
@@ -72,6 +73,14 @@ Runner& runner(const std::string& device, std::intptr_t stream, bool determinist
   return *r;
 }
 
+Shape shape_of(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }
+
+DType dtype_named(const std::string& name) {
+  for (DType d : {DType::F32, DType::I32, DType::BF16, DType::F16})
+    if (name == dtype_name(d)) return d;
+  throw ShapeError(fmt::format("ditto.torch: dtype '{}'; ditto holds f32, i32, bf16 and f16", name));
+}
+
 // One op call: its context locked, its manifest cleared so that what it records is this call's.
 class Call {
  public:
@@ -81,7 +90,19 @@ class Call {
   }
   Context& ctx() { return *r_.ctx; }
   const std::string& layer() const { return layer_; }
-  Tensor in(nb::handle h) { return from_dlpack(*r_.ctx, h); }
+  // A tensor argument: (data pointer, shape, dtype name) of a contiguous PyTorch tensor on this
+  // context's device, or any DLPack array. The pointer form skips DLPack's per-tensor Python calls
+  // (most of a small op's host time); the caller holds the tensor for the call, and the work is
+  // queued on the caller's stream, so PyTorch's allocator reuses the memory only after it, as it
+  // does for PyTorch's own ops.
+  Tensor in(nb::handle h) {
+    if (!nb::isinstance<nb::tuple>(h)) return from_dlpack(*r_.ctx, h);
+    nb::tuple t = nb::borrow<nb::tuple>(h);
+    const auto ptr = nb::cast<std::uintptr_t>(t[0]);
+    const auto dims = nb::cast<std::vector<int64_t>>(t[1]);
+    return wrap_external(*r_.ctx, reinterpret_cast<void*>(ptr), Shape(dims.begin(), dims.end()),
+                         dtype_named(nb::cast<std::string>(t[2])), {});
+  }
   Tensor in_opt(nb::handle h) { return h.is_none() ? Tensor() : in(h); }
   // The outputs (None for an undefined one) and, last, the variants that ran: a list of
   // (knob, variant, guarantee).
@@ -100,8 +121,6 @@ class Call {
   std::unique_lock<std::mutex> lock_;
   std::string layer_;
 };
-
-Shape shape_of(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }
 
 Conv2dParams conv_params(const std::vector<int>& stride, const std::vector<int>& padding,
                          const std::vector<int>& dilation, int groups) {

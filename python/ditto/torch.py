@@ -54,14 +54,72 @@ def _where(t: Tensor) -> Tuple[str, int]:
     raise ValueError(f"ditto.torch: tensors on {t.device}; ditto runs on the CPU and on CUDA devices")
 
 
+_DTYPES = {torch.float32: "f32", torch.int32: "i32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def _pointer(t: Tensor, like: Tensor):
+    """A tensor as ditto's ops take it from here: (data pointer, shape, dtype). The caller holds the
+    tensor for the call; ditto queues its work on PyTorch's current stream (see _ditto's notes)."""
+    if t.device != like.device:
+        raise ValueError(f"ditto.torch: tensors on {t.device} and {like.device}; one device per op")
+    if t.dtype not in _DTYPES:
+        raise ValueError(f"ditto.torch: a {t.dtype} tensor; ditto holds float32, int32, bfloat16 and float16")
+    return (t.data_ptr(), tuple(t.shape), _DTYPES[t.dtype])
+
+
 def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Optional[Tensor]]:
     device, stream = _where(like)
-    # The op implementations run below autograd, but their inputs may still carry requires_grad,
-    # which PyTorch's DLPack export refuses; detaching shares the same memory.
-    args = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
-    *outs, ran = getattr(_ditto, fn)(device, stream, deterministic, *args)
+    # `held` keeps every tensor (the callers' temporaries and contiguous copies among them) alive
+    # until the call has queued its work.
+    held = [a.contiguous() if isinstance(a, Tensor) else a for a in args]
+    *outs, ran = getattr(_ditto, fn)(device, stream, deterministic,
+                                     *(_pointer(a, like) if isinstance(a, Tensor) else a for a in held))
+    del held
     _latest[op] = [{"knob": k, "variant": v, "guarantee": g} for k, v, g in ran]
     return [None if o is None else torch.from_dlpack(o) for o in outs]
+
+
+class _Op:
+    """One of ditto's ops as a ``torch.library`` custom op (what ``torch.compile`` and other tracers
+    see, opaque, with its fake implementation and autograd formula) and, in eager mode on plain
+    tensors, the same implementation and formula through a ``torch.autograd.Function``: PyTorch's
+    custom-op dispatch costs tens of microseconds per call in Python, which an op of a few hundred
+    microseconds cannot hide."""
+
+    def __init__(self, name: str, fn):
+        self.raw = fn
+        self.op = torch.library.custom_op(name, mutates_args=())(fn)
+        self.register_fake = self.op.register_fake
+        self._function = None
+
+    def register_autograd(self, backward, setup_context):
+        self.op.register_autograd(backward, setup_context=setup_context)
+        raw = self.raw
+
+        class Function(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *args):
+                out = raw(*args)
+                setup_context(ctx, args, out)
+                return out
+
+            @staticmethod
+            def backward(ctx, *grads):
+                return backward(ctx, *grads)
+
+        self._function = Function
+
+    def __call__(self, *args):
+        if torch.compiler.is_compiling() or any(isinstance(a, Tensor) and type(a) is not Tensor for a in args):
+            return self.op(*args)  # traced (fake, functional or other subclassed tensors): the custom op
+        if self._function is not None and torch.is_grad_enabled() and any(
+                isinstance(a, Tensor) and a.requires_grad for a in args):
+            return self._function.apply(*args)
+        return self.raw(*args)
+
+
+def _op(name: str):
+    return lambda fn: _Op(name, fn)
 
 
 def _f32(t: Tensor, what: str) -> Tensor:
@@ -80,7 +138,7 @@ def _empty(like: Tensor) -> Tensor:
 
 # ---- scatter_add / index_add: rows added into a table --------------------------------------------
 
-@torch.library.custom_op("ditto::index_add_rows", mutates_args=())
+@_op("ditto::index_add_rows")
 def _index_add_rows(src: Tensor, index: Tensor, num_rows: int, deterministic: bool) -> Tensor:
     return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _i32(index),
                 num_rows)[0]
@@ -132,7 +190,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
 
 # ---- embedding and embedding_bag ------------------------------------------------------------------
 
-@torch.library.custom_op("ditto::embedding", mutates_args=())
+@_op("ditto::embedding")
 def _embedding(weight: Tensor, index: Tensor, padding_idx: int, deterministic: bool) -> Tensor:
     # A gather, one source per output, deterministic everywhere: PyTorch's own kernel (the ATen op,
     # which patch() does not reroute).
@@ -144,7 +202,7 @@ def _(weight, index, padding_idx, deterministic):
     return weight.new_empty(tuple(index.shape) + (weight.shape[1],))
 
 
-@torch.library.custom_op("ditto::embedding_backward", mutates_args=())
+@_op("ditto::embedding_backward")
 def _embedding_backward(grad: Tensor, index: Tensor, num_rows: int, padding_idx: int, deterministic: bool) -> Tensor:
     if padding_idx >= 0:
         grad = grad.masked_fill((index == padding_idx).unsqueeze(-1), 0)
@@ -180,7 +238,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None, 
     return _embedding(weight, input, -1 if padding_idx is None else padding_idx, deterministic)
 
 
-@torch.library.custom_op("ditto::embedding_bag", mutates_args=())
+@_op("ditto::embedding_bag")
 def _embedding_bag(weight: Tensor, index: Tensor, offsets: Optional[Tensor], mode: str,
                    deterministic: bool) -> Tensor:
     return _run("embedding_bag", "_torch_embedding_bag", deterministic, weight, _f32(weight, "weight"), _i32(index),
@@ -193,7 +251,7 @@ def _(weight, index, offsets, mode, deterministic):
     return weight.new_empty((bags, weight.shape[1]))
 
 
-@torch.library.custom_op("ditto::embedding_bag_backward", mutates_args=())
+@_op("ditto::embedding_bag_backward")
 def _embedding_bag_backward(grad: Tensor, index: Tensor, offsets: Optional[Tensor], mode: str, num_rows: int,
                             deterministic: bool) -> Tensor:
     return _run("embedding_bag", "_torch_embedding_bag_backward", deterministic, grad, _f32(grad, "grad"),
@@ -231,7 +289,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
 
 # ---- interpolate (nearest, bilinear) --------------------------------------------------------------
 
-@torch.library.custom_op("ditto::upsample", mutates_args=())
+@_op("ditto::upsample")
 def _upsample(x: Tensor, out_h: int, out_w: int, mode: str, align_corners: bool, deterministic: bool) -> Tensor:
     if mode == "nearest" and x.is_cuda:
         # No reduction in the forward: PyTorch's kernel (ATen's, not rerouted by patch()) is
@@ -247,7 +305,7 @@ def _(x, out_h, out_w, mode, align_corners, deterministic):
     return x.new_empty((x.shape[0], x.shape[1], out_h, out_w))
 
 
-@torch.library.custom_op("ditto::upsample_backward", mutates_args=())
+@_op("ditto::upsample_backward")
 def _upsample_backward(grad: Tensor, x_shape: List[int], mode: str, align_corners: bool,
                        deterministic: bool) -> Tensor:
     return _run("upsample", "_torch_upsample_backward", deterministic, grad, _f32(grad, "grad"), list(x_shape), mode,
@@ -304,7 +362,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
 
 # ---- grid_sample and affine_grid ------------------------------------------------------------------
 
-@torch.library.custom_op("ditto::grid_sample", mutates_args=())
+@_op("ditto::grid_sample")
 def _grid_sample(x: Tensor, grid: Tensor, align_corners: bool, deterministic: bool) -> Tensor:
     if x.is_cuda:
         # The forward has no reduction (one thread per output): PyTorch's kernel (the ATen op, which
@@ -321,7 +379,7 @@ def _(x, grid, align_corners, deterministic):
     return x.new_empty((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]))
 
 
-@torch.library.custom_op("ditto::grid_sample_backward", mutates_args=())
+@_op("ditto::grid_sample_backward")
 def _grid_sample_backward(grad: Tensor, x: Tensor, grid: Tensor, align_corners: bool, want_dx: bool,
                           want_dgrid: bool, deterministic: bool) -> Tuple[Tensor, Tensor]:
     dx, dg = _run("grid_sample", "_torch_grid_sample_backward", deterministic, x, _f32(grad, "grad"),
@@ -362,7 +420,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     return _grid_sample(input, grid, bool(align_corners), deterministic)
 
 
-@torch.library.custom_op("ditto::affine_grid", mutates_args=())
+@_op("ditto::affine_grid")
 def _affine_grid(theta: Tensor, height: int, width: int, align_corners: bool, deterministic: bool) -> Tensor:
     return _run("affine_grid", "_torch_affine_grid", deterministic, theta, _f32(theta, "theta"), height, width,
                 align_corners)[0]
@@ -373,7 +431,7 @@ def _(theta, height, width, align_corners, deterministic):
     return theta.new_empty((theta.shape[0], height, width, 2))
 
 
-@torch.library.custom_op("ditto::affine_grid_backward", mutates_args=())
+@_op("ditto::affine_grid_backward")
 def _affine_grid_backward(grad: Tensor, align_corners: bool, deterministic: bool) -> Tensor:
     return _run("affine_grid", "_torch_affine_grid_backward", deterministic, grad, _f32(grad, "grad"),
                 align_corners)[0]
@@ -405,7 +463,7 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: Optional[bool
 
 # ---- ROI align --------------------------------------------------------------------------------------
 
-@torch.library.custom_op("ditto::roi_align", mutates_args=())
+@_op("ditto::roi_align")
 def _roi_align(x: Tensor, rois: Tensor, out_h: int, out_w: int, spatial_scale: float, sampling_ratio: int,
                aligned: bool, deterministic: bool) -> Tensor:
     return _run("roi_align", "_torch_roi_align", deterministic, x, _f32(x, "input"), _f32(rois, "boxes"), out_h,
@@ -417,7 +475,7 @@ def _(x, rois, out_h, out_w, spatial_scale, sampling_ratio, aligned, determinist
     return x.new_empty((rois.shape[0], x.shape[1], out_h, out_w))
 
 
-@torch.library.custom_op("ditto::roi_align_backward", mutates_args=())
+@_op("ditto::roi_align_backward")
 def _roi_align_backward(grad: Tensor, rois: Tensor, x_shape: List[int], out_h: int, out_w: int,
                         spatial_scale: float, sampling_ratio: int, aligned: bool, deterministic: bool) -> Tensor:
     return _run("roi_align", "_torch_roi_align_backward", deterministic, grad, _f32(grad, "grad"), list(x_shape),
@@ -457,7 +515,7 @@ def roi_align(input: Tensor, boxes: Tensor, output_size, spatial_scale: float = 
 
 # ---- CTC loss ---------------------------------------------------------------------------------------
 
-@torch.library.custom_op("ditto::ctc_loss", mutates_args=())
+@_op("ditto::ctc_loss")
 def _ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, want_grad: bool,
               deterministic: bool) -> Tuple[Tensor, Tensor]:
     cost, grad = _run("ctc_loss", "_torch_ctc_loss", deterministic, log_probs, _f32(log_probs, "log_probs"),
@@ -513,7 +571,7 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_l
 
 # ---- pixel-wise cross-entropy and NLL ----------------------------------------------------------------
 
-@torch.library.custom_op("ditto::pixel_cross_entropy", mutates_args=())
+@_op("ditto::pixel_cross_entropy")
 def _pixel_xent(logits: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tensor:
     return _run("pixel_xent", "_torch_pixel_cross_entropy", deterministic, logits, _f32(logits, "input"),
                 _i32(labels), ignore_index)[0].view(())
@@ -524,7 +582,7 @@ def _(logits, labels, ignore_index, deterministic):
     return logits.new_empty(())
 
 
-@torch.library.custom_op("ditto::pixel_cross_entropy_backward", mutates_args=())
+@_op("ditto::pixel_cross_entropy_backward")
 def _pixel_xent_backward(grad: Tensor, logits: Tensor, labels: Tensor, ignore_index: int,
                          deterministic: bool) -> Tensor:
     return _run("pixel_xent", "_torch_pixel_cross_entropy_backward", deterministic, logits,
@@ -574,7 +632,7 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
 
 # ---- sparse x dense ------------------------------------------------------------------------------------
 
-@torch.library.custom_op("ditto::sparse_mm", mutates_args=())
+@_op("ditto::sparse_mm")
 def _sparse_mm(row_ptr: Tensor, col_idx: Tensor, values: Tensor, rows: int, cols: int, b: Tensor,
                deterministic: bool) -> Tensor:
     return _run("spmm", "_torch_spmm", deterministic, b, _i32(row_ptr), _i32(col_idx), _f32(values, "values"),
@@ -586,7 +644,7 @@ def _(row_ptr, col_idx, values, rows, cols, b, deterministic):
     return b.new_empty((rows, b.shape[1]))
 
 
-@torch.library.custom_op("ditto::sparse_mm_backward", mutates_args=())
+@_op("ditto::sparse_mm_backward")
 def _sparse_mm_backward(grad: Tensor, row_ptr: Tensor, col_idx: Tensor, values: Tensor, rows: int, cols: int,
                         deterministic: bool) -> Tensor:
     return _run("spmm", "_torch_spmm_backward", deterministic, grad, _f32(grad, "grad"), _i32(row_ptr),
@@ -628,7 +686,7 @@ def sparse_mm(a: Tensor, b: Tensor, *, deterministic: bool = True) -> Tensor:
 
 # ---- conv2d with ditto's own deterministic backward ---------------------------------------------------
 
-@torch.library.custom_op("ditto::conv2d", mutates_args=())
+@_op("ditto::conv2d")
 def _conv2d(x: Tensor, w: Tensor, stride: List[int], padding: List[int], dilation: List[int], groups: int,
             deterministic: bool) -> Tensor:
     return _run("conv2d", "_torch_conv2d", deterministic, x, _f32(x, "input"), _f32(w, "weight"), list(stride),
@@ -645,7 +703,7 @@ def _(x, w, stride, padding, dilation, groups, deterministic):
                         _conv_out(x.shape[3], w.shape[3], stride[1], padding[1], dilation[1])))
 
 
-@torch.library.custom_op("ditto::conv2d_backward", mutates_args=())
+@_op("ditto::conv2d_backward")
 def _conv2d_backward(grad: Tensor, x: Tensor, w: Tensor, stride: List[int], padding: List[int], dilation: List[int],
                      groups: int, want_dx: bool, want_dw: bool, deterministic: bool) -> Tuple[Tensor, Tensor]:
     dx, dw = _run("conv2d", "_torch_conv2d_backward", deterministic, x, _f32(grad, "grad"), _f32(x, "input"),
