@@ -37,6 +37,14 @@ TEST_CASE("tensor: creation, reshape, host round trip") {
   CHECK_THROWS_AS(Device::parse("gpu"), Error);
 }
 
+TEST_CASE("context: a borrowed CUDA stream is refused for a CPU context, by name") {
+  ContextOptions o;
+  int not_a_stream = 0;
+  o.stream = &not_a_stream;
+  CHECK_THROWS_WITH(Context(Device::cpu(), Policy{}, o), Catch::Contains("CUDA stream was given for a context on the CPU"));
+  CHECK_NOTHROW(Context(Device::cpu(), Policy{}, ContextOptions{}));
+}
+
 TEST_CASE("tape: gradients accumulate on fan-out and across backward passes") {
   Context ctx;
   Var x(ctx.from_host(std::vector<float>{-1, 2, 3}, {3}), true);
