@@ -71,3 +71,30 @@ def test_patch_routes_the_matching_calls_and_restores_them():
         # A call ditto does not implement goes to PyTorch's own function.
         F.grid_sample(x, grid, mode="nearest", align_corners=False)
     assert F.grid_sample is original
+
+
+def test_patched_functions_do_not_route_back_into_themselves():
+    # ditto's ops call PyTorch's own kernels where they have no reduction (embedding's gather): through
+    # the ATen ops, which patch() leaves alone, so a patched call cannot recurse.
+    w = torch.rand(10, 4, requires_grad=True)
+    idx = torch.tensor([[1, 2, 1], [9, 1, 0]])
+    with dt.patch():
+        e = F.embedding(idx, w)
+        b = F.embedding_bag(idx, w, mode="sum")
+        (g,) = torch.autograd.grad(e.sum() + b.sum(), w)
+    assert dt.variants()["embedding"] and dt.variants()["embedding_bag"]
+    assert torch.equal(g[1], torch.full((4,), 6.0)) and not g[3].any()  # row 1: three lookups in each
+
+
+@pytest.mark.parametrize("name", ["grid_sample", "interpolate-bilinear", "cross_entropy-2d", "ctc_loss",
+                                  "embedding_bag-mean"])
+def test_the_traced_custom_op_gives_the_eager_path_bits(name):
+    # Eager calls run the op's implementation through an autograd.Function; torch.compile traces the
+    # custom op. Both must be the same computation.
+    case = {c.name: c for c in tc.CASES}[name]
+    inputs = case.make("cpu", "test")
+    eager = tc.step(case, inputs, "ditto")
+    compiled = torch.compile(lambda i: tc.step(case, i, "ditto"), backend="aot_eager")
+    traced = compiled(inputs)
+    for u, v in zip(eager, traced):
+        assert torch.equal(u, v)
