@@ -113,10 +113,12 @@ const char* variant_name(const KnobSpec& knob, E value) {
 // knobs() lists it before anyone asks) and on first use (so no caller can see it unregistered).
 // The arguments are a KnobSpec's fields, in a family's source file:
 //   DITTO_KNOB(pool_bwd_knob, {op::maxpool2d, "bwd", {{"cudnn", ...}, ...}, "cudnn", false, "..."})
+// (A pointer, not a reference, holds the registered spec: GCC 13's -Wdangling-reference takes a
+// reference returned by a call with a temporary argument for one into that temporary.)
 #define DITTO_KNOB(FN, ...)                                                       \
   const ::ditto::KnobSpec& FN() {                                                 \
-    static const ::ditto::KnobSpec& registered = ::ditto::register_knob(__VA_ARGS__); \
-    return registered;                                                            \
+    static const ::ditto::KnobSpec* registered = &::ditto::register_knob(__VA_ARGS__); \
+    return *registered;                                                           \
   }                                                                               \
   namespace {                                                                     \
   [[maybe_unused]] const ::ditto::KnobSpec& FN##_at_load = FN();                  \

@@ -239,10 +239,10 @@ void validate_numbers(const TrainConfig& c) {
   whole("gpus", c.gpus, 1, 64);
   whole("dp-groups", c.dp_groups, 0, 4096);
   whole("bucket-mb", c.bucket_mb, 1, 65536);
-  const KnobSpec& precision = knob_spec(OpKind{"conv2d"}, "precision");
-  if (precision.index_of(c.precision) == KnobPick::kNone)
+  const KnobSpec* precision = &knob_spec(OpKind{"conv2d"}, "precision");  // a pointer: see DITTO_KNOB
+  if (precision->index_of(c.precision) == KnobPick::kNone)
     throw Error(fmt::format("--precision: unknown precision '{}'; valid: {}", c.precision,
-                            fmt::join(precision.variant_names(), ", ")));
+                            fmt::join(precision->variant_names(), ", ")));
   if (bn_stats_knob().index_of(c.batchnorm) == KnobPick::kNone)
     throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: {}", c.batchnorm,
                             fmt::join(bn_stats_knob().variant_names(), ", ")));

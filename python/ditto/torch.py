@@ -79,6 +79,9 @@ def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Opt
     return [None if o is None else torch.from_dlpack(o) for o in outs]
 
 
+_PLAIN = (Tensor, torch.nn.Parameter)  # a Parameter is a plain tensor to every op (no __torch_function__)
+
+
 class _Op:
     """One of ditto's ops as a ``torch.library`` custom op (what ``torch.compile`` and other tracers
     see, opaque, with its fake implementation and autograd formula) and, in eager mode on plain
@@ -110,7 +113,7 @@ class _Op:
         self._function = Function
 
     def __call__(self, *args):
-        if torch.compiler.is_compiling() or any(isinstance(a, Tensor) and type(a) is not Tensor for a in args):
+        if torch.compiler.is_compiling() or any(isinstance(a, Tensor) and type(a) not in _PLAIN for a in args):
             return self.op(*args)  # traced (fake, functional or other subclassed tensors): the custom op
         if self._function is not None and torch.is_grad_enabled() and any(
                 isinstance(a, Tensor) and a.requires_grad for a in args):
