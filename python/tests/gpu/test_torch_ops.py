@@ -4,9 +4,18 @@ bit over 20 calls, says which variant ran, runs under PyTorch's deterministic mo
 op raises, orders its work on the caller's (non-default) stream, traces under torch.compile, and its
 gradients match directional derivatives."""
 import hashlib
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 import sys
+
+# torch.compile's caches are per process here: two test processes (the build tree's package and the
+# installed one) may compile the same graphs at once, and must not read each other's half-written files.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="ditto-torch-compile-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
