@@ -1,8 +1,10 @@
 """ditto's deterministic kernels as PyTorch operators.
 
-PyTorch's deterministic mode (``torch.use_deterministic_algorithms(True)``) raises on grid sampling,
-pixel-wise NLL and CTC loss backward, and runs bilinear-upsampling and ROI-align backward far slower
-than their atomic kernels. These functions run ditto's kernels on PyTorch's tensors, on PyTorch's
+PyTorch 2.11's deterministic mode (``torch.use_deterministic_algorithms(True)``) raises on grid
+sampling's backward (align_corners=False), pixel-wise NLL and CTC loss backward, ran out of memory in
+ROI-align's backward, runs bilinear-upsampling backward 15-21x slower than its atomic kernel, and
+leaves grid sampling with align_corners=True to cuDNN's nondeterministic sampler (measured on an H100:
+bench/results/2026-11-27-h100-torch-ops/). These functions run ditto's kernels on PyTorch's tensors, on PyTorch's
 current CUDA stream (or on the CPU, ditto's double-accumulating references), as ``torch.library``
 custom operators with their gradients: they work in eager mode, under deterministic mode, and stay
 opaque but traceable under ``torch.compile``.
