@@ -32,4 +32,9 @@ void check_ndim(const Tensor& t, int ndim, const std::string& op, const std::str
     throw ShapeError(fmt::format("{}: {} must have {} dimensions, has shape {}", op, what, ndim, shape_str(t.shape())));
 }
 
+void check_shape(const Tensor& t, const Shape& want, const std::string& op, const std::string& what) {
+  if (t.shape() != want)
+    throw ShapeError(fmt::format("{}: {} has shape {}, expected {}", op, what, shape_str(t.shape()), shape_str(want)));
+}
+
 }  // namespace ditto

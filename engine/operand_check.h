@@ -16,5 +16,7 @@ void check_float_on(const Context& ctx, const Tensor& t, const std::string& op, 
 void check_i32_on(const Context& ctx, const Tensor& t, const std::string& op, const std::string& what);
 // t has exactly `ndim` dimensions.
 void check_ndim(const Tensor& t, int ndim, const std::string& op, const std::string& what);
+// t has exactly the shape `want` (an upstream gradient against its op's output, ...).
+void check_shape(const Tensor& t, const Shape& want, const std::string& op, const std::string& what);
 
 }  // namespace ditto

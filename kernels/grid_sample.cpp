@@ -328,9 +328,7 @@ GridSampleGrads grid_sample_backward(Context& ctx, const std::string& layer, con
   const Var xv(x, want_dx), gv(grid, want_dgrid);
   const ref::GridSampleDims d = check_sample_operands(ctx, op, xv, gv, align_corners);
   check_f32_on(ctx, dy, op, "dy");
-  if (dy.shape() != Shape{d.n, d.c, d.oh, d.ow})
-    throw ShapeError(fmt::format("{}: dy has shape {}; the output is {{{}, {}, {}, {}}}", op, shape_str(dy.shape()),
-                                 d.n, d.c, d.oh, d.ow));
+  check_shape(dy, {d.n, d.c, d.oh, d.ow}, op, "dy");
   const GridSampleBwd variant = ctx.policy().variant<GridSampleBwd>(layer, op::grid_sample);
   const std::string requested = ctx.policy().requested(layer, "bwd", op::grid_sample);
   check_sample_variant(ctx, op, variant, d, x.shape(), grid.shape());

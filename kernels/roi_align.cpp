@@ -126,9 +126,7 @@ Tensor roi_align_backward(Context& ctx, const std::string& layer, const Tensor& 
   const std::string op = detail::op_where(kOp, layer);
   const ref::RoiAlignDims d = roi_dims(ctx, op, x_shape, rois, p);
   check_f32_on(ctx, dy, op, "dy");
-  if (dy.shape() != Shape{d.rois, d.c, d.ph, d.pw})
-    throw ShapeError(fmt::format("{}: dy has shape {}; the output is {{{}, {}, {}, {}}}", op, shape_str(dy.shape()),
-                                 d.rois, d.c, d.ph, d.pw));
+  check_shape(dy, {d.rois, d.c, d.ph, d.pw}, op, "dy");
   const RoiAlignBwd variant = ctx.policy().variant<RoiAlignBwd>(layer, op::roi_align);
   const std::string requested = ctx.policy().requested(layer, "bwd", op::roi_align);
   return roi_backward(ctx, layer, op, variant, requested, dy, rois, d);

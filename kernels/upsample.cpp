@@ -98,9 +98,7 @@ Tensor upsample2d_backward(Context& ctx, const std::string& layer, const Tensor&
   const std::string op = where(layer) + " backward";
   check_f32_on(ctx, dy, op, "dy");
   const ref::UpsampleDims d = dims_of(x_shape, p, op);
-  const Shape want = {x_shape[0], x_shape[1], p.out_h, p.out_w};
-  if (dy.shape() != want)
-    throw ShapeError(fmt::format("{}: dy has shape {}, expected {}", op, shape_str(dy.shape()), shape_str(want)));
+  check_shape(dy, {x_shape[0], x_shape[1], p.out_h, p.out_w}, op, "dy");
   const UpsampleBwd variant = ctx.policy().variant<UpsampleBwd>(layer, op::upsample);
   Tensor dx = ctx.empty(x_shape);
   std::size_t ws_bytes = 0;
