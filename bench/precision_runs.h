@@ -25,11 +25,19 @@ inline bool channels_last_for(bool channels_last, const std::string& precision) 
   return channels_last && (precision == "bf16" || precision == "fp16");
 }
 
-// The mode's rules, then the precision's (and the layout's).
+// Whether bf16/fp16 convolutions hand on their results as computed (--native-activations: the rule
+// *.output=native), so batch norm, activations and adds read bf16/f16 channels-last tensors as
+// PyTorch's autocast peers' do; needs --channels-last. fp32 and tf32 hand on fp32 NCHW.
+inline bool native_for(bool native, bool channels_last, const std::string& precision) {
+  return native && channels_last_for(channels_last, precision);
+}
+
+// The mode's rules, then the precision's (and the layout's, and the activations').
 inline std::vector<std::string> with_precision(std::vector<std::string> rules, const std::string& precision,
-                                               bool channels_last) {
+                                               bool channels_last, bool native = false) {
   rules.push_back("*.precision=" + precision);
   if (channels_last_for(channels_last, precision)) rules.push_back("*.layout=nhwc");
+  if (native_for(native, channels_last, precision)) rules.push_back("*.output=native");
   return rules;
 }
 
@@ -44,15 +52,21 @@ inline std::unique_ptr<LossScaler> loss_scaler_for(Context& ctx, const std::stri
 inline std::string fp16_loss_scale() { return loss_scaling_name(default_loss_scaling("fp16")); }
 
 // "precision" and "layout" on every line, "loss_scale" on the fp16 ones.
-inline void add_precision_fields(nlohmann::json& line, const std::string& precision, bool channels_last) {
+inline void add_precision_fields(nlohmann::json& line, const std::string& precision, bool channels_last,
+                                 bool native = false) {
   line["precision"] = precision;
   line["layout"] = channels_last_for(channels_last, precision) ? "nhwc" : "nchw";
+  line["activations"] = native_for(native, channels_last, precision) ? "native" : "fp32";
   if (precision == "fp16") line["loss_scale"] = fp16_loss_scale();
 }
 
-inline CLI::Option* add_precisions_option(CLI::App& app, std::vector<std::string>& precisions, bool& channels_last) {
+inline CLI::Option* add_precisions_option(CLI::App& app, std::vector<std::string>& precisions, bool& channels_last,
+                                          bool& native) {
   app.add_flag("--channels-last", channels_last,
                "bf16/fp16 configurations compute their convolutions channels-last (the rule *.layout=nhwc)");
+  app.add_flag("--native-activations", native,
+               "with --channels-last, bf16/fp16 convolutions hand on bf16/f16 channels-last results (the rule "
+               "*.output=native) that batch norm, activations and adds read as they are");
   return app
       .add_option("--precisions", precisions,
                   "comma list of fp32 | tf32 | bf16 | fp16: every configuration under each (the rule "

@@ -43,6 +43,11 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   std::size_t offset = 0;
   for (const auto& t : tensors) {
     if (header.contains(t.name)) throw Error(fmt::format("{}: duplicate tensor name '{}'", path, t.name));
+    // safetensors has no layout: its shape says row-major, which a channels-last tensor's memory is not.
+    if (t.tensor.channels_last())
+      throw ShapeError(fmt::format("{}: tensor '{}' {} is channels-last; safetensors stores row-major (NCHW) data, "
+                                   "so convert it first (from_channels_last)",
+                                   path, t.name, shape_str(t.tensor.shape())));
     header[t.name] = {{"dtype", safetensors_dtype(t.tensor.dtype())},
                       {"shape", t.tensor.shape()},
                       {"data_offsets", {offset, offset + t.tensor.nbytes()}}};

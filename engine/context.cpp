@@ -117,7 +117,7 @@ detail::CudaState& detail::cuda_state(const Context& ctx) {
   return *ctx.cuda_;
 }
 
-Tensor Context::empty(const Shape& shape, DType dtype) {
+Tensor Context::empty(const Shape& shape, DType dtype, Layout layout) {
   auto st = std::make_shared<detail::Storage>();
   st->device = device_;
   st->bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
@@ -130,11 +130,11 @@ Tensor Context::empty(const Shape& shape, DType dtype) {
     st->ptr = std::aligned_alloc(64, rounded);
     if (!st->ptr) throw Error(fmt::format("out of host memory: {} bytes", st->bytes));
   }
-  return Tensor(std::move(st), shape, dtype);
+  return Tensor(std::move(st), shape, dtype, layout);
 }
 
-Tensor Context::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
+Tensor Context::zeros(const Shape& shape, DType dtype, Layout layout) {
+  Tensor t = empty(shape, dtype, layout);
   if (t.nbytes() == 0) return t;
   if (cuda_)
     DITTO_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), cuda_->stream));
@@ -170,9 +170,9 @@ void copy_bytes(const detail::CudaState* ctx_cuda, Tensor& dst, const Tensor& sr
 }  // namespace
 
 void Context::copy(Tensor& dst, const Tensor& src) {
-  if (dst.dtype() != src.dtype() || dst.numel() != src.numel())
-    throw ShapeError(fmt::format("copy: destination {} {} does not match source {} {}", dtype_name(dst.dtype()),
-                                 shape_str(dst.shape()), dtype_name(src.dtype()), shape_str(src.shape())));
+  if (dst.dtype() != src.dtype() || dst.numel() != src.numel() || dst.layout() != src.layout())
+    throw ShapeError(fmt::format("copy: destination {} {} does not match source {} {}", dst.type_tag(),
+                                 shape_str(dst.shape()), src.type_tag(), shape_str(src.shape())));
   copy_bytes(cuda_.get(), dst, src);
 }
 
@@ -204,7 +204,7 @@ Tensor Context::from_host(const std::vector<int32_t>& data, const Shape& shape) 
 }
 
 Tensor Context::to_device(const Tensor& t) {
-  Tensor out = empty(t.shape(), t.dtype());
+  Tensor out = empty(t.shape(), t.dtype(), t.layout());
   copy(out, t);
   return out;
 }

@@ -85,8 +85,8 @@ class Context {
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
 
   // Tensor creation on this context's device (stream-ordered on CUDA).
-  Tensor empty(const Shape& shape, DType dtype = DType::F32);
-  Tensor zeros(const Shape& shape, DType dtype = DType::F32);
+  Tensor empty(const Shape& shape, DType dtype = DType::F32, Layout layout = Layout::Nchw);
+  Tensor zeros(const Shape& shape, DType dtype = DType::F32, Layout layout = Layout::Nchw);
   Tensor full(const Shape& shape, float value);
   Tensor from_host(const std::vector<float>& data, const Shape& shape);
   Tensor from_host(const std::vector<int32_t>& data, const Shape& shape);

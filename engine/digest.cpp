@@ -18,15 +18,15 @@ namespace {
 
 // The digest proper: the lane sums folded with everything that tells two tensors apart besides
 // their bytes.
-Fingerprint fold(DType dtype, const Shape& shape, std::size_t nbytes, const ref::DigestSums& s) {
+Fingerprint fold(const std::string& type_tag, const Shape& shape, std::size_t nbytes, const ref::DigestSums& s) {
   Hasher h;
-  h.add(std::string(kDigestName)).add(std::string(dtype_name(dtype)));
+  h.add(std::string(kDigestName)).add(type_tag);
   h.sized(shape.data(), shape.size() * sizeof(int64_t)).add(uint64_t(nbytes)).add(s.a).add(s.b);
   return h.digest();
 }
 
 Fingerprint digest_host(const Tensor& t) {
-  return fold(t.dtype(), t.shape(), t.nbytes(), ref::digest_sums(static_cast<const unsigned char*>(t.raw()), t.nbytes()));
+  return fold(t.type_tag(), t.shape(), t.nbytes(), ref::digest_sums(static_cast<const unsigned char*>(t.raw()), t.nbytes()));
 }
 
 // Slots of lane sums on the device, 4096 (64 KiB) per chunk; chunks are kept and reused.
@@ -39,7 +39,7 @@ struct DigestQueue::Impl {
     Fingerprint value;  // CPU tensors and undefined ones: known at add
     bool on_device = false;
     std::size_t slot = 0;
-    DType dtype = DType::F32;
+    std::string type_tag;
     Shape shape;
     std::size_t nbytes = 0;
   };
@@ -103,7 +103,7 @@ std::size_t DigestQueue::add(const Tensor& t) {
   DITTO_CUDA_CHECK(cudaSetDevice(q.device));
   item.on_device = true;
   item.slot = q.used++;
-  item.dtype = t.dtype();
+  item.type_tag = t.type_tag();
   item.shape = t.shape();
   item.nbytes = t.nbytes();
   unsigned long long* slot = q.slot_for(item.slot, st->cuda->stream);
@@ -140,7 +140,7 @@ std::vector<Fingerprint> DigestQueue::take() {
       continue;
     }
     const ref::DigestSums s{sums[2 * item.slot], sums[2 * item.slot + 1]};
-    out.push_back(fold(item.dtype, item.shape, item.nbytes, s));
+    out.push_back(fold(item.type_tag, item.shape, item.nbytes, s));
   }
   q.items.clear();
   q.used = 0;
@@ -172,16 +172,16 @@ Tensor snapshot(const Tensor& t) {
     if (!st->ptr) throw Error(fmt::format("out of host memory: {} bytes for a snapshot", st->bytes));
     std::memcpy(st->ptr, src->ptr, st->bytes);
   }
-  return Tensor(std::move(st), t.shape(), t.dtype());
+  return Tensor(std::move(st), t.shape(), t.dtype(), t.layout());
 }
 
 namespace {
 
 void check_pair(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) throw ShapeError("bit_distance of an undefined tensor");
-  if (a.shape() != b.shape() || a.dtype() != b.dtype())
-    throw ShapeError(fmt::format("bit_distance of {} {} and {} {}", dtype_name(a.dtype()), shape_str(a.shape()),
-                                 dtype_name(b.dtype()), shape_str(b.shape())));
+  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout())
+    throw ShapeError(fmt::format("bit_distance of {} {} and {} {}", a.type_tag(), shape_str(a.shape()), b.type_tag(),
+                                 shape_str(b.shape())));
   if (a.device() != b.device())
     throw Error(fmt::format("bit_distance of tensors on {} and {}", a.device().str(), b.device().str()));
 }

@@ -22,6 +22,7 @@ const char* dtype_name(DType t) {
   return "?";
 }
 bool is_float(DType t) { return t != DType::I32; }
+const char* layout_name(Layout l) { return l == Layout::Nhwc ? "nhwc" : "nchw"; }
 
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return cpu();
@@ -60,8 +61,10 @@ const std::shared_ptr<Storage>& storage_of(const Tensor& t) { return t.storage_;
 
 }  // namespace detail
 
-Tensor::Tensor(std::shared_ptr<detail::Storage> storage, Shape shape, DType dtype)
-    : storage_(std::move(storage)), shape_(std::move(shape)), dtype_(dtype) {
+Tensor::Tensor(std::shared_ptr<detail::Storage> storage, Shape shape, DType dtype, Layout layout)
+    : storage_(std::move(storage)), shape_(std::move(shape)), dtype_(dtype), layout_(layout) {
+  if (layout_ == Layout::Nhwc && shape_.size() != 4)
+    throw ShapeError(fmt::format("a channels-last (nhwc) tensor is 4-D; got shape {}", shape_str(shape_)));
   for (auto d : shape_)
     if (d < 0) throw ShapeError(fmt::format("negative dimension in shape {}", shape_str(shape_)));
   if (storage_ && storage_->bytes < nbytes())
@@ -97,6 +100,10 @@ const int32_t* Tensor::i32() const { return const_cast<Tensor*>(this)->i32(); }
 Tensor Tensor::reshape(Shape s) const {
   if (shape_numel(s) != numel())
     throw ShapeError(fmt::format("cannot reshape {} to {}", shape_str(shape_), shape_str(s)));
+  if (layout_ == Layout::Nhwc)
+    throw ShapeError(fmt::format("cannot reshape the channels-last tensor {} to {}: its memory is N, H, W, C; "
+                                 "convert it to NCHW first (from_channels_last)",
+                                 shape_str(shape_), shape_str(s)));
   return Tensor(storage_, std::move(s), dtype_);
 }
 
@@ -136,12 +143,16 @@ std::vector<int32_t> Tensor::to_host_i32() const {
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
+std::string Tensor::type_tag() const {
+  return layout_ == Layout::Nhwc ? std::string(dtype_name(dtype_)) + "-nhwc" : std::string(dtype_name(dtype_));
+}
+
 Fingerprint Tensor::fingerprint() const {
   if (!defined()) return {};
   std::vector<unsigned char> bytes(nbytes());
   copy_to_host(*this, bytes.data());
   Hasher h;
-  h.add(std::string(dtype_name(dtype_))).sized(shape_.data(), shape_.size() * sizeof(int64_t));
+  h.add(type_tag()).sized(shape_.data(), shape_.size() * sizeof(int64_t));
   return h.sized(bytes.data(), bytes.size()).digest();
 }
 

@@ -15,7 +15,28 @@ void fill(Context& ctx, Tensor& t, float value) {
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
 }
 
-void add_inplace(Context& ctx, Tensor& dst, const Tensor& src) { axpy_inplace(ctx, dst, 1.0f, src); }
+namespace {
+float read_float(const Tensor& t, int64_t i);
+void write_float(Tensor& t, int64_t i, float v);
+}  // namespace
+
+void add_into(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  check_float_any_layout_on(ctx, a, "add", "a");
+  check_float_any_layout_on(ctx, b, "add", "b");
+  check_float_any_layout_on(ctx, out, "add", "out");
+  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout() || out.shape() != a.shape() ||
+      out.dtype() != a.dtype() || out.layout() != a.layout())
+    throw ShapeError(fmt::format("add: operands {} {}, {} {} and output {} {} must have one shape, dtype and layout",
+                                 a.type_tag(), shape_str(a.shape()), b.type_tag(), shape_str(b.shape()),
+                                 out.type_tag(), shape_str(out.shape())));
+  if (ctx.is_cuda()) return cuda::add_any(ctx, a.dtype(), a.raw(), b.raw(), out.raw(), a.numel());
+  for (int64_t i = 0; i < a.numel(); ++i) write_float(out, i, read_float(a, i) + read_float(b, i));
+}
+
+void add_inplace(Context& ctx, Tensor& dst, const Tensor& src) {
+  if (dst.defined() && dst.dtype() == DType::F32 && !dst.channels_last()) return axpy_inplace(ctx, dst, 1.0f, src);
+  add_into(ctx, dst, dst, src);
+}
 
 void axpy_inplace(Context& ctx, Tensor& dst, float alpha, const Tensor& x) {
   check_f32_on(ctx, dst, "axpy", "dst");
@@ -45,7 +66,7 @@ void check_convertible(const Context& ctx, const Tensor& t, DType to) {
 }
 
 Tensor narrow(Context& ctx, const Tensor& t, DType dtype) {
-  Tensor out = ctx.empty(t.shape(), dtype);
+  Tensor out = ctx.empty(t.shape(), dtype, t.layout());
   auto* dst = static_cast<uint16_t*>(out.raw());
   if (ctx.is_cuda()) {
     cuda::narrow(ctx, t.f32(), dst, t.numel(), dtype == DType::BF16);
@@ -57,7 +78,7 @@ Tensor narrow(Context& ctx, const Tensor& t, DType dtype) {
 }
 
 Tensor widen(Context& ctx, const Tensor& t) {
-  Tensor out = ctx.empty(t.shape(), DType::F32);
+  Tensor out = ctx.empty(t.shape(), DType::F32, t.layout());
   const auto* src = static_cast<const uint16_t*>(t.raw());
   if (ctx.is_cuda()) {
     cuda::widen(ctx, src, out.f32(), t.numel(), t.dtype() == DType::BF16);
@@ -79,10 +100,10 @@ void write_float(Tensor& t, int64_t i, float v) {
   else static_cast<uint16_t*>(t.raw())[i] = detail::float_to_half_bits(t.dtype(), v);
 }
 
-// {batch, rows, cols} -> {batch, cols, rows}, converted to dtype.
+// {batch, rows, cols} -> {batch, cols, rows}, converted to dtype; the result has t's shape and `layout`.
 Tensor transpose_convert(Context& ctx, const Tensor& t, DType dtype, int64_t batch, int64_t rows, int64_t cols,
-                         Shape out_shape) {
-  Tensor out = ctx.empty(out_shape, dtype);
+                         Layout layout) {
+  Tensor out = ctx.empty(t.shape(), dtype, layout);
   if (ctx.is_cuda()) {
     cuda::transpose_convert(ctx, t.raw(), t.dtype(), out.raw(), dtype, batch, rows, cols);
     return out;
@@ -100,16 +121,23 @@ void check_4d(const Context& ctx, const Tensor& t, DType to, const char* op) {
 }
 }  // namespace
 
-Tensor to_channels_last(Context& ctx, const Tensor& nchw, DType dtype) {
-  check_4d(ctx, nchw, dtype, "to_channels_last");
-  const Shape& s = nchw.shape();
-  return transpose_convert(ctx, nchw, dtype, s[0], s[1], s[2] * s[3], {s[0], s[2], s[3], s[1]});
+Tensor to_channels_last(Context& ctx, const Tensor& t, DType dtype) {
+  check_4d(ctx, t, dtype, "to_channels_last");
+  if (t.channels_last()) return to_dtype(ctx, t, dtype);
+  const Shape& s = t.shape();
+  return transpose_convert(ctx, t, dtype, s[0], s[1], s[2] * s[3], Layout::Nhwc);
 }
 
-Tensor from_channels_last(Context& ctx, const Tensor& nhwc, DType dtype) {
-  check_4d(ctx, nhwc, dtype, "from_channels_last");
-  const Shape& s = nhwc.shape();
-  return transpose_convert(ctx, nhwc, dtype, s[0], s[1] * s[2], s[3], {s[0], s[3], s[1], s[2]});
+Tensor from_channels_last(Context& ctx, const Tensor& t, DType dtype) {
+  check_4d(ctx, t, dtype, "from_channels_last");
+  if (!t.channels_last()) return to_dtype(ctx, t, dtype);
+  const Shape& s = t.shape();
+  return transpose_convert(ctx, t, dtype, s[0], s[2] * s[3], s[1], Layout::Nchw);
+}
+
+Tensor to_form(Context& ctx, const Tensor& t, DType dtype, Layout layout) {
+  return layout == Layout::Nhwc ? to_channels_last(ctx, t, dtype)
+                                : (t.channels_last() ? from_channels_last(ctx, t, dtype) : to_dtype(ctx, t, dtype));
 }
 
 Tensor to_dtype(Context& ctx, const Tensor& t, DType dtype) {

@@ -6,6 +6,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/tensor_ops_cuda.h"
 #include "engine/detail/launch.cuh"
+#include "engine/detail/float_map.cuh"
 
 namespace ditto::cuda {
 namespace {
@@ -61,13 +62,30 @@ __global__ void transpose_convert_kernel(const void* src, DType from, void* dst,
   }
 }
 
+// The same move for matrices with a side shorter than a tile (a filter's R*S = 9 positions), where
+// the tiles would be mostly empty: one thread per destination element, writes contiguous, reads
+// gathered (the matrices are small and stay in cache).
+__global__ void transpose_convert_narrow_kernel(const void* src, DType from, void* dst, DType to, int64_t batch,
+                                                int64_t rows, int64_t cols) {
+  DITTO_GRID_STRIDE(i, batch * rows * cols) {
+    const int64_t b = i / (rows * cols), rem = i - b * rows * cols, c = rem / rows, r = rem - c * rows;
+    store_from_float(dst, to, i, load_as_float(src, from, (b * rows + r) * cols + c));
+  }
+}
+
 }  // namespace
 
 void transpose_convert(Context& ctx, const void* src, DType from, void* dst, DType to, int64_t batch, int64_t rows,
                        int64_t cols) {
   if (batch == 0 || rows == 0 || cols == 0) return;
-  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile), unsigned(batch));
-  transpose_convert_kernel<<<grid, dim3(kTile, 8), 0, detail::stream_of(ctx)>>>(src, from, dst, to, rows, cols);
+  if (rows < kTile || cols < kTile) {
+    const int64_t n = batch * rows * cols;
+    transpose_convert_narrow_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(src, from, dst, to, batch,
+                                                                                            rows, cols);
+  } else {
+    const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile), unsigned(batch));
+    transpose_convert_kernel<<<grid, dim3(kTile, 8), 0, detail::stream_of(ctx)>>>(src, from, dst, to, rows, cols);
+  }
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -101,6 +119,17 @@ void widen(Context& ctx, const uint16_t* src, float* dst, int64_t n, bool bf16) 
     widen_bf16_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(reinterpret_cast<const __nv_bfloat16*>(src), dst, n);
   else
     widen_f16_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(reinterpret_cast<const __half*>(src), dst, n);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+namespace {
+struct Plus {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+}  // namespace
+
+void add_any(Context& ctx, DType t, const void* a, const void* b, void* out, int64_t n) {
+  map2(detail::stream_of(ctx), t, a, b, out, n, Plus{});
   DITTO_CHECK_LAUNCH(ctx);
 }
 

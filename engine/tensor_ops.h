@@ -10,20 +10,27 @@
 namespace ditto {
 
 void fill(Context& ctx, Tensor& t, float value);
-void add_inplace(Context& ctx, Tensor& dst, const Tensor& src);             // dst += src
+// dst += src: f32 (axpy), or any float dtype and either layout, dst and src alike (the sum in
+// float, rounded once to the dtype: the tape accumulating bf16 gradients).
+void add_inplace(Context& ctx, Tensor& dst, const Tensor& src);
+// out = a + b, all three of one shape, float dtype and layout (out may be a); rounded as add_inplace.
+void add_into(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);
 void axpy_inplace(Context& ctx, Tensor& dst, float alpha, const Tensor& x); // dst += alpha * x
 void scale_inplace(Context& ctx, Tensor& t, float alpha);                   // t *= alpha
 
-// t in dtype (float dtypes only): f32 -> bf16/f16 rounds each value to nearest, ties to even
+// t in dtype, in t's layout (float dtypes only): f32 -> bf16/f16 rounds each value to nearest, ties to even
 // (overflow to infinity, as the toolkit's __float2bfloat16_rn / __float2half_rn do on both CPU and
 // GPU); bf16/f16 -> f32 is exact; bf16 <-> f16 goes through f32. The same dtype returns t itself.
 Tensor to_dtype(Context& ctx, const Tensor& t, DType dtype);
 
 // Channels-last copies for the tensor-core convolutions (kernels/conv2d.h's layout knob), each one
-// pass that also converts to `dtype` (rounding as to_dtype does): a 4-D {N,C,H,W} tensor becomes
-// {N,H,W,C} (a filter {K,C,R,S} becomes {K,R,S,C}), and back. Float dtypes only; pure data
-// movement besides the rounding, so deterministic.
-Tensor to_channels_last(Context& ctx, const Tensor& nchw, DType dtype);
-Tensor from_channels_last(Context& ctx, const Tensor& nhwc, DType dtype);
+// pass that also converts to `dtype` (rounding as to_dtype does): a 4-D NCHW tensor becomes a
+// Layout::Nhwc tensor of the same (logical) shape, whose memory is N, H, W, C (a filter's K, R, S,
+// C), and back. A tensor already in the asked layout is only converted (to_dtype). Float dtypes
+// only; pure data movement besides the rounding, so deterministic.
+Tensor to_channels_last(Context& ctx, const Tensor& t, DType dtype);
+Tensor from_channels_last(Context& ctx, const Tensor& t, DType dtype);
+// t in dtype and layout: whichever of the three above applies (none when t already is).
+Tensor to_form(Context& ctx, const Tensor& t, DType dtype, Layout layout);
 
 }  // namespace ditto

@@ -26,7 +26,7 @@ enum TrainFlagGroups : unsigned {
   kFlagsRun = 4,       // --device --loader-threads --graph --summary --quiet
   kFlagsSeeds = 8,     // --seed-* --deterministic-init --deterministic-input
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
-  kFlagsPins = 32,     // --pin --pins-from --precision --channels-last
+  kFlagsPins = 32,     // --pin --pins-from --precision --channels-last --native-activations
   kFlagsOutput = 64,   // --out --resume
   kFlagsDataParallel = 128,  // --dp-gpus --dp-groups --batchnorm --bucket-mb
   // --gpus as the name of --dp-gpus: for the front ends whose own --gpus does not already mean
@@ -274,6 +274,10 @@ inline void add_pin_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
   app.add_flag("--channels-last", c.channels_last,
                "convolutions compute channels-last (the rule *.layout=nhwc): the copies are made in the pass that "
                "rounds to the precision, where cuDNN's tensor-core kernels want them");
+  app.add_flag("--native-activations", c.native_activations,
+               "convolutions hand their results on in the precision's dtype and layout (the rule *.output=native): "
+               "with --precision bf16 --channels-last, batch norm, activations, residual adds and pooling read and "
+               "write bf16 channels-last tensors instead of fp32 NCHW (kernels/conv2d.h)");
 }
 
 // The run folder: where to write, what to resume, whether to replace.

@@ -316,6 +316,7 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
   // Only where it is not the default, so replay lines of fp32 runs read as they always have.
   if (c.precision != "fp32") add("--precision", c.precision, Kind::Kernels);
   if (c.channels_last) add("--channels-last", "on", Kind::Kernels, Form::Switch);
+  if (c.native_activations) add("--native-activations", "on", Kind::Kernels, Form::Switch);
   add("--pin", joined(c.pins), Kind::Kernels, Form::Repeated);
   if (!c.tuning.empty()) add("--tuning", c.tuning, Kind::Location);
   add("--graph", on_off(c.graph), Kind::Location, Form::Switch);

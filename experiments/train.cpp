@@ -370,6 +370,7 @@ class Run {
     // --precision VALUE is the rule *.precision=VALUE likewise (fp32 is every mode's pick).
     if (cfg_.precision != "fp32") policy_.set("*.precision=" + cfg_.precision);
     if (cfg_.channels_last) policy_.set("*.layout=nhwc");
+    if (cfg_.native_activations) policy_.set("*.output=native");
     for (const auto& p : cfg_.pins) policy_.set(p);
   }
 
@@ -916,6 +917,7 @@ class Run {
                    {"momentum", c.momentum}, {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay},
                    {"lr_schedule", c.lr_schedule}, {"warmup_epochs", c.warmup_epochs}, {"augment", c.augment},
                    {"standardize", c.standardize}, {"precision", c.precision}, {"channels_last", c.channels_last},
+                   {"native_activations", c.native_activations},
                    {"device", c.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
                    {"resumed_from", c.resume}};
     auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };

@@ -57,6 +57,7 @@ struct TrainConfig {
   std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
   std::string precision = "fp32";     // fp32 | tf32 | bf16 | fp16: the rule *.precision=VALUE (kernels/precision.h)
   bool channels_last = false;         // the rule *.layout=nhwc: convolutions compute channels-last (kernels/conv2d.h)
+  bool native_activations = false;    // the rule *.output=native: convolutions hand on bf16/f16 (channels-last) results
   std::string tuning;                 // deterministic convs: read this tuning file, or tune and
                                       // write it when it does not exist (engine/tuning.h)
   bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager

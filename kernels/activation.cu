@@ -3,6 +3,7 @@
 // reference's (kernels/activation_ref.h), evaluated in float with expf.
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
+#include "engine/detail/float_map.cuh"
 #include "kernels/detail/activation_cuda.h"
 
 namespace ditto::cuda {
@@ -75,4 +76,58 @@ DITTO_BINARY_LAUNCHER(relu6_bwd, relu6_bwd_kernel)
 
 #undef DITTO_UNARY_LAUNCHER
 #undef DITTO_BINARY_LAUNCHER
+
+namespace {
+// The per-element formulas of the float kernels above, as functors for float_map.
+struct ReluF {
+  __device__ float operator()(float x) const { return x > 0.f ? x : 0.f; }
+};
+struct ReluB {
+  __device__ float operator()(float y, float dy) const { return y > 0.f ? dy : 0.f; }
+};
+struct SigmoidF {
+  __device__ float operator()(float x) const { return sigmoid_dev(x); }
+};
+struct SigmoidB {
+  __device__ float operator()(float y, float dy) const { return dy * (y * (1.f - y)); }
+};
+struct SiluF {
+  __device__ float operator()(float x) const { return x * sigmoid_dev(x); }
+};
+struct SiluB {
+  __device__ float operator()(float x, float dy) const {
+    const float s = sigmoid_dev(x);
+    return dy * (s + x * s * (1.f - s));
+  }
+};
+struct Relu6F {
+  __device__ float operator()(float x) const { return x < 0.f ? 0.f : (x > 6.f ? 6.f : x); }
+};
+struct Relu6B {
+  __device__ float operator()(float x, float dy) const { return (x > 0.f && x < 6.f) ? dy : 0.f; }
+};
+}  // namespace
+
+void act_fwd_half(Context& ctx, Act a, DType t, const void* x, void* y, int64_t n) {
+  cudaStream_t s = detail::stream_of(ctx);
+  switch (a) {
+    case Act::Relu: map1(s, t, x, y, n, ReluF{}); break;
+    case Act::Sigmoid: map1(s, t, x, y, n, SigmoidF{}); break;
+    case Act::Silu: map1(s, t, x, y, n, SiluF{}); break;
+    case Act::Relu6: map1(s, t, x, y, n, Relu6F{}); break;
+  }
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+// dy and dx are in t, and so is the saved tensor (the activation's input or output).
+void act_bwd_half(Context& ctx, Act a, DType t, const void* saved, const void* dy, void* dx, int64_t n) {
+  cudaStream_t s = detail::stream_of(ctx);
+  switch (a) {
+    case Act::Relu: map2(s, t, saved, dy, dx, n, ReluB{}); break;
+    case Act::Sigmoid: map2(s, t, saved, dy, dx, n, SigmoidB{}); break;
+    case Act::Silu: map2(s, t, saved, dy, dx, n, SiluB{}); break;
+    case Act::Relu6: map2(s, t, saved, dy, dx, n, Relu6B{}); break;
+  }
+  DITTO_CHECK_LAUNCH(ctx);
+}
 }  // namespace ditto::cuda

@@ -1,4 +1,10 @@
-// Spatial batch normalization of NCHW tensors: one mean and variance per channel, over N, H, W.
+// Spatial batch normalization: one mean and variance per channel, over N, H, W. x is f32 NCHW, or
+// channels-last (Layout::Nhwc) in any float dtype: a native bf16/f16 convolution result read as it
+// is (kernels/conv2d.h's output knob), its statistics, sums and running statistics in float, y and
+// dx rounded once to x's dtype in x's layout (kernels/batchnorm_nhwc.cu; cuDNN gets descriptors of
+// that dtype and layout). bf16/f16 NCHW x is refused on the GPU (no kernel reads it), and so is
+// anything but f32 by synchronized batch norm. The CPU reference widens x to f32 NCHW (exact) and
+// rounds y and dx where the GPU does.
 //
 // Training (training = true): x is normalized with the batch mean and the BIASED batch variance;
 // the caller's running statistics are updated in place with the UNBIASED variance, as PyTorch
@@ -23,6 +29,9 @@
 //   deterministic  ditto's kernels; the backward reductions use the same fixed-order scheme as
 //                  the forward statistics, on a grid that depends on the shape alone:
 //                  gpu_to_gpu (engine/manifest.h).
+// For bf16/f16 channels-last x a mode word's cudnn runs the deterministic kernels (PyTorch's own
+// batch norm runs there, not cuDNN's; cuDNN's legacy routines are 20x slower on NHWC bf16), recorded
+// as such; a pinned cudnn runs cuDNN.
 // In inference mode the backward treats the running statistics as constants
 // (dx = gamma * dy / sqrt(running_var + eps)); cuDNN has no such backward, so there the
 // deterministic kernels run: a layer PINNED to cudnn throws PolicyError (when a gradient is

@@ -17,6 +17,8 @@
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/bias_cuda.h"
 #include "kernels/detail/reduce.cuh"
+#include "engine/detail/float_map.cuh"
+#include "engine/error.h"
 
 namespace ditto::cuda {
 namespace {
@@ -92,6 +94,83 @@ void bias_bwd_deterministic(Context& ctx, const float* dy, float* db, float* par
   DITTO_CHECK_LAUNCH(ctx);
   bias_db_final_kernel<<<static_cast<unsigned>(c), kThreads, 0, st>>>(partials, db, parts);
   DITTO_CHECK_LAUNCH(ctx);
+}
+
+// ---- channels-last, any float dtype ----------------------------------------------------------------
+namespace {
+constexpr int kCols = 32, kLanes = 8;  // block: 32 channels x 8 row lanes (as kernels/batchnorm_nhwc.cu)
+constexpr int64_t kRowsPerPart = 512, kMaxParts = 256;
+
+struct AddBias {
+  const float* b;
+  __device__ __forceinline__ float operator()(float v, int64_t ch) const { return v + b[ch]; }
+};
+
+// Block (p, t): rows of part p, channels 32t..32t+31; the 8 lanes of a column take rows r, r+8, ...
+// in increasing order, and their sums are added in lane order.
+template <class T, bool kAtomic>
+__global__ void __launch_bounds__(kCols* kLanes) bias_db_nhwc_kernel(const T* __restrict__ dy, int64_t rows, int64_t c,
+                                                                     int64_t parts, float* __restrict__ out) {
+  const int64_t ch = int64_t(blockIdx.y) * kCols + threadIdx.x;
+  const int64_t len = (rows + parts - 1) / parts, r0 = int64_t(blockIdx.x) * len;
+  const int64_t r1 = r0 + len < rows ? r0 + len : rows;
+  float s = 0.f;
+  if (ch < c)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) s += to_f(dy[r * c + ch]);
+  const float t = column_sum<kLanes>(s);
+  if (threadIdx.y != 0 || ch >= c) return;
+  if (kAtomic) atomicAdd(out + ch, t);
+  else out[ch * parts + blockIdx.x] = t;
+}
+
+// One warp per channel: lane l adds partials l, l+32, ... in order, then a fixed xor-shuffle tree.
+constexpr int kFinalWarps = 8;
+__global__ void bias_db_nhwc_final_kernel(const float* __restrict__ partials, int64_t c, int64_t parts,
+                                          float* __restrict__ db) {
+  const int64_t ch = int64_t(blockIdx.x) * kFinalWarps + threadIdx.y;
+  if (ch >= c) return;
+  float s = 0.f;
+  for (int64_t k = threadIdx.x; k < parts; k += 32) s += partials[ch * parts + k];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (threadIdx.x == 0) db[ch] = s;
+}
+
+}  // namespace
+
+void bias_fwd_nhwc(Context& ctx, DType t, const void* x, const float* b, void* y, int64_t rows, int64_t c) {
+  const int64_t total = rows * c;
+  if (total == 0) return;
+  cudaStream_t s = detail::stream_of(ctx);
+  with_float_type(t, [&](auto tag) { launch_channel_map<decltype(tag)>(s, x, y, total, c, AddBias{b}); });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+int64_t bias_nhwc_partials(int64_t rows) {
+  const int64_t p = (rows + kRowsPerPart - 1) / kRowsPerPart;
+  return p < 1 ? 1 : (p > kMaxParts ? kMaxParts : p);
+}
+
+void bias_bwd_nhwc(Context& ctx, DType t, const void* dy, float* db, float* partials, bool atomic, int64_t rows,
+                   int64_t c) {
+  if (c == 0) return;
+  cudaStream_t s = detail::stream_of(ctx);
+  const int64_t parts = bias_nhwc_partials(rows);
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>((c + kCols - 1) / kCols)), block(kCols, kLanes);
+  if (atomic) DITTO_CUDA_CHECK(cudaMemsetAsync(db, 0, sizeof(float) * c, s));
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (atomic)
+      bias_db_nhwc_kernel<T, true><<<grid, block, 0, s>>>(static_cast<const T*>(dy), rows, c, parts, db);
+    else
+      bias_db_nhwc_kernel<T, false><<<grid, block, 0, s>>>(static_cast<const T*>(dy), rows, c, parts, partials);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
+  if (!atomic) {
+    bias_db_nhwc_final_kernel<<<static_cast<unsigned>((c + kFinalWarps - 1) / kFinalWarps), dim3(32, kFinalWarps), 0,
+                                s>>>(partials, c, parts, db);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
 }
 
 }  // namespace ditto::cuda

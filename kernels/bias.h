@@ -17,6 +17,10 @@
 //                  layer and shape and listing atomic and deterministic). cuDNN documents its
 //                  routines as bit-reproducible on one architecture except a listed few, which do
 //                  not include this one (Determinism yes, run_to_run).
+// Channels-last x of any float dtype (a native convolution result, kernels/conv2d.h): y = x + b
+// rounded once to x's dtype in x's layout; db in float, the deterministic variant over fixed row
+// ranges of the N*H*W x C matrix the memory is, then the partials in order (kernels/bias.cu); cudnn
+// gets descriptors of dy's dtype and layout. bf16/f16 NCHW x is refused on the GPU.
 // The policy is resolved at the forward call, so a misconfigured layer fails there.
 // On the CPU the double-accumulating reference runs and the manifest records variant "reference".
 #pragma once

@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/operand_check.h"
+#include "engine/tensor_ops.h"
 #include "kernels/concat_ref.h"
 #include "kernels/detail/concat_cuda.h"
 
@@ -100,9 +101,73 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
   return out;
 }
 
+namespace {
+// channel_mul of any other form: x of any float dtype in either layout, s of any float dtype (one
+// value per plane, so its layout does not matter). y and dx in x's form, ds in s's dtype. The CPU
+// reference reads both widened to f32 NCHW (exact) and rounds its results where the GPU does.
+Var channel_mul_any(Context& ctx, const Var& x, const Var& s, int64_t planes, int64_t hw) {
+  const Tensor &xv = x.value(), &sv = s.value();
+  const Shape& xs = x.shape();
+  if (ctx.is_cuda() && xv.dtype() != DType::F32 && !xv.channels_last())
+    throw ShapeError(fmt::format("channel_mul: x is {} {}; on the GPU it reads f32, or channels-last tensors of any "
+                                 "float dtype", xv.type_tag(), shape_str(xs)));
+  const Tensor s_flat = sv.channels_last() ? to_form(ctx, sv, sv.dtype(), Layout::Nchw) : sv;  // 1x1: a relabel
+  Tensor y = ctx.empty(xs, xv.dtype(), xv.layout());
+  if (ctx.is_cuda()) {
+    cuda::channel_mul_fwd_any(ctx, xv.dtype(), xv.channels_last(), xv.raw(), s_flat.dtype(), s_flat.raw(), y.raw(),
+                              xs[0], xs[1], hw);
+  } else {
+    Tensor yf = ctx.empty(xs);
+    ref::channel_mul_fwd(to_form(ctx, xv, DType::F32, Layout::Nchw).f32(), to_dtype(ctx, s_flat, DType::F32).f32(),
+                         yf.f32(), planes, hw);
+    y = to_form(ctx, yf, xv.dtype(), xv.layout());
+  }
+  const bool grad = needs_grad(ctx, {&x, &s});
+  Var out(std::move(y), grad);
+  if (grad) {
+    ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out,
+                      [sx = xv, ss = s_flat, xr = x.grad_ref(), sr = s.grad_ref(), outr = out.grad_ref(), planes, hw,
+                       s_layout = sv.layout()](Context& c) {
+      if (!outr.grad().defined()) return;
+      const Tensor& dy = outr.grad();
+      if (dy.dtype() != sx.dtype() || dy.layout() != sx.layout())
+        throw ShapeError(fmt::format("channel_mul backward: dy is {}, x is {}", dy.type_tag(), sx.type_tag()));
+      const Shape& xs = sx.shape();
+      Tensor dx, ds;
+      if (c.is_cuda()) {
+        if (xr.requires_grad()) dx = c.empty(xs, sx.dtype(), sx.layout());
+        Tensor ds32 = sr.requires_grad() ? c.empty({xs[0], xs[1]}) : Tensor();
+        cuda::channel_mul_bwd_any(c, sx.dtype(), sx.channels_last(), sx.raw(), ss.dtype(), ss.raw(), dy.raw(),
+                                  dx.defined() ? dx.raw() : nullptr, ds32.defined() ? ds32.f32() : nullptr, xs[0],
+                                  xs[1], hw);
+        if (ds32.defined()) ds = to_dtype(c, ds32.reshape(sr.shape()), ss.dtype());
+      } else {
+        Tensor dxf = xr.requires_grad() ? c.empty(xs) : Tensor(), dsf = sr.requires_grad() ? c.empty(sr.shape()) : Tensor();
+        ref::channel_mul_bwd(to_form(c, sx, DType::F32, Layout::Nchw).f32(), to_dtype(c, ss, DType::F32).f32(),
+                             to_form(c, dy, DType::F32, Layout::Nchw).f32(), dxf.defined() ? dxf.f32() : nullptr,
+                             dsf.defined() ? dsf.f32() : nullptr, planes, hw);
+        if (dxf.defined()) dx = to_form(c, dxf, sx.dtype(), sx.layout());
+        if (dsf.defined()) ds = to_dtype(c, dsf, ss.dtype());
+      }
+      // s's gradient in s's form (a 1x1 channels-last s gets its layout back: the same bytes).
+      if (ds.defined() && s_layout == Layout::Nhwc) ds = to_channels_last(c, ds, ds.dtype());
+      if (dx.defined()) accumulate_grad(c, xr, std::move(dx));
+      if (ds.defined()) accumulate_grad(c, sr, std::move(ds));
+    });
+  }
+  return out;
+}
+}  // namespace
+
 Var channel_mul(Context& ctx, const Var& x, const Var& s) {
-  check_f32_on(ctx, x.value(), "channel_mul", "x");
-  check_f32_on(ctx, s.value(), "channel_mul", "s");
+  if (x.value().dtype() != DType::F32 || x.value().channels_last() || s.value().dtype() != DType::F32 ||
+      s.value().channels_last()) {
+    check_float_any_layout_on(ctx, x.value(), "channel_mul", "x");
+    check_float_any_layout_on(ctx, s.value(), "channel_mul", "s");
+  } else {
+    check_f32_on(ctx, x.value(), "channel_mul", "x");
+    check_f32_on(ctx, s.value(), "channel_mul", "s");
+  }
   check_ndim(x.value(), 4, "channel_mul", "x");
   const Shape& xs = x.shape();
   const Shape& ss = s.shape();
@@ -114,6 +179,9 @@ Var channel_mul(Context& ctx, const Var& x, const Var& s) {
   if (xs[2] < 1 || xs[3] < 1)
     throw ShapeError(fmt::format("channel_mul: x has an empty plane, shape {}", shape_str(xs)));
   const int64_t planes = xs[0] * xs[1], hw = xs[2] * xs[3];
+  if (x.value().dtype() != DType::F32 || x.value().channels_last() || s.value().dtype() != DType::F32 ||
+      s.value().channels_last())
+    return channel_mul_any(ctx, x, s, planes, hw);
   Tensor y = ctx.empty(xs);
   if (ctx.is_cuda())
     cuda::channel_mul_fwd(ctx, x.value().f32(), s.value().f32(), y.f32(), planes, hw);

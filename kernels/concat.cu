@@ -7,6 +7,7 @@
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
+#include "engine/detail/float_map.cuh"
 #include "kernels/detail/concat_cuda.h"
 
 namespace ditto::cuda {
@@ -130,6 +131,73 @@ void channel_mul_bwd(Context& ctx, const float* x, const float* s, const float* 
     channel_mul_ds_kernel<<<blocks, 32 * kWarpsPerBlock, 0, detail::stream_of(ctx)>>>(x, dy, ds, planes, hw);
     DITTO_CHECK_LAUNCH(ctx);
   }
+}
+
+namespace {
+template <class T>
+__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
+  return t == DType::F32 ? static_cast<const float*>(p)[i]
+         : t == DType::BF16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
+                            : __half2float(static_cast<const __half*>(p)[i]);
+}
+// The plane (n*C + c) of memory offset i.
+__device__ __forceinline__ int64_t plane_of(int64_t i, int64_t c, int64_t hw, bool nhwc) {
+  return nhwc ? (i / (hw * c)) * c + i % c : i / hw;
+}
+// out = a * s[plane] (a, out of type T), one thread per element.
+template <class T>
+__global__ void scale_planes_kernel(const T* __restrict__ a, DType ts, const void* __restrict__ s, T* __restrict__ out,
+                                    int64_t n, int64_t c, int64_t hw, bool nhwc) {
+  DITTO_GRID_STRIDE(i, n * c * hw) out[i] = from_f<T>(to_f(a[i]) * load_any<T>(s, ts, plane_of(i, c, hw, nhwc)));
+}
+// ds32[plane] = sum over the plane's (h, w) of dy * x. Block (t, n) owns planes (n, 32t..32t+31),
+// one per thread column; the 16 threads of a column take pixels k, k+16, ... in increasing order
+// and their sums are added in lane order: the same order for a shape on any GPU.
+constexpr int kDotCols = 32, kDotLanes = 16;
+template <class T>
+__global__ void __launch_bounds__(kDotCols* kDotLanes) plane_dot_kernel(const T* __restrict__ x,
+                                                                        const T* __restrict__ dy,
+                                                                        float* __restrict__ ds, int64_t c, int64_t hw,
+                                                                        bool nhwc) {
+  const int64_t img = blockIdx.y, ch = int64_t(blockIdx.x) * kDotCols + threadIdx.x;
+  float acc = 0.f;
+  if (ch < c) {
+    const int64_t base = nhwc ? img * hw * c + ch : (img * c + ch) * hw, step = nhwc ? c : 1;
+    for (int64_t k = threadIdx.y; k < hw; k += kDotLanes) acc += to_f(dy[base + k * step]) * to_f(x[base + k * step]);
+  }
+  const float t = column_sum<kDotLanes>(acc);
+  if (threadIdx.y == 0 && ch < c) ds[img * c + ch] = t;
+}
+}  // namespace
+
+void channel_mul_fwd_any(Context& ctx, DType tx, bool nhwc, const void* x, DType ts, const void* s, void* y,
+                         int64_t n, int64_t c, int64_t hw) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return;
+  with_float_type(tx, [&](auto tag) {
+    using T = decltype(tag);
+    scale_planes_kernel<T><<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(
+        static_cast<const T*>(x), ts, s, static_cast<T*>(y), n, c, hw, nhwc);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void channel_mul_bwd_any(Context& ctx, DType tx, bool nhwc, const void* x, DType ts, const void* s, const void* dy,
+                         void* dx, float* ds32, int64_t n, int64_t c, int64_t hw) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return;
+  cudaStream_t st = detail::stream_of(ctx);
+  with_float_type(tx, [&](auto tag) {
+    using T = decltype(tag);
+    if (dx)
+      scale_planes_kernel<T><<<blocks_for(total), kThreads, 0, st>>>(static_cast<const T*>(dy), ts, s,
+                                                                     static_cast<T*>(dx), n, c, hw, nhwc);
+    if (ds32)
+      plane_dot_kernel<T><<<dim3(static_cast<unsigned>((c + kDotCols - 1) / kDotCols), static_cast<unsigned>(n)),
+                            dim3(kDotCols, kDotLanes), 0, st>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
+                                                                ds32, c, hw, nhwc);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
 }
 
 }  // namespace ditto::cuda

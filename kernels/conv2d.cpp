@@ -117,7 +117,14 @@ DITTO_KNOB(conv_layout_knob, {op::conv2d, "layout",
                                 "channels-last copies made in the rounding pass, results transposed back"}},
                               "nchw", false, "the memory layout cuDNN computes in"})
 
+DITTO_KNOB(conv_output_knob, {op::conv2d, "output",
+                              {{"fp32", kRun, kOwn, "results widened to fp32 NCHW for the next op"},
+                               {"native", kRun, kOwn,
+                                "results handed on in the precision's dtype and the layer's layout, as cuDNN wrote them"}},
+                              "fp32", false, "the form a convolution hands its results on in"})
+
 const char* name_of(ConvFwdAlgo a) { return variant_name(conv_fwd_knob(), a); }
+const char* name_of(ConvOutput o) { return variant_name(conv_output_knob(), o); }
 const char* name_of(ConvLayout l) { return variant_name(conv_layout_knob(), l); }
 const char* name_of(ConvBwdDataAlgo a) { return variant_name(conv_bwd_data_knob(), a); }
 const char* name_of(ConvBwdFilterAlgo a) { return variant_name(conv_bwd_filter_knob(), a); }
@@ -184,8 +191,10 @@ class ConvDesc {
 struct ConvForm {
   Precision precision = Precision::Fp32;
   ConvLayout layout = ConvLayout::Nchw;
+  ConvOutput output = ConvOutput::Fp32;
   DType dtype() const { return precision_dtype(precision); }
   bool nhwc() const { return layout == ConvLayout::Nhwc; }
+  Layout memory() const { return nhwc() ? Layout::Nhwc : Layout::Nchw; }
   std::string key() const { return nhwc() ? std::string(name_of(precision)) + "+nhwc" : name_of(precision); }
 };
 
@@ -747,23 +756,23 @@ void record_cpu(Context& ctx, const std::string& layer, const char* knob, Select
 // The layer's form under the policy. The CPU reference reads NCHW whatever the layout knob says.
 ConvForm layer_form(const Context& ctx, const std::string& layer) {
   return {ctx.policy().variant<Precision>(layer, op::conv2d),
-          ctx.is_cuda() ? ctx.policy().variant<ConvLayout>(layer, op::conv2d) : ConvLayout::Nchw};
+          ctx.is_cuda() ? ctx.policy().variant<ConvLayout>(layer, op::conv2d) : ConvLayout::Nchw,
+          ctx.policy().variant<ConvOutput>(layer, op::conv2d)};
 }
 
-// An NCHW operand (any float dtype) in the form cuDNN reads: one pass, or none when it is already.
-Tensor prepare(Context& ctx, const Tensor& t, const ConvForm& f) {
-  return f.nhwc() ? to_channels_last(ctx, t, f.dtype()) : to_dtype(ctx, t, f.dtype());
-}
-// A result in the form cuDNN wrote, as the fp32 NCHW tensor the next op reads.
+// An operand (any float dtype, either layout) in the form cuDNN reads: one pass, or none when it
+// is already (a native result of the layer before).
+Tensor prepare(Context& ctx, const Tensor& t, const ConvForm& f) { return to_form(ctx, t, f.dtype(), f.memory()); }
+// A result in the form cuDNN wrote, handed on as the output knob says: fp32 NCHW, or as it is.
 Tensor finish(Context& ctx, const Tensor& t, const ConvForm& f) {
-  return f.nhwc() ? from_channels_last(ctx, t, DType::F32) : to_dtype(ctx, t, DType::F32);
+  return f.output == ConvOutput::Native ? t : to_form(ctx, t, DType::F32, Layout::Nchw);
 }
-Shape stored_shape(const Shape& nchw, const ConvForm& f) {
-  return f.nhwc() ? Shape{nchw[0], nchw[2], nchw[3], nchw[1]} : nchw;
-}
+
+// The CPU reference reads fp32 NCHW (prepared operands are already rounded; widening is exact).
+Tensor as_f32_nchw(Context& ctx, const Tensor& t) { return to_form(ctx, t, DType::F32, Layout::Nchw); }
 
 // One direction on prepared operands (prepare()): the CPU's rounded reference, or cuDNN; the
-// result (out_shape, logical NCHW / KCRS) as fp32 NCHW, rounded where the precision says.
+// result (out_shape, logical NCHW / KCRS) rounded where the precision says, handed on by finish().
 template <class T, class Ref>
 Tensor direction_prepared(Context& ctx, const std::string& layer, const ConvForm& f, const ConvSpec& spec,
                           const Shape& out_shape, ConvOperands ops, Ref&& reference) {
@@ -771,9 +780,9 @@ Tensor direction_prepared(Context& ctx, const std::string& layer, const ConvForm
     ProfileScope timed(ctx, T::kProfile, "cpu-reference");
     const Tensor out = rounded_reference(ctx, f.dtype(), out_shape, reference);
     record_cpu(ctx, layer, T::kKnob, conv_choice<typename T::Algo>(ctx.policy(), layer).mode, f.precision);
-    return to_dtype(ctx, out, DType::F32);
+    return finish(ctx, out, f);
   }
-  const Tensor out = ctx.empty(stored_shape(out_shape, f), f.dtype());
+  const Tensor out = ctx.empty(out_shape, f.dtype(), f.memory());
   ops.out = out.raw();
   run_direction<T>(ctx, layer, f, spec, ops);
   return finish(ctx, out, f);
@@ -787,12 +796,15 @@ Tensor forward_prepared(Context& ctx, const std::string& layer, const ConvForm& 
   ops.x = x.raw();
   ops.w = w.raw();
   Tensor y = direction_prepared<FwdTraits>(ctx, layer, f, spec, spec.y, ops, [&](float* out) {
-    ref::conv2d_fwd(ref::conv2d_geom(xs, ws, p), to_dtype(ctx, x, DType::F32).f32(), to_dtype(ctx, w, DType::F32).f32(),
-                    out);
+    ref::conv2d_fwd(ref::conv2d_geom(xs, ws, p), as_f32_nchw(ctx, x).f32(), as_f32_nchw(ctx, w).f32(), out);
   });
   if (ctx.is_cuda())
     ctx.manifest().record({layer, "conv2d", "layout", name_of(f.layout),
                            ctx.policy().requested(layer, "layout", op::conv2d), Determinism::Yes, name_of(f.precision),
+                           0, ctx.device().str(), "", Guarantee::RunToRun});
+  if (f.output == ConvOutput::Native)
+    ctx.manifest().record({layer, "conv2d", "output", name_of(f.output),
+                           ctx.policy().requested(layer, "output", op::conv2d), Determinism::Yes, name_of(f.precision),
                            0, ctx.device().str(), "", Guarantee::RunToRun});
   return y;
 }
@@ -804,8 +816,7 @@ Tensor backward_data_prepared(Context& ctx, const std::string& layer, const Conv
   ops.w = w.raw();
   ops.dy = dy.raw();
   return direction_prepared<BwdDataTraits>(ctx, layer, f, spec, xs, ops, [&](float* out) {
-    ref::conv2d_bwd_data(ref::conv2d_geom(xs, ws, p), to_dtype(ctx, dy, DType::F32).f32(),
-                         to_dtype(ctx, w, DType::F32).f32(), out);
+    ref::conv2d_bwd_data(ref::conv2d_geom(xs, ws, p), as_f32_nchw(ctx, dy).f32(), as_f32_nchw(ctx, w).f32(), out);
   });
 }
 
@@ -816,8 +827,7 @@ Tensor backward_filter_prepared(Context& ctx, const std::string& layer, const Co
   ops.x = x.raw();
   ops.dy = dy.raw();
   return direction_prepared<BwdFilterTraits>(ctx, layer, f, spec, ws, ops, [&](float* out) {
-    ref::conv2d_bwd_filter(ref::conv2d_geom(xs, ws, p), to_dtype(ctx, x, DType::F32).f32(),
-                           to_dtype(ctx, dy, DType::F32).f32(), out);
+    ref::conv2d_bwd_filter(ref::conv2d_geom(xs, ws, p), as_f32_nchw(ctx, x).f32(), as_f32_nchw(ctx, dy).f32(), out);
   });
 }
 
@@ -857,7 +867,7 @@ Shape conv2d_output_shape(const std::string& layer, const Shape& x, const Shape&
 }
 
 Tensor conv2d_forward(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  check_float_on(ctx, x, op_name(layer), "x");
+  check_float_any_layout_on(ctx, x, op_name(layer), "x");
   check_float_on(ctx, w, op_name(layer), "w");
   conv2d_output_shape(layer, x.shape(), w.shape(), p);
   const ConvForm f = layer_form(ctx, layer);
@@ -874,7 +884,7 @@ void check_dy(const std::string& layer, const Tensor& dy, const Shape& want) {
 
 Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& w,
                             const Shape& x_shape, const Conv2dParams& p) {
-  check_float_on(ctx, dy, op_name(layer), "dy");
+  check_float_any_layout_on(ctx, dy, op_name(layer), "dy");
   check_float_on(ctx, w, op_name(layer), "w");
   check_dy(layer, dy, conv2d_output_shape(layer, x_shape, w.shape(), p));
   const ConvForm f = layer_form(ctx, layer);
@@ -883,15 +893,15 @@ Tensor conv2d_backward_data(Context& ctx, const std::string& layer, const Tensor
 
 Tensor conv2d_backward_filter(Context& ctx, const std::string& layer, const Tensor& x, const Tensor& dy,
                               const Shape& w_shape, const Conv2dParams& p) {
-  check_float_on(ctx, x, op_name(layer), "x");
-  check_float_on(ctx, dy, op_name(layer), "dy");
+  check_float_any_layout_on(ctx, x, op_name(layer), "x");
+  check_float_any_layout_on(ctx, dy, op_name(layer), "dy");
   check_dy(layer, dy, conv2d_output_shape(layer, x.shape(), w_shape, p));
   const ConvForm f = layer_form(ctx, layer);
   return backward_filter_prepared(ctx, layer, f, prepare(ctx, x, f), prepare(ctx, dy, f), x.shape(), w_shape, p);
 }
 
 Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, const Conv2dParams& p) {
-  check_float_on(ctx, x.value(), op_name(layer), "x");
+  check_float_any_layout_on(ctx, x.value(), op_name(layer), "x");
   check_float_on(ctx, w.value(), op_name(layer), "w");
   conv2d_output_shape(layer, x.shape(), w.shape(), p);
   // Prepared once: the forward reads these, and backward reads the same rounded (and, for nhwc,
@@ -907,12 +917,17 @@ Var conv2d(Context& ctx, const std::string& layer, const Var& x, const Var& w, c
     Tensor saved_w = x.requires_grad() ? wp : Tensor();
     ctx.tape().record("conv2d", layer, {{"x", x}, {"w", w}}, out,
                       [saved_x, saved_w, xs = x.shape(), ws = w.shape(), xr = x.grad_ref(), wr = w.grad_ref(),
-                       outr = out.grad_ref(), p, layer, f](Context& c) {
+                       outr = out.grad_ref(), p, layer, f, x_dtype = x.value().dtype(), x_layout = x.value().layout(),
+                       w_dtype = w.value().dtype()](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor dy = prepare(c, outr.grad(), f);
-      // Only the gradients someone asked for: dx costs as much as the forward pass.
-      if (xr.requires_grad()) accumulate_grad(c, xr, backward_data_prepared(c, layer, f, dy, saved_w, xs, ws, p));
-      if (wr.requires_grad()) accumulate_grad(c, wr, backward_filter_prepared(c, layer, f, saved_x, dy, xs, ws, p));
+      // Only the gradients someone asked for: dx costs as much as the forward pass. Each gradient
+      // in its variable's form (a native dx is already in it: no pass).
+      if (xr.requires_grad())
+        accumulate_grad(c, xr, to_form(c, backward_data_prepared(c, layer, f, dy, saved_w, xs, ws, p), x_dtype, x_layout));
+      if (wr.requires_grad())
+        accumulate_grad(c, wr,
+                        to_form(c, backward_filter_prepared(c, layer, f, saved_x, dy, xs, ws, p), w_dtype, Layout::Nchw));
     });
   }
   return out;

@@ -11,8 +11,9 @@
 // Precision per layer (conv2d.precision, kernels/precision.h): fp32 (no tensor cores), tf32, or
 // bf16/fp16: x and w are read rounded to bf16/fp16 (cuDNN's PSEUDO_BFLOAT16/PSEUDO_HALF
 // configuration: bf16/f16 tensors, fp32 accumulation on tensor cores), and the direction's
-// result (y, dx, dw) is rounded to bf16/fp16 by cuDNN, then handed on widened to fp32. Inputs
-// that are already bf16/f16 (the tape keeps x and w rounded for backward) are not rounded again.
+// result (y, dx, dw) is rounded to bf16/fp16 by cuDNN, then handed on widened to fp32 (or as it
+// is: conv2d.output below). Inputs that are already in the layer's dtype and layout (the tape keeps
+// x and w rounded for backward; a native result of the layer before) are not converted again.
 // ditto's own algorithms compute in fp32 or tf32 and NCHW only: pinned under bf16/fp16 or the nhwc
 // layout they are an error.
 // The CPU path is the double-accumulating reference, with the same rounding points: deterministic.
@@ -55,12 +56,25 @@ inline const char* knob_name(ConvBwdFilterAlgo) { return "bwd_filter"; }
 // Knob conv2d.layout: the memory layout cuDNN computes in. nchw hands cuDNN ditto's own tensors
 // (its bf16/fp16 tensor-core kernels may transpose inside); nhwc hands it channels-last copies,
 // made in the same pass that rounds them to the precision (engine/tensor_ops.h), and transposes
-// each result back in the pass that widens it. The layout changes which kernels cuDNN runs, so
-// the bits; not what they promise. Between layers tensors stay NCHW.
+// each result back in the pass that widens it (unless conv2d.output=native hands it on
+// channels-last). The layout changes which kernels cuDNN runs, so the bits; not what they promise.
 enum class ConvLayout { Nchw, Nhwc };
 const KnobSpec& conv_layout_knob();
 const char* name_of(ConvLayout l);
 inline const char* knob_name(ConvLayout) { return "layout"; }
+
+// Knob conv2d.output: the form the op hands its results (y; dx and dw go back in their variables'
+// forms) on in. fp32 widens them to fp32 NCHW, so every op after a bf16/fp16 layer reads fp32 (one
+// widening pass per result, and twice the bytes for batch norm and activations). native hands them
+// on as cuDNN wrote them: the precision's dtype in the layer's layout (bf16 channels-last under
+// bf16 + nhwc), for the ops that read such tensors as they are (batch norm, activations, add,
+// pooling: engine/operand_check.h); an op that reads only NCHW fp32 refuses them by name. native
+// changes where the next ops round (they read and write bf16), so the bits; not what anything
+// promises.
+enum class ConvOutput { Fp32, Native };
+const KnobSpec& conv_output_knob();
+const char* name_of(ConvOutput o);
+inline const char* knob_name(ConvOutput) { return "output"; }
 
 // A convolution algorithm choice: a selection mode, and the algorithm when pinned.
 template <class Algo>

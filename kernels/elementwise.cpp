@@ -8,13 +8,19 @@
 namespace ditto {
 
 Var add(Context& ctx, const Var& a, const Var& b) {
-  check_f32_on(ctx, a.value(), "add", "a");
-  check_f32_on(ctx, b.value(), "add", "b");
+  check_float_any_layout_on(ctx, a.value(), "add", "a");
+  check_float_any_layout_on(ctx, b.value(), "add", "b");
   if (a.shape() != b.shape())
     throw ShapeError(fmt::format("add: shapes {} and {} differ", shape_str(a.shape()), shape_str(b.shape())));
-  Tensor y = ctx.empty(a.shape());
+  if (a.value().dtype() != b.value().dtype() || a.value().layout() != b.value().layout())
+    throw ShapeError(fmt::format("add: a is {} and b is {}; both operands need one dtype and layout (a residual "
+                                 "branch and its shortcut must hand on the same form)",
+                                 a.value().type_tag(), b.value().type_tag()));
+  Tensor y = ctx.empty(a.shape(), a.value().dtype(), a.value().layout());
   int64_t n = y.numel();
-  if (ctx.is_cuda()) {
+  if (a.value().dtype() != DType::F32) {
+    add_into(ctx, y, a.value(), b.value());
+  } else if (ctx.is_cuda()) {
     cuda::add(ctx, y.f32(), a.value().f32(), b.value().f32(), n);
   } else {
     const float* pa = a.value().f32();

@@ -9,7 +9,9 @@
 
 namespace ditto {
 
-// y = a + b (same shape); backward passes the gradient to both.
+// y = a + b (same shape, float dtype and layout: bf16/f16 add in float and round once, as
+// engine/tensor_ops.h's add_into; channels-last operands as they are); backward passes the
+// gradient to both.
 Var add(Context& ctx, const Var& a, const Var& b);
 
 // y = x viewed as {N, product of x's other dims} (N = x's dim 0; a 1-D x becomes {N, 1}): the

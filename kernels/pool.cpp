@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/profiler.h"
 #include "engine/operand_check.h"
+#include "engine/tensor_ops.h"
 #include "kernels/detail/pool_cuda.h"
 #include "kernels/detail/tuned.h"
 #include "kernels/pool_ref.h"
@@ -103,11 +104,14 @@ void cudnn_pool_call(cudnnStatus_t s, const char* expr, const std::string& layer
   detail::throw_cudnn(s, expr, __FILE__, __LINE__);
 }
 
-void cudnn_max_pool_fwd(Context& ctx, const std::string& layer, PoolBwd v, const ref::PoolDims& g, const float* x,
-                        float* y) {
+// x, y (and dy, dx below) are of dtype t, channels-last where nhwc says.
+void cudnn_max_pool_fwd(Context& ctx, const std::string& layer, PoolBwd v, const ref::PoolDims& g, const void* x,
+                        void* y, DType t = DType::F32, bool nhwc = false) {
   auto& cs = detail::cuda_state(ctx);
   PoolDesc pd(cudnn_mode(v), g);
-  TensorDesc xd(g.n, g.c, g.h, g.w), yd(g.n, g.c, g.oh, g.ow);
+  TensorDesc xd, yd;
+  xd.set(g.n, g.c, g.h, g.w, t, nhwc);
+  yd.set(g.n, g.c, g.oh, g.ow, t, nhwc);
   int on = 0, oc = 0, oh = 0, ow = 0;
   DITTO_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(pd.d, xd.d, &on, &oc, &oh, &ow));
   if (oh != g.oh || ow != g.ow)
@@ -119,11 +123,13 @@ void cudnn_max_pool_fwd(Context& ctx, const std::string& layer, PoolBwd v, const
                   v, g);
 }
 
-void cudnn_max_pool_bwd(Context& ctx, const std::string& layer, PoolBwd v, const ref::PoolDims& g, const float* x,
-                        const float* y, const float* dy, float* dx) {
+void cudnn_max_pool_bwd(Context& ctx, const std::string& layer, PoolBwd v, const ref::PoolDims& g, const void* x,
+                        const void* y, const void* dy, void* dx, DType t = DType::F32, bool nhwc = false) {
   auto& cs = detail::cuda_state(ctx);
   PoolDesc pd(cudnn_mode(v), g);
-  TensorDesc xd(g.n, g.c, g.h, g.w), yd(g.n, g.c, g.oh, g.ow);
+  TensorDesc xd, yd;
+  xd.set(g.n, g.c, g.h, g.w, t, nhwc);
+  yd.set(g.n, g.c, g.oh, g.ow, t, nhwc);
   const float one = 1.f, zero = 0.f;
   cudnn_pool_call(cudnnPoolingBackward(cs.cudnn, pd.d, &one, yd.d, y, yd.d, dy, xd.d, x, &zero, xd.d, dx),
                   "cudnnPoolingBackward", layer, v, g);
@@ -154,6 +160,71 @@ bool uses_own_argmax(const Context& ctx, PoolBwd v) {
   return !ctx.is_cuda() || v == PoolBwd::AtomicScatter || v == PoolBwd::Gather;
 }
 
+// Max pooling of x in any float dtype and either layout but f32 NCHW (a native bf16 channels-last
+// result): y and dx in x's form. The CPU reference reads x widened to f32 NCHW (the max is one of
+// x's values, so exact) and its dx sums in output order, as the gather does, rounded once.
+Var max_pool_any(Context& ctx, const std::string& layer, const Var& x, const ref::PoolDims& d, PoolBwd variant,
+                 const std::string& requested) {
+  const Tensor& xv = x.value();
+  const DType t = xv.dtype();
+  const Layout lay = xv.layout();
+  const bool nhwc = xv.channels_last();
+  const bool grad = needs_grad(ctx, {&x});
+  const bool own = uses_own_argmax(ctx, variant);
+  Tensor y = ctx.empty(out_shape(d), t, lay);
+  Tensor argmax;  // in y's memory order (NCHW order on the CPU, whose reference runs there)
+  if (own && grad) argmax = ctx.empty(out_shape(d), DType::I32);
+  int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
+  {
+    ProfileScope timed(ctx, ProfileKind::PoolFwd, ctx.is_cuda() ? name_of(variant) : "cpu-reference");
+    if (!ctx.is_cuda()) {
+      Tensor yf = ctx.empty(out_shape(d));
+      ref::max_pool_fwd(to_form(ctx, xv, DType::F32, Layout::Nchw).f32(), yf.f32(), am, d);
+      y = to_form(ctx, yf, t, lay);
+    } else if (own) {
+      cuda::max_pool_fwd_argmax_any(ctx, t, nhwc, xv.raw(), y.raw(), am, d);
+    } else {
+      cudnn_max_pool_fwd(ctx, layer, variant, d, xv.raw(), y.raw(), t, nhwc);
+    }
+  }
+  record_max_pool(ctx, layer, variant, requested);
+  Var out(std::move(y), grad);
+  if (grad) {
+    const bool cudnn_bwd = ctx.is_cuda() && !own;
+    Tensor saved_x = cudnn_bwd ? xv : Tensor(), saved_y = cudnn_bwd ? out.value() : Tensor();
+    ctx.tape().record(kMaxOp, layer, {{"x", x}}, out,
+                      [saved_x, saved_y, xr = x.grad_ref(), outr = out.grad_ref(), argmax, d, variant, requested,
+                       layer, t, lay, nhwc](Context& c) {
+      if (!outr.grad().defined()) return;
+      const Tensor& dy = outr.grad();
+      if (dy.dtype() != t || dy.layout() != lay)
+        throw ShapeError(fmt::format("{} backward: dy is {}, the pooled tensor {}{}", where(kMaxOp, layer),
+                                     dy.type_tag(), dtype_name(t), lay == Layout::Nhwc ? "-nhwc" : ""));
+      record_max_pool(c, layer, variant, requested);
+      Tensor dx;
+      ProfileScope timed(c, ProfileKind::PoolBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
+      if (!c.is_cuda()) {
+        Tensor dxf = c.empty(xr.shape());
+        ref::max_pool_bwd(to_form(c, dy, DType::F32, Layout::Nchw).f32(), argmax.i32(), dxf.f32(), d);
+        dx = to_form(c, dxf, t, lay);
+      } else if (variant == PoolBwd::AtomicScatter) {
+        Tensor dx32 = c.zeros(xr.shape(), DType::F32, lay);
+        cuda::max_pool_bwd_atomic_scatter_any(c, t, nhwc, dy.raw(), argmax.i32(), dx32.f32(), d);
+        dx = to_dtype(c, dx32, t);
+      } else if (variant == PoolBwd::Gather) {
+        dx = c.empty(xr.shape(), t, lay);
+        cuda::max_pool_bwd_gather_any(c, t, nhwc, dy.raw(), argmax.i32(), dx.raw(), d);
+      } else {
+        dx = c.empty(xr.shape(), t, lay);
+        cudnn_max_pool_bwd(c, layer, variant, d, saved_x.raw(), saved_y.raw(), dy.raw(), dx.raw(), t, nhwc);
+      }
+      timed.end();
+      accumulate_grad(c, xr, std::move(dx));
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 Shape pool_output_shape(const Shape& x, const PoolParams& p, const std::string& op) {
@@ -162,10 +233,14 @@ Shape pool_output_shape(const Shape& x, const PoolParams& p, const std::string& 
 
 Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolParams& p) {
   const std::string op = where(kMaxOp, layer);
-  check_f32_on(ctx, x.value(), op, "x");
+  check_float_any_layout_on(ctx, x.value(), op, "x");
   const ref::PoolDims d = pool_dims(x.shape(), p, op);
   PoolBwd variant = ctx.policy().variant<PoolBwd>(layer, op::maxpool2d);
   const std::string requested = ctx.policy().requested(layer, "bwd", op::maxpool2d);
+  // Any form but f32 NCHW: its own path (the tuning file times f32 NCHW pooling only; other forms
+  // take the mode's pick, which is deterministic under the deterministic mode either way).
+  if (x.value().dtype() != DType::F32 || x.value().channels_last())
+    return max_pool_any(ctx, layer, x, d, variant, requested);
   if (ctx.is_cuda() && ctx.tuning() && requested == "deterministic") {
     // Both deterministic variants, timed forward and backward (the variant picks the forward too).
     TuningEntry e;
@@ -271,32 +346,45 @@ Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p) {
 }
 
 Var global_avg_pool(Context& ctx, const Var& x) {
-  check_f32_on(ctx, x.value(), "global_avg_pool", "x");
+  check_float_any_layout_on(ctx, x.value(), "global_avg_pool", "x");
   check_ndim(x.value(), 4, "global_avg_pool", "x");
   const Shape& s = x.shape();
   if (s[2] < 1 || s[3] < 1)
     throw ShapeError(fmt::format("global_avg_pool: x has an empty plane, shape {}", shape_str(s)));
   const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
+  // f32 NCHW runs the float kernels; any other form (a native bf16/f16 or channels-last result)
+  // the kernels that read it as it is. The CPU widens it to f32 NCHW (exact) for the reference.
+  const bool plain = x.value().dtype() == DType::F32 && !x.value().channels_last();
   Tensor y = ctx.empty({s[0], s[1]});
   {
     ProfileScope timed(ctx, ProfileKind::PoolFwd, "global-avg");
-    if (ctx.is_cuda())
+    if (ctx.is_cuda() && plain)
       cuda::global_avg_pool_fwd(ctx, x.value().f32(), y.f32(), planes, hw);
+    else if (ctx.is_cuda())
+      cuda::global_avg_pool_fwd_any(ctx, x.value().dtype(), x.value().channels_last(), x.value().raw(), y.f32(), s[0],
+                                    s[1], hw);
     else
-      ref::global_avg_pool_fwd(x.value().f32(), y.f32(), planes, hw);
+      ref::global_avg_pool_fwd(to_form(ctx, x.value(), DType::F32, Layout::Nchw).f32(), y.f32(), planes, hw);
   }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("global_avg_pool", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), planes, hw](Context& c) {
+    ctx.tape().record("global_avg_pool", "", {{"x", x}}, out,
+                      [xr = x.grad_ref(), outr = out.grad_ref(), s, planes, hw, plain, dtype = x.value().dtype(),
+                       layout = x.value().layout()](Context& c) {
       if (!outr.grad().defined()) return;
-      Tensor dx = c.empty(xr.shape());
+      Tensor dx = c.empty(xr.shape(), dtype, layout);
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "global-avg");
-        if (c.is_cuda())
+        if (c.is_cuda() && plain) {
           cuda::global_avg_pool_bwd(c, outr.grad().f32(), dx.f32(), planes, hw);
-        else
-          ref::global_avg_pool_bwd(outr.grad().f32(), dx.f32(), planes, hw);
+        } else if (c.is_cuda()) {
+          cuda::global_avg_pool_bwd_any(c, dtype, layout == Layout::Nhwc, outr.grad().f32(), dx.raw(), s[0], s[1], hw);
+        } else {
+          Tensor df = c.empty(xr.shape());
+          ref::global_avg_pool_bwd(outr.grad().f32(), df.f32(), planes, hw);
+          dx = to_form(c, df, dtype, layout);
+        }
       }
       accumulate_grad(c, xr, std::move(dx));
     });
@@ -305,13 +393,23 @@ Var global_avg_pool(Context& ctx, const Var& x) {
 }
 
 Var adaptive_avg_pool2d(Context& ctx, const Var& x, int64_t out_h, int64_t out_w) {
-  check_f32_on(ctx, x.value(), "adaptive_avg_pool2d", "x");
+  check_float_any_layout_on(ctx, x.value(), "adaptive_avg_pool2d", "x");
   check_ndim(x.value(), 4, "adaptive_avg_pool2d", "x");
   const Shape& s = x.shape();
   if (out_h < 1 || out_w < 1)
     throw ShapeError(fmt::format("adaptive_avg_pool2d: output size {}x{} must be at least 1x1", out_h, out_w));
   if (s[2] < 1 || s[3] < 1)
     throw ShapeError(fmt::format("adaptive_avg_pool2d: x has an empty plane, shape {}", shape_str(s)));
+  // Any form but f32 NCHW (a native bf16 channels-last result): y is f32 NCHW, dx in x's form. The
+  // GPU reads it for the 1x1 output (squeeze-and-excitation) with the global average pool's
+  // kernels, whose windows are the same; the CPU widens x for the reference.
+  const Tensor& xv = x.value();
+  const bool plain = xv.dtype() == DType::F32 && !xv.channels_last();
+  const bool global = out_h == 1 && out_w == 1;
+  if (!plain && ctx.is_cuda() && !global)
+    throw ShapeError(fmt::format("adaptive_avg_pool2d: x is {} {}; on the GPU an output of {}x{} needs f32 NCHW x "
+                                 "(1x1 reads any float dtype and layout)",
+                                 xv.type_tag(), shape_str(s), out_h, out_w));
   ref::AdaptivePoolDims d;
   d.planes = s[0] * s[1];
   d.h = s[2];
@@ -321,23 +419,35 @@ Var adaptive_avg_pool2d(Context& ctx, const Var& x, int64_t out_h, int64_t out_w
   Tensor y = ctx.empty({s[0], s[1], out_h, out_w});
   {
     ProfileScope timed(ctx, ProfileKind::PoolFwd, "adaptive-avg");
-    if (ctx.is_cuda())
-      cuda::adaptive_avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
+    if (ctx.is_cuda() && plain)
+      cuda::adaptive_avg_pool_fwd(ctx, xv.f32(), y.f32(), d);
+    else if (ctx.is_cuda())
+      cuda::global_avg_pool_fwd_any(ctx, xv.dtype(), xv.channels_last(), xv.raw(), y.f32(), s[0], s[1], s[2] * s[3]);
     else
-      ref::adaptive_avg_pool_fwd(x.value().f32(), y.f32(), d);
+      ref::adaptive_avg_pool_fwd((plain ? xv : to_form(ctx, xv, DType::F32, Layout::Nchw)).f32(), y.f32(), d);
   }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("adaptive_avg_pool2d", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), d](Context& c) {
+    ctx.tape().record("adaptive_avg_pool2d", "", {{"x", x}}, out,
+                      [xr = x.grad_ref(), outr = out.grad_ref(), d, s, plain, dtype = xv.dtype(),
+                       layout = xv.layout()](Context& c) {
       if (!outr.grad().defined()) return;
-      Tensor dx = c.empty(xr.shape());
+      Tensor dx = c.empty(xr.shape(), dtype, layout);
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "adaptive-avg");
-        if (c.is_cuda())
+        if (c.is_cuda() && plain) {
           cuda::adaptive_avg_pool_bwd(c, outr.grad().f32(), dx.f32(), d);
-        else
+        } else if (c.is_cuda()) {
+          cuda::global_avg_pool_bwd_any(c, dtype, layout == Layout::Nhwc, outr.grad().f32(), dx.raw(), s[0], s[1],
+                                        s[2] * s[3]);
+        } else if (plain) {
           ref::adaptive_avg_pool_bwd(outr.grad().f32(), dx.f32(), d);
+        } else {
+          Tensor df = c.empty(xr.shape());
+          ref::adaptive_avg_pool_bwd(outr.grad().f32(), df.f32(), d);
+          dx = to_form(c, df, dtype, layout);
+        }
       }
       accumulate_grad(c, xr, std::move(dx));
     });

@@ -5,6 +5,7 @@
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/pool_cuda.h"
+#include "engine/detail/float_map.cuh"
 
 namespace ditto::cuda {
 namespace {
@@ -260,6 +261,217 @@ void adaptive_avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::
   const int64_t n = d.planes * d.h * d.w;
   if (n == 0) return;
   adaptive_avg_pool_bwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, d);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+namespace {
+// Channels-last: block (t, n) owns channels 32t..32t+31 of image n, one per thread column; the
+// 16 threads of a column sum pixels k, k+16, k+32, ... in increasing order, and the 16 lane sums
+// are added in lane order (a warp reads 32 neighbouring channels of one pixel). Deterministic.
+constexpr int kGapCols = 32, kGapLanes = 16;
+template <class T>
+__global__ void __launch_bounds__(kGapCols* kGapLanes) gap_fwd_nhwc_kernel(const T* __restrict__ x,
+                                                                           float* __restrict__ y, int64_t c,
+                                                                           int64_t hw) {
+  const int64_t img = blockIdx.y, ch = int64_t(blockIdx.x) * kGapCols + threadIdx.x;
+  float s = 0.f;
+  if (ch < c) {
+    const T* p = x + img * hw * c + ch;
+    for (int64_t k = threadIdx.y; k < hw; k += kGapLanes) s += to_f(p[k * c]);
+  }
+  const float t = column_sum<kGapLanes>(s);
+  if (threadIdx.y == 0 && ch < c) y[img * c + ch] = t / float(hw);
+}
+// NCHW bf16/f16: one warp per plane, lane-strided sums and a fixed shuffle tree (the f32 kernel's order).
+template <class T>
+__global__ void gap_fwd_nchw_kernel(const T* __restrict__ x, float* __restrict__ y, int64_t planes, int64_t hw) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t p = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5); p < planes;
+       p += int64_t(gridDim.x) * kWarpsPerBlock) {
+    const T* xp = x + p * hw;
+    float s = 0.f;
+    for (int64_t i = lane; i < hw; i += 32) s += to_f(xp[i]);
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) y[p] = s / float(hw);
+  }
+}
+template <class T>
+__global__ void gap_bwd_any_kernel(const float* __restrict__ dy, T* __restrict__ dx, int64_t n, int64_t c, int64_t hw,
+                                   bool nhwc) {
+  DITTO_GRID_STRIDE(i, n * c * hw) {
+    const int64_t plane = nhwc ? (i / (hw * c)) * c + i % c : i / hw;
+    dx[i] = from_f<T>(dy[plane] / float(hw));
+  }
+}
+template <class T>
+void gap_fwd(Context& ctx, bool nhwc, const void* x, float* y, int64_t n, int64_t c, int64_t hw) {
+  cudaStream_t s = detail::stream_of(ctx);
+  if (nhwc) {
+    const dim3 grid(static_cast<unsigned>((c + kGapCols - 1) / kGapCols), static_cast<unsigned>(n));
+    gap_fwd_nhwc_kernel<T><<<grid, dim3(kGapCols, kGapLanes), 0, s>>>(static_cast<const T*>(x), y, c, hw);
+  } else {
+    const int64_t b = (n * c + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    gap_fwd_nchw_kernel<T><<<static_cast<unsigned>(b < 524280 ? b : 524280), 32 * kWarpsPerBlock, 0, s>>>(
+        static_cast<const T*>(x), y, n * c, hw);
+  }
+}
+}  // namespace
+
+void global_avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, float* y, int64_t n, int64_t c,
+                             int64_t hw) {
+  if (n * c == 0) return;
+  if (t == DType::F32) gap_fwd<float>(ctx, nhwc, x, y, n, c, hw);
+  else if (t == DType::BF16) gap_fwd<__nv_bfloat16>(ctx, nhwc, x, y, n, c, hw);
+  else gap_fwd<__half>(ctx, nhwc, x, y, n, c, hw);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void global_avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const float* dy, void* dx, int64_t n, int64_t c,
+                             int64_t hw) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return;
+  cudaStream_t s = detail::stream_of(ctx);
+  if (t == DType::F32)
+    gap_bwd_any_kernel<float><<<blocks_for(total), kThreads, 0, s>>>(dy, static_cast<float*>(dx), n, c, hw, nhwc);
+  else if (t == DType::BF16)
+    gap_bwd_any_kernel<__nv_bfloat16><<<blocks_for(total), kThreads, 0, s>>>(dy, static_cast<__nv_bfloat16*>(dx), n, c,
+                                                                             hw, nhwc);
+  else
+    gap_bwd_any_kernel<__half><<<blocks_for(total), kThreads, 0, s>>>(dy, static_cast<__half*>(dx), n, c, hw, nhwc);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+namespace {
+// Element (n, c, h, w) of an N x C x H x W tensor in either layout.
+struct Index4 {
+  int64_t c, h, w;
+  bool nhwc;
+  __device__ __forceinline__ int64_t at(int64_t n, int64_t ch, int64_t ih, int64_t iw) const {
+    return nhwc ? ((n * h + ih) * w + iw) * c + ch : ((n * c + ch) * h + ih) * w + iw;
+  }
+  // The (n, c, h, w) of memory offset i.
+  __device__ __forceinline__ void decode(int64_t i, int64_t& n, int64_t& ch, int64_t& ih, int64_t& iw) const {
+    if (nhwc) {
+      ch = i % c;
+      i /= c;
+      iw = i % w;
+      i /= w;
+      ih = i % h;
+      n = i / h;
+    } else {
+      iw = i % w;
+      i /= w;
+      ih = i % h;
+      i /= h;
+      ch = i % c;
+      n = i / c;
+    }
+  }
+};
+
+// One thread per output, in memory order: the window scanned row-major, the first maximum wins
+// (NaN beats any number), as max_pool_fwd_kernel.
+template <class T>
+__global__ void max_pool_fwd_any_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax,
+                                        ref::PoolDims d, bool nhwc) {
+  const Index4 in{d.c, d.h, d.w, nhwc}, out{d.c, d.oh, d.ow, nhwc};
+  DITTO_GRID_STRIDE(o, d.n * d.c * d.oh * d.ow) {
+    int64_t n, ch, oh, ow;
+    out.decode(o, n, ch, oh, ow);
+    const int h0 = int(oh) * d.sh - d.ph, w0 = int(ow) * d.sw - d.pw;
+    const int hs = max(h0, 0), he = min(h0 + d.kh, int(d.h));
+    const int ws = max(w0, 0), we = min(w0 + d.kw, int(d.w));
+    T best = x[in.at(n, ch, hs, ws)];
+    float fb = to_f(best);
+    int best_i = hs * int(d.w) + ws;
+    for (int ih = hs; ih < he; ++ih)
+      for (int iw = ws; iw < we; ++iw) {
+        const T v = x[in.at(n, ch, ih, iw)];
+        const float fv = to_f(v);
+        if (fv > fb || (isnan(fv) && !isnan(fb))) {
+          best = v;
+          fb = fv;
+          best_i = ih * int(d.w) + iw;
+        }
+      }
+    y[o] = best;
+    if (argmax) argmax[o] = best_i;
+  }
+}
+
+// One thread per input, in memory order: the covering outputs' dy whose argmax is this element,
+// output rows then columns ascending, summed in float and rounded once.
+template <class T>
+__global__ void max_pool_bwd_gather_any_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                               T* __restrict__ dx, ref::PoolDims d, bool nhwc) {
+  const Index4 in{d.c, d.h, d.w, nhwc}, out{d.c, d.oh, d.ow, nhwc};
+  DITTO_GRID_STRIDE(i, d.n * d.c * d.h * d.w) {
+    int64_t n, ch, ih, iw;
+    in.decode(i, n, ch, ih, iw);
+    const int me = int(ih) * int(d.w) + int(iw);
+    const int oh_lo = (ih + d.ph < d.kh) ? 0 : (int(ih) + d.ph - d.kh) / d.sh + 1;
+    const int oh_hi = min((int(ih) + d.ph) / d.sh, int(d.oh) - 1);
+    const int ow_lo = (iw + d.pw < d.kw) ? 0 : (int(iw) + d.pw - d.kw) / d.sw + 1;
+    const int ow_hi = min((int(iw) + d.pw) / d.sw, int(d.ow) - 1);
+    float s = 0.f;
+    for (int oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int ow = ow_lo; ow <= ow_hi; ++ow) {
+        const int64_t o = out.at(n, ch, oh, ow);
+        if (__ldg(argmax + o) == me) s += to_f(dy[o]);
+      }
+    dx[i] = from_f<T>(s);
+  }
+}
+
+// One thread per output: atomicAdd of its dy into the float buffer at its argmax. NOT
+// deterministic where windows overlap (the adds land in scheduling order).
+template <class T>
+__global__ void max_pool_bwd_scatter_any_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                                float* __restrict__ dx, ref::PoolDims d, bool nhwc) {
+  const Index4 in{d.c, d.h, d.w, nhwc}, out{d.c, d.oh, d.ow, nhwc};
+  DITTO_GRID_STRIDE(o, d.n * d.c * d.oh * d.ow) {
+    int64_t n, ch, oh, ow;
+    out.decode(o, n, ch, oh, ow);
+    const int a = argmax[o];
+    atomicAdd(dx + in.at(n, ch, a / int(d.w), a % int(d.w)), to_f(dy[o]));
+  }
+}
+
+}  // namespace
+
+void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, int32_t* argmax,
+                             const ref::PoolDims& d) {
+  const int64_t n = d.n * d.c * d.oh * d.ow;
+  if (n == 0) return;
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_fwd_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), argmax, d, nhwc);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax, void* dx,
+                             const ref::PoolDims& d) {
+  const int64_t n = d.n * d.c * d.h * d.w;
+  if (n == 0) return;
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_bwd_gather_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
+        static_cast<const T*>(dy), argmax, static_cast<T*>(dx), d, nhwc);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax,
+                                     float* dx32, const ref::PoolDims& d) {
+  const int64_t n = d.n * d.c * d.oh * d.ow;
+  if (n == 0) return;
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_bwd_scatter_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
+        static_cast<const T*>(dy), argmax, dx32, d, nhwc);
+  });
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -54,7 +54,13 @@ nb::ndarray<nb::array_api> share(const Tensor& t) {
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   const Device d = t.device();
-  return nb::ndarray<nb::array_api>(t.raw(), shape.size(), shape.data(), owner, nullptr, dlpack_of(t.dtype()),
+  // A channels-last tensor goes out with its logical N, C, H, W shape and the strides of its memory
+  // (N, H, W, C), as PyTorch's channels_last tensors are.
+  const Shape& s = t.shape();
+  const std::vector<int64_t> nhwc_strides =
+      t.channels_last() ? std::vector<int64_t>{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]} : std::vector<int64_t>{};
+  return nb::ndarray<nb::array_api>(t.raw(), shape.size(), shape.data(), owner,
+                                    t.channels_last() ? nhwc_strides.data() : nullptr, dlpack_of(t.dtype()),
                        d.is_cuda() ? nb::device::cuda::value : nb::device::cpu::value, d.is_cuda() ? d.index : 0);
 }
 

@@ -68,6 +68,7 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
       {"conv2d.precision", {"fp32", "fp32", "fp32"}},
       {"conv2d.bias_bwd", {"cudnn", "deterministic", "atomic"}},
       {"conv2d.layout", {"nchw", "nchw", "nchw"}},
+      {"conv2d.output", {"fp32", "fp32", "fp32"}},
       {"linear.precision", {"fp32", "fp32", "fp32"}},
       {"linear.bias_bwd", {"atomic", "deterministic", "atomic"}},
       {"linear.cublas_atomics", {"off", "off", "on"}},

@@ -96,7 +96,8 @@ TEST_CASE("channels-last copies: each element moves to its NHWC place, rounded o
   const Tensor t = ctx.from_host(v, s);
   for (DType d : {DType::F32, DType::BF16, DType::F16}) {
     const Tensor nhwc = to_channels_last(ctx, t, d);
-    REQUIRE(nhwc.shape() == Shape{2, 4, 5, 3});
+    REQUIRE(nhwc.shape() == s);  // shapes stay logical; the memory is N, H, W, C
+    CHECK(nhwc.layout() == Layout::Nhwc);
     CHECK(nhwc.dtype() == d);
     const std::vector<float> got = nhwc.to_host_f32();
     for (int64_t n = 0; n < 2; ++n)
@@ -108,6 +109,7 @@ TEST_CASE("channels-last copies: each element moves to its NHWC place, rounded o
                                      : detail::round_through(d, v[((n * 3 + c) * 4 + h) * 5 + w])));
     const Tensor back = from_channels_last(ctx, nhwc, DType::F32);
     CHECK(back.shape() == s);
+    CHECK(back.layout() == Layout::Nchw);
     CHECK(back.to_host_f32() == (d == DType::F32 ? v : rounded(d, v)));
   }
   CHECK_THROWS_WITH(to_channels_last(ctx, ctx.zeros({2, 3}), DType::BF16), Contains("4-D"));

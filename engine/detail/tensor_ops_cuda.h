@@ -17,4 +17,6 @@ void widen(Context& ctx, const uint16_t* src, float* dst, int64_t n, bool bf16);
 // dtypes (DType's values: F32, BF16, F16).
 void transpose_convert(Context& ctx, const void* src, DType from, void* dst, DType to, int64_t batch, int64_t rows,
                        int64_t cols);
+// out = a + b over n elements of float dtype t (out may be a).
+void add_any(Context& ctx, DType t, const void* a, const void* b, void* out, int64_t n);
 }  // namespace ditto::cuda

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/tensor.h"
+
 namespace ditto { class Context; }
 
 namespace ditto::cuda {
@@ -34,5 +36,23 @@ void bn_bwd_reduce(Context& ctx, const float* x, const float* dy, const float* m
 // dx from the reduced sums (training) or dx = gamma * invstd * dy (inference).
 void bn_bwd_dx(Context& ctx, const float* x, const float* dy, const float* mean, const float* invstd,
                const float* gamma, const float* dgamma, const float* dbeta, bool training, float* dx, const BnDims& d);
+
+// The same for channels-last x (memory N, H, W, C) of any float dtype t (kernels/batchnorm_nhwc.cu):
+// statistics and sums in float, y and dx rounded to t. Scratch: bn_nhwc_scratch_floats(d) floats,
+// the reduction partials and the per-channel coefficients of the elementwise passes: the forward
+// statistics (training) or bn_nhwc_running_affine (inference) write y = x * scale + shift's, which
+// bn_nhwc_apply then reads from the same scratch; bn_nhwc_bwd_dx writes and reads its own.
+int64_t bn_nhwc_scratch_floats(const BnDims& d);
+void bn_nhwc_batch_stats(Context& ctx, DType t, const void* x, const BnDims& d, float momentum, float eps,
+                         const float* gamma, const float* beta, float* saved_mean, float* saved_invstd,
+                         float* running_mean, float* running_var, float* scratch);
+void bn_nhwc_running_affine(Context& ctx, const float* mean, const float* invstd, const float* gamma,
+                            const float* beta, const BnDims& d, float* scratch);
+void bn_nhwc_apply(Context& ctx, DType t, const void* x, void* y, const BnDims& d, const float* scratch);
+void bn_nhwc_bwd_reduce(Context& ctx, DType t, const void* x, const void* dy, const float* mean, const float* invstd,
+                        const BnDims& d, bool atomic, float* dgamma, float* dbeta, float* scratch);
+void bn_nhwc_bwd_dx(Context& ctx, DType t, const void* x, const void* dy, const float* mean, const float* invstd,
+                    const float* gamma, const float* dgamma, const float* dbeta, bool training, void* dx,
+                    const BnDims& d, float* scratch);
 
 }  // namespace ditto::cuda

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/tensor.h"
+
 namespace ditto { class Context; }
 
 namespace ditto::cuda {
@@ -20,4 +22,12 @@ void copy_channels_many(Context& ctx, const ChannelCopy* copies, int64_t count, 
 void channel_mul_fwd(Context& ctx, const float* x, const float* s, float* y, int64_t planes, int64_t hw);
 void channel_mul_bwd(Context& ctx, const float* x, const float* s, const float* dy, float* dx, float* ds,
                      int64_t planes, int64_t hw);
+// channel_mul for x of any float dtype tx, NCHW or channels-last (y, dy, dx alike), and s of
+// float dtype ts holding N*C values (its layout does not matter: one value per plane): y = x * s
+// rounded once to tx; dx = dy * s likewise; ds32[n*C + c] = the plane's sum of dy * x in float,
+// over (h, w) in a shape-fixed order (the caller rounds it to s's dtype).
+void channel_mul_fwd_any(Context& ctx, DType tx, bool nhwc, const void* x, DType ts, const void* s, void* y,
+                         int64_t n, int64_t c, int64_t hw);
+void channel_mul_bwd_any(Context& ctx, DType tx, bool nhwc, const void* x, DType ts, const void* s, const void* dy,
+                         void* dx, float* ds32, int64_t n, int64_t c, int64_t hw);
 }  // namespace ditto::cuda

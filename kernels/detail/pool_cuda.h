@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/tensor.h"
+
 #include "kernels/pool_ref.h"
 
 namespace ditto { class Context; }
@@ -14,10 +16,26 @@ void max_pool_fwd_argmax(Context& ctx, const float* x, float* y, int32_t* argmax
 void max_pool_bwd_atomic_scatter(Context& ctx, const float* dy, const int32_t* argmax, float* dx,
                                  const ref::PoolDims& d);
 void max_pool_bwd_gather(Context& ctx, const float* dy, const int32_t* argmax, float* dx, const ref::PoolDims& d);
+// Max pooling of x in any float dtype t, NCHW or channels-last (y, dy, dx alike; the argmax, an
+// in-plane index h*W + w per output, in y's order). Forward exact (y is one of x's values);
+// gather sums its dy in float in the NCHW kernel's order and rounds once to t; atomic scatter adds
+// float dy into the zeroed float buffer dx32 (x's shape and layout), for the caller to round.
+void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, int32_t* argmax,
+                             const ref::PoolDims& d);
+void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax, void* dx,
+                             const ref::PoolDims& d);
+void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax,
+                                     float* dx32, const ref::PoolDims& d);
 void avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::PoolDims& d);
 void avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::PoolDims& d);
 void global_avg_pool_fwd(Context& ctx, const float* x, float* y, int64_t planes, int64_t hw);
 void global_avg_pool_bwd(Context& ctx, const float* dy, float* dx, int64_t planes, int64_t hw);
+// The same for x of any float dtype t, NCHW or channels-last: y (N*C floats) is each plane's
+// sum in a fixed order over (h, w), divided by hw; dx = dy / hw rounded to t, in x's layout.
+void global_avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, float* y, int64_t n, int64_t c,
+                             int64_t hw);
+void global_avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const float* dy, void* dx, int64_t n, int64_t c,
+                             int64_t hw);
 void adaptive_avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::AdaptivePoolDims& d);
 void adaptive_avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::AdaptivePoolDims& d);
 }  // namespace ditto::cuda
