@@ -141,13 +141,16 @@ pipeline() {
         # "+") trains MODEL (default smallcnn) into $R/exp-precision-MODEL, overriding the variables.
         # Wall: SmallCNN about 45 s per precision; ResNet-18 with 3 epochs and 3 replicas about 5 min
         # in fp32, 1.5-2 min in each of bf16 and fp16 (estimate).
-        local p runs="" model precs epochs replicas
+        # EXP_PREC_NATIVE=1: bf16/fp16 runs hand bf16/f16 channels-last activations between layers
+        # (--channels-last --native-activations).
+        local p runs="" model precs epochs replicas native
         IFS=/ read -r model precs epochs replicas <<< "$arg"
         model=${model:-smallcnn}; precs=${precs//+/,}
         local dir=$R/exp-precision${arg:+-$model}
         for p in $(echo ${precs:-${EXP_PRECISIONS:-fp32,tf32,bf16,fp16}} | tr , ' '); do
+          native=""; [[ -n ${EXP_PREC_NATIVE:-} && ( $p == bf16 || $p == fp16 ) ]] && native="--channels-last --native-activations"
           $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs ${epochs:-${EXP_PREC_EPOCHS:-10}} \
-            --lr 4e-4 --optimizer adam --precision $p --replicas ${replicas:-${EXP_PREC_REPLICAS:-5}} \
+            --lr 4e-4 --optimizer adam --precision $p $native --replicas ${replicas:-${EXP_PREC_REPLICAS:-5}} \
             --settings ALGO+IMPL,ALGO,IMPL,CONTROL \
             --concurrent ${EXP_PREC_CONCURRENT:-20} --graph --quiet --resume --out $dir/$p > $dir-$p.txt 2> $dir-$p.err
           echo "$model $p rc=$?"; runs="$runs $p=$dir/$p"
@@ -511,9 +514,12 @@ for l in open('$R/torch_ddp.jsonl'):
         # (2) --resumes (rm $R/precision/*overhead.jsonl to start over). Wall (estimate from the
         # steptime and zoo-overhead steps): (1) 36 + 36 configurations, about 1.5 min; (2) 27 + 27, about
         # 2.5 min; each program is cut by its budget or timeout (90, 70, 110, 85 s): at most 6 min in all.
+        # PRECISION_NATIVE=1: ditto's bf16/fp16 rows hand bf16/f16 channels-last activations between layers
+        # (--native-activations), as the autocast peers do.
         local P=$R/precision steps=${PRECISION_STEPS:-50} zoo=${PRECISION_ZOO:-resnet50,mobilenet-v2,efficientnet-b0}
+        local native=${PRECISION_NATIVE:+--native-activations}
         mkdir -p $P; rm -f $P/step_time.jsonl $P/torch_step_time.jsonl
-        timeout 90 $B/bench/step_time --models resnet18,smallcnn --modes heuristic,deterministic,fastest --channels-last \
+        timeout 90 $B/bench/step_time --models resnet18,smallcnn --modes heuristic,deterministic,fastest --channels-last $native \
           --precisions fp32,bf16,fp16 --warmup 10 --steps $steps --out $P/step_time.jsonl --tuning-dir $P/tuning \
           > /dev/null 2> $P/step_time.err
         echo "step_time rc=$? ($(grep -c . $P/step_time.jsonl) lines)"; grep -E "^BITS" $P/step_time.err
@@ -521,7 +527,7 @@ for l in open('$R/torch_ddp.jsonl'):
           --precisions fp32,bf16,fp16 --warmup 10 --steps $steps --out $P/torch_step_time.jsonl > /dev/null \
           2> $P/torch_step_time.err
         echo "torch_step_time rc=$? ($(grep -c . $P/torch_step_time.jsonl) lines)"; tail -n 1 $P/torch_step_time.err
-        timeout 110 $B/bench/overhead --models $zoo --modes heuristic,fastest,deterministic --precisions fp32,bf16,fp16 --channels-last \
+        timeout 110 $B/bench/overhead --models $zoo --modes heuristic,fastest,deterministic --precisions fp32,bf16,fp16 --channels-last $native \
           --batch ${PRECISION_ZOO_BATCH:-64} --warmup 3 --steps 10 --profile-steps 0 --budget-s 85 --resume \
           --tuning-dir $P/overhead-tuning --out $P/overhead.jsonl > /dev/null 2> $P/overhead.err
         echo "overhead rc=$? ($(grep -c . $P/overhead.jsonl) lines, $(grep -c '"error"' $P/overhead.jsonl) failed or skipped)"
@@ -547,7 +553,7 @@ case $cmd in
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
-      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH EXP_PRECISIONS EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH PRECISION_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
       EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS DIVERGE_ZOO_STEPS COMPARE_WITH
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
