@@ -185,8 +185,10 @@ pipeline() {
         # One step's gradients in fp32, bf16 and fp16 from the same weights and batch, ditto against
         # PyTorch's autocast, both measured against an fp64 reference (bench/grad_agreement.cpp,
         # bench/peers/torch_grad_agreement.py say how and the tolerance). Wall: under a minute.
-        local G=$R/grad-agreement; mkdir -p $G
+        # GRAD_NATIVE=1: ditto's bf16/fp16 steps run channels-last with native activations.
+        local G=$R/grad-agreement${GRAD_NATIVE:+-native}; mkdir -p $G
         $B/bench/grad_agreement --models ${GRAD_MODELS:-smallcnn,resnet18,resnet50} --precisions fp32,bf16,fp16 \
+          ${GRAD_NATIVE:+--channels-last --native-activations} \
           --batch 32 --image-size 32 --out $G/files > $G/ditto.txt 2> $G/ditto.err; echo "grad_agreement rc=$?"
         python3 bench/peers/torch_grad_agreement.py --dir $G/files --models ${GRAD_MODELS:-smallcnn,resnet18,resnet50} \
           --out $G/agreement.jsonl --md $G/agreement.md > $G/torch.txt 2> $G/torch.err
@@ -553,7 +555,7 @@ case $cmd in
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
-      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH PRECISION_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH PRECISION_NATIVE GRAD_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
       EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS DIVERGE_ZOO_STEPS COMPARE_WITH
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi

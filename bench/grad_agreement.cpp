@@ -30,6 +30,7 @@
 #include "engine/error.h"
 #include "kernels/loss.h"
 #include "kernels/precision.h"
+#include "precision_runs.h"
 #include "nets/nets.h"
 
 using namespace ditto;
@@ -46,6 +47,8 @@ struct Options {
   uint64_t seed_init = 1;
   std::string device = "cuda";
   std::string out;
+  bool channels_last = false;  // bf16/fp16 convolutions channels-last (bench/precision_runs.h)
+  bool native = false;         // ... handing on bf16/f16 channels-last results, as autocast does
 };
 
 struct Batch {
@@ -90,7 +93,8 @@ void write_inputs(const Options& o, const std::string& model, const Batch& b) {
 
 // One forward, loss and backward in `precision`; returns the loss.
 float write_grads(const Options& o, const std::string& model, const std::string& precision, const Batch& b) {
-  Context ctx(Device::parse(o.device), Policy::parse({"*=deterministic", "*.precision=" + precision}));
+  Context ctx(Device::parse(o.device),
+              Policy::parse(bench::with_precision({"*=deterministic"}, precision, o.channels_last, o.native)));
   auto net = initialised_net(ctx, o, model);
   const Tensor x = ctx.from_host(b.x, b.shape);
   const Tensor labels = ctx.from_host(b.labels, {o.batch});
@@ -106,6 +110,8 @@ float write_grads(const Options& o, const std::string& model, const std::string&
   const RuntimeInfo info = ctx.runtime_info();
   save_safetensors((fs::path(o.out) / fmt::format("{}-{}-grads.safetensors", model, precision)).string(), grads,
                    {{"model", model}, {"precision", precision}, {"loss", fmt::format("{:.9g}", loss_value)},
+                    {"layout", bench::channels_last_for(o.channels_last, precision) ? "nhwc" : "nchw"},
+                    {"activations", bench::native_for(o.native, o.channels_last, precision) ? "native" : "fp32"},
                     {"device", info.device}, {"gpu", info.gpu_name}, {"cudnn", info.cudnn},
                     {"commit", info.git_commit}});
   return loss_value;
@@ -124,6 +130,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed-init", o.seed_init, "seed of the initial weights");
   app.add_option("--device", o.device, "cuda, cuda:N or cpu");
   app.add_option("--out", o.out, "folder for the safetensors files")->required();
+  app.add_flag("--channels-last", o.channels_last,
+               "bf16/fp16 convolutions compute channels-last (the rule *.layout=nhwc)");
+  app.add_flag("--native-activations", o.native,
+               "with --channels-last, bf16/fp16 convolutions hand on bf16/f16 channels-last results (*.output=native)");
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& p : o.precisions) parse_precision(p);
