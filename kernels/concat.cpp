@@ -35,38 +35,69 @@ const char* input_name(std::size_t i) {
 
 }  // namespace
 
+namespace {
+// How concat_channels moves a tensor of its form with the float copy kernels. A channels-last
+// tensor's memory is an (N*H*W) x C matrix, so a channel slice of it is the NCHW copy with N*H*W
+// "images" of one pixel each; bf16/f16 channels move as pairs of 16-bit values, one float-sized
+// word each (a bit copy, never a float operation), which needs every channel count to be even.
+struct CopyGeometry {
+  int64_t batch, hw, unit;  // unit: channels per copied word (1, or 2 for bf16/f16)
+};
+CopyGeometry copy_geometry(const Tensor& t, const std::vector<int64_t>& channel_counts) {
+  const Shape& s = t.shape();
+  CopyGeometry g{t.channels_last() ? s[0] * s[2] * s[3] : s[0], t.channels_last() ? 1 : s[2] * s[3],
+                 dtype_size(t.dtype()) == 2 ? 2 : 1};
+  if (g.unit == 2)
+    for (int64_t c : channel_counts)
+      if (c % 2)
+        throw ShapeError(fmt::format("concat_channels: a {} input of {} channels; bf16/f16 tensors are concatenated "
+                                     "in channel pairs, so every input needs an even channel count",
+                                     t.type_tag(), c));
+  return g;
+}
+float* words(const Tensor& t) { return static_cast<float*>(t.raw()); }
+}  // namespace
+
 Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
   if (xs.empty()) throw ShapeError("concat_channels: no inputs");
   int64_t channels = 0;
   bool grad = false;
+  std::vector<int64_t> counts;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const std::string what = "x" + std::to_string(i);
-    check_f32_on(ctx, xs[i].value(), "concat_channels", what);
+    check_float_any_layout_on(ctx, xs[i].value(), "concat_channels", what);
     check_ndim(xs[i].value(), 4, "concat_channels", what);
     const Shape& s = xs[i].shape();
     const Shape& s0 = xs[0].shape();
     if (s[0] != s0[0] || s[2] != s0[2] || s[3] != s0[3])
       throw ShapeError(fmt::format("concat_channels: {} has shape {}, x0 has {}; N, H and W must match", what,
                                    shape_str(s), shape_str(s0)));
+    if (xs[i].value().dtype() != xs[0].value().dtype() || xs[i].value().layout() != xs[0].value().layout())
+      throw ShapeError(fmt::format("concat_channels: {} is {}, x0 is {}; the inputs need one dtype and layout", what,
+                                   xs[i].value().type_tag(), xs[0].value().type_tag()));
     channels += s[1];
+    counts.push_back(s[1]);
     grad = grad || needs_grad(ctx, {&xs[i]});
   }
   const Shape& s0 = xs[0].shape();
-  const int64_t batch = s0[0], hw = s0[2] * s0[3];
-  Tensor y = ctx.empty({batch, channels, s0[2], s0[3]});
+  Tensor y = ctx.empty({s0[0], channels, s0[2], s0[3]}, xs[0].value().dtype(), xs[0].value().layout());
+  const CopyGeometry g = copy_geometry(y, counts);
+  const int64_t batch = g.batch, hw = g.hw, total = channels / g.unit;
   if (ctx.is_cuda()) {  // one launch for all inputs (DenseNet concatenates dozens per layer)
     std::vector<cuda::ChannelCopy> copies;
     int64_t off = 0;
     for (const Var& x : xs) {
-      copies.push_back({x.value().f32(), y.f32(), x.shape()[1], 0, channels, off, x.shape()[1]});
-      off += x.shape()[1];
+      const int64_t ci = x.shape()[1] / g.unit;
+      copies.push_back({words(x.value()), words(y), ci, 0, total, off, ci});
+      off += ci;
     }
     cuda::copy_channels_many(ctx, copies.data(), int64_t(copies.size()), batch, hw);
   } else {
     int64_t off = 0;
     for (const Var& x : xs) {
-      copy_channels(ctx, x.value().f32(), x.shape()[1], 0, y.f32(), channels, off, batch, x.shape()[1], hw);
-      off += x.shape()[1];
+      const int64_t ci = x.shape()[1] / g.unit;
+      copy_channels(ctx, words(x.value()), ci, 0, words(y), total, off, batch, ci, hw);
+      off += ci;
     }
   }
   Var out(std::move(y), grad);
@@ -76,20 +107,21 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
     std::vector<GradRef> refs;
     for (const Var& x : xs) refs.push_back(x.grad_ref());
     ctx.tape().record("concat_channels", "", std::move(inputs), out,
-                      [refs, outr = out.grad_ref(), channels, batch, hw](Context& c) {
+                      [refs, outr = out.grad_ref(), total, batch, hw, unit = g.unit](Context& c) {
       if (!outr.grad().defined()) return;
-      // Every input's slice of dy, copied in one launch on the GPU, then accumulated in order.
+      const Tensor& dy = outr.grad();
+      // Every input's slice of dy (in dy's form), copied in one launch on the GPU, then accumulated in order.
       std::vector<Tensor> dxs(refs.size());
       std::vector<cuda::ChannelCopy> copies;
       int64_t off = 0;
       for (std::size_t i = 0; i < refs.size(); ++i) {
-        const int64_t ci = refs[i].shape()[1];
+        const int64_t ci = refs[i].shape()[1] / unit;
         if (refs[i].requires_grad()) {
-          dxs[i] = c.empty(refs[i].shape());
+          dxs[i] = c.empty(refs[i].shape(), dy.dtype(), dy.layout());
           if (c.is_cuda())
-            copies.push_back({outr.grad().f32(), dxs[i].f32(), channels, off, ci, 0, ci});
+            copies.push_back({words(dy), words(dxs[i]), total, off, ci, 0, ci});
           else
-            copy_channels(c, outr.grad().f32(), channels, off, dxs[i].f32(), ci, 0, batch, ci, hw);
+            copy_channels(c, words(dy), total, off, words(dxs[i]), ci, 0, batch, ci, hw);
         }
         off += ci;
       }

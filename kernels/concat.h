@@ -14,6 +14,11 @@
 // 4, 2, 1). Neither order depends on scheduling or launch shape, so ds is bit-reproducible. The
 // CPU reference sums in double, in index order. ds has s's shape.
 //
+// Both also read any float dtype in either layout (native bf16 channels-last results, kernels/
+// conv2d.h): concat_channels copies bits (inputs of one dtype and layout; bf16/f16 channels move in
+// pairs, so each input needs an even channel count), channel_mul computes in float and rounds y and
+// dx once to x's dtype, ds to s's (one thread column per plane, 16 lanes added in lane order).
+//
 // Backward contributions are fresh tensors handed to accumulate_grad: gradients accumulate.
 #pragma once
 #include <vector>

@@ -44,14 +44,32 @@ Var add(Context& ctx, const Var& a, const Var& b) {
 }
 
 Var flatten(Context& ctx, const Var& x) {
-  check_f32_on(ctx, x.value(), "flatten", "x");
+  check_float_any_layout_on(ctx, x.value(), "flatten", "x");
   if (x.value().ndim() < 1) throw ShapeError("flatten: x is a scalar (0 dims); need the batch dimension first");
   const Shape& s = x.shape();
-  Var out(x.value().reshape({s[0], shape_numel(Shape(s.begin() + 1, s.end()))}), needs_grad(ctx, {&x}));
+  const Shape flat{s[0], shape_numel(Shape(s.begin() + 1, s.end()))};
+  // The channels-first order flatten promises needs a channels-last x's values moved first.
+  if (x.value().channels_last()) return flatten(ctx, cast(ctx, x, x.value().dtype(), Layout::Nchw));
+  Var out(x.value().reshape(flat), needs_grad(ctx, {&x}));
   if (out.requires_grad()) {
     ctx.tape().record("flatten", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref()](Context& c) {
       if (!outr.grad().defined()) return;
       accumulate_grad(c, xr, pass_grad(c, outr).reshape(xr.shape()));
+    });
+  }
+  return out;
+}
+
+Var cast(Context& ctx, const Var& x, DType dtype, Layout layout) {
+  check_float_any_layout_on(ctx, x.value(), "cast", "x");
+  if (x.value().dtype() == dtype && x.value().layout() == layout) return x;
+  Var out(to_form(ctx, x.value(), dtype, layout), needs_grad(ctx, {&x}));
+  if (out.requires_grad()) {
+    ctx.tape().record("cast", "", {{"x", x}}, out,
+                      [xr = x.grad_ref(), outr = out.grad_ref(), from = x.value().dtype(),
+                       from_layout = x.value().layout()](Context& c) {
+      if (!outr.grad().defined()) return;
+      accumulate_grad(c, xr, to_form(c, outr.grad(), from, from_layout));
     });
   }
   return out;

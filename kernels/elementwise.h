@@ -19,7 +19,14 @@ Var add(Context& ctx, const Var& a, const Var& b);
 // bytes are unchanged because ditto tensors are dense row-major NCHW: element (n, c, h, w) of x is
 // element (n, (c*H + h)*W + w) of y, Keras's and PyTorch's channels-first flatten order.
 // Backward gives x a copy of dy in x's shape: a copy rather than a second view because
-// accumulate_grad takes a tensor its caller gives up, and dy still belongs to y.
+// accumulate_grad takes a tensor its caller gives up, and dy still belongs to y. Any float dtype;
+// a channels-last x is first moved into NCHW order (one pass, the same dtype), and its gradient
+// moved back, so the order is channels-first whatever the layout.
 Var flatten(Context& ctx, const Var& x);
+// x in another dtype and layout (engine/tensor_ops.h's to_form: narrowing rounds to nearest even,
+// widening is exact), differentiably: the gradient comes back converted to x's dtype and layout.
+// No pass when x is already in that form. Where an op computes in fp32 on a native bf16 tensor
+// (the loss on bf16 logits) this is autocast's cast.
+Var cast(Context& ctx, const Var& x, DType dtype, Layout layout = Layout::Nchw);
 
 }  // namespace ditto

@@ -6,6 +6,7 @@
 #include "engine/profiler.h"
 #include "engine/operand_check.h"
 #include "kernels/detail/loss_cuda.h"
+#include "kernels/elementwise.h"
 #include "kernels/loss_ref.h"
 
 namespace ditto {
@@ -14,8 +15,12 @@ DITTO_KNOB(softmax_xent_reduce_knob, {op::softmax_xent, "reduce", reduction_vari
                                       "the batch-mean loss's sum"})
 
 
-Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels) {
+Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& logits_in, const Tensor& labels) {
   const std::string op = fmt::format("softmax_cross_entropy (layer '{}')", layer);
+  // The loss computes in fp32 (kernels/precision.h): bf16/f16 logits (a native convolution's, flattened)
+  // are widened, exactly, and their gradient rounded back, as autocast's cast does.
+  check_float_on(ctx, logits_in.value(), op, "logits");
+  const Var logits = cast(ctx, logits_in, DType::F32);
   check_f32_on(ctx, logits.value(), op, "logits");
   check_ndim(logits.value(), 2, op, "logits");
   const int64_t n = logits.shape()[0], c = logits.shape()[1];

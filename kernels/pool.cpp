@@ -316,28 +316,54 @@ Var max_pool2d(Context& ctx, const std::string& layer, const Var& x, const PoolP
 }
 
 Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p) {
-  check_f32_on(ctx, x.value(), "avg_pool2d", "x");
+  check_float_any_layout_on(ctx, x.value(), "avg_pool2d", "x");
   const ref::PoolDims d = pool_dims(x.shape(), p, "avg_pool2d");
-  Tensor y = ctx.empty(out_shape(d));
+  // f32 NCHW runs the float kernels; any other form (a native bf16 channels-last result) the
+  // kernels that read it as it is, in the same window orders, y and dx rounded once to x's dtype
+  // in x's layout. The CPU reference reads x widened to f32 NCHW.
+  const Tensor& xv = x.value();
+  const DType t = xv.dtype();
+  const Layout lay = xv.layout();
+  const bool plain = t == DType::F32 && !xv.channels_last();
+  Tensor y = ctx.empty(out_shape(d), t, lay);
   {
     ProfileScope timed(ctx, ProfileKind::PoolFwd, "avg");
-    if (ctx.is_cuda())
-      cuda::avg_pool_fwd(ctx, x.value().f32(), y.f32(), d);
-    else
-      ref::avg_pool_fwd(x.value().f32(), y.f32(), d);
+    if (ctx.is_cuda() && plain) {
+      cuda::avg_pool_fwd(ctx, xv.f32(), y.f32(), d);
+    } else if (ctx.is_cuda()) {
+      cuda::avg_pool_fwd_any(ctx, t, xv.channels_last(), xv.raw(), y.raw(), d);
+    } else if (plain) {
+      ref::avg_pool_fwd(xv.f32(), y.f32(), d);
+    } else {
+      Tensor yf = ctx.empty(out_shape(d));
+      ref::avg_pool_fwd(to_form(ctx, xv, DType::F32, Layout::Nchw).f32(), yf.f32(), d);
+      y = to_form(ctx, yf, t, lay);
+    }
   }
   const bool grad = needs_grad(ctx, {&x});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("avg_pool2d", "", {{"x", x}}, out, [xr = x.grad_ref(), outr = out.grad_ref(), d](Context& c) {
+    ctx.tape().record("avg_pool2d", "", {{"x", x}}, out,
+                      [xr = x.grad_ref(), outr = out.grad_ref(), d, plain, t, lay](Context& c) {
       if (!outr.grad().defined()) return;
-      Tensor dx = c.empty(xr.shape());
+      const Tensor& dy = outr.grad();
+      if (dy.dtype() != t || dy.layout() != lay)
+        throw ShapeError(fmt::format("avg_pool2d backward: dy is {}, the pooled tensor {}{}", dy.type_tag(),
+                                     dtype_name(t), lay == Layout::Nhwc ? "-nhwc" : ""));
+      Tensor dx = c.empty(xr.shape(), t, lay);
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "avg");
-        if (c.is_cuda())
-          cuda::avg_pool_bwd(c, outr.grad().f32(), dx.f32(), d);
-        else
-          ref::avg_pool_bwd(outr.grad().f32(), dx.f32(), d);
+        if (c.is_cuda() && plain) {
+          cuda::avg_pool_bwd(c, dy.f32(), dx.f32(), d);
+        } else if (c.is_cuda()) {
+          cuda::avg_pool_bwd_any(c, t, lay == Layout::Nhwc, dy.raw(), dx.raw(), d);
+        } else if (plain) {
+          ref::avg_pool_bwd(dy.f32(), dx.f32(), d);
+        } else {
+          Tensor df = c.empty(xr.shape());
+          ref::avg_pool_bwd(to_form(c, dy, DType::F32, Layout::Nchw).f32(), df.f32(), d);
+          dx = to_form(c, df, t, lay);
+        }
       }
       accumulate_grad(c, xr, std::move(dx));
     });

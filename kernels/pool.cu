@@ -475,4 +475,65 @@ void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const voi
   DITTO_CHECK_LAUNCH(ctx);
 }
 
+namespace {
+// One thread per output: its window summed row-major in float, divided by kh*kw (padding counts),
+// as avg_pool_fwd_kernel; rounded once.
+template <class T>
+__global__ void avg_pool_fwd_any_kernel(const T* __restrict__ x, T* __restrict__ y, ref::PoolDims d, bool nhwc) {
+  const Index4 in{d.c, d.h, d.w, nhwc}, out{d.c, d.oh, d.ow, nhwc};
+  const float count = float(d.kh * d.kw);
+  DITTO_GRID_STRIDE(o, d.n * d.c * d.oh * d.ow) {
+    int64_t n, ch, oh, ow;
+    out.decode(o, n, ch, oh, ow);
+    const int h0 = int(oh) * d.sh - d.ph, w0 = int(ow) * d.sw - d.pw;
+    const int hs = max(h0, 0), he = min(h0 + d.kh, int(d.h));
+    const int ws = max(w0, 0), we = min(w0 + d.kw, int(d.w));
+    float s = 0.f;
+    for (int ih = hs; ih < he; ++ih)
+      for (int iw = ws; iw < we; ++iw) s += to_f(x[in.at(n, ch, ih, iw)]);
+    y[o] = from_f<T>(s / count);
+  }
+}
+// One thread per input: the covering windows' dy summed (rows, then columns ascending), then / kh*kw.
+template <class T>
+__global__ void avg_pool_bwd_any_kernel(const T* __restrict__ dy, T* __restrict__ dx, ref::PoolDims d, bool nhwc) {
+  const Index4 in{d.c, d.h, d.w, nhwc}, out{d.c, d.oh, d.ow, nhwc};
+  const float count = float(d.kh * d.kw);
+  DITTO_GRID_STRIDE(i, d.n * d.c * d.h * d.w) {
+    int64_t n, ch, ih, iw;
+    in.decode(i, n, ch, ih, iw);
+    const int oh_lo = (ih + d.ph < d.kh) ? 0 : (int(ih) + d.ph - d.kh) / d.sh + 1;
+    const int oh_hi = min((int(ih) + d.ph) / d.sh, int(d.oh) - 1);
+    const int ow_lo = (iw + d.pw < d.kw) ? 0 : (int(iw) + d.pw - d.kw) / d.sw + 1;
+    const int ow_hi = min((int(iw) + d.pw) / d.sw, int(d.ow) - 1);
+    float s = 0.f;
+    for (int oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int ow = ow_lo; ow <= ow_hi; ++ow) s += to_f(dy[out.at(n, ch, oh, ow)]);
+    dx[i] = from_f<T>(s / count);
+  }
+}
+}  // namespace
+
+void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, const ref::PoolDims& d) {
+  const int64_t n = d.n * d.c * d.oh * d.ow;
+  if (n == 0) return;
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool_fwd_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(static_cast<const T*>(x),
+                                                                                      static_cast<T*>(y), d, nhwc);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const void* dy, void* dx, const ref::PoolDims& d) {
+  const int64_t n = d.n * d.c * d.h * d.w;
+  if (n == 0) return;
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool_bwd_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(static_cast<const T*>(dy),
+                                                                                      static_cast<T*>(dx), d, nhwc);
+  });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
 }  // namespace ditto::cuda

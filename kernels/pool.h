@@ -37,6 +37,10 @@
 // over the windows containing it in ascending (row, column) order. No atomics, no cross-thread
 // reductions: deterministic, so no policy knob and no manifest entry.
 //
+// Max pooling and average pooling also read x of any float dtype in either layout (a native bf16
+// channels-last result): the same window orders, sums in float, y and dx rounded once to x's
+// dtype in x's layout (the max is exact). The tuning file times f32 NCHW max pooling only.
+//
 // Backward contributions are fresh tensors handed to accumulate_grad: gradients accumulate.
 #pragma once
 #include <string>

@@ -22,7 +22,9 @@
 #include "kernels/concat.h"
 #include "kernels/conv2d.h"
 #include "kernels/elementwise.h"
+#include "kernels/loss.h"
 #include "kernels/pool.h"
+#include "kernels/upsample.h"
 #include "support.h"
 #include "train_support.h"
 
@@ -57,8 +59,8 @@ TEST_CASE("channels-last tensors: logical shapes, refused by NCHW-only ops, told
   CHECK(digest(same_bytes) != digest(nhwc));
   CHECK(digest(nhwc) == digest(ctx.to_device(nhwc)));
   // Ops that read only NCHW say so, by name.
-  CHECK_THROWS_WITH(flatten(ctx, Var(nhwc)), Contains("flatten") && Contains("channels-last"));
-  CHECK_THROWS_WITH(avg_pool2d(ctx, Var(nhwc), PoolParams{}), Contains("avg_pool2d") && Contains("channels-last"));
+  CHECK_THROWS_WITH(upsample2d(ctx, "up1", Var(nhwc), UpsampleParams{UpsampleMode::Nearest, 6, 10}),
+                    Contains("up1") && Contains("channels-last"));
   Tensor dst = ctx.empty(kShape);
   CHECK_THROWS_AS(ctx.copy(dst, nhwc), ShapeError);
   CHECK_THROWS_WITH(save_safetensors(test::scratch("cpu_native_activations", "nhwc.safetensors"), {{"x", nhwc}}),
@@ -202,6 +204,41 @@ TEST_CASE("squeeze-and-excitation on bf16 channels-last x: 1x1 adaptive pooling 
   CHECK(dx.fingerprint() == to_channels_last(ctx, dxw, DType::BF16).fingerprint());
   CHECK(ds.type_tag() == "bf16-nhwc");
   CHECK(ds.fingerprint() == to_channels_last(ctx, dsw, DType::BF16).fingerprint());
+}
+
+TEST_CASE("concat, average pooling, flatten and the loss take bf16 channels-last tensors; gradients in their forms") {
+  Context ctx;
+  const Tensor a = to_channels_last(ctx, random_tensor(ctx, kShape, test::fresh_seed()), DType::BF16);
+  const Tensor b = to_channels_last(ctx, random_tensor(ctx, {2, 6, 3, 5}, test::fresh_seed()), DType::BF16);
+  // concat then average pooling then flatten into the loss: the DenseNet / Inception / VGG tail.
+  auto run = [&](const Tensor& ta, const Tensor& tb) {
+    Var va(ta, true), vb(tb, true);
+    Var cat = concat_channels(ctx, {va, vb});
+    Var pooled = avg_pool2d(ctx, cat, PoolParams{2, 2, 1, 1, 0, 0});
+    Var flat = flatten(ctx, pooled);
+    const int64_t classes = flat.shape()[1];
+    Var loss = softmax_cross_entropy(ctx, "loss", flat, ctx.from_host(std::vector<int32_t>{1, int32_t(classes - 1)}, {2}));
+    ctx.tape().backward(ctx, loss);
+    return std::make_tuple(cat.value(), pooled.value(), flat.value(), loss.value(), va.grad(), vb.grad());
+  };
+  const auto [cat, pooled, flat, loss, da, db] = run(a, b);
+  const auto [catw, pooledw, flatw, lossw, daw, dbw] = run(widened(ctx, a), widened(ctx, b));
+  CHECK(cat.type_tag() == "bf16-nhwc");
+  CHECK(cat.fingerprint() == to_channels_last(ctx, catw, DType::BF16).fingerprint());  // a copy: exact
+  CHECK(pooled.type_tag() == "bf16-nhwc");
+  CHECK(pooled.fingerprint() == to_channels_last(ctx, pooledw, DType::BF16).fingerprint());
+  CHECK(flat.type_tag() == "bf16");  // channels-first order, as flatten promises
+  CHECK(flat.fingerprint() == to_dtype(ctx, flatw, DType::BF16).fingerprint());
+  CHECK(da.type_tag() == "bf16-nhwc");
+  CHECK(db.type_tag() == "bf16-nhwc");
+  // Each step rounds once more to bf16 than the fp32 run, so the values differ by bf16 roundings only.
+  const std::vector<float> g = da.to_host_f32(), gw = to_channels_last(ctx, daw, DType::F32).to_host_f32();
+  for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(std::fabs(g[i] - gw[i]) <= 0x1p-6 * std::fabs(gw[i]) + 1e-6);
+  CHECK(std::fabs(loss.to_host_f32()[0] - lossw.to_host_f32()[0]) <= 1e-2);
+  // Odd channel counts cannot move as bf16 pairs: said, not copied wrongly.
+  const Tensor odd = to_channels_last(ctx, random_tensor(ctx, {2, 3, 3, 5}, 3), DType::BF16);
+  CHECK_THROWS_WITH(concat_channels(ctx, {Var(a), Var(odd)}), Contains("even channel count"));
+  CHECK_THROWS_WITH(concat_channels(ctx, {Var(a), Var(widened(ctx, b))}), Contains("one dtype and layout"));
 }
 
 TEST_CASE("conv2d.output=native hands on the rounded result as it is; fp32 widens the same values") {

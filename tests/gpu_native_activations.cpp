@@ -28,7 +28,9 @@
 #include "kernels/bias.h"
 #include "kernels/concat.h"
 #include "kernels/elementwise.h"
+#include "kernels/loss.h"
 #include "kernels/pool.h"
+#include "nets/nets.h"
 #include "support.h"
 #include "train_support.h"
 
@@ -230,4 +232,51 @@ TEST_CASE("gpu native activations: bf16 ResNet-18 with native channels-last acti
   std::printf("NATIVE resnet18 bf16 channels-last: native %s (loss %.4f, top1 %.4f), widened %s (loss %.4f, top1 %.4f)\n",
               a.weights_fingerprint.hex().c_str(), a.log.back().loss, a.log.back().test_top1,
               widened.weights_fingerprint.hex().c_str(), widened.log.back().loss, widened.log.back().test_top1);
+}
+
+TEST_CASE("gpu native activations: the zoo networks train a bf16 step with native activations, twice to the same bits") {
+  struct Probe {
+    const char* model;
+    int channels, side, batch;
+  };
+  // The sizes of tests/gpu_zoo_nets.cpp: each net's smallest documented side.
+  const Probe probe = GENERATE(values<Probe>({{"smallcnn", 3, 16, 2}, {"two-conv", 3, 16, 2}, {"resnet18-imagenet", 3, 32, 2},
+                                              {"vgg16-bn", 3, 224, 1}, {"resnet50", 3, 32, 2},
+                                              {"mediumcnn-k3", 3, 64, 2}, {"densenet121", 3, 32, 2}, {"mobilenet", 3, 32, 2},
+                                              {"mobilenet-v2", 3, 32, 2}, {"efficientnet-b0", 3, 32, 2},
+                                              {"inception-v3", 3, 75, 2}, {"xception", 3, 71, 2}}));
+  INFO(probe.model);
+  auto step = [&] {
+    Context ctx(Device::cuda(0),
+                Policy::parse({"*=deterministic", "*.precision=bf16", "*.layout=nhwc", "*.output=native"}));
+    auto net = make_net(ctx, {probe.model, 10, probe.channels});
+    net->init(ctx, 7);
+    net->begin_step(7, 1);
+    const Shape xs{probe.batch, probe.channels, probe.side, probe.side};
+    Tensor x = ctx.from_host(test::random_vec(std::size_t(shape_numel(xs)), 7), xs);
+    std::vector<int32_t> labels(std::size_t(probe.batch));
+    for (int i = 0; i < probe.batch; ++i) labels[std::size_t(i)] = i % 10;
+    Var logits = net->forward(ctx, Var(x), true);
+    Var loss = softmax_cross_entropy(ctx, "loss", logits, ctx.from_host(labels, {probe.batch}));
+    ctx.tape().backward(ctx, loss);
+    const std::vector<float> lv = loss.value().to_host_f32();
+    CHECK(std::isfinite(lv[0]));
+    std::string prints = loss.value().fingerprint().hex();
+    for (const auto& prm : net->params()) {
+      INFO(prm.name);
+      REQUIRE(prm.var.grad().defined());
+      prints += prm.var.grad().fingerprint().hex();
+    }
+    return prints;
+  };
+  CHECK(step() == step());
+}
+
+TEST_CASE("gpu native activations: MNIST-CNN's dropout on a 4-D bf16 tensor is refused by name") {
+  Context ctx(Device::cuda(0), Policy::parse({"*=deterministic", "*.precision=bf16", "*.layout=nhwc", "*.output=native"}));
+  auto net = make_net(ctx, {"mnist-cnn", 10, 1});
+  net->init(ctx, 7);
+  net->begin_step(7, 1);
+  Tensor x = ctx.from_host(test::random_vec(2 * 28 * 28, 7), {2, 1, 28, 28});
+  CHECK_THROWS_WITH(net->forward(ctx, Var(x), true), Contains("dropout1") && Contains("bf16"));
 }

@@ -26,6 +26,10 @@ void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, c
                              const ref::PoolDims& d);
 void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax,
                                      float* dx32, const ref::PoolDims& d);
+// Average pooling of x in any float dtype t, NCHW or channels-last: the window sums (forward) and
+// the gathered dy / (kh*kw) (backward) in float, in the float kernels' orders, rounded once to t.
+void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, const ref::PoolDims& d);
+void avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const void* dy, void* dx, const ref::PoolDims& d);
 void avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::PoolDims& d);
 void avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::PoolDims& d);
 void global_avg_pool_fwd(Context& ctx, const float* x, float* y, int64_t planes, int64_t hw);
