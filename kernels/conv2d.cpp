@@ -805,7 +805,8 @@ Tensor forward_prepared(Context& ctx, const std::string& layer, const ConvForm& 
   if (f.output == ConvOutput::Native)
     ctx.manifest().record({layer, "conv2d", "output", name_of(f.output),
                            ctx.policy().requested(layer, "output", op::conv2d), Determinism::Yes, name_of(f.precision),
-                           0, ctx.device().str(), "", Guarantee::RunToRun});
+                           0, ctx.device().str(), "",
+                           ctx.is_cuda() ? Guarantee::RunToRun : guarantee_of(Determinism::Yes, Impl::CpuReference)});
   return y;
 }
 
