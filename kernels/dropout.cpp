@@ -5,6 +5,7 @@
 #include "engine/operand_check.h"
 #include "kernels/detail/dropout_cuda.h"
 #include "kernels/dropout_ref.h"
+#include "kernels/elementwise.h"
 
 namespace ditto {
 
@@ -12,8 +13,14 @@ Var dropout(Context& ctx, const std::string& layer, const Var& x, float p, uint6
             bool training) {
   const std::string op = fmt::format("dropout (layer '{}')", layer);
   if (!(p >= 0.0f && p < 1.0f)) throw Error(fmt::format("{}: p = {} is outside [0, 1)", op, p));
-  check_f32_on(ctx, x.value(), op, "x");
+  check_float_any_layout_on(ctx, x.value(), op, "x");
   if (!training || p == 0.0f) return x;
+  // A bf16/f16 or channels-last x (a native activation): the mask is drawn over the NCHW element
+  // order whatever the layout, and the product computed in float and rounded once to x's dtype:
+  // the op on x widened to f32 NCHW (exact), cast back, each a differentiable cast.
+  if (x.value().dtype() != DType::F32 || x.value().channels_last())
+    return cast(ctx, dropout(ctx, layer, cast(ctx, x, DType::F32, Layout::Nchw), p, seed, step, training),
+                x.value().dtype(), x.value().layout());
 
   const uint64_t key = dropout_key(seed, step, layer);
   const float scale = 1.0f / (1.0f - p);  // the one scale both devices use

@@ -8,6 +8,8 @@
 // One thread per 4 elements, no reductions: deterministic. There is no policy knob.
 //
 // p = 0 or training == false: the identity (x itself is returned). p outside [0, 1): ditto::Error.
+// A bf16/f16 or channels-last x (a native activation, kernels/conv2d.h) is dropped out as its f32
+// NCHW widening (exact) and cast back: the same mask over the NCHW order, the product rounded once.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -21,6 +21,7 @@
 #include "kernels/bias.h"
 #include "kernels/concat.h"
 #include "kernels/conv2d.h"
+#include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
 #include "kernels/pool.h"
@@ -239,6 +240,24 @@ TEST_CASE("concat, average pooling, flatten and the loss take bf16 channels-last
   const Tensor odd = to_channels_last(ctx, random_tensor(ctx, {2, 3, 3, 5}, 3), DType::BF16);
   CHECK_THROWS_WITH(concat_channels(ctx, {Var(a), Var(odd)}), Contains("even channel count"));
   CHECK_THROWS_WITH(concat_channels(ctx, {Var(a), Var(widened(ctx, b))}), Contains("one dtype and layout"));
+}
+
+TEST_CASE("dropout on a bf16 channels-last tensor: the f32 op's mask and products, rounded once, in x's form") {
+  Context ctx;
+  const Tensor x = to_channels_last(ctx, random_tensor(ctx, kShape, test::fresh_seed()), DType::BF16);
+  const Tensor g = to_channels_last(ctx, random_tensor(ctx, kShape, test::fresh_seed()), DType::BF16);
+  auto drop = [&](const Tensor& xin, const Tensor& grad) {
+    Var xv(xin, true);
+    Var y = dropout(ctx, "drop1", xv, 0.3f, 11, 2, true);
+    ctx.tape().backward(ctx, y, ctx.to_device(grad));
+    return std::make_pair(y.value(), xv.grad());
+  };
+  const auto [y, dx] = drop(x, g);
+  const auto [yw, dxw] = drop(widened(ctx, x), widened(ctx, g));
+  CHECK(y.type_tag() == "bf16-nhwc");
+  CHECK(y.fingerprint() == to_channels_last(ctx, yw, DType::BF16).fingerprint());
+  CHECK(dx.type_tag() == "bf16-nhwc");
+  CHECK(dx.fingerprint() == to_channels_last(ctx, dxw, DType::BF16).fingerprint());
 }
 
 TEST_CASE("conv2d.output=native hands on the rounded result as it is; fp32 widens the same values") {
