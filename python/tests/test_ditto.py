@@ -81,6 +81,17 @@ def test_training_runs_with_fixed_seeds_are_bit_identical_and_report_their_resul
     assert r1.weights.dtype == np.float32 and r1.weights.size > 0
 
 
+def test_native_bf16_activations_train_and_are_recorded(tmp_path):
+    r1 = ditto.train(epochs=1, kernels="deterministic", precision="bf16", native_activations=True,
+                     out=str(tmp_path / "native"), **SYNTHETIC)
+    r2 = ditto.train(epochs=1, kernels="deterministic", precision="bf16", native_activations=True, **SYNTHETIC)
+    widened = ditto.train(epochs=1, kernels="deterministic", precision="bf16", **SYNTHETIC)
+    assert r1.weights_fingerprint == r2.weights_fingerprint
+    assert r1.weights_fingerprint != widened.weights_fingerprint  # the ops after each convolution round to bf16 now
+    assert "--native-activations" in r1.replay
+    assert any(op["knob"] == "output" and op["variant"] == "native" for op in r1.ops)
+
+
 def test_flags_are_refused_as_ditto_train_refuses_them():
     with pytest.raises(ditto.FlagError, match="--lr"):
         ditto.train(lr=-1, epochs=1, **SYNTHETIC)
