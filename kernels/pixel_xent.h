@@ -37,4 +37,17 @@ namespace op { inline constexpr OpKind pixel_xent{"pixel_xent"}; }
 Var pixel_cross_entropy(Context& ctx, const std::string& layer, const Var& logits, const Tensor& labels,
                         int ignore_index = -100);
 
+// The two passes on plain tensors (no tape), for callers that keep the forward's results themselves
+// (ditto.torch's autograd formula): pixel_cross_entropy runs exactly these. What the forward leaves
+// for the backward: the loss {1}; each pixel's log-sum-exp {N*H*W} (empty {0} on the CPU, whose
+// reference recomputes it); the number of counted pixels, {1} i32.
+struct PixelXentForward {
+  Tensor loss, lse, count;
+};
+PixelXentForward pixel_cross_entropy_forward(Context& ctx, const std::string& layer, const Tensor& logits,
+                                             const Tensor& labels, int ignore_index = -100);
+// dlogits for the loss's upstream gradient dloss {1}, from the forward's results `saved`.
+Tensor pixel_cross_entropy_backward(Context& ctx, const std::string& layer, const Tensor& dloss, const Tensor& logits,
+                                    const Tensor& labels, const PixelXentForward& saved, int ignore_index = -100);
+
 }  // namespace ditto

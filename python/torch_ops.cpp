@@ -260,21 +260,22 @@ void bind_torch_ops(nb::module_& m) {
           c.ctx().tape().backward(c.ctx(), cost);
           return c.done({cost.value(), lg.grad()});
         });
+  // The forward hands back, besides the loss, each pixel's log-sum-exp and the counted pixels,
+  // which the autograd formula keeps for the backward (one pass over the logits, not two).
   m.def("_torch_pixel_cross_entropy",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle logits, nb::handle labels, int ignore_index) {
           Call c(dev, s, det, "pixel_xent");
-          return c.done({pixel_cross_entropy(c.ctx(), c.layer(), Var(c.in(logits)), c.in(labels), ignore_index).value()});
+          const PixelXentForward f = pixel_cross_entropy_forward(c.ctx(), c.layer(), c.in(logits), c.in(labels),
+                                                                 ignore_index);
+          return c.done({f.loss, f.lse, f.count});
         });
-  // The backward pass needs the forward's per-pixel log-sum-exp and count, so it runs the forward
-  // again (one pass over the logits) and then the backward kernel.
   m.def("_torch_pixel_cross_entropy_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dloss, nb::handle logits, nb::handle labels,
-           int ignore_index) {
+           nb::handle lse, nb::handle count, int ignore_index) {
           Call c(dev, s, det, "pixel_xent");
-          Var lg(c.in(logits), true);
-          Var loss = pixel_cross_entropy(c.ctx(), c.layer(), lg, c.in(labels), ignore_index);
-          c.ctx().tape().backward(c.ctx(), loss, c.in(dloss));
-          return c.done({lg.grad()});
+          const PixelXentForward saved{Tensor(), c.in(lse), c.in(count)};
+          return c.done({pixel_cross_entropy_backward(c.ctx(), c.layer(), c.in(dloss), c.in(logits), c.in(labels),
+                                                      saved, ignore_index)});
         });
   m.def("_torch_spmm",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle row_ptr, nb::handle col_idx, nb::handle values,

@@ -43,7 +43,9 @@ _latest: Dict[str, List[dict]] = {}
 
 
 def variants() -> Dict[str, List[dict]]:
-    """Per op, the variants its latest call ran: ``[{"knob", "variant", "guarantee"}, ...]``."""
+    """Per op, the variants its latest call ran: ``[{"knob", "variant", "guarantee"}, ...]``. A call that
+    chooses no variant (the pixel-wise cross-entropy's backward: one fixed kernel) leaves the record of
+    the call before it (its forward's)."""
     return {op: [dict(v) for v in vs] for op, vs in _latest.items()}
 
 
@@ -77,7 +79,8 @@ def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Opt
     *outs, ran = getattr(_ditto, fn)(device, stream, deterministic,
                                      *(_pointer(a, like) if isinstance(a, Tensor) else a for a in held))
     del held
-    _latest[op] = [{"knob": k, "variant": v, "guarantee": g} for k, v, g in ran]
+    if ran:
+        _latest[op] = [{"knob": k, "variant": v, "guarantee": g} for k, v, g in ran]
     return [None if o is None else torch.from_dlpack(o) for o in outs]
 
 
@@ -577,37 +580,42 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_l
 # ---- pixel-wise cross-entropy and NLL ----------------------------------------------------------------
 
 @_op("ditto::pixel_cross_entropy")
-def _pixel_xent(logits: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tensor:
-    return _run("pixel_xent", "_torch_pixel_cross_entropy", deterministic, logits, _f32(logits, "input"),
-                _i32(labels), ignore_index)[0].view(())
+def _pixel_xent(logits: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    loss, lse, count = _run("pixel_xent", "_torch_pixel_cross_entropy", deterministic, logits,
+                            _f32(logits, "input"), _i32(labels), ignore_index)
+    return loss.view(()), lse, count
 
 
 @_pixel_xent.register_fake
 def _(logits, labels, ignore_index, deterministic):
-    return logits.new_empty(())
+    # The log-sum-exp per pixel on a GPU; the CPU reference keeps none.
+    pixels = logits.shape[0] * logits.shape[2] * logits.shape[3] if logits.device.type == "cuda" else 0
+    return logits.new_empty(()), logits.new_empty((pixels,)), logits.new_empty((1,), dtype=torch.int32)
 
 
 @_op("ditto::pixel_cross_entropy_backward")
-def _pixel_xent_backward(grad: Tensor, logits: Tensor, labels: Tensor, ignore_index: int,
+def _pixel_xent_backward(grad: Tensor, logits: Tensor, labels: Tensor, lse: Tensor, count: Tensor, ignore_index: int,
                          deterministic: bool) -> Tensor:
     return _run("pixel_xent", "_torch_pixel_cross_entropy_backward", deterministic, logits,
-                _f32(grad, "grad").reshape(1), _f32(logits, "input"), _i32(labels), ignore_index)[0]
+                _f32(grad, "grad").reshape(1), _f32(logits, "input"), _i32(labels), lse, count, ignore_index)[0]
 
 
 @_pixel_xent_backward.register_fake
-def _(grad, logits, labels, ignore_index, deterministic):
+def _(grad, logits, labels, lse, count, ignore_index, deterministic):
     return logits.new_empty(logits.shape)
 
 
 def _pixel_xent_setup(ctx, inputs, output):
     logits, labels, ignore_index, deterministic = inputs
-    ctx.save_for_backward(logits, labels)
+    _, lse, count = output
+    ctx.save_for_backward(logits, labels, lse, count)
     ctx.ignore_index, ctx.deterministic = ignore_index, deterministic
 
 
-def _pixel_xent_bwd(ctx, grad):
-    logits, labels = ctx.saved_tensors
-    return _pixel_xent_backward(grad, logits, labels, ctx.ignore_index, ctx.deterministic), None, None, None
+def _pixel_xent_bwd(ctx, grad, _lse_grad, _count_grad):
+    logits, labels, lse, count = ctx.saved_tensors
+    return (_pixel_xent_backward(grad, logits, labels, lse, count, ctx.ignore_index, ctx.deterministic), None, None,
+            None)
 
 
 _pixel_xent.register_autograd(_pixel_xent_bwd, setup_context=_pixel_xent_setup)
@@ -619,7 +627,7 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduc
     log-softmax and NLL fused, the pixel sum in a fixed order (``deterministic``) or by atomics."""
     if input.dim() != 4 or reduction != "mean":
         raise ValueError("ditto.torch.cross_entropy: N,C,H,W logits with N,H,W labels and reduction 'mean'")
-    return _pixel_xent(input, target, int(ignore_index), deterministic)
+    return _pixel_xent(input, target, int(ignore_index), deterministic)[0]
 
 
 def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
