@@ -13,6 +13,8 @@ Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<VarNode>()) 
   node_->slot = std::make_shared<GradSlot>();
   node_->slot->requires_grad = requires_grad;
   node_->slot->shape = value.shape();
+  node_->slot->dtype = value.dtype();
+  node_->slot->layout = value.layout();
   node_->value = std::move(value);
 }
 
@@ -43,6 +45,11 @@ Tensor& GradRef::grad() const {
 const Shape& GradRef::shape() const {
   if (!slot_) throw Error("use of an undefined GradRef");
   return slot_->shape;
+}
+
+const GradSlot& GradRef::slot() const {
+  if (!slot_) throw Error("use of an undefined GradRef");
+  return *slot_;
 }
 
 void Tape::record(std::string op, std::string layer, std::vector<TapeInput> inputs, Var output, BackwardFn fn) {
@@ -85,11 +92,17 @@ void Tape::backward(Context& ctx, const Var& root, Tensor seed) {
     throw Error("backward from a Var that does not require grad (nothing recorded it, or no-grad scope)");
   // A caller's seed is copied: closures may hand the gradient on in place (pass_grad), and the
   // caller's tensor must not change under it.
-  seed = seed.defined() ? ctx.to_device(seed) : ctx.full(root.shape(), 1.0f);
+  seed = seed.defined() ? ctx.to_device(seed)
+                        : to_form(ctx, ctx.full(root.shape(), 1.0f), root.value().dtype(), root.value().layout());
   if (seed.shape() != root.shape())
     throw ShapeError(fmt::format("backward seed shape {} != root shape {}", shape_str(seed.shape()),
                                  shape_str(root.shape())));
-  accumulate_grad(ctx, root, std::move(seed));
+  try {
+    accumulate_grad(ctx, root, std::move(seed));
+  } catch (...) {
+    entries_.clear();  // a refused seed ends this backward as a failed closure would
+    throw;
+  }
   // Closures may record nothing (grad is disabled while they run): backward is not itself
   // differentiated.
   bool prev = ctx.grad_enabled();
@@ -133,6 +146,12 @@ void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution) {
   if (contribution.shape() != v.shape())
     throw ShapeError(fmt::format("gradient shape {} does not match variable shape {}",
                                  shape_str(contribution.shape()), shape_str(v.shape())));
+  const GradSlot& slot = v.slot();
+  if (contribution.dtype() != slot.dtype || contribution.layout() != slot.layout)
+    throw ShapeError(fmt::format("gradient {} {} does not match the variable's {}{} (a gradient comes in its "
+                                 "variable's dtype and layout)",
+                                 contribution.type_tag(), shape_str(contribution.shape()), dtype_name(slot.dtype),
+                                 slot.layout == Layout::Nhwc ? "-nhwc" : ""));
   Tensor& g = v.grad();
   if (!g.defined())
     g = std::move(contribution);

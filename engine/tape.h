@@ -26,7 +26,9 @@ class Context;
 struct GradSlot {
   Tensor grad;  // undefined until a gradient reaches it
   bool requires_grad = false;
-  Shape shape;  // the value's shape, for accumulate_grad's check
+  Shape shape;  // the value's shape, dtype and layout: a gradient must have all three (accumulate_grad)
+  DType dtype = DType::F32;
+  Layout layout = Layout::Nchw;
 };
 
 struct VarNode {
@@ -42,6 +44,7 @@ class GradRef {
   bool requires_grad() const { return slot_ && slot_->requires_grad; }
   Tensor& grad() const;          // throws Error when undefined
   const Shape& shape() const;    // likewise
+  const GradSlot& slot() const;  // likewise
 
  private:
   std::shared_ptr<GradSlot> slot_;
@@ -81,8 +84,8 @@ class Tape {
   // are kept only while a tracer is set (it reports them), so without one the tape holds just
   // the closures, and a closure holds just what its backward reads.
   void record(std::string op, std::string layer, std::vector<TapeInput> inputs, Var output, BackwardFn fn);
-  // Seeds root's gradient (ones of root's shape when seed is undefined), runs every recorded
-  // closure in reverse order, then clears the tape.
+  // Seeds root's gradient (ones of root's shape, dtype and layout when seed is undefined; a given
+  // seed must have all three), runs every recorded closure in reverse order, then clears the tape.
   void backward(Context& ctx, const Var& root, Tensor seed = {});
   void clear() { entries_.clear(); }
   std::size_t size() const { return entries_.size(); }
@@ -108,7 +111,9 @@ class Tape {
 bool needs_grad(const Context& ctx, std::initializer_list<const Var*> inputs);
 
 // Adds a gradient contribution into v's gradient (moved in when v has none). No-op when v
-// does not require grad. The contribution must be a fresh tensor the caller gives up.
+// does not require grad. The contribution must be a fresh tensor the caller gives up, of the
+// value's shape, dtype and layout (a ShapeError names both otherwise: a bf16 channels-last value's
+// gradient is bf16 channels-last, kernels/conv2d.h's output knob).
 void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution);
 void accumulate_grad(Context& ctx, const Var& v, Tensor contribution);
 

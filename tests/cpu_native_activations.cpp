@@ -260,13 +260,26 @@ TEST_CASE("dropout on a bf16 channels-last tensor: the f32 op's mask and product
   CHECK(dx.fingerprint() == to_channels_last(ctx, dxw, DType::BF16).fingerprint());
 }
 
+TEST_CASE("a gradient must come in its variable's dtype and layout; backward's default seed does") {
+  Context ctx;
+  const Tensor x = to_channels_last(ctx, random_tensor(ctx, kShape, test::fresh_seed()), DType::BF16);
+  Var v(x, true);
+  CHECK_THROWS_WITH(accumulate_grad(ctx, v, ctx.zeros(kShape)), Contains("bf16-nhwc") && Contains("f32"));
+  CHECK_THROWS_WITH(accumulate_grad(ctx, v, to_dtype(ctx, ctx.zeros(kShape), DType::BF16)), Contains("bf16-nhwc"));
+  Var y = relu(ctx, v);
+  CHECK_THROWS_AS(ctx.tape().backward(ctx, y, ctx.zeros(kShape)), ShapeError);
+  Var y2 = relu(ctx, v);
+  ctx.tape().backward(ctx, y2);
+  CHECK(v.grad().type_tag() == "bf16-nhwc");
+}
+
 TEST_CASE("conv2d.output=native hands on the rounded result as it is; fp32 widens the same values") {
   auto conv = [](const std::vector<std::string>& rules, DType x_dtype) {
     Context ctx(Device::cpu(), Policy::parse(rules));
     Var x(to_dtype(ctx, random_tensor(ctx, {2, 3, 6, 6}, 11), x_dtype), true);
     Var w(random_tensor(ctx, {4, 3, 3, 3}, 12), true);
     Var y = conv2d(ctx, "conv1", x, w, Conv2dParams{1, 1, 1, 1});
-    ctx.tape().backward(ctx, y, ctx.full(y.shape(), 1.f));
+    ctx.tape().backward(ctx, y);  // ones in y's dtype and layout
     bool recorded = false;
     for (const auto& e : ctx.manifest().entries())
       if (e.layer == "conv1" && e.knob == "output") recorded = e.variant == "native";
