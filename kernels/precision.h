@@ -11,9 +11,12 @@
 //         the op reads its inputs rounded to bf16/fp16 (round to nearest, ties to even: to_dtype in
 //         engine/tensor_ops.h), multiplies on tensor cores, accumulates in fp32, and rounds its
 //         output (forward: y; backward: dx and dw) to bf16/fp16, which the next op reads widened
-//         to fp32. Weights stay fp32 masters: each step reads them rounded, and their gradients
-//         arrive rounded to the precision, then accumulate and update in fp32. Everything else
-//         (batch-norm statistics, softmax, losses, reductions, the optimizer) computes in fp32.
+//         to fp32 — or, under conv2d.output=native (kernels/conv2d.h), reads as it is: batch norm,
+//         activations, adds and pooling then read bf16/fp16 (channels-last with layout=nhwc),
+//         compute in fp32 and round their own results once, as PyTorch's autocast does. Weights
+//         stay fp32 masters: each step reads them rounded, and their gradients arrive rounded to
+//         the precision, then accumulate and update in fp32. Everything else (batch-norm
+//         statistics, softmax, losses, reductions, the optimizer) computes in fp32.
 //         The CPU reference rounds at exactly these points (the same conversions), accumulating
 //         in double in between; fp16 training scales its loss so small gradients survive
 //         (engine/loss_scale.h).
