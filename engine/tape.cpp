@@ -148,10 +148,10 @@ void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution) {
                                  shape_str(contribution.shape()), shape_str(v.shape())));
   const GradSlot& slot = v.slot();
   if (contribution.dtype() != slot.dtype || contribution.layout() != slot.layout)
-    throw ShapeError(fmt::format("gradient {} {} does not match the variable's {}{} (a gradient comes in its "
+    throw ShapeError(fmt::format("gradient {} {} does not match the variable's {} (a gradient comes in its "
                                  "variable's dtype and layout)",
-                                 contribution.type_tag(), shape_str(contribution.shape()), dtype_name(slot.dtype),
-                                 slot.layout == Layout::Nhwc ? "-nhwc" : ""));
+                                 contribution.type_tag(), shape_str(contribution.shape()),
+                                 type_tag(slot.dtype, slot.layout)));
   Tensor& g = v.grad();
   if (!g.defined())
     g = std::move(contribution);

@@ -143,9 +143,11 @@ std::vector<int32_t> Tensor::to_host_i32() const {
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
-std::string Tensor::type_tag() const {
-  return layout_ == Layout::Nhwc ? std::string(dtype_name(dtype_)) + "-nhwc" : std::string(dtype_name(dtype_));
+std::string type_tag(DType t, Layout l) {
+  return l == Layout::Nhwc ? std::string(dtype_name(t)) + "-nhwc" : std::string(dtype_name(t));
 }
+
+std::string Tensor::type_tag() const { return ditto::type_tag(dtype_, layout_); }
 
 Fingerprint Tensor::fingerprint() const {
   if (!defined()) return {};

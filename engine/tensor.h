@@ -27,6 +27,8 @@ bool is_float(DType t);           // F32, BF16 or F16
 // (engine/operand_check.h), so a channels-last tensor is never read in the wrong order.
 enum class Layout { Nchw, Nhwc };
 const char* layout_name(Layout l);  // "nchw", "nhwc"
+// A dtype and layout as one word: the dtype's name, with "-nhwc" for channels-last ("bf16-nhwc").
+std::string type_tag(DType t, Layout l);
 
 struct Device {
   enum class Kind { Cpu, Cuda };

@@ -78,9 +78,6 @@ Var unary(Context& ctx, const Var& x, const Unary& op) {
                       [saved, xr = x.grad_ref(), outr = out.grad_ref(), op](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor& dy = outr.grad();
-      if (dy.dtype() != saved.dtype() || dy.layout() != saved.layout())
-        throw ShapeError(fmt::format("{} backward: dy is {}, the activation is {}", op.name, dy.type_tag(),
-                                     saved.type_tag()));
       accumulate_grad(c, xr, unary_bwd(c, op, saved, dy));
     });
   }

@@ -134,6 +134,12 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
 }
 
 namespace {
+// A tensor of one value per (n, c) plane ({N, C, 1, 1}) has the same bytes in either layout: the
+// other layout's label on the same storage, no copy.
+Tensor with_layout_label(const Tensor& t, Layout layout) {
+  return t.layout() == layout ? t : Tensor(detail::storage_of(t), t.shape(), t.dtype(), layout);
+}
+
 // channel_mul of any other form: x of any float dtype in either layout, s of any float dtype (one
 // value per plane, so its layout does not matter). y and dx in x's form, ds in s's dtype. The CPU
 // reference reads both widened to f32 NCHW (exact) and rounds its results where the GPU does.
@@ -143,7 +149,7 @@ Var channel_mul_any(Context& ctx, const Var& x, const Var& s, int64_t planes, in
   if (ctx.is_cuda() && xv.dtype() != DType::F32 && !xv.channels_last())
     throw ShapeError(fmt::format("channel_mul: x is {} {}; on the GPU it reads f32, or channels-last tensors of any "
                                  "float dtype", xv.type_tag(), shape_str(xs)));
-  const Tensor s_flat = sv.channels_last() ? to_form(ctx, sv, sv.dtype(), Layout::Nchw) : sv;  // 1x1: a relabel
+  const Tensor s_flat = with_layout_label(sv, Layout::Nchw);
   Tensor y = ctx.empty(xs, xv.dtype(), xv.layout());
   if (ctx.is_cuda()) {
     cuda::channel_mul_fwd_any(ctx, xv.dtype(), xv.channels_last(), xv.raw(), s_flat.dtype(), s_flat.raw(), y.raw(),
@@ -162,8 +168,6 @@ Var channel_mul_any(Context& ctx, const Var& x, const Var& s, int64_t planes, in
                        s_layout = sv.layout()](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor& dy = outr.grad();
-      if (dy.dtype() != sx.dtype() || dy.layout() != sx.layout())
-        throw ShapeError(fmt::format("channel_mul backward: dy is {}, x is {}", dy.type_tag(), sx.type_tag()));
       const Shape& xs = sx.shape();
       Tensor dx, ds;
       if (c.is_cuda()) {
@@ -182,7 +186,7 @@ Var channel_mul_any(Context& ctx, const Var& x, const Var& s, int64_t planes, in
         if (dsf.defined()) ds = to_dtype(c, dsf, ss.dtype());
       }
       // s's gradient in s's form (a 1x1 channels-last s gets its layout back: the same bytes).
-      if (ds.defined() && s_layout == Layout::Nhwc) ds = to_channels_last(c, ds, ds.dtype());
+      if (ds.defined()) ds = with_layout_label(ds, s_layout);
       if (dx.defined()) accumulate_grad(c, xr, std::move(dx));
       if (ds.defined()) accumulate_grad(c, sr, std::move(ds));
     });

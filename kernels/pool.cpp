@@ -197,9 +197,6 @@ Var max_pool_any(Context& ctx, const std::string& layer, const Var& x, const ref
                        layer, t, lay, nhwc](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor& dy = outr.grad();
-      if (dy.dtype() != t || dy.layout() != lay)
-        throw ShapeError(fmt::format("{} backward: dy is {}, the pooled tensor {}{}", where(kMaxOp, layer),
-                                     dy.type_tag(), dtype_name(t), lay == Layout::Nhwc ? "-nhwc" : ""));
       record_max_pool(c, layer, variant, requested);
       Tensor dx;
       ProfileScope timed(c, ProfileKind::PoolBwd, c.is_cuda() ? name_of(variant) : "cpu-reference");
@@ -347,9 +344,6 @@ Var avg_pool2d(Context& ctx, const Var& x, const PoolParams& p) {
                       [xr = x.grad_ref(), outr = out.grad_ref(), d, plain, t, lay](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor& dy = outr.grad();
-      if (dy.dtype() != t || dy.layout() != lay)
-        throw ShapeError(fmt::format("avg_pool2d backward: dy is {}, the pooled tensor {}{}", dy.type_tag(),
-                                     dtype_name(t), lay == Layout::Nhwc ? "-nhwc" : ""));
       Tensor dx = c.empty(xr.shape(), t, lay);
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "avg");
@@ -378,15 +372,12 @@ Var global_avg_pool(Context& ctx, const Var& x) {
   if (s[2] < 1 || s[3] < 1)
     throw ShapeError(fmt::format("global_avg_pool: x has an empty plane, shape {}", shape_str(s)));
   const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
-  // f32 NCHW runs the float kernels; any other form (a native bf16/f16 or channels-last result)
-  // the kernels that read it as it is. The CPU widens it to f32 NCHW (exact) for the reference.
-  const bool plain = x.value().dtype() == DType::F32 && !x.value().channels_last();
+  // x in any float dtype and layout (a native bf16 channels-last result as it is); the CPU widens
+  // it to f32 NCHW (exact) for the reference, a no-op for f32 NCHW.
   Tensor y = ctx.empty({s[0], s[1]});
   {
     ProfileScope timed(ctx, ProfileKind::PoolFwd, "global-avg");
-    if (ctx.is_cuda() && plain)
-      cuda::global_avg_pool_fwd(ctx, x.value().f32(), y.f32(), planes, hw);
-    else if (ctx.is_cuda())
+    if (ctx.is_cuda())
       cuda::global_avg_pool_fwd_any(ctx, x.value().dtype(), x.value().channels_last(), x.value().raw(), y.f32(), s[0],
                                     s[1], hw);
     else
@@ -396,15 +387,13 @@ Var global_avg_pool(Context& ctx, const Var& x) {
   Var out(std::move(y), grad);
   if (grad) {
     ctx.tape().record("global_avg_pool", "", {{"x", x}}, out,
-                      [xr = x.grad_ref(), outr = out.grad_ref(), s, planes, hw, plain, dtype = x.value().dtype(),
+                      [xr = x.grad_ref(), outr = out.grad_ref(), s, planes, hw, dtype = x.value().dtype(),
                        layout = x.value().layout()](Context& c) {
       if (!outr.grad().defined()) return;
       Tensor dx = c.empty(xr.shape(), dtype, layout);
       {
         ProfileScope timed(c, ProfileKind::PoolBwd, "global-avg");
-        if (c.is_cuda() && plain) {
-          cuda::global_avg_pool_bwd(c, outr.grad().f32(), dx.f32(), planes, hw);
-        } else if (c.is_cuda()) {
+        if (c.is_cuda()) {
           cuda::global_avg_pool_bwd_any(c, dtype, layout == Layout::Nhwc, outr.grad().f32(), dx.raw(), s[0], s[1], hw);
         } else {
           Tensor df = c.empty(xr.shape());

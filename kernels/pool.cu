@@ -120,30 +120,6 @@ __global__ void avg_pool_bwd_kernel(const float* __restrict__ dy, float* __restr
   }
 }
 
-// Global average pool: one warp per plane. Lane l sums elements l, l+32, l+64, ... in order,
-// then the 32 lane sums are combined by a fixed xor-shuffle tree. The assignment of elements to
-// lanes and the tree depend only on hw: deterministic, no atomics.
-constexpr int kWarpsPerBlock = 8;
-__global__ void global_avg_pool_fwd_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t planes,
-                                           int64_t hw) {
-  const int lane = threadIdx.x & 31;
-  for (int64_t p = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5); p < planes;
-       p += int64_t(gridDim.x) * kWarpsPerBlock) {
-    const float* xp = x + p * hw;
-    float s = 0.f;
-    for (int64_t i = lane; i < hw; i += 32) s += xp[i];
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) y[p] = s / float(hw);
-  }
-}
-
-// Elementwise: dx = dy[plane] / hw. Deterministic.
-__global__ void global_avg_pool_bwd_kernel(const float* __restrict__ dy, float* __restrict__ dx, int64_t planes,
-                                           int64_t hw) {
-  const int64_t total = planes * hw;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
-    dx[i] = dy[i / hw] / float(hw);
-}
 
 }  // namespace
 
@@ -186,21 +162,6 @@ void avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::PoolDims&
   const int64_t n = d.planes() * d.h * d.w;
   if (n == 0) return;
   avg_pool_bwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, d);
-  DITTO_CHECK_LAUNCH(ctx);
-}
-
-void global_avg_pool_fwd(Context& ctx, const float* x, float* y, int64_t planes, int64_t hw) {
-  if (planes == 0) return;
-  int64_t b = (planes + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  unsigned blocks = static_cast<unsigned>(b < 524280 ? b : 524280);
-  global_avg_pool_fwd_kernel<<<blocks, 32 * kWarpsPerBlock, 0, detail::stream_of(ctx)>>>(x, y, planes, hw);
-  DITTO_CHECK_LAUNCH(ctx);
-}
-
-void global_avg_pool_bwd(Context& ctx, const float* dy, float* dx, int64_t planes, int64_t hw) {
-  const int64_t n = planes * hw;
-  if (n == 0) return;
-  global_avg_pool_bwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(dy, dx, planes, hw);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -282,7 +243,9 @@ __global__ void __launch_bounds__(kGapCols* kGapLanes) gap_fwd_nhwc_kernel(const
   const float t = column_sum<kGapLanes>(s);
   if (threadIdx.y == 0 && ch < c) y[img * c + ch] = t / float(hw);
 }
-// NCHW bf16/f16: one warp per plane, lane-strided sums and a fixed shuffle tree (the f32 kernel's order).
+constexpr int kWarpsPerBlock = 8;
+// NCHW: one warp per plane; lane l sums elements l, l+32, ... in order, then the 32 lane sums are
+// combined by a fixed xor-shuffle tree. The order depends only on hw: deterministic, no atomics.
 template <class T>
 __global__ void gap_fwd_nchw_kernel(const T* __restrict__ x, float* __restrict__ y, int64_t planes, int64_t hw) {
   const int lane = threadIdx.x & 31;
@@ -320,25 +283,16 @@ void gap_fwd(Context& ctx, bool nhwc, const void* x, float* y, int64_t n, int64_
 void global_avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, float* y, int64_t n, int64_t c,
                              int64_t hw) {
   if (n * c == 0) return;
-  if (t == DType::F32) gap_fwd<float>(ctx, nhwc, x, y, n, c, hw);
-  else if (t == DType::BF16) gap_fwd<__nv_bfloat16>(ctx, nhwc, x, y, n, c, hw);
-  else gap_fwd<__half>(ctx, nhwc, x, y, n, c, hw);
+  with_float_type(t, [&](auto tag) { gap_fwd<decltype(tag)>(ctx, nhwc, x, y, n, c, hw); });
   DITTO_CHECK_LAUNCH(ctx);
 }
 
 void global_avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const float* dy, void* dx, int64_t n, int64_t c,
                              int64_t hw) {
-  const int64_t total = n * c * hw;
-  if (total == 0) return;
-  cudaStream_t s = detail::stream_of(ctx);
-  if (t == DType::F32)
-    gap_bwd_any_kernel<float><<<blocks_for(total), kThreads, 0, s>>>(dy, static_cast<float*>(dx), n, c, hw, nhwc);
-  else if (t == DType::BF16)
-    gap_bwd_any_kernel<__nv_bfloat16><<<blocks_for(total), kThreads, 0, s>>>(dy, static_cast<__nv_bfloat16*>(dx), n, c,
-                                                                             hw, nhwc);
-  else
-    gap_bwd_any_kernel<__half><<<blocks_for(total), kThreads, 0, s>>>(dy, static_cast<__half*>(dx), n, c, hw, nhwc);
-  DITTO_CHECK_LAUNCH(ctx);
+  launch_for_float_type(ctx, t, n * c * hw, [&](auto tag, unsigned blocks, cudaStream_t s) {
+    using T = decltype(tag);
+    gap_bwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(dy, static_cast<T*>(dx), n, c, hw, nhwc);
+  });
 }
 
 namespace {
@@ -441,38 +395,29 @@ __global__ void max_pool_bwd_scatter_any_kernel(const T* __restrict__ dy, const 
 
 void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, int32_t* argmax,
                              const ref::PoolDims& d) {
-  const int64_t n = d.n * d.c * d.oh * d.ow;
-  if (n == 0) return;
-  with_float_type(t, [&](auto tag) {
+  launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
-    max_pool_fwd_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), argmax, d, nhwc);
+    max_pool_fwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, d,
+                                                           nhwc);
   });
-  DITTO_CHECK_LAUNCH(ctx);
 }
 
 void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax, void* dx,
                              const ref::PoolDims& d) {
-  const int64_t n = d.n * d.c * d.h * d.w;
-  if (n == 0) return;
-  with_float_type(t, [&](auto tag) {
+  launch_for_float_type(ctx, t, d.n * d.c * d.h * d.w, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
-    max_pool_bwd_gather_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
-        static_cast<const T*>(dy), argmax, static_cast<T*>(dx), d, nhwc);
+    max_pool_bwd_gather_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dy), argmax,
+                                                                  static_cast<T*>(dx), d, nhwc);
   });
-  DITTO_CHECK_LAUNCH(ctx);
 }
 
 void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax,
                                      float* dx32, const ref::PoolDims& d) {
-  const int64_t n = d.n * d.c * d.oh * d.ow;
-  if (n == 0) return;
-  with_float_type(t, [&](auto tag) {
+  launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
-    max_pool_bwd_scatter_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
-        static_cast<const T*>(dy), argmax, dx32, d, nhwc);
+    max_pool_bwd_scatter_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dy), argmax, dx32, d,
+                                                                   nhwc);
   });
-  DITTO_CHECK_LAUNCH(ctx);
 }
 
 namespace {
@@ -515,25 +460,17 @@ __global__ void avg_pool_bwd_any_kernel(const T* __restrict__ dy, T* __restrict_
 }  // namespace
 
 void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, const ref::PoolDims& d) {
-  const int64_t n = d.n * d.c * d.oh * d.ow;
-  if (n == 0) return;
-  with_float_type(t, [&](auto tag) {
+  launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
-    avg_pool_fwd_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(static_cast<const T*>(x),
-                                                                                      static_cast<T*>(y), d, nhwc);
+    avg_pool_fwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), d, nhwc);
   });
-  DITTO_CHECK_LAUNCH(ctx);
 }
 
 void avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const void* dy, void* dx, const ref::PoolDims& d) {
-  const int64_t n = d.n * d.c * d.h * d.w;
-  if (n == 0) return;
-  with_float_type(t, [&](auto tag) {
+  launch_for_float_type(ctx, t, d.n * d.c * d.h * d.w, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
-    avg_pool_bwd_any_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(static_cast<const T*>(dy),
-                                                                                      static_cast<T*>(dx), d, nhwc);
+    avg_pool_bwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx), d, nhwc);
   });
-  DITTO_CHECK_LAUNCH(ctx);
 }
 
 }  // namespace ditto::cuda

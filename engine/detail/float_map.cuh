@@ -132,26 +132,25 @@ __device__ __forceinline__ float column_sum(float v) {
   return t;
 }
 
-// The launch for a float dtype (F32, BF16, F16); I32 is a programming error of the caller.
+// The launches for a float dtype (F32, BF16, F16).
 template <class F>
 void map1(cudaStream_t s, DType t, const void* a, void* out, int64_t n, F f) {
   if (n == 0) return;
-  switch (t) {
-    case DType::F32: return launch_map1<float>(s, a, out, n, f);
-    case DType::BF16: return launch_map1<__nv_bfloat16>(s, a, out, n, f);
-    case DType::F16: return launch_map1<__half>(s, a, out, n, f);
-    default: throw Error("float_map: an i32 tensor reached a float kernel");
-  }
+  with_float_type(t, [&](auto tag) { launch_map1<decltype(tag)>(s, a, out, n, f); });
 }
 template <class F>
 void map2(cudaStream_t s, DType t, const void* a, const void* b, void* out, int64_t n, F f) {
   if (n == 0) return;
-  switch (t) {
-    case DType::F32: return launch_map2<float>(s, a, b, out, n, f);
-    case DType::BF16: return launch_map2<__nv_bfloat16>(s, a, b, out, n, f);
-    case DType::F16: return launch_map2<__half>(s, a, b, out, n, f);
-    default: throw Error("float_map: an i32 tensor reached a float kernel");
-  }
+  with_float_type(t, [&](auto tag) { launch_map2<decltype(tag)>(s, a, b, out, n, f); });
+}
+
+// One launch over n elements for the storage type of t: fn(T{}, blocks, stream) launches the kernel
+// (blocks_for(n) blocks of kThreads); nothing when n == 0; the launch is checked.
+template <class Fn>
+void launch_for_float_type(Context& ctx, DType t, int64_t n, Fn&& fn) {
+  if (n == 0) return;
+  with_float_type(t, [&](auto tag) { fn(tag, blocks_for(n), detail::stream_of(ctx)); });
+  DITTO_CHECK_LAUNCH(ctx);
 }
 
 }  // namespace ditto::cuda

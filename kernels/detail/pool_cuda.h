@@ -32,10 +32,10 @@ void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, 
 void avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const void* dy, void* dx, const ref::PoolDims& d);
 void avg_pool_fwd(Context& ctx, const float* x, float* y, const ref::PoolDims& d);
 void avg_pool_bwd(Context& ctx, const float* dy, float* dx, const ref::PoolDims& d);
-void global_avg_pool_fwd(Context& ctx, const float* x, float* y, int64_t planes, int64_t hw);
-void global_avg_pool_bwd(Context& ctx, const float* dy, float* dx, int64_t planes, int64_t hw);
-// The same for x of any float dtype t, NCHW or channels-last: y (N*C floats) is each plane's
-// sum in a fixed order over (h, w), divided by hw; dx = dy / hw rounded to t, in x's layout.
+// Global average pooling of x of any float dtype t, NCHW or channels-last: y (N*C floats) is each
+// plane's sum in a fixed order over (h, w) (NCHW: one warp per plane, lane-strided, a fixed shuffle
+// tree; channels-last: 16 lanes per channel added in lane order), divided by hw; dx = dy / hw
+// rounded to t, in x's layout.
 void global_avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, float* y, int64_t n, int64_t c,
                              int64_t hw);
 void global_avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const float* dy, void* dx, int64_t n, int64_t c,
