@@ -266,15 +266,15 @@ const float* as_f32(Context& ctx, const Tensor& t, Tensor&& widened = Tensor()) 
   return widened.f32();
 }
 
-// One product in the precision's dtype, handed on as fp32: on CUDA `gpu` writes it (cuBLAS
-// rounds its output), on the CPU `reference` writes it in float and it is rounded where cuBLAS
-// rounds.
+// One product in the precision's dtype, handed on as `handed` (fp32, or the dtype of the variable
+// a gradient belongs to): on CUDA `gpu` writes it (cuBLAS rounds its output), on the CPU
+// `reference` writes it in float and it is rounded where cuBLAS rounds.
 template <class Gpu, class Ref>
-Tensor product(Context& ctx, DType dtype, const Shape& shape, Gpu&& gpu, Ref&& reference) {
-  if (!ctx.is_cuda()) return to_dtype(ctx, rounded_reference(ctx, dtype, shape, reference), DType::F32);
+Tensor product(Context& ctx, DType dtype, const Shape& shape, DType handed, Gpu&& gpu, Ref&& reference) {
+  if (!ctx.is_cuda()) return to_dtype(ctx, rounded_reference(ctx, dtype, shape, reference), handed);
   Tensor out = ctx.empty(shape, dtype);
   gpu(out.raw());
-  return to_dtype(ctx, out, DType::F32);
+  return to_dtype(ctx, out, handed);
 }
 
 void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
@@ -350,7 +350,7 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
   Tensor y;
   {
     ProfileScope timed(ctx, ProfileKind::LinearFwd);
-    y = product(ctx, dtype, {n, out}, [&](void* yp) { gemm_fwd(ctx, layer, md, xr.raw(), wr.raw(), yp, n, in, out); },
+    y = product(ctx, dtype, {n, out}, DType::F32, [&](void* yp) { gemm_fwd(ctx, layer, md, xr.raw(), wr.raw(), yp, n, in, out); },
                 [&](float* yp) { ref::linear_fwd(as_f32(ctx, xr), as_f32(ctx, wr), yp, n, in, out); });
   }
 
@@ -360,19 +360,21 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
     // dW reads x, dX reads w: each is kept only when that gradient is wanted.
     Tensor saved_x = w.requires_grad() ? xr : Tensor();
     Tensor saved_w = x.requires_grad() ? wr : Tensor();
+    // dx comes in x's dtype (a bf16 x, e.g. flattened native activations, gets a bf16 gradient),
+    // dw in the fp32 master's.
     ctx.tape().record("linear", layer, {{"x", x}, {"w", w}}, result,
                       [saved_x, saved_w, xr = x.grad_ref(), wr = w.grad_ref(), outr = result.grad_ref(), layer, md, n,
-                       in, o = out, dtype](Context& c) {
+                       in, o = out, dtype, x_dtype = x.value().dtype(), w_dtype = w.value().dtype()](Context& c) {
       if (!outr.grad().defined()) return;
       Tensor dx, dw;
       {
         ProfileScope timed(c, ProfileKind::LinearBwd);
         const Tensor dy = to_dtype(c, outr.grad(), dtype);
         if (xr.requires_grad())
-          dx = product(c, dtype, {n, in}, [&](void* p) { gemm_bwd_x(c, layer, md, dy.raw(), saved_w.raw(), p, n, in, o); },
+          dx = product(c, dtype, {n, in}, x_dtype, [&](void* p) { gemm_bwd_x(c, layer, md, dy.raw(), saved_w.raw(), p, n, in, o); },
                        [&](float* p) { ref::linear_bwd_x(as_f32(c, dy), as_f32(c, saved_w), p, n, in, o); });
         if (wr.requires_grad())
-          dw = product(c, dtype, {o, in}, [&](void* p) { gemm_bwd_w(c, layer, md, dy.raw(), saved_x.raw(), p, n, in, o); },
+          dw = product(c, dtype, {o, in}, w_dtype, [&](void* p) { gemm_bwd_w(c, layer, md, dy.raw(), saved_x.raw(), p, n, in, o); },
                        [&](float* p) { ref::linear_bwd_w(as_f32(c, dy), as_f32(c, saved_x), p, n, in, o); });
       }
       accumulate_grad(c, xr, std::move(dx));

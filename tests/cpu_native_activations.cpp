@@ -23,6 +23,7 @@
 #include "kernels/conv2d.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
+#include "kernels/linear.h"
 #include "kernels/loss.h"
 #include "kernels/pool.h"
 #include "kernels/upsample.h"
@@ -240,6 +241,33 @@ TEST_CASE("concat, average pooling, flatten and the loss take bf16 channels-last
   const Tensor odd = to_channels_last(ctx, random_tensor(ctx, {2, 3, 3, 5}, 3), DType::BF16);
   CHECK_THROWS_WITH(concat_channels(ctx, {Var(a), Var(odd)}), Contains("even channel count"));
   CHECK_THROWS_WITH(concat_channels(ctx, {Var(a), Var(widened(ctx, b))}), Contains("one dtype and layout"));
+}
+
+TEST_CASE("a linear layer reading flattened bf16 activations hands back a bf16 dx: the product it rounded") {
+  // The VGG / MNIST-CNN head: flattened native activations into a classifier. dx belongs to a bf16
+  // variable, so it comes in bf16; in bf16 precision it is the product cuBLAS (or the reference)
+  // rounded, bit for bit the f32 run's dx rounded again.
+  for (const char* precision : {"bf16", "fp32"}) {
+    INFO(precision);
+    Context ctx(Device::cpu(), Policy::parse({std::string("*.precision=") + precision}));
+    const Tensor x = to_channels_last(ctx, random_tensor(ctx, {2, 4, 3, 5}, 11), DType::BF16);
+    const Tensor w = random_tensor(ctx, {3, 60}, 12);
+    auto run = [&](const Tensor& tx) {
+      Var vx(tx, true), vw(w, true);
+      Var flat = flatten(ctx, vx);
+      Var logits = linear(ctx, "fc", flat, vw);
+      Var loss = softmax_cross_entropy(ctx, "loss", logits, ctx.from_host(std::vector<int32_t>{0, 2}, {2}));
+      ctx.tape().backward(ctx, loss);
+      return std::make_tuple(vx.grad(), vw.grad(), loss.value());
+    };
+    const auto [dx, dw, loss] = run(x);
+    const auto [dxw, dww, lossw] = run(widened(ctx, x));
+    CHECK(dx.type_tag() == "bf16-nhwc");
+    CHECK(dw.type_tag() == "f32");
+    CHECK(loss.fingerprint() == lossw.fingerprint());
+    CHECK(dw.fingerprint() == dww.fingerprint());
+    CHECK(dx.fingerprint() == to_channels_last(ctx, dxw, DType::BF16).fingerprint());
+  }
 }
 
 TEST_CASE("dropout on a bf16 channels-last tensor: the f32 op's mask and products, rounded once, in x's form") {
