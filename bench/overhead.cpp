@@ -92,6 +92,7 @@ struct Options {
   std::vector<std::string> precisions = {"fp32"};
   bool channels_last = false;  // bf16/fp16 convolutions channels-last (bench/precision_runs.h)
   bool native = false;         // ... handing on bf16/fp16 channels-last results (likewise)
+  std::vector<std::string> rules;  // --rules, after each configuration's own
   std::string device = "auto";
   std::string out, tuning_dir = "overhead_tuning";
   int64_t batch = 128;
@@ -198,7 +199,7 @@ double ensure_tuning(const Options& o, const std::string& model, const std::stri
                      const std::string& path, const HostBatch& hb) {
   if (fs::exists(path)) return 0;
   const auto t0 = Clock::now();
-  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision({"*=deterministic"}, precision, o.channels_last, o.native)));
+  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision({"*=deterministic"}, precision, o.channels_last, o.native, o.rules)));
   const RuntimeInfo info = ctx.runtime_info();
   auto table = std::make_shared<TuningTable>();
   table->gpu = info.gpu_name;
@@ -316,7 +317,7 @@ std::string tuning_file(const Options& o, const std::string& model, const std::s
 json measure(const Options& o, const std::string& model, const std::string& mode, const std::string& precision,
              const HostBatch& hb) {
   const int size = image_size(o, model);
-  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision(mode_rules(mode), precision, o.channels_last, o.native)));
+  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision(mode_rules(mode), precision, o.channels_last, o.native, o.rules)));
   std::string tuning_path;
   double tuning_s = 0;
   if (mode == "deterministic-tuned") {
@@ -358,7 +359,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
          {"cudnn", info.cudnn},
          {"commit", info.git_commit},
          {"date", today()}};
-  bench::add_precision_fields(j, precision, o.channels_last, o.native);
+  bench::add_precision_fields(j, precision, o.channels_last, o.native, o.rules);
   add_breakdown(j, prof);
   add_kernel_choices(j, ctx);
   return j;
@@ -375,6 +376,7 @@ void add_options(CLI::App& app, Options& o) {
       ->delimiter(',');
   app.add_option("--modes", o.modes, "comma list")->delimiter(',')->check(CLI::IsMember(kModes));
   bench::add_precisions_option(app, o.precisions, o.channels_last, o.native);
+  bench::add_rules_option(app, o.rules);
   app.add_option("--batch", o.batch, "batch size")->check(detail::at_least(1));
   app.add_option("--classes", o.classes, "classes of the synthetic labels")->check(detail::at_least(2));
   app.add_option("--image-size", o.image_size, "image side (0: 224, 299 for inception-v3)")->check(detail::at_least(0));

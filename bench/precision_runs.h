@@ -32,13 +32,24 @@ inline bool native_for(bool native, bool channels_last, const std::string& preci
   return native && channels_last_for(channels_last, precision);
 }
 
-// The mode's rules, then the precision's (and the layout's, and the activations').
+// The mode's rules, then the precision's (and the layout's, and the activations'), then the
+// --rules a run adds to every configuration (e.g. *.bwd_data=engine).
 inline std::vector<std::string> with_precision(std::vector<std::string> rules, const std::string& precision,
-                                               bool channels_last, bool native = false) {
+                                               bool channels_last, bool native = false,
+                                               const std::vector<std::string>& extra = {}) {
   rules.push_back("*.precision=" + precision);
   if (channels_last_for(channels_last, precision)) rules.push_back("*.layout=nhwc");
   if (native_for(native, channels_last, precision)) rules.push_back("*.output=native");
+  rules.insert(rules.end(), extra.begin(), extra.end());
   return rules;
+}
+
+// --rules: policy rules added after every configuration's own (recorded as "rules" on its line).
+inline CLI::Option* add_rules_option(CLI::App& app, std::vector<std::string>& rules) {
+  return app.add_option("--rules", rules,
+                        "comma list of policy rules added after each configuration's mode and precision rules "
+                        "(e.g. *.fwd=engine,*.bwd_data=engine)")
+      ->delimiter(',');
 }
 
 // The loss scaling a step in `precision` runs with: a training run's default (engine/loss_scale.h:
@@ -53,7 +64,8 @@ inline std::string fp16_loss_scale() { return loss_scaling_name(default_loss_sca
 
 // "precision" and "layout" on every line, "loss_scale" on the fp16 ones.
 inline void add_precision_fields(nlohmann::json& line, const std::string& precision, bool channels_last,
-                                 bool native = false) {
+                                 bool native = false, const std::vector<std::string>& extra = {}) {
+  if (!extra.empty()) line["rules"] = extra;
   line["precision"] = precision;
   line["layout"] = channels_last_for(channels_last, precision) ? "nhwc" : "nchw";
   line["activations"] = native_for(native, channels_last, precision) ? "native" : "fp32";

@@ -115,6 +115,7 @@ struct Options {
   std::vector<std::string> precisions = {"fp32"};
   bool channels_last = false;  // bf16/fp16 convolutions channels-last (bench/precision_runs.h)
   bool native = false;         // ... handing on bf16/fp16 channels-last results (likewise)
+  std::vector<std::string> rules;  // --rules, after each configuration's own
   std::string graph = "both";
   std::string device = "auto";
   std::string out, tuning_dir = "step_time_tuning";
@@ -134,7 +135,7 @@ std::string tuning_file(const Options& o, const std::string& model, const std::s
 
 json measure(const Options& o, const std::string& model, const std::string& mode, const std::string& precision,
              bool graphed) {
-  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision(mode_rules(mode), precision, o.channels_last, o.native)));
+  Context ctx(Device::parse(o.device), Policy::parse(bench::with_precision(mode_rules(mode), precision, o.channels_last, o.native, o.rules)));
   std::shared_ptr<TuningTable> tuning;
   std::string tuning_path;
   if (mode == "deterministic-tuned") {
@@ -218,7 +219,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
             {"cudnn", info.cudnn},
             {"commit", info.git_commit},
             {"date", today()}};
-  bench::add_precision_fields(line, precision, o.channels_last, o.native);
+  bench::add_precision_fields(line, precision, o.channels_last, o.native, o.rules);
   return line;
 }
 
@@ -230,6 +231,7 @@ int main(int argc, char** argv) {
   app.add_option("--models", o.models, "comma list")->delimiter(',')->check(CLI::IsMember(known_models()));
   app.add_option("--modes", o.modes, "comma list")->delimiter(',')->check(CLI::IsMember(kModes));
   bench::add_precisions_option(app, o.precisions, o.channels_last, o.native);
+  bench::add_rules_option(app, o.rules);
   app.add_option("--graph", o.graph, "eager | graph | both")->check(CLI::IsMember({"eager", "graph", "both"}));
   app.add_option("--batch", o.batch, "batch size")->check(detail::at_least(1));
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(detail::at_least(1));

@@ -5,14 +5,17 @@
 //   pinned            that algorithm, or PolicyError listing what cuDNN supports for the shape
 //   heuristic         cuDNN's pick: first successful result of cudnnGetConvolution*Algorithm_v7
 //                     (skipping results whose math type the layer's precision forbids)
-//   deterministic     the first algorithm in cuDNN's heuristic ranking (cudnnGetConvolution*
-//                     Algorithm_v7) that cuDNN labels CUDNN_DETERMINISTIC and whose workspace can
-//                     be allocated; with a tuning table on the context (engine/tuning.h): the
-//                     table's algorithm for the problem (pinned path, no Find), or, while tuning,
-//                     the fastest such algorithm in cudnnFind*, written into the table
+//   deterministic     bf16/fp16: the engine variant (cuDNN's backend API, heuristic mode A's first
+//                     reproducible configuration) where it has one and its workspace can be
+//                     allocated; otherwise the first algorithm in cuDNN's heuristic ranking
+//                     (cudnnGetConvolution*Algorithm_v7) that cuDNN labels CUDNN_DETERMINISTIC and
+//                     whose workspace can be allocated; with a tuning table on the context
+//                     (engine/tuning.h): the table's algorithm for the problem (pinned path, no
+//                     Find), or, while tuning, the fastest deterministic one among cudnnFind*,
+//                     ditto's own and the engine, written into the table
 //   nondeterministic  the atomics algorithm (bwd_data algo0, bwd_filter algo0); forward has
 //                     none and resolves like heuristic (the manifest says what ran)
-//   fastest           fastest successful result of cudnnFind*
+//   fastest           fastest successful result of cudnnFind*, ditto's own and the engine
 // Find runs the candidates (it allocates and synchronizes): it belongs to selection, which
 // runs once per shape. The steady-state path only sets up host descriptors, takes its
 // workspace from the stream-ordered pool and queues the cuDNN call. Never a fallback: a
@@ -37,6 +40,7 @@
 #include "engine/tensor_ops.h"
 #include "kernels/conv2d_ref.h"
 #include "kernels/detail/conv2d_own.h"
+#include "kernels/detail/cudnn_engine.h"
 
 namespace ditto {
 
@@ -84,7 +88,8 @@ DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
                             {"fft", kRun, kLib, "cuDNN FFT"},
                             {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
                             {"winograd", kRun, kLib, "cuDNN WINOGRAD"},
-                            {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"}},
+                            {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
+                            {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
                            "", true, "the forward algorithm"})
 DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                 {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
@@ -94,7 +99,8 @@ DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                  {"winograd", kRun, kLib, "cuDNN WINOGRAD"},
                                  {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                                  {"ditto-gemm", kRun, kOwn, "explicit GEMM on cuBLAS, gather-form col2im"},
-                                 {"ditto-direct", kGpu, kOwn, "depthwise gather, no library"}},
+                                 {"ditto-direct", kGpu, kOwn, "depthwise gather, no library"},
+                                 {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
                                 "", true, "the input-gradient algorithm"})
 DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                   {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
@@ -105,7 +111,8 @@ DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                    {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                                    {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
                                    {"ditto-gemm", kRun, kOwn, "per-item GEMMs on cuBLAS, folded in item order"},
-                                   {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"}},
+                                   {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"},
+                                   {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
                                   "", true, "the weight-gradient algorithm"})
 DITTO_KNOB(conv_precision_knob, {op::conv2d, "precision", precision_variants(), "fp32", false,
                                  "where the convolution rounds: fp32, tf32, bf16, fp16 (PyTorch's cuDNN default is "
@@ -261,7 +268,10 @@ struct FwdTraits {
   using CudnnAlgo = cudnnConvolutionFwdAlgo_t;
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  static constexpr int kVariants = kCount;  // no algorithm of ditto's own
+  static constexpr int kEngine = int(ConvFwdAlgo::Engine);  // no algorithm of ditto's own
+  static constexpr int kVariants = kEngine + 1;
+  static constexpr detail::ConvDirection kDirection = detail::ConvDirection::Fwd;
+  static const Shape& result_shape(const ConvSpec& s) { return s.y; }
   static constexpr const char* kKnob = "fwd";
   static constexpr ProfileKind kProfile = ProfileKind::ConvFwd;
   static constexpr int kAtomicsAlgo = -1;  // no forward algorithm is labelled as using atomics
@@ -290,6 +300,9 @@ struct FwdTraits {
     return cudnnConvolutionForward(h, &one, d.x.get(), o.x, d.w.get(), o.w, d.conv.get(), a, ws, ws_bytes, &zero,
                                    d.y.get(), o.out);
   }
+  static cudnnStatus_t engine(cudnnHandle_t h, const detail::EnginePlan& plan, const ConvOperands& o, void* ws) {
+    return detail::engine_execute(h, plan, o.x, o.w, o.out, ws);
+  }
 };
 
 struct BwdDataTraits {
@@ -297,7 +310,10 @@ struct BwdDataTraits {
   using CudnnAlgo = cudnnConvolutionBwdDataAlgo_t;
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-  static constexpr int kVariants = int(ConvBwdDataAlgo::DittoDirect) + 1;
+  static constexpr int kEngine = int(ConvBwdDataAlgo::Engine);
+  static constexpr int kVariants = kEngine + 1;
+  static constexpr detail::ConvDirection kDirection = detail::ConvDirection::BwdData;
+  static const Shape& result_shape(const ConvSpec& s) { return s.x; }
   static constexpr const char* kKnob = "bwd_data";
   static constexpr ProfileKind kProfile = ProfileKind::ConvBwdData;
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
@@ -336,6 +352,9 @@ struct BwdDataTraits {
     return cudnnConvolutionBackwardData(h, &one, d.w.get(), o.w, d.y.get(), o.dy, d.conv.get(), a, ws, ws_bytes,
                                         &zero, d.x.get(), o.out);
   }
+  static cudnnStatus_t engine(cudnnHandle_t h, const detail::EnginePlan& plan, const ConvOperands& o, void* ws) {
+    return detail::engine_execute(h, plan, o.out, o.w, o.dy, ws);
+  }
 };
 
 struct BwdFilterTraits {
@@ -343,7 +362,10 @@ struct BwdFilterTraits {
   using CudnnAlgo = cudnnConvolutionBwdFilterAlgo_t;
   using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  static constexpr int kVariants = int(ConvBwdFilterAlgo::DittoDirect) + 1;
+  static constexpr int kEngine = int(ConvBwdFilterAlgo::Engine);
+  static constexpr int kVariants = kEngine + 1;
+  static constexpr detail::ConvDirection kDirection = detail::ConvDirection::BwdFilter;
+  static const Shape& result_shape(const ConvSpec& s) { return s.w; }
   static constexpr const char* kKnob = "bwd_filter";
   static constexpr ProfileKind kProfile = ProfileKind::ConvBwdFilter;
   static constexpr int kAtomicsAlgo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
@@ -386,6 +408,9 @@ struct BwdFilterTraits {
     return cudnnConvolutionBackwardFilter(h, &one, d.x.get(), o.x, d.y.get(), o.dy, d.conv.get(), a, ws, ws_bytes,
                                           &zero, d.w.get(), o.out);
   }
+  static cudnnStatus_t engine(cudnnHandle_t h, const detail::EnginePlan& plan, const ConvOperands& o, void* ws) {
+    return detail::engine_execute(h, plan, o.x, o.out, o.dy, ws);
+  }
 };
 
 // ---- the one selection path ---------------------------------------------------------------
@@ -406,12 +431,38 @@ struct Selection {
   Determinism det = Determinism::Unknown;
 };
 
+// The engine variant of one direction and problem: the plan of the configuration it runs, or why
+// there is none.
+struct EngineChoice {
+  std::shared_ptr<detail::EngineGraph> graph;  // kept alive with the plan
+  detail::EnginePlan plan;
+  std::string why;  // empty: plan is usable
+  bool ok() const { return why.empty(); }
+  std::string algorithm() const {  // the manifest's `algorithm`: configuration and notes
+    std::string s = plan.config.name();
+    for (const std::string& n : plan.config.note_names()) s += " " + n;
+    return s;
+  }
+};
+
+// Whether the layer's precision allows an engine configuration with these notes (conv2d.h's
+// `engine`): reproducible, fp32 accumulation, and tensor cores only where the precision says.
+bool engine_notes_allowed(const detail::EngineConfig& c, Precision precision) {
+  if (c.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) || c.has(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION))
+    return false;
+  if (precision == Precision::Fp32)
+    return !c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) && !c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+  if (precision == Precision::Tf32) return !c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+  return true;
+}
+
 // Per-context cache (ctx.op_state("conv2d")). Keys: problem = shapes+params+precision;
 // list = direction+problem; selection = list+policy ask.
 struct ConvState {
   std::map<std::string, std::unique_ptr<ConvDescs>> descs;
   std::map<std::string, std::vector<AlgoPerf>> heuristics, finds;
   std::map<std::string, Selection> selections;
+  std::map<std::string, EngineChoice> engines;  // key: direction + problem
 };
 
 ConvState& conv_state(Context& ctx) {
@@ -480,8 +531,42 @@ struct Problem {
   cudnnHandle_t handle() const { return detail::cuda_state(ctx).cudnn; }
   static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
 
-  // ditto's own variants come after cuDNN's algorithms in the enum.
-  static bool is_own(int algo) { return algo >= T::kCount; }
+  // ditto's own variants come after cuDNN's algorithms in the enum, the engine last.
+  static bool is_engine(int algo) { return algo == T::kEngine; }
+  static bool is_own(int algo) { return algo >= T::kCount && !is_engine(algo); }
+
+  // The engine variant's configuration for this problem (built once: graph, heuristic mode A's
+  // list, the first allowed configuration whose plan cuDNN builds).
+  const EngineChoice& engine() const {
+    auto it = st.engines.find(list_key);
+    if (it != st.engines.end()) return it->second;
+    EngineChoice c;
+    detail::EngineConvSpec es;
+    es.direction = T::kDirection;
+    es.x = spec.x, es.w = spec.w, es.y = spec.y;
+    es.stride[0] = spec.p.stride_h, es.stride[1] = spec.p.stride_w;
+    es.pad[0] = spec.p.pad_h, es.pad[1] = spec.p.pad_w;
+    es.dilation[0] = spec.p.dilation_h, es.dilation[1] = spec.p.dilation_w;
+    es.dtype = form.dtype();
+    es.nhwc = form.nhwc();
+    try {
+      c.graph = std::make_shared<detail::EngineGraph>(detail::engine_graph(handle(), es));
+      std::string refused;
+      for (const detail::EngineConfig& cfg : c.graph->configs) {
+        if (!engine_notes_allowed(cfg, precision)) continue;
+        const cudnnStatus_t status = detail::engine_plan(handle(), cfg, &c.plan);
+        if (status == CUDNN_STATUS_SUCCESS) break;
+        refused += fmt::format("{}{}: {}", refused.empty() ? "" : ", ", cfg.name(), cudnnGetErrorString(status));
+      }
+      if (!c.plan.plan)
+        c.why = fmt::format("cuDNN's backend heuristics list no configuration that is reproducible and allowed under "
+                            "{} and builds a plan ({} listed{}{})",
+                            name_of(precision), c.graph->configs.size(), refused.empty() ? "" : "; refused: ", refused);
+    } catch (const CudnnError& e) {
+      c.why = fmt::format("cuDNN's backend API cannot describe this problem: {}", e.what());
+    }
+    return st.engines.emplace(list_key, std::move(c)).first->second;
+  }
 
   // cuDNN supports `algo` for this problem when its workspace-size query succeeds; ditto's own
   // variants when the problem is of the kind they take (why says otherwise).
@@ -494,13 +579,22 @@ struct Problem {
       *bytes = T::own_workspace(algo, g);
       return true;
     }
+    if (is_engine(algo)) {
+      const EngineChoice& e = engine();
+      if (!e.ok()) {
+        if (why) *why = e.why;
+        return false;
+      }
+      *bytes = std::size_t(e.plan.workspace_bytes);
+      return true;
+    }
     if (T::workspace(handle(), d, static_cast<typename T::CudnnAlgo>(algo), bytes) == CUDNN_STATUS_SUCCESS) return true;
     if (why) *why = "cuDNN does not support it for this shape";
     return false;
   }
 
-  // Times ditto's own variants as Find times cuDNN's: on scratch operands, once to warm up, then
-  // the median of three runs (selection only: it synchronizes).
+  // Times ditto's own variants and the engine as Find times cuDNN's: on scratch operands in the
+  // layer's form, once to warm up, then the median of three runs (selection only: it synchronizes).
   std::vector<AlgoPerf> time_own() {
     std::vector<AlgoPerf> out;
     detail::CudaState& cs = detail::cuda_state(ctx);
@@ -508,25 +602,30 @@ struct Problem {
     for (int a = T::kCount; a < T::kVariants; ++a) {
       std::size_t ws_bytes = 0;
       if (!workspace_of(a, &ws_bytes)) continue;
-      Tensor x = ctx.zeros(spec.x), w = ctx.zeros(spec.w), y = ctx.zeros(spec.y);
-      Tensor out_t = ctx.empty(std::is_same_v<T, BwdFilterTraits> ? spec.w : spec.x);
+      const DType dt = form.dtype();
+      const Layout lay = form.memory();
+      Tensor x = ctx.zeros(spec.x, dt, lay), w = ctx.zeros(spec.w, dt, lay), y = ctx.zeros(spec.y, dt, lay);
+      Tensor out_t = ctx.empty(T::result_shape(spec), dt, lay);
       detail::Workspace ws(cs, ws_bytes);
       if (!ws.ok()) continue;
       ConvOperands ops;
       ops.x = x.raw(), ops.w = w.raw(), ops.dy = y.raw(), ops.out = out_t.raw();
       IntervalTimer timer(ctx);
-      for (int rep = 0; rep < 4; ++rep) {
+      bool ran = true;
+      for (int rep = 0; rep < 4 && ran; ++rep) {
         if (rep) timer.start();
-        T::run_own(ctx, a, g, ops, ws.get(), precision == Precision::Tf32);
+        if (is_engine(a)) ran = T::engine(handle(), engine().plan, ops, ws.get()) == CUDNN_STATUS_SUCCESS;
+        else T::run_own(ctx, a, g, ops, ws.get(), precision == Precision::Tf32);
         if (rep) timer.stop();
       }
+      if (!ran) continue;
       std::vector<double> ms = timer.milliseconds();
       std::sort(ms.begin(), ms.end());
       AlgoPerf r;
       r.algo = a;
       r.status = CUDNN_STATUS_SUCCESS;
       r.time_ms = float(ms[ms.size() / 2]);
-      r.math = precision == Precision::Tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+      r.math = precision == Precision::Fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
       r.det = Determinism::Yes;
       out.push_back(r);
     }
@@ -556,6 +655,7 @@ struct Problem {
   // algorithm as usable, else from Find (only when allowed: it runs the algorithms).
   Determinism label(int algo, bool allow_find) {
     if (is_own(algo)) return Determinism::Yes;  // fixed order by construction (kernels/detail/conv2d_own.h)
+    if (is_engine(algo)) return Determinism::Yes;  // configurations noted NONDETERMINISTIC are not taken
     for (const auto& r : heuristics())
       if (r.algo == algo && r.ok() && r.det != Determinism::Unknown) return r.det;
     if (allow_find)
@@ -658,6 +758,21 @@ struct Problem {
     Selection sel;
     SelectMode mode = choice.mode;
     if (mode == SelectMode::Nondeterministic && T::kAtomicsAlgo < 0) mode = SelectMode::Heuristic;
+    // bf16/fp16: `deterministic` runs the engine variant, the backend API's reproducible pick and
+    // the kind of engine frameworks run for tensor-core convolutions (the legacy API's
+    // deterministic ranking made channels-last ResNet-50, MobileNet-v2 and EfficientNet-B0 steps
+    // 1.5-3x slower); the legacy ranking only where the backend API offers no such configuration.
+    if (mode == SelectMode::Deterministic && is_reduced(precision)) {
+      std::size_t bytes = 0;
+      if (workspace_of(T::kEngine, &bytes)) {
+        detail::Workspace probe(detail::cuda_state(ctx), bytes);
+        if (probe.ok()) {
+          sel = {T::kEngine, bytes, Determinism::Yes};
+          st.selections.emplace(key, sel);
+          return sel;
+        }
+      }
+    }
     switch (mode) {
       case SelectMode::Pinned:
         sel = pinned(layer, static_cast<int>(choice.algo), "pinned");
@@ -727,9 +842,19 @@ void run_direction(Context& ctx, const std::string& layer, const ConvForm& form,
   // ditto-gemm's order is fixed by the shape but its GEMMs are cuBLAS's (run_to_run, as cuDNN's
   // deterministic algorithms are); ditto-direct uses no library (gpu_to_gpu).
   Impl impl = Impl::Library;
+  std::string algorithm;
   if (Problem<T>::is_own(sel.algo)) {
     T::run_own(ctx, sel.algo, spec.geom(), ops, ws.get(), precision == Precision::Tf32);
     if (sel.algo == T::kCount + 1) impl = Impl::Ditto;
+  } else if (Problem<T>::is_engine(sel.algo)) {
+    const EngineChoice& e = prob.engine();
+    const cudnnStatus_t status = T::engine(detail::cuda_state(ctx).cudnn, e.plan, ops, ws.get());
+    if (status == CUDNN_STATUS_NOT_SUPPORTED)
+      throw PolicyError(fmt::format("{}: cuDNN refused to run engine configuration {} ({}) for this shape; supported: {}",
+                                    prob.where(layer), e.plan.config.name(), select_mode_name(choice.mode),
+                                    prob.supported_str()));
+    DITTO_CUDNN_CHECK(status);
+    algorithm = e.algorithm();
   } else {
     const cudnnStatus_t status =
         T::compute(detail::cuda_state(ctx).cudnn, prob.d, static_cast<typename T::CudnnAlgo>(sel.algo), ops, ws.get(), ws.bytes());
@@ -742,7 +867,8 @@ void run_direction(Context& ctx, const std::string& layer, const ConvForm& form,
     DITTO_CUDNN_CHECK(status);
   }
   ctx.manifest().record({layer, "conv2d", T::kKnob, Problem<T>::name(sel.algo), select_mode_name(choice.mode), sel.det,
-                         name_of(precision), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, impl)});
+                         name_of(precision), sel.workspace, ctx.device().str(), shape, guarantee_of(sel.det, impl),
+                         algorithm});
 }
 
 void record_cpu(Context& ctx, const std::string& layer, const char* knob, SelectMode requested, Precision precision) {

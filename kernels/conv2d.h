@@ -36,13 +36,24 @@ namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 // cuDNN's algorithms keep cuDNN's numbering; ditto's own backward algorithms follow them:
 //   ditto-gemm    explicit GEMM on cuBLAS with a shape-fixed reduction order (kernels/detail/conv2d_own.h)
 //   ditto-direct  ditto's own gather / fixed-tree kernels (depthwise, and few-weight filters)
+// and, last in every direction:
+//   engine        cuDNN's backend (graph) API: the first engine configuration heuristic mode A lists
+//                 for the problem whose numerical notes allow it — not NONDETERMINISTIC, not
+//                 REDUCED_PRECISION_REDUCTION, and under fp32 neither TENSOR_CORE nor
+//                 DOWN_CONVERT_INPUTS (tf32: not DOWN_CONVERT_INPUTS). The engines frameworks run
+//                 today (PyTorch's cuDNN path is the backend API); the manifest's `algorithm` names the
+//                 configuration that ran ("eng12[k2=3] TENSOR_CORE"). Heuristic mode A is a function of
+//                 the problem, GPU and cuDNN version, so a pin or replay runs the same configuration.
 // The op selects among them per shape: the mode words pass through to its selection
-// (heuristic: cuDNN's first pick; deterministic: cuDNN's first pick among those it labels
-// deterministic, or a tuning file's; nondeterministic: the atomics algorithm where the direction
-// has one; fastest: cuDNN's Find among all).
-enum class ConvFwdAlgo { ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused };
-enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect };
-enum class ConvBwdFilterAlgo { Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect };
+// (heuristic: cuDNN's first pick; deterministic: under bf16/fp16 the engine, otherwise cuDNN's
+// first pick among those it labels deterministic, or a tuning file's; nondeterministic: the
+// atomics algorithm where the direction has one; fastest: cuDNN's Find among all, with ditto's
+// own and the engine timed beside it).
+enum class ConvFwdAlgo { ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, Engine };
+enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, Engine };
+enum class ConvBwdFilterAlgo {
+  Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, Engine
+};
 const KnobSpec& conv_fwd_knob();
 const KnobSpec& conv_bwd_data_knob();
 const KnobSpec& conv_bwd_filter_knob();

@@ -31,6 +31,7 @@
 #include "engine/detail/half_bits.h"
 #include "engine/error.h"
 #include "engine/tensor_ops.h"
+#include "engine/tuning.h"
 #include "experiments/train.h"
 #include "kernels/conv2d.h"
 #include "kernels/conv2d_ref.h"
@@ -89,6 +90,24 @@ std::string compare(const std::vector<float>& got, const std::vector<double>& ex
 bool is_transform(const std::string& algo) {
   return algo.find("fft") != std::string::npos || algo.find("winograd") != std::string::npos;
 }
+
+// Exact sums (double) and magnitude sums of each direction (fwd, bwd_data, bwd_filter) of one
+// problem, from the rounded operands.
+struct ReferenceSums {
+  std::vector<double> exact[3], abs_sum[3];
+  ReferenceSums(const ref::Conv2dGeom& g, const std::vector<float>& x, const std::vector<float>& w,
+                const std::vector<float>& dy) {
+    exact[0].resize(dy.size()), abs_sum[0].resize(dy.size());
+    ref::conv2d_fwd(g, as_double(x).data(), as_double(w).data(), exact[0].data());
+    ref::conv2d_fwd(g, magnitudes(x).data(), magnitudes(w).data(), abs_sum[0].data());
+    exact[1].resize(x.size()), abs_sum[1].resize(x.size());
+    ref::conv2d_bwd_data(g, as_double(dy).data(), as_double(w).data(), exact[1].data());
+    ref::conv2d_bwd_data(g, magnitudes(dy).data(), magnitudes(w).data(), abs_sum[1].data());
+    exact[2].resize(w.size()), abs_sum[2].resize(w.size());
+    ref::conv2d_bwd_filter(g, as_double(x).data(), as_double(dy).data(), exact[2].data());
+    ref::conv2d_bwd_filter(g, magnitudes(x).data(), magnitudes(dy).data(), abs_sum[2].data());
+  }
+};
 
 const char* kDirections[] = {"fwd", "bwd_data", "bwd_filter"};
 
@@ -149,17 +168,9 @@ TEST_CASE("gpu precision: conv2d in bf16/fp16, every supported algorithm of ever
   const std::vector<float> x = rounded(t, test::random_vec<float>(shape_numel(xs), seed)),
                            w = rounded(t, test::random_vec<float>(shape_numel(ws), seed + 1)),
                            dy = rounded(t, test::random_vec<float>(shape_numel(ys), seed + 2));
-  // Exact sums (double) and magnitude sums per direction.
-  std::vector<double> exact[3], abs_sum[3];
-  exact[0].resize(shape_numel(ys)), abs_sum[0].resize(shape_numel(ys));
-  ref::conv2d_fwd(g, as_double(x).data(), as_double(w).data(), exact[0].data());
-  ref::conv2d_fwd(g, magnitudes(x).data(), magnitudes(w).data(), abs_sum[0].data());
-  exact[1].resize(x.size()), abs_sum[1].resize(x.size());
-  ref::conv2d_bwd_data(g, as_double(dy).data(), as_double(w).data(), exact[1].data());
-  ref::conv2d_bwd_data(g, magnitudes(dy).data(), magnitudes(w).data(), abs_sum[1].data());
-  exact[2].resize(w.size()), abs_sum[2].resize(w.size());
-  ref::conv2d_bwd_filter(g, as_double(x).data(), as_double(dy).data(), exact[2].data());
-  ref::conv2d_bwd_filter(g, magnitudes(x).data(), magnitudes(dy).data(), abs_sum[2].data());
+  const ReferenceSums sums(g, x, w, dy);
+  const auto& exact = sums.exact;
+  const auto& abs_sum = sums.abs_sum;
   const int64_t products[3] = {16 * 9, 32 * 9, 8 * 12 * 12};
   const Tensor xd = ctx.from_host(x, xs), wd = ctx.from_host(w, ws), dyd = ctx.from_host(dy, ys);
   for (int d = 0; d < 3; ++d) {
@@ -220,6 +231,50 @@ TEST_CASE("gpu precision: deterministic selection in bf16 repeats bit for bit; d
   ctx.policy() = Policy::parse({"c.bwd_filter=ditto-direct", "c.layout=nhwc"});
   CHECK_THROWS_WITH(conv2d_backward_filter(ctx, "c", ctx.zeros(xs), ctx.zeros({16, 64, 16, 16}), ws, p),
                     Contains("'c'") && Contains("ditto's own algorithms read NCHW"));
+}
+
+TEST_CASE("gpu precision: the engine variant under deterministic, fastest and tuning, on a channel-expanding problem") {
+  // A 1x1 convolution from 8 to 128 channels: y is 16 times x, so timing a direction's candidates
+  // into a buffer of the wrong operand's size would write far past it (run this case under
+  // compute-sanitizer to see it). Each mode's result must equal the rounded reference.
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const Shape xs{4, 8, 16, 16}, ws{128, 8, 1, 1};
+  const Conv2dParams p;
+  const Shape ys = conv2d_output_shape("c", xs, ws, p);
+  const ref::Conv2dGeom g = ref::conv2d_geom(xs, ws, p);
+  const std::vector<float> x = rounded(DType::BF16, test::random_vec<float>(shape_numel(xs), seed)),
+                           w = rounded(DType::BF16, test::random_vec<float>(shape_numel(ws), seed + 1)),
+                           dy = rounded(DType::BF16, test::random_vec<float>(shape_numel(ys), seed + 2));
+  const ReferenceSums sums(g, x, w, dy);
+  const int64_t products[3] = {8, 128, 4 * 16 * 16};
+  for (const char* mode : {"deterministic", "fastest", "tuned"}) {
+    INFO(mode);
+    const bool tuned = std::string(mode) == "tuned";
+    Context ctx(Device::cuda(0), Policy::parse({std::string("*=") + (tuned ? "deterministic" : mode),
+                                                "*.precision=bf16", "*.layout=nhwc"}));
+    auto table = std::make_shared<TuningTable>();
+    if (tuned) ctx.set_tuning(table);
+    const Tensor xd = ctx.from_host(x, xs), wd = ctx.from_host(w, ws), dyd = ctx.from_host(dy, ys);
+    for (int d = 0; d < 3; ++d) {
+      INFO(kDirections[d]);
+      const Tensor out = d == 0   ? conv2d_forward(ctx, "c", xd, wd, p)
+                         : d == 1 ? conv2d_backward_data(ctx, "c", dyd, wd, xs, p)
+                                  : conv2d_backward_filter(ctx, "c", xd, dyd, ws, p);
+      const ManifestEntry* m = ctx.manifest().find("c", kDirections[d], shape_key(xs));
+      REQUIRE(m);
+      CHECK(compare(out.to_host_f32(), sums.exact[d], sums.abs_sum[d], products[d], DType::BF16,
+                    is_transform(m->variant)) == "");
+      if (std::string(mode) == "deterministic") {
+        // bf16: the backend API's reproducible pick, named in the manifest.
+        CHECK(m->variant == "engine");
+        CHECK(m->algorithm.rfind("eng", 0) == 0);
+        CHECK(m->deterministic == Determinism::Yes);
+      }
+      std::printf("ENGINE %s bf16 nhwc %s: %s %s\n", mode, kDirections[d], m->variant.c_str(), m->algorithm.c_str());
+    }
+    if (tuned) CHECK(table->entries().size() >= 3);
+  }
 }
 
 TEST_CASE("gpu precision: linear in bf16/fp16 against the rounded reference, repeats bit for bit") {
