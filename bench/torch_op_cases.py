@@ -32,7 +32,7 @@ class Case:
         """The key of ditto.torch.variants() its ditto call records under."""
         base = self.name.split("-")[0]
         return {"interpolate": "upsample", "cross_entropy": "pixel_xent", "index_add": "scatter_add",
-                "sparse_mm": "spmm", "nll_loss": ""}.get(base, base)
+                "sparse_mm": "spmm", "nll_loss": "pixel_xent"}.get(base, base)
 
 
 def _gen(seed: int, device: str) -> torch.Generator:
@@ -152,7 +152,7 @@ def cross_entropy_case() -> Case:
 
 def nll_case() -> Case:
     return Case("nll_loss-2d", lambda dev, sc: _seg_inputs(dev, sc, True), ["logits"],
-                lambda i, d: dt.nll_loss(i["logits"], i["labels"], ignore_index=255),
+                lambda i, d: dt.nll_loss(i["logits"], i["labels"], ignore_index=255, deterministic=d),
                 lambda i: F.nll_loss(i["logits"], i["labels"], ignore_index=255),
                 lambda i: f"log_probs{list(i['logits'].shape)}", linear=True)
 

@@ -11,6 +11,8 @@
 //                      and divides by the count: gpu_to_gpu.
 //   The counted pixels are added as integers (warp sums, atomicAdd): exact in any order.
 // pixel_xent_bwd_kernel: one thread per logit, no reduction: deterministic.
+// The NLL (kNll: log-probabilities in) runs the same kernel reading one value per counted pixel,
+// -log_probs[label], and no log-sum-exp; its backward writes -dl/count at the label's channel.
 #include <cub/warp/warp_reduce.cuh>
 
 #include <cmath>
@@ -27,7 +29,7 @@ namespace {
 constexpr int64_t kPerThread = 4;  // pixels per thread before another block is opened
 using WarpCount = cub::WarpReduce<int>;
 
-template <bool kAtomic>
+template <bool kAtomic, bool kNll>
 __global__ void __launch_bounds__(kSumBlock)
     pixel_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels, int64_t pixels, int64_t c,
                       int64_t hw, int ignore, float* __restrict__ lse_out, int32_t* count, float* out) {
@@ -37,6 +39,13 @@ __global__ void __launch_bounds__(kSumBlock)
   for (int64_t p = blockIdx.x * int64_t(kSumBlock) + threadIdx.x; p < pixels; p += stride) {
     const int64_t n = ref::div_nonneg(p, hw), s = p - n * hw;
     const float* x = logits + n * c * hw + s;
+    if constexpr (kNll) {
+      const int32_t label = labels[p];
+      if (label == ignore) continue;
+      ++counted;
+      acc += (label >= 0 && label < c) ? -x[label * hw] : NAN;
+      continue;
+    }
     // One pass over the channels (the logits are read once): a running maximum m and the sum e of
     // exp(x - m), rescaled when m grows. A NaN logit makes e NaN.
     float m = -INFINITY, e = 0.f;
@@ -83,6 +92,40 @@ __global__ void pixel_xent_bwd_kernel(const float* __restrict__ logits, const in
   }
 }
 
+__global__ void pixel_nll_bwd_kernel(const int32_t* __restrict__ labels, const float* dl, const int32_t* count,
+                                     int64_t n, int64_t c, int64_t hw, int ignore, float* __restrict__ dlog_probs) {
+  const float g = -dl[0] / static_cast<float>(*count);
+  const int64_t total = n * c * hw;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = ref::div_nonneg(k, hw), s = k - q * hw;  // q = image * c + channel
+    const int64_t img = ref::div_nonneg(q, c), ch = q - img * c;
+    const int32_t label = labels[img * hw + s];
+    dlog_probs[k] = label == ignore ? 0.f : (label < 0 || label >= c) ? NAN : ch == label ? g : 0.f;
+  }
+}
+
+// The forward of either loss: the atomic or the fixed-order sum, then the division by the count.
+template <bool kNll>
+void pixel_loss_fwd(Context& ctx, const float* x, const int32_t* labels, int64_t n, int64_t c, int64_t hw, int ignore,
+                    Reduction r, float* lse, int32_t* count, float* partials, float* loss) {
+  cudaStream_t st = detail::stream_of(ctx);
+  const int64_t pixels = n * hw;
+  const unsigned parts = static_cast<unsigned>(fixed_sum_parts(pixels, kPerThread));
+  DITTO_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), st));
+  if (r == Reduction::Atomic) {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), st));
+    pixel_xent_kernel<true, kNll><<<parts, kSumBlock, 0, st>>>(x, labels, pixels, c, hw, ignore, lse, count, loss);
+    DITTO_CHECK_LAUNCH(ctx);
+    divide_scalar_kernel<<<1, 1, 0, st>>>(loss, count, 1.f);
+    DITTO_CHECK_LAUNCH(ctx);
+    return;
+  }
+  pixel_xent_kernel<false, kNll><<<parts, kSumBlock, 0, st>>>(x, labels, pixels, c, hw, ignore, lse, count, partials);
+  DITTO_CHECK_LAUNCH(ctx);
+  fixed_sum_final_kernel<<<1, kSumMaxParts, 0, st>>>(partials, parts, count, 1.f, loss);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
 }  // namespace
 
 std::size_t pixel_xent_workspace_floats(int64_t pixels, Reduction r) {
@@ -91,21 +134,20 @@ std::size_t pixel_xent_workspace_floats(int64_t pixels, Reduction r) {
 
 void pixel_xent_fwd(Context& ctx, const float* logits, const int32_t* labels, int64_t n, int64_t c, int64_t hw,
                     int ignore, Reduction r, float* lse, int32_t* count, float* partials, float* loss) {
-  cudaStream_t st = detail::stream_of(ctx);
-  const int64_t pixels = n * hw;
-  const unsigned parts = static_cast<unsigned>(fixed_sum_parts(pixels, kPerThread));
-  DITTO_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), st));
-  if (r == Reduction::Atomic) {
-    DITTO_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), st));
-    pixel_xent_kernel<true><<<parts, kSumBlock, 0, st>>>(logits, labels, pixels, c, hw, ignore, lse, count, loss);
-    DITTO_CHECK_LAUNCH(ctx);
-    divide_scalar_kernel<<<1, 1, 0, st>>>(loss, count, 1.f);
-    DITTO_CHECK_LAUNCH(ctx);
-    return;
-  }
-  pixel_xent_kernel<false><<<parts, kSumBlock, 0, st>>>(logits, labels, pixels, c, hw, ignore, lse, count, partials);
-  DITTO_CHECK_LAUNCH(ctx);
-  fixed_sum_final_kernel<<<1, kSumMaxParts, 0, st>>>(partials, parts, count, 1.f, loss);
+  pixel_loss_fwd<false>(ctx, logits, labels, n, c, hw, ignore, r, lse, count, partials, loss);
+}
+
+void pixel_nll_fwd(Context& ctx, const float* log_probs, const int32_t* labels, int64_t n, int64_t c, int64_t hw,
+                   int ignore, Reduction r, int32_t* count, float* partials, float* loss) {
+  pixel_loss_fwd<true>(ctx, log_probs, labels, n, c, hw, ignore, r, nullptr, count, partials, loss);
+}
+
+void pixel_nll_bwd(Context& ctx, const int32_t* labels, const float* dl, const int32_t* count, int64_t n, int64_t c,
+                   int64_t hw, int ignore, float* dlog_probs) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return;
+  pixel_nll_bwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(labels, dl, count, n, c, hw, ignore,
+                                                                                   dlog_probs);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

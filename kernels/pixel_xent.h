@@ -50,4 +50,17 @@ PixelXentForward pixel_cross_entropy_forward(Context& ctx, const std::string& la
 Tensor pixel_cross_entropy_backward(Context& ctx, const std::string& layer, const Tensor& dloss, const Tensor& logits,
                                     const Tensor& labels, const PixelXentForward& saved, int ignore_index = -100);
 
+// Pixel-wise NLL with mean reduction, PyTorch's F.nll_loss(log_probs, labels, ignore_index=...,
+// reduction="mean") on N,C,H,W log-probabilities (any values; they are read, not normalized):
+//   L = -sum over counted pixels of log_probs[n, labels[p], h, w] / (the number of counted pixels)
+// The same `reduce` knob (op kind pixel_xent), label rules and NaN cases as the cross-entropy. Backward:
+// dlog_probs = -dL / count at each counted pixel's label channel, 0 everywhere else: one thread per
+// element, no reduction, deterministic. The forward's `lse` is empty {0} (there is none).
+Var pixel_nll(Context& ctx, const std::string& layer, const Var& log_probs, const Tensor& labels,
+              int ignore_index = -100);
+PixelXentForward pixel_nll_forward(Context& ctx, const std::string& layer, const Tensor& log_probs,
+                                   const Tensor& labels, int ignore_index = -100);
+Tensor pixel_nll_backward(Context& ctx, const std::string& layer, const Tensor& dloss, const Tensor& log_probs,
+                          const Tensor& labels, const PixelXentForward& saved, int ignore_index = -100);
+
 }  // namespace ditto

@@ -277,6 +277,21 @@ void bind_torch_ops(nb::module_& m) {
           return c.done({pixel_cross_entropy_backward(c.ctx(), c.layer(), c.in(dloss), c.in(logits), c.in(labels),
                                                       saved, ignore_index)});
         });
+  // The NLL's forward hands back the loss and the counted pixels (its backward needs no more).
+  m.def("_torch_pixel_nll",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle log_probs, nb::handle labels, int ignore_index) {
+          Call c(dev, s, det, "pixel_xent");
+          const PixelXentForward f = pixel_nll_forward(c.ctx(), c.layer(), c.in(log_probs), c.in(labels), ignore_index);
+          return c.done({f.loss, f.count});
+        });
+  m.def("_torch_pixel_nll_backward",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle dloss, nb::handle log_probs, nb::handle labels,
+           nb::handle count, int ignore_index) {
+          Call c(dev, s, det, "pixel_xent");
+          const PixelXentForward saved{Tensor(), c.ctx().empty({0}), c.in(count)};
+          return c.done({pixel_nll_backward(c.ctx(), c.layer(), c.in(dloss), c.in(log_probs), c.in(labels), saved,
+                                            ignore_index)});
+        });
   m.def("_torch_spmm",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle row_ptr, nb::handle col_idx, nb::handle values,
            int64_t rows, int64_t cols, nb::handle b) {

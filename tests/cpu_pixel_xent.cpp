@@ -136,6 +136,65 @@ TEST_CASE("pixel_cross_entropy: bad labels and shapes are errors naming the pixe
   CHECK_THROWS_AS(Policy().variant<Reduction>("pool", op::maxpool2d), Error);  // a knob its op kind lacks
 }
 
+TEST_CASE("pixel_nll on the CPU: -log_probs[label] averaged over counted pixels; dx -1/count at the labels") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cpu(), Policy::parse({"seg.reduce=deterministic"}));
+  const int64_t n = 2, c = 4, h = 3, w = 5, hw = h * w;
+  auto xv = test::random_vec(std::size_t(n * c * hw), seed, -4, 0);
+  auto labels = random_labels(std::size_t(n * hw), int(c), 255, seed);
+  labels[2] = 255;
+  labels[3] = 2;
+  Var x(ctx.from_host(xv, {n, c, h, w}), true);
+  Var l = pixel_nll(ctx, "seg", x, ctx.from_host(labels, {n, h, w}), 255);
+  // The definition, summed here in pixel order.
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      if (labels[std::size_t(i * hw + p)] != 255) {
+        total -= xv[std::size_t((i * c + labels[std::size_t(i * hw + p)]) * hw + p)];
+        ++counted;
+      }
+  CHECK(l.value().to_host_f32()[0] == static_cast<float>(total / double(counted)));
+  ctx.tape().backward(ctx, l);
+  const auto g = x.grad().to_host_f32();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t p = 0; p < hw; ++p) {
+        const int32_t label = labels[std::size_t(i * hw + p)];
+        const float want = label != 255 && label == k ? static_cast<float>(-1.0 / double(counted)) : 0.f;
+        REQUIRE(g[std::size_t((i * c + k) * hw + p)] == want);
+      }
+  // It is the cross-entropy's NLL half: on log-softmax values the two losses agree.
+  std::vector<float> lsm(xv.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p) {
+      const double lse = ref::pixel_logsumexp(xv.data() + i * c * hw + p, c, hw);
+      for (int64_t k = 0; k < c; ++k)
+        lsm[std::size_t((i * c + k) * hw + p)] = static_cast<float>(xv[std::size_t((i * c + k) * hw + p)] - lse);
+    }
+  const float nll = pixel_nll(ctx, "seg", Var(ctx.from_host(lsm, {n, c, h, w})), ctx.from_host(labels, {n, h, w}), 255)
+                        .value()
+                        .to_host_f32()[0];
+  const float xent = pixel_cross_entropy(ctx, "seg", Var(ctx.from_host(xv, {n, c, h, w})),
+                                         ctx.from_host(labels, {n, h, w}), 255)
+                         .value()
+                         .to_host_f32()[0];
+  CHECK(std::fabs(nll - xent) <= 1e-5f * std::fabs(xent));
+  const ManifestEntry* e = ctx.manifest().find("seg", "reduce");
+  REQUIRE(e != nullptr);
+  CHECK(e->op == "pixel_xent");
+  // Every pixel ignored: NaN, as PyTorch; bad labels name the pixel.
+  CHECK(std::isnan(pixel_nll(ctx, "seg", x, ctx.from_host(std::vector<int32_t>(std::size_t(n * hw), 255), {n, h, w}), 255)
+                       .value()
+                       .to_host_f32()[0]));
+  labels[hw + 6] = 4;  // image 1, row 1, column 1
+  CHECK_THROWS_WITH(pixel_nll(ctx, "seg", x, ctx.from_host(labels, {n, h, w}), 255),
+                    Contains("pixel_nll") && Contains("pixel (n 1, h 1, w 1)") && Contains("label 4"));
+  CHECK_THROWS_WITH(pixel_nll(ctx, "seg", x, ctx.from_host(labels, {n, hw}), 255), Contains("log_probs"));
+}
+
 TEST_CASE("reduce_sum and reduce_mean on the CPU: double sums, broadcast gradients, knob and manifest") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);

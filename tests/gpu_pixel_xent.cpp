@@ -33,15 +33,27 @@ std::vector<int32_t> random_labels(std::size_t n, int c, int ignore, uint64_t se
   return v;
 }
 
+// A segmentation-shaped problem: 4 images, 21 classes, 33 x 47 pixels, inputs uniform in [lo, hi],
+// labels with about one pixel in five ignored (255).
+struct SegProblem {
+  int64_t n = 4, c = 21, h = 33, w = 47;
+  std::vector<float> x;
+  std::vector<int32_t> labels;
+  SegProblem(uint64_t seed, float lo, float hi)
+      : x(test::random_vec(std::size_t(n * c * h * w), seed, lo, hi)),
+        labels(random_labels(std::size_t(n * h * w), int(c), 255, seed)) {}
+};
+
 }  // namespace
 
 TEST_CASE("gpu pixel_cross_entropy: both variants against the double reference, with ignored pixels") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   Context gpu(Device::cuda(0));
-  const int64_t n = 4, c = 21, h = 33, w = 47, hw = h * w, pixels = n * hw;
-  auto xv = test::random_vec(std::size_t(n * c * hw), seed, -4, 4);
-  auto labels = random_labels(std::size_t(pixels), int(c), 255, seed);
+  const SegProblem sp(seed, -4, 4);
+  const int64_t n = sp.n, c = sp.c, h = sp.h, w = sp.w, hw = h * w, pixels = n * hw;
+  const auto& xv = sp.x;
+  const auto& labels = sp.labels;
   std::vector<double> xd(xv.begin(), xv.end());
   int64_t count = 0;
   const double want = ref::pixel_xent_fwd(xd.data(), labels.data(), n, c, hw, 255, &count);
@@ -75,6 +87,43 @@ TEST_CASE("gpu pixel_cross_entropy: both variants against the double reference, 
     CHECK(e->device == "cuda:0");
     CHECK(e->deterministic == (r == Reduction::Deterministic ? Determinism::Yes : Determinism::No));
     CHECK(e->guarantee == (r == Reduction::Deterministic ? Guarantee::GpuToGpu : Guarantee::NotGuaranteed));
+  }
+}
+
+TEST_CASE("gpu pixel_nll: both variants against the double reference; the gradient exact; deterministic repeats") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0));
+  const SegProblem sp(seed, -8, 0);
+  const int64_t n = sp.n, c = sp.c, h = sp.h, w = sp.w, hw = h * w, pixels = n * hw;
+  const auto& xv = sp.x;
+  const auto& labels = sp.labels;
+  int64_t count = 0;
+  const double want = ref::pixel_nll_fwd(xv.data(), labels.data(), n, c, hw, 255, &count);
+  // The mean adds values <= 8 along a path of at most pixels / 32 + 24 additions (see above).
+  const double loss_tol = double(pixels / 32 + 24) * std::ldexp(1.0, -24) * 8.0;
+  // -1/count where the label is, computed as the kernel does (a float division).
+  std::vector<float> g_ref(xv.size(), 0.f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      if (const int32_t label = labels[std::size_t(i * hw + p)]; label != 255)
+        g_ref[std::size_t((i * c + label) * hw + p)] = -1.f / static_cast<float>(count);
+  for (Reduction r : kVariants) {
+    INFO("reduce=" << name_of(r));
+    gpu.policy().pin("seg", r);
+    auto run = [&] {
+      Var x(gpu.from_host(xv, {n, c, h, w}), true);
+      Var l = pixel_nll(gpu, "seg", x, gpu.from_host(labels, {n, h, w}), 255);
+      gpu.tape().backward(gpu, l);
+      return std::make_pair(l.value(), x.grad());
+    };
+    const auto [loss, grad] = run();
+    CHECK(std::fabs(double(loss.to_host_f32()[0]) - want) <= loss_tol);
+    CHECK(grad.to_host_f32() == g_ref);  // -1/count in float, written once per element
+    if (r == Reduction::Deterministic) CHECK(test::distinct_results(10, [&] { return run().first; }) == 1);
+    const ManifestEntry* e = gpu.manifest().find("seg", "reduce");
+    REQUIRE(e != nullptr);
+    CHECK(e->variant == name_of(r));
   }
 }
 

@@ -630,17 +630,53 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduc
     return _pixel_xent(input, target, int(ignore_index), deterministic)[0]
 
 
-def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
-    """``F.nll_loss`` of N,C,H,W log-probabilities (mean over the counted pixels), composed of PyTorch ops
-    that are deterministic on their own (a one-hot product and two sums; no scatter), since PyTorch's
-    nll_loss2d kernel has no deterministic form. Not one of ditto's kernels; for log-softmax output
-    prefer ``cross_entropy`` on the logits (one fused pass)."""
+@_op("ditto::pixel_nll")
+def _pixel_nll(log_probs: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tuple[Tensor, Tensor]:
+    loss, count = _run("pixel_xent", "_torch_pixel_nll", deterministic, log_probs, _f32(log_probs, "input"),
+                       _i32(labels), ignore_index)
+    return loss.view(()), count
+
+
+@_pixel_nll.register_fake
+def _(log_probs, labels, ignore_index, deterministic):
+    return log_probs.new_empty(()), log_probs.new_empty((1,), dtype=torch.int32)
+
+
+@_op("ditto::pixel_nll_backward")
+def _pixel_nll_backward(grad: Tensor, log_probs: Tensor, labels: Tensor, count: Tensor, ignore_index: int,
+                        deterministic: bool) -> Tensor:
+    return _run("pixel_xent", "_torch_pixel_nll_backward", deterministic, log_probs, _f32(grad, "grad").reshape(1),
+                _f32(log_probs, "input"), _i32(labels), count, ignore_index)[0]
+
+
+@_pixel_nll_backward.register_fake
+def _(grad, log_probs, labels, count, ignore_index, deterministic):
+    return log_probs.new_empty(log_probs.shape)
+
+
+def _pixel_nll_setup(ctx, inputs, output):
+    log_probs, labels, ignore_index, deterministic = inputs
+    ctx.save_for_backward(log_probs, labels, output[1])
+    ctx.ignore_index, ctx.deterministic = ignore_index, deterministic
+
+
+def _pixel_nll_bwd(ctx, grad, _count_grad):
+    log_probs, labels, count = ctx.saved_tensors
+    return (_pixel_nll_backward(grad, log_probs, labels, count, ctx.ignore_index, ctx.deterministic), None, None,
+            None)
+
+
+_pixel_nll.register_autograd(_pixel_nll_bwd, setup_context=_pixel_nll_setup)
+
+
+def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
+             deterministic: bool = True) -> Tensor:
+    """``F.nll_loss`` of N,C,H,W log-probabilities and N,H,W labels with mean reduction: one read per counted
+    pixel, the pixel sum in a fixed order (``deterministic``) or by atomics; the gradient is written once per
+    element (PyTorch's nll_loss2d has no deterministic form)."""
     if input.dim() != 4 or reduction != "mean":
         raise ValueError("ditto.torch.nll_loss: N,C,H,W log-probabilities with N,H,W labels and reduction 'mean'")
-    counted = target != ignore_index
-    onehot = F.one_hot(torch.where(counted, target, torch.zeros_like(target)).long(), input.shape[1])
-    picked = (input * onehot.permute(0, 3, 1, 2).to(input.dtype)).sum(1)
-    return -(picked * counted.to(input.dtype)).sum() / counted.sum().to(input.dtype)
+    return _pixel_nll(input, target, int(ignore_index), deterministic)[0]
 
 
 # ---- sparse x dense ------------------------------------------------------------------------------------

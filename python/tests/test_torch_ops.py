@@ -96,7 +96,7 @@ def test_patched_functions_do_not_route_back_into_themselves():
     assert torch.equal(g[1], torch.full((4,), 6.0)) and not g[3].any()  # row 1: three lookups in each
 
 
-@pytest.mark.parametrize("name", ["grid_sample", "interpolate-bilinear", "cross_entropy-2d", "ctc_loss",
+@pytest.mark.parametrize("name", ["grid_sample", "interpolate-bilinear", "cross_entropy-2d", "nll_loss-2d", "ctc_loss",
                                   "embedding_bag-mean"])
 def test_the_traced_custom_op_gives_the_eager_path_bits(name):
     # Eager calls run the op's implementation through an autograd.Function; torch.compile traces the
