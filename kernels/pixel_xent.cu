@@ -15,6 +15,7 @@
 // -log_probs[label], and no log-sum-exp; its backward writes -dl/count at the label's channel.
 #include <cub/warp/warp_reduce.cuh>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/detail/cuda_state.h"
@@ -71,37 +72,47 @@ __global__ void __launch_bounds__(kSumBlock)
   fixed_sum_block<kAtomic>(acc, out);
 }
 
+// The backward kernels walk the {n * c, hw} plane: grid rows over the (image, channel) planes,
+// threads along each plane's pixels, so no element index is divided.
 __global__ void pixel_xent_bwd_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels,
                                       const float* __restrict__ lse, const float* dl, const int32_t* count, int64_t n,
                                       int64_t c, int64_t hw, int ignore, float* __restrict__ dlogits) {
   const float scale = dl[0] / static_cast<float>(*count);
-  const int64_t total = n * c * hw;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t q = ref::div_nonneg(k, hw), s = k - q * hw;  // q = image * c + channel
+  for (int64_t q = blockIdx.y; q < n * c; q += gridDim.y) {  // q = image * c + channel
     const int64_t img = ref::div_nonneg(q, c), ch = q - img * c;
-    const int64_t p = img * hw + s;
-    const int32_t label = labels[p];
-    float g;
-    if (label == ignore)
-      g = 0.f;
-    else if (label < 0 || label >= c)
-      g = NAN;
-    else
-      g = (expf(logits[k] - lse[p]) - (ch == label ? 1.f : 0.f)) * scale;
-    dlogits[k] = g;
+    const int32_t* lab = labels + img * hw;
+    const float* pl = lse + img * hw;
+    for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < hw; s += int64_t(gridDim.x) * blockDim.x) {
+      const int32_t label = lab[s];
+      float g;
+      if (label == ignore)
+        g = 0.f;
+      else if (label < 0 || label >= c)
+        g = NAN;
+      else
+        g = (expf(logits[q * hw + s] - pl[s]) - (ch == label ? 1.f : 0.f)) * scale;
+      dlogits[q * hw + s] = g;
+    }
   }
 }
 
 __global__ void pixel_nll_bwd_kernel(const int32_t* __restrict__ labels, const float* dl, const int32_t* count,
                                      int64_t n, int64_t c, int64_t hw, int ignore, float* __restrict__ dlog_probs) {
   const float g = -dl[0] / static_cast<float>(*count);
-  const int64_t total = n * c * hw;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t q = ref::div_nonneg(k, hw), s = k - q * hw;  // q = image * c + channel
+  for (int64_t q = blockIdx.y; q < n * c; q += gridDim.y) {  // q = image * c + channel
     const int64_t img = ref::div_nonneg(q, c), ch = q - img * c;
-    const int32_t label = labels[img * hw + s];
-    dlog_probs[k] = label == ignore ? 0.f : (label < 0 || label >= c) ? NAN : ch == label ? g : 0.f;
+    const int32_t* lab = labels + img * hw;
+    for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < hw; s += int64_t(gridDim.x) * blockDim.x) {
+      const int32_t label = lab[s];
+      dlog_probs[q * hw + s] = label == ignore ? 0.f : (label < 0 || label >= c) ? NAN : ch == label ? g : 0.f;
+    }
   }
+}
+
+// The {pixels, planes} grid of the backward kernels.
+dim3 plane_grid(int64_t planes, int64_t hw) {
+  const int64_t x = std::min<int64_t>((hw + kThreads - 1) / kThreads, 4096);
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(std::min<int64_t>(planes, 65535)));
 }
 
 // The forward of either loss: the atomic or the fixed-order sum, then the division by the count.
@@ -146,8 +157,8 @@ void pixel_nll_bwd(Context& ctx, const int32_t* labels, const float* dl, const i
                    int64_t hw, int ignore, float* dlog_probs) {
   const int64_t total = n * c * hw;
   if (total == 0) return;
-  pixel_nll_bwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(labels, dl, count, n, c, hw, ignore,
-                                                                                   dlog_probs);
+  pixel_nll_bwd_kernel<<<plane_grid(n * c, hw), kThreads, 0, detail::stream_of(ctx)>>>(labels, dl, count, n, c, hw,
+                                                                                       ignore, dlog_probs);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -155,8 +166,8 @@ void pixel_xent_bwd(Context& ctx, const float* logits, const int32_t* labels, co
                     const int32_t* count, int64_t n, int64_t c, int64_t hw, int ignore, float* dlogits) {
   const int64_t total = n * c * hw;
   if (total == 0) return;
-  pixel_xent_bwd_kernel<<<blocks_for(total), kThreads, 0, detail::stream_of(ctx)>>>(logits, labels, lse, dl, count, n,
-                                                                                    c, hw, ignore, dlogits);
+  pixel_xent_bwd_kernel<<<plane_grid(n * c, hw), kThreads, 0, detail::stream_of(ctx)>>>(logits, labels, lse, dl, count,
+                                                                                        n, c, hw, ignore, dlogits);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
