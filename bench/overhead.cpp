@@ -93,6 +93,7 @@ struct Options {
   bool channels_last = false;  // bf16/fp16 convolutions channels-last (bench/precision_runs.h)
   bool native = false;         // ... handing on bf16/fp16 channels-last results (likewise)
   std::vector<std::string> rules;  // --rules, after each configuration's own
+  int64_t tuning_workspace_mb = 0;  // deterministic-tuned: the tuning files' workspace budget (0: none)
   std::string device = "auto";
   std::string out, tuning_dir = "overhead_tuning";
   int64_t batch = 128;
@@ -204,6 +205,7 @@ double ensure_tuning(const Options& o, const std::string& model, const std::stri
   auto table = std::make_shared<TuningTable>();
   table->gpu = info.gpu_name;
   table->cudnn = info.cudnn;
+  table->workspace_budget = std::size_t(o.tuning_workspace_mb) << 20;
   ctx.set_tuning(table);
   Setup s = make_setup(ctx, o, model, precision, hb);
   s.run();
@@ -311,6 +313,7 @@ std::string tuning_file(const Options& o, const std::string& model, const std::s
   if (precision != "fp32") name += "-" + precision;
   if (bench::channels_last_for(o.channels_last, precision)) name += "-nhwc";
   if (bench::native_for(o.native, o.channels_last, precision)) name += "-native";
+  if (o.tuning_workspace_mb) name += fmt::format("-ws{}mb", o.tuning_workspace_mb);
   return (fs::path(o.tuning_dir) / (name + ".json")).string();
 }
 
@@ -350,6 +353,7 @@ json measure(const Options& o, const std::string& model, const std::string& mode
          {"peak_mem_warmup_bytes", st.peak_warmup},
          {"mem_source", bench::pool_mem_source(ctx.is_cuda())},
          {"tuning_file", tuning_path},
+         {"tuning_workspace_mb", o.tuning_workspace_mb},
          {"tuning_s", tuning_s},
          {"warmup_s", st.warmup_s},
          {"params", s.net->param_count()},
@@ -394,6 +398,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "auto | cpu | cuda | cuda:N");
   app.add_option("--out", o.out, "append one JSON line per model x mode x precision to this file");
   app.add_option("--tuning-dir", o.tuning_dir, "where deterministic-tuned keeps its tuning files");
+  app.add_option("--tuning-workspace-mb", o.tuning_workspace_mb,
+                 "deterministic-tuned: the largest workspace (MiB) a tuned convolution algorithm may take (0: none)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // The run: its options, where it appends, and what it has measured so far.

@@ -58,6 +58,7 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
       throw DataError(fmt::format("{}: tuning file version {} is not 1", path, doc.at("ditto_tuning").dump()));
     t.gpu = doc.at("gpu").get<std::string>();
     t.cudnn = doc.at("cudnn").get<std::string>();
+    t.workspace_budget = doc.value("workspace_budget_bytes", std::size_t(0));
   } catch (const json::exception& e) {
     throw DataError(fmt::format("{}: not a ditto tuning file: {}", path, e.what()));
   }
@@ -93,6 +94,7 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
       e.layout = j.value("layout", "");
       e.algo = j.at("algo").get<std::string>();
       e.time_ms = j.value("time_ms", 0.0);
+      e.workspace_bytes = j.value("workspace_bytes", std::size_t(0));
       e.layer = j.value("layer", "");
     } catch (const json::exception& ex) {
       throw DataError(fmt::format("{}: {}", where(), ex.what()));
@@ -121,6 +123,9 @@ TuningTable TuningTable::load(const std::string& path, const std::string& expect
     if (e.w.size() != want_w)
       throw DataError(fmt::format("{}: w must hold {} numbers for {}", where(), want_w, e.op));
     if (t.find(e.key())) throw DataError(fmt::format("{}: a second entry for the same problem", where()));
+    if (t.workspace_budget && e.workspace_bytes > t.workspace_budget)
+      throw DataError(fmt::format("{}: '{}' takes a workspace of {} bytes, over the file's budget of {} bytes", where(),
+                                  e.algo, e.workspace_bytes, t.workspace_budget));
     t.add(std::move(e));
   }
   return t;
@@ -133,8 +138,10 @@ Fingerprint TuningTable::save(const std::string& path) const {
                     {"pad", {e.pad_h, e.pad_w}}, {"dilation", {e.dilation_h, e.dilation_w}}, {"groups", e.groups},
                     {"precision", e.precision}, {"algo", e.algo}, {"time_ms", e.time_ms}, {"layer", e.layer}});
     if (!e.layout.empty()) list.back()["layout"] = e.layout;
+    if (e.workspace_bytes) list.back()["workspace_bytes"] = e.workspace_bytes;
   }
   json doc{{"ditto_tuning", 1}, {"gpu", gpu}, {"cudnn", cudnn}, {"entries", list}};
+  if (workspace_budget) doc["workspace_budget_bytes"] = workspace_budget;
   const std::string text = doc.dump(1);
   write_file_atomic(path, text);
   return fingerprint_bytes(text.data(), text.size());

@@ -16,10 +16,17 @@
 // and a problem without an entry is an error. Two runs that read one file choose alike, so they
 // are bit-identical; the manifest records the file's hash.
 //
+// A table may carry a workspace budget (bytes; 0: none): while tuning, a convolution takes the fastest
+// deterministic algorithm whose workspace fits it, so a tuned run's peak memory can be held below a
+// framework's (FFT and Winograd workspaces run to gigabytes on VGG-sized layers); each entry says the
+// workspace its algorithm took, and a read file whose entry exceeds the file's budget is an error.
+// The budget is in the file, so the manifest's hash of the file covers it.
+//
 // Find also tunes inside an algorithm, and cuDNN keeps what it found, so the tuning run itself
 // may run other kernels than a later run that reads its file: tune in a run of its own
 // (e.g. a short ditto-train --steps), then train with the file.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -40,6 +47,7 @@ struct TuningEntry {
   std::string layout;             // "nhwc" for channels-last convolutions; "" otherwise (NCHW)
   std::string algo;               // the variant's name, as policy strings write it
   double time_ms = 0;             // what was measured for it
+  std::size_t workspace_bytes = 0;  // the workspace it takes (conv2d; informative, checked against the budget)
   std::string layer;              // the first layer that met the problem (for people; not a key)
   std::string key() const;        // everything but algo, time and layer
 };
@@ -66,6 +74,7 @@ class TuningTable {
   Fingerprint file_hash() const { return file_hash_; }  // fingerprint of the file's bytes when loaded
 
   std::string gpu, cudnn;                     // what the entries were measured on
+  std::size_t workspace_budget = 0;           // bytes a tuned algorithm's workspace may take; 0: no limit
 
  private:
   std::vector<TuningEntry> entries_;

@@ -255,6 +255,10 @@ inline void add_kernel_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
   app.add_option("--tuning", c.tuning,
                  "with --kernels deterministic: take each conv's algorithm from this tuning file; when it does "
                  "not exist, time the deterministic algorithms (cuDNN Find), use the fastest and write the file");
+  app.add_option("--tuning-workspace-mb", c.tuning_workspace_mb,
+                 "with --tuning, when this run writes the file: the largest workspace (MiB) a tuned convolution "
+                 "algorithm may take, written into the file (0: no limit); a file read must carry the same budget")
+      ->check(CLI::NonNegativeNumber);
 }
 
 // Kernel pins: given one by one, or every kernel a run recorded; and the rules every layer of a

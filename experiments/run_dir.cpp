@@ -319,6 +319,8 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
   if (c.native_activations) add("--native-activations", "on", Kind::Kernels, Form::Switch);
   add("--pin", joined(c.pins), Kind::Kernels, Form::Repeated);
   if (!c.tuning.empty()) add("--tuning", c.tuning, Kind::Location);
+  // Only when set: a budget decides which algorithms the tuning run may write down.
+  if (c.tuning_workspace_mb) add("--tuning-workspace-mb", fmt::format("{}", c.tuning_workspace_mb), Kind::Kernels);
   add("--graph", on_off(c.graph), Kind::Location, Form::Switch);
   // Recorded only when on, so the flags and replay lines of unscaled runs stay as they were.
   if (c.loss_scale != "off") add("--loss-scale", loss_scaling_name(parse_loss_scaling(c.loss_scale)));

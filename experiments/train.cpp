@@ -238,6 +238,9 @@ void validate_numbers(const TrainConfig& c) {
   whole("loader-threads", c.loader_threads, 0, 64);
   whole("gpus", c.gpus, 1, 64);
   whole("dp-groups", c.dp_groups, 0, 4096);
+  whole("tuning-workspace-mb", c.tuning_workspace_mb, 0, int64_t(1) << 30);
+  if (c.tuning_workspace_mb && c.tuning.empty())
+    throw Error("--tuning-workspace-mb: a workspace budget is a tuning file's; give --tuning FILE");
   whole("bucket-mb", c.bucket_mb, 1, 65536);
   const KnobSpec* precision = &knob_spec(OpKind{"conv2d"}, "precision");  // a pointer: see DITTO_KNOB
   if (precision->index_of(c.precision) == KnobPick::kNone)
@@ -542,13 +545,22 @@ class Run {
     if (cfg_.kernels != "deterministic")
       throw Error(fmt::format("--tuning: applies to --kernels deterministic; this run asks for {}", cfg_.kernels));
     const RuntimeInfo info = ctx.runtime_info();
+    const std::size_t budget = std::size_t(cfg_.tuning_workspace_mb) << 20;
     if (fs::exists(cfg_.tuning)) {
       tuning_ = std::make_shared<TuningTable>(TuningTable::load(cfg_.tuning, info.gpu_name, info.cudnn));
       tuning_hash_ = tuning_->file_hash();
+      // A file's entries were chosen under its own budget: another one asked for is a different
+      // run, not this file silently read.
+      if (cfg_.tuning_workspace_mb && tuning_->workspace_budget != budget)
+        throw Error(fmt::format("--tuning-workspace-mb {}: {} was tuned with a workspace budget of {} bytes{}; tune "
+                                "again into another file",
+                                cfg_.tuning_workspace_mb, cfg_.tuning, tuning_->workspace_budget,
+                                tuning_->workspace_budget ? "" : " (none)"));
     } else {
       tuning_ = std::make_shared<TuningTable>();
       tuning_->gpu = info.gpu_name;
       tuning_->cudnn = info.cudnn;
+      tuning_->workspace_budget = budget;
     }
     ctx.set_tuning(tuning_);
   }

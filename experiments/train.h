@@ -60,6 +60,8 @@ struct TrainConfig {
   bool native_activations = false;    // the rule *.output=native: convolutions hand on bf16/f16 (channels-last) results
   std::string tuning;                 // deterministic convs: read this tuning file, or tune and
                                       // write it when it does not exist (engine/tuning.h)
+  int64_t tuning_workspace_mb = 0;    // tuning: the largest workspace a tuned conv algorithm may take
+                                      // (MiB, written into the file); 0: no limit
   bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager
   std::string loss_scale = "off";     // off | dynamic | dynamic:INIT:GROWTH:BACKOFF:INTERVAL | a power
                                       // of two (fixed): engine/loss_scale.h; not with data parallelism

@@ -720,6 +720,11 @@ struct Problem {
       for (int a = 0; a < T::kVariants; ++a)
         if (have->algo == name(a)) algo = a;
       Selection sel = pinned(layer, algo, "tuning-file");
+      if (table.workspace_budget && sel.workspace > table.workspace_budget)
+        throw PolicyError(fmt::format("{}: tuning file {} names '{}' for this problem ({}), whose workspace of {} bytes "
+                                      "is over the file's budget of {} bytes",
+                                      where(layer), table.path(), have->algo, e.key(), sel.workspace,
+                                      table.workspace_budget));
       if (sel.det == Determinism::No)
         throw PolicyError(fmt::format("{}: tuning file {} names '{}' for this problem ({}), which cuDNN labels "
                                       "nondeterministic; a tuning file holds deterministic algorithms only",
@@ -734,17 +739,23 @@ struct Problem {
       if (!r.ok() || !math_allowed(r.math, precision) || r.det != Determinism::Yes) continue;
       std::size_t bytes = 0;
       if (!workspace_of(r.algo, &bytes)) continue;
+      if (table.workspace_budget && bytes > table.workspace_budget) continue;
       detail::Workspace probe(detail::cuda_state(ctx), bytes);
       if (!probe.ok()) continue;
       e.algo = name(r.algo);
       e.time_ms = r.time_ms;
+      e.workspace_bytes = bytes;
       e.layer = layer;
       table.add(e);
       return {r.algo, bytes, r.det};
     }
     throw PolicyError(fmt::format("{}: no algorithm labelled deterministic in cuDNN's Find with an allocatable "
-                                  "workspace; supported: {}",
-                                  where(layer), supported_str()));
+                                  "workspace{}; supported: {}",
+                                  where(layer),
+                                  table.workspace_budget ? fmt::format(" within the tuning budget of {} bytes",
+                                                                       table.workspace_budget)
+                                                         : "",
+                                  supported_str()));
   }
 
   Selection select(const std::string& layer, const AlgoChoice<typename T::Algo>& choice) {

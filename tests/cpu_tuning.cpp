@@ -136,3 +136,39 @@ TEST_CASE("tuning file: the trainer takes it only where it applies") {
   }
   CHECK_FALSE(fs::exists(c.tuning));
 }
+
+TEST_CASE("tuning file: a workspace budget is written, read back, and bounds every entry") {
+  TuningTable t = sample();
+  t.workspace_budget = std::size_t(64) << 20;
+  TuningEntry big = t.entries()[0];
+  big.workspace_bytes = std::size_t(48) << 20;
+  t.add(big);
+  const std::string path = scratch("budget.json");
+  t.save(path);
+  const TuningTable back = TuningTable::load(path);
+  CHECK(back.workspace_budget == t.workspace_budget);
+  CHECK(back.find(big.key())->workspace_bytes == big.workspace_bytes);
+  // A file without a budget reads as none; an entry over the file's budget is an error naming it.
+  sample().save(path);
+  CHECK(TuningTable::load(path).workspace_budget == 0);
+  t.save(path);
+  edit(path, "\"workspace_bytes\": 50331648", "\"workspace_bytes\": 1073741824");
+  const std::string err = error_of(path);
+  CHECK(err.find("entry 0") != std::string::npos);
+  CHECK(err.find("over the file's budget of 67108864 bytes") != std::string::npos);
+}
+
+TEST_CASE("tuning file: --tuning-workspace-mb needs --tuning") {
+  TrainConfig c = test::synthetic_config("two-conv", 64, 32, 16, 32);
+  c.max_steps = 1;
+  c.tuning_workspace_mb = 256;
+  c.out = scratch("budget_run");
+  try {
+    train(c);
+    FAIL("a budget without a tuning file was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("--tuning-workspace-mb: a workspace budget is a tuning file's") !=
+          std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(c.out + "/manifest.json"));
+}

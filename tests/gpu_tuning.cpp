@@ -73,3 +73,37 @@ TEST_CASE("gpu tuning: tune, then two reading runs are bit-identical") {
   c.batch_size = 64;
   CHECK_THROWS_AS(train(c), PolicyError);
 }
+
+TEST_CASE("gpu tuning: a workspace budget bounds what the tuning run writes down; reading runs repeat") {
+  // VGG-like 3x3 layers at batch 64, where FFT and Winograd workspaces run far above the budget.
+  TrainConfig c = test::synthetic_config("two-conv", 512, 128, 32, 64, "cuda");
+  c.deterministic_init = c.deterministic_input = true;
+  c.max_steps = 4;
+  c.tuning = scratch("budget.json");
+  c.tuning_workspace_mb = 1;
+  fs::remove(c.tuning);
+  train(c);
+  const TuningTable t = TuningTable::load(c.tuning);
+  CHECK(t.workspace_budget == std::size_t(1) << 20);
+  int conv = 0;
+  for (const auto& e : t.entries())
+    if (e.op == "conv2d") {
+      ++conv;
+      std::printf("TUNING budget 1 MiB %s -> %s (%zu bytes)\n", e.key().c_str(), e.algo.c_str(), e.workspace_bytes);
+      CHECK(e.workspace_bytes <= t.workspace_budget);
+    }
+  CHECK(conv == 5);
+  const TrainResult a = train(c), b = train(c);
+  CHECK(a.weights_fingerprint == b.weights_fingerprint);
+  for (const auto& op : a.ops)
+    if (op.op == "conv2d" && (op.knob == "fwd" || op.knob == "bwd_data" || op.knob == "bwd_filter"))
+      CHECK(op.workspace_bytes <= t.workspace_budget);
+  // Reading the file under another budget is another run: refused, naming both.
+  c.tuning_workspace_mb = 2;
+  try {
+    train(c);
+    FAIL("a file tuned under 1 MiB was read under 2");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("was tuned with a workspace budget of 1048576 bytes") != std::string::npos);
+  }
+}
