@@ -109,10 +109,13 @@ __global__ void pixel_nll_bwd_kernel(const int32_t* __restrict__ labels, const f
   }
 }
 
-// The {pixels, planes} grid of the backward kernels.
+// The {pixels, planes} grid of the backward kernels: about 4096 blocks in all, each thread
+// striding along its plane (one block per 256 elements made tens of thousands of blocks that
+// each wrote 1 KiB: block scheduling, not bandwidth, bounded the kernel).
 dim3 plane_grid(int64_t planes, int64_t hw) {
-  const int64_t x = std::min<int64_t>((hw + kThreads - 1) / kThreads, 4096);
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(std::min<int64_t>(planes, 65535)));
+  const int64_t y = std::min<int64_t>(planes, 65535);
+  const int64_t x = std::clamp<int64_t>(4096 / y, 1, (hw + kThreads - 1) / kThreads);
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
 // The forward of either loss: the atomic or the fixed-order sum, then the division by the count.
