@@ -319,6 +319,151 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
 
 namespace {
 
+// A planned task's config: replica_config on the device its Slurm task has.
+TrainConfig planned_config(const EnsembleOptions& o, const StudyPlanOptions& p, const Setting& s, int k) {
+  TrainConfig c = replica_config(o, s, k);
+  c.device = p.gpus_per_task > 0 ? "cuda:0" : "cpu";
+  return c;
+}
+
+// The ditto-train command of a planned task: its replay line (defining flags, seeds) run by the
+// plan's binary into its run folder.
+std::string planned_command(const TrainConfig& c, const StudyPlanOptions& p) {
+  const std::string replay = replay_line(c, c.seed_init.value_or(0), c.seed_order.value_or(0), c.seed_augment.value_or(0));
+  return shell_word(p.train_binary) + replay.substr(std::string("ditto-train").size()) + " --out " + shell_word(c.out);
+}
+
+struct PlannedTask {
+  std::size_t setting;
+  int replica;
+  TrainConfig config;
+  std::string command;
+};
+
+std::vector<PlannedTask> planned_tasks(const EnsembleOptions& o, const StudyPlanOptions& p) {
+  if (o.settings.empty()) throw Error("ditto-experiment: no settings to plan");
+  if (o.out.empty()) throw Error("--out: the study needs a folder");
+  if (p.train_binary.empty() || !fs::path(p.train_binary).is_absolute())
+    throw Error(fmt::format("the study's tasks run ditto-train by absolute path; '{}' is not one", p.train_binary));
+  if (p.gpus_per_task < 0) throw Error("--slurm-gpus-per-task: must be 0 (CPU replicas) or more");
+  const bool cpu_asked = o.base.device == "cpu";
+  const bool gpu_asked = o.base.device.rfind("cuda", 0) == 0;
+  if (cpu_asked && p.gpus_per_task > 0)
+    throw Error(fmt::format("--device cpu with --slurm-gpus-per-task {}: CPU replicas take no GPU; leave one out",
+                            p.gpus_per_task));
+  if (gpu_asked && p.gpus_per_task == 0)
+    throw Error(fmt::format("--device {}: a GPU replica needs --slurm-gpus-per-task 1 (or more)", o.base.device));
+  std::set<std::string> names;
+  for (const auto& s : o.settings)
+    if (!names.insert(folder_of(s.name)).second)
+      throw Error(fmt::format("--setting: two settings are named '{}'", s.name));
+  std::vector<PlannedTask> tasks;
+  for (std::size_t si = 0; si < o.settings.size(); ++si)
+    for (int k = 0; k < o.replicas; ++k) {
+      TrainConfig c = planned_config(o, p, o.settings[si], k);
+      if (c.device == "cpu" && !c.tuning.empty())
+        throw Error("--tuning: a tuning file chooses cuDNN algorithms; this study's replicas run on the CPU");
+      tasks.push_back({si, k, c, planned_command(c, p)});
+    }
+  return tasks;
+}
+
+std::string plan_path(const EnsembleOptions& o) { return (fs::path(o.out) / "plan.json").string(); }
+
+}  // namespace
+
+int write_study_plan(const EnsembleOptions& o, const StudyPlanOptions& p) {
+  if (o.replicas < 1) throw Error(fmt::format("--replicas: must be at least 1, got {}", o.replicas));
+  const std::vector<PlannedTask> tasks = planned_tasks(o, p);
+  if (fs::exists(plan_path(o)))
+    throw Error(fmt::format("--out: {} already holds a plan; collect it (--collect) or choose another folder", o.out));
+  for (const auto& t : tasks)
+    if (fs::exists(t.config.out))
+      throw Error(fmt::format("--out: {} already holds replica {} of {}; choose another folder", o.out, t.replica,
+                              o.settings[t.setting].name));
+  if (!o.tuning.empty() && !fs::exists(o.tuning))
+    throw Error(fmt::format("--tuning: {} does not exist; a planned study only reads a tuning file (tune it first: "
+                            "ditto-train --steps 20 --kernels deterministic --tuning {} ... on one GPU of the cluster)",
+                            o.tuning, o.tuning));
+  make_output_folder(o.out);
+  make_output_folder((fs::path(o.out) / "slurm").string());
+  json list = json::array();
+  std::string lines;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const PlannedTask& t = tasks[i];
+    list.push_back({{"task", i}, {"setting", o.settings[t.setting].name}, {"replica", t.replica},
+                    {"run", fs::path(t.config.out).filename().string()}, {"command", t.command}});
+    lines += t.command + "\n";
+  }
+  json settings = json::array();
+  for (const auto& s : o.settings) settings.push_back(s.name);
+  const json plan{{"ditto_study_plan", 1},  {"command", o.base.command_line}, {"settings", settings},
+                  {"replicas", o.replicas}, {"train_binary", p.train_binary}, {"gpus_per_task", p.gpus_per_task},
+                  {"partition", p.partition}, {"tasks", list}};
+  const fs::path out = fs::absolute(o.out);
+  std::string sbatch = "#!/bin/bash\n";
+  sbatch += fmt::format("#SBATCH --job-name=ditto-study\n#SBATCH --array=0-{}\n", tasks.size() - 1);
+  sbatch += fmt::format("#SBATCH --output={}\n", (out / "slurm" / "%A_%a.out").string());
+  sbatch += "#SBATCH --ntasks=1\n";
+  if (p.gpus_per_task > 0) sbatch += fmt::format("#SBATCH --gpus-per-task={}\n", p.gpus_per_task);
+  if (!p.partition.empty()) sbatch += fmt::format("#SBATCH --partition={}\n", p.partition);
+  sbatch += "# One replica per array task: line SLURM_ARRAY_TASK_ID + 1 of tasks.txt, its exact ditto-train\n";
+  sbatch += "# command. Collect with the planning command and --collect once every task has ended.\n";
+  sbatch += "set -euo pipefail\n";
+  sbatch += fmt::format("line=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" {})\n", shell_word((out / "tasks.txt").string()));
+  sbatch += "[ -n \"$line\" ] || { echo \"no task $SLURM_ARRAY_TASK_ID in tasks.txt\" >&2; exit 2; }\n";
+  sbatch += "eval \"$line\"\n";
+  write_file_atomic((out / "tasks.txt").string(), lines);
+  write_file_atomic((out / "study.sbatch").string(), sbatch);
+  write_file_atomic(plan_path(o), plan.dump(1) + "\n");  // last: a plan file means a complete plan
+  return static_cast<int>(tasks.size());
+}
+
+std::vector<SettingRuns> collect_study(const EnsembleOptions& o, const StudyPlanOptions& p, const TrainData& data) {
+  const std::vector<PlannedTask> tasks = planned_tasks(o, p);
+  if (!fs::exists(plan_path(o)))
+    throw Error(fmt::format("--collect: {} holds no plan.json; plan the study first (--plan)", o.out));
+  const json plan = read_json(plan_path(o));
+  const json& listed = plan.contains("tasks") ? plan["tasks"] : json();
+  if (!listed.is_array() || listed.size() != tasks.size())
+    throw Error(fmt::format("--collect: {} plans {} tasks; these flags make {} (settings x replicas): collect with the "
+                            "flags it was planned with ({})",
+                            plan_path(o), listed.is_array() ? listed.size() : 0, tasks.size(),
+                            plan.value("command", std::string("?"))));
+  std::vector<SettingRuns> out;
+  for (const auto& s : o.settings) out.push_back({s, {}});
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const PlannedTask& t = tasks[i];
+    const std::string what = fmt::format("task {} ({} replica {}, {})", i, o.settings[t.setting].name, t.replica,
+                                         t.config.out);
+    const std::string planned = listed[i].value("command", std::string());
+    if (planned != t.command)
+      throw Error(fmt::format("--collect: {}: the plan runs\n  {}\nbut these flags make\n  {}\ncollect with the "
+                              "flags it was planned with ({})",
+                              what, planned, t.command, plan.value("command", std::string("?"))));
+    const std::string manifest = (fs::path(t.config.out) / "manifest.json").string();
+    if (!fs::exists(manifest))
+      throw Error(fmt::format("--collect: {} has not run (no manifest.json); its log is in {}/slurm; resubmit it: "
+                              "sbatch --array={} {}/study.sbatch",
+                              what, o.out, i, o.out));
+    int done = 0;
+    TrainResult r = read_run_result(t.config.out, data, &done);
+    if (done < t.config.epochs || (t.config.max_steps && r.log.empty()))
+      throw Error(fmt::format("--collect: {} stopped after {} of {} epochs; resubmit it: sbatch --array={} "
+                              "{}/study.sbatch",
+                              what, done, t.config.epochs, i, o.out));
+    try {
+      check_reused_run(t.config.out, read_run_manifest(manifest), t.config);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--collect: {} is not the planned run: {}", what, e.what()));
+    }
+    out[t.setting].runs.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
 // Each replica's accuracy over the units `selected` picks: the share of them it predicts as
 // `truth` says (0 where none are picked).
 template <class Selected>

@@ -70,6 +70,27 @@ struct SettingRuns {
 std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::shared_ptr<const TrainData>& data,
                                       double* wall_seconds = nullptr);
 
+// ---- A study on a Slurm cluster ----------------------------------------------------------------
+// The settings protocol as a job array: one task per (setting, replica), each the exact ditto-train
+// command of that replica (its defining flags and seeds, experiments/run_dir.h), so the replicas a
+// cluster trains are the ones run_settings would have trained, bit for bit; then the report from
+// the finished run folders.
+struct StudyPlanOptions {
+  std::string train_binary;  // the ditto-train every task runs (an absolute path)
+  int gpus_per_task = 0;     // 0: CPU replicas (--device cpu); else cuda:0 of the task's own GPUs
+  std::string partition;     // "": the cluster's default
+};
+// Writes o.out/plan.json (the study: settings, replicas, options, and per task its setting,
+// replica, run folder and command), o.out/tasks.txt (task i's command on line i + 1) and
+// o.out/study.sbatch (an array job of one task per line; logs in o.out/slurm/). Throws Error for an
+// out folder that already holds a plan or replica folders, a tuning file that does not exist yet,
+// or a --device the tasks cannot have. Returns the number of tasks.
+int write_study_plan(const EnsembleOptions& o, const StudyPlanOptions& p);
+// The runs of a planned study, for summarize(): o.out's plan must be the one o and p make (the same
+// commands, so the same flags), and every task's folder finished and recorded as its planned run
+// (check_reused_run). Throws Error naming the task, its folder and what is missing or differs.
+std::vector<SettingRuns> collect_study(const EnsembleOptions& o, const StudyPlanOptions& p, const TrainData& data);
+
 // The settings protocol's report: churn and not-all-agree fraction with bootstrap intervals,
 // accuracy mean / std (the std with a bootstrap interval over replicas), top-1 / top-5 curves,
 // weight L2, distinct fingerprints, per-class and per-subgroup spread (accuracy; FPR and FNR for

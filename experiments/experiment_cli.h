@@ -36,6 +36,8 @@ struct ExperimentArgs {
   bool no_control = false;
   std::vector<std::string> modes = {"heuristic", "deterministic", "nondeterministic", "fastest"};
   int overhead_warmup = 20, overhead_steps = 100;  // the paper profiled 100 iterations
+  bool plan = false, collect = false;  // a study on a Slurm cluster (experiments/ensemble.h)
+  StudyPlanOptions slurm;
 };
 
 // The defaults ditto-experiment starts from, the training flags it honours, then its own (a flat
@@ -98,6 +100,20 @@ inline void add_experiment_flags(CLI::App& app, ExperimentArgs& a) {
       ->check(detail::whole(100, 100000000))
       ->capture_default_str();
   app.add_flag("--resume", o.resume, "keep the finished replicas in --out and continue the unfinished ones");
+  auto* plan = app.add_flag("--plan", a.plan,
+                            "settings: write the study to --out as a Slurm array job (plan.json, tasks.txt, "
+                            "study.sbatch: one replica per task, its exact ditto-train command) instead of training");
+  auto* collect = app.add_flag("--collect", a.collect,
+                               "settings: the report from a planned study's finished run folders in --out, each "
+                               "checked against the plan (give the flags it was planned with)");
+  plan->excludes(collect);
+  app.add_option("--slurm-gpus-per-task", a.slurm.gpus_per_task,
+                 "--plan: GPUs per task (0: CPU replicas, --device cpu)")
+      ->check(detail::at_least(0))
+      ->capture_default_str();
+  app.add_option("--slurm-partition", a.slurm.partition, "--plan: the partition to submit to (default: the cluster's)");
+  app.add_option("--train-binary", a.slurm.train_binary,
+                 "--plan / --collect: the ditto-train the tasks run (default: the one beside ditto-experiment)");
   app.add_option("--out", o.out)->check(detail::output_path())->capture_default_str();
 }
 
@@ -108,6 +124,9 @@ inline void apply_experiment_flags(const CLI::App& app, ExperimentArgs& a, int a
   apply_train_flags(o.base, a.flags, argc, argv);
   o.base.command_line.clear();
   for (int i = 0; i < argc; ++i) o.base.command_line += (i ? " " : "") + std::string(argv[i]);
+  // A planned task's device is its Slurm task's (cpu, or cuda:0 of the GPUs it was given), and the
+  // device-dependent defaults below follow it, not the planning machine.
+  if ((a.plan || a.collect) && !app.count("--device")) o.base.device = a.slurm.gpus_per_task > 0 ? "cuda" : "cpu";
   const bool gpu = o.base.device != "cpu";
   // The CPU run is small (1000 images of 16x16): smaller batches give it enough steps to learn.
   if (!app.count("--batch-size")) o.base.batch_size = gpu ? 128 : 32;
@@ -136,6 +155,14 @@ inline void apply_experiment_flags(const CLI::App& app, ExperimentArgs& a, int a
                                        flag, flag));
     if (!app.count("--momentum")) o.base.momentum = 0;  // the figure's default: plain SGD
   }
+  if ((a.plan || a.collect) && a.protocol != "settings")
+    throw Error(fmt::format("--{}: a planned study runs the settings protocol; --protocol {} runs on one machine",
+                            a.plan ? "plan" : "collect", a.protocol));
+  if ((a.plan || a.collect) && o.resume)
+    throw Error("--resume: a planned study resumes by resubmitting its unfinished tasks (sbatch --array=...)");
+  for (const char* flag : {"--slurm-gpus-per-task", "--slurm-partition", "--train-binary"})
+    if (app.count(flag) && !a.plan && !a.collect)
+      throw Error(fmt::format("{} belongs to --plan and --collect; leave it out", flag));
   for (const auto& n : a.names) o.settings.push_back(parse_setting(n));
   for (const auto& c : a.custom) o.settings.push_back(parse_setting(c));
 }

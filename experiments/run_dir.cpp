@@ -50,16 +50,6 @@ std::string shown(const std::string& text) {
   return text.size() > 48 ? out + "..." : out;
 }
 
-// Single quotes where a shell would split or expand the value.
-std::string shell_word(const std::string& s) {
-  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./:=@,+%", c);
-  });
-  if (plain) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 template <typename T>
 std::string joined(const std::vector<T>& items) {
@@ -266,6 +256,16 @@ void require_resumable(const std::string& dir, const RunFolderState& s) {
 }
 
 }  // namespace
+
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./:=@,+%", c);
+  });
+  if (plain) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 // ---- defining flags -----------------------------------------------------------------------------
 
@@ -549,7 +549,9 @@ std::string log_csv_text(const std::vector<EpochLog>& log, Task task) {
   std::string csv = fmt::format("epoch,lr,loss,train_acc,test_{},test_{},seconds\n", primary_score(task),
                                 secondary_score(task));
   for (const auto& r : log)
-    csv += fmt::format("{},{:.8g},{:.8g},{:.6f},{:.6f},{:.6f},{:.3f}\n", r.epoch, r.lr, r.loss, r.train_acc, r.test_top1,
+    // Loss and scores as the shortest text that reads back to the same double: a run read back from its
+    // folder (--resume, ditto-experiment --collect) reports exactly what the run computed.
+    csv += fmt::format("{},{:.8g},{},{},{},{},{:.3f}\n", r.epoch, r.lr, r.loss, r.train_acc, r.test_top1,
                        r.test_top5, r.seconds);
   return csv;
 }

@@ -40,6 +40,9 @@ struct DefiningFlag {
 };
 std::vector<DefiningFlag> defining_flags(const TrainConfig& c);
 
+// s as one shell word: as it is where a shell would neither split nor expand it, else single-quoted.
+std::string shell_word(const std::string& s);
+
 // The ditto-train command line that reproduces a run: every defining flag and the seeds.
 std::string replay_line(const TrainConfig& c, uint64_t seed_init, uint64_t seed_order, uint64_t seed_augment);
 

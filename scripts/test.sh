@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: install what the build and the tests need when it is missing (the build
 # dependencies, Chromium for the report-rendering test, clang with its sanitizer and libFuzzer
-# runtimes for scripts/fuzz.sh), configure and build everything, then run every CPU test.
+# runtimes for scripts/fuzz.sh, Slurm and munge for the one-node cluster of tests/slurm_study.sh),
+# configure and build everything, then run every CPU test.
 #   scripts/test.sh            CPU tests (what CI runs)
 #   scripts/test.sh -L gpu     GPU tests (on a machine with a CUDA device)
 #   BUILD_DIR=build-asan DITTO_CMAKE_ARGS="-DDITTO_SANITIZE=ON" scripts/test.sh   under ASan + UBSan
@@ -9,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-ditto_ensure_packages "${DITTO_BUILD_PACKAGES[@]}" chromium clang libclang-rt-dev python3 python3-venv python3-dev
+ditto_ensure_packages "${DITTO_BUILD_PACKAGES[@]}" chromium clang libclang-rt-dev python3 python3-venv python3-dev \
+  slurm-wlm munge
 export PATH=/usr/local/cuda/bin:$PATH
 BUILD=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)

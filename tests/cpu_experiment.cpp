@@ -15,6 +15,7 @@
 #include "train_support.h"
 
 using namespace ditto;
+using test::metric;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
@@ -30,13 +31,6 @@ EnsembleOptions tiny(const std::string& name) {
   o.out = test::scratch("cpu_experiment", name);
   fs::remove_all(o.out);
   return o;
-}
-
-double metric(const ReportData& r, const std::string& setting, const std::string& m) {
-  for (const auto& x : r.metrics)
-    if (x.setting == setting && x.metric == m) return x.value;
-  FAIL("no metric " << m << " for " << setting);
-  return 0;
 }
 
 }  // namespace

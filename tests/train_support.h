@@ -5,11 +5,20 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
+#include "experiments/report.h"
 #include "experiments/train.h"
 
 namespace ditto::test {
+
+// The value of `m` for `setting` in a report; a report without it fails the test (by exception).
+inline double metric(const ReportData& r, const std::string& setting, const std::string& m) {
+  for (const auto& x : r.metrics)
+    if (x.setting == setting && x.metric == m) return x.value;
+  throw std::runtime_error("no metric " + m + " for " + setting);
+}
 
 // A path under this process's own scratch folder (<tmp>/ditto_<suite>_<pid>/<name>): run
 // folders and files tests write never land in the caller's working tree.

@@ -1,0 +1,112 @@
+// A study planned for a Slurm cluster: the plan's tasks, run as the cluster would run them (each
+// line of tasks.txt in a shell of its own), give the replicas run_settings trains in-process, bit
+// for bit; collecting checks every run folder against the plan and refuses what differs. (The
+// real Slurm round trip is tests/slurm_study.sh.)
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "experiments/ensemble.h"
+#include "train_support.h"
+
+using namespace ditto;
+using test::metric;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string scratch(const std::string& name) { return test::scratch("cpu_study_plan", name); }
+
+EnsembleOptions study(const std::string& out) {
+  EnsembleOptions o;
+  o.base = test::synthetic_config("two-conv", 96, 48, 16, 32);
+  o.base.loader_threads = 0;
+  o.settings = {parse_setting("ALGO"), parse_setting("CONTROL")};
+  o.replicas = 2;
+  o.out = out;
+  o.verbose = false;
+  o.bootstrap = 100;
+  return o;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+#ifdef DITTO_TRAIN_BINARY
+TEST_CASE("a planned study's tasks train the replicas run_settings trains; collect checks them against the plan") {
+  const EnsembleOptions local = study(scratch("local"));
+  fs::remove_all(local.out);
+  auto data = load_train_data(local.base);
+  const std::vector<SettingRuns> here = run_settings(local, data);
+
+  const EnsembleOptions planned = study(scratch("planned"));
+  fs::remove_all(planned.out);
+  const StudyPlanOptions p{DITTO_TRAIN_BINARY, 0, ""};
+  REQUIRE(write_study_plan(planned, p) == 4);
+  const std::vector<std::string> tasks = lines_of(planned.out + "/tasks.txt");
+  REQUIRE(tasks.size() == 4);
+  CHECK(tasks[0].rfind(std::string(DITTO_TRAIN_BINARY) + " ", 0) == 0);
+  CHECK_THAT(tasks[0], Contains("--device cpu") && Contains("--seed-init 1000"));  // ALGO varies seeds
+  CHECK_THAT(tasks[3], Contains("--seed-init 0") && Contains("/CONTROL-1"));
+  const std::string sbatch = lines_of(planned.out + "/study.sbatch")[2];
+  CHECK(sbatch == "#SBATCH --array=0-3");
+  const nlohmann::json plan = nlohmann::json::parse(std::ifstream(planned.out + "/plan.json"));
+  CHECK(plan["tasks"][2]["setting"] == "CONTROL");
+  // A second plan into the same folder is refused.
+  CHECK_THROWS_WITH(write_study_plan(planned, p), Contains("already holds a plan"));
+
+  // Collecting before the tasks ran names the first one and how to resubmit it.
+  CHECK_THROWS_WITH(collect_study(planned, p, *data), Contains("task 0 (ALGO replica 0") && Contains("has not run") &&
+                                                          Contains("sbatch --array=0"));
+  for (const auto& t : tasks) REQUIRE(std::system((t + " > /dev/null 2>&1").c_str()) == 0);
+  const std::vector<SettingRuns> there = collect_study(planned, p, *data);
+  REQUIRE(there.size() == here.size());
+  for (std::size_t s = 0; s < here.size(); ++s)
+    for (int k = 0; k < 2; ++k) {
+      INFO(here[s].setting.name << " replica " << k);
+      CHECK(there[s].runs[std::size_t(k)].weights_fingerprint == here[s].runs[std::size_t(k)].weights_fingerprint);
+      CHECK(there[s].runs[std::size_t(k)].predictions == here[s].runs[std::size_t(k)].predictions);
+    }
+  const ReportData a = summarize(here, local, *data), b = summarize(there, planned, *data);
+  for (const char* m : {"churn", "accuracy_mean", "weight_l2", "distinct_fingerprints"})
+    for (const char* s : {"ALGO", "CONTROL"}) {
+      INFO(m << " " << s);
+      CHECK(metric(a, s, m) == metric(b, s, m));
+    }
+
+  // Collecting with other flags than the plan's is refused, naming the task and both commands.
+  EnsembleOptions other = planned;
+  other.base.lr = 1e-3f;
+  CHECK_THROWS_WITH(collect_study(other, p, *data), Contains("task 0") && Contains("the plan runs"));
+  // A run folder that holds another run than the planned one is refused, naming the flag.
+  const std::string ran_other = tasks[1];
+  fs::remove_all(planned.out + "/ALGO-1");
+  std::string changed = ran_other;
+  changed.replace(changed.find("--lr "), std::string("--lr 0.002").size(), "--lr 0.001");
+  REQUIRE(std::system((changed + " > /dev/null 2>&1").c_str()) == 0);
+  CHECK_THROWS_WITH(collect_study(planned, p, *data),
+                    Contains("task 1 (ALGO replica 1") && Contains("not the planned run") && Contains("--lr"));
+}
+#endif
+
+TEST_CASE("a study plan refuses what its tasks could not run") {
+  EnsembleOptions o = study(scratch("refused"));
+  fs::remove_all(o.out);
+  CHECK_THROWS_WITH(write_study_plan(o, {"ditto-train", 0, ""}), Contains("by absolute path"));
+  CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 1, ""}),
+                    Contains("--device cpu with --slurm-gpus-per-task 1"));
+  o.tuning = scratch("absent-tuning.json");
+  CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 0, ""}), Contains("tuning file chooses cuDNN"));
+  CHECK_FALSE(fs::exists(o.out));  // refused before anything was written
+}

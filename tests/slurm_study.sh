@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# A settings study on a real Slurm cluster: munge and a one-node Slurm (slurmctld + slurmd, this
+# machine's CPUs as its resources) started here under a scratch folder, a small CPU study planned
+# with ditto-experiment --plan, submitted with sbatch as an array job, collected with --collect,
+# and every replica's weights fingerprint compared with the same study run locally. Needs root
+# (slurmd) and Debian's slurm-wlm and munge (scripts/test.sh installs them).
+#   slurm_study.sh DITTO_EXPERIMENT WORK_DIR
+set -euo pipefail
+EXP=$1
+W=$2
+for b in munged slurmctld slurmd sbatch squeue sinfo python3; do
+  command -v "$b" > /dev/null || { echo "slurm_study: $b not found (install slurm-wlm and munge)" >&2; exit 1; }
+done
+[ "$(id -u)" = 0 ] || { echo "slurm_study: slurmd needs root" >&2; exit 1; }
+rm -rf "$W"
+mkdir -p "$W"/{state,spool,log,munge,run}
+stop() {
+  for f in "$W"/run/slurmd.pid "$W"/run/slurmctld.pid "$W"/munge/munged.pid; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2> /dev/null || true
+  done
+}
+trap stop EXIT
+
+# Ports of our own, so a cluster already on this machine (or a second test run) is not disturbed.
+base=$(( 20000 + $$ % 20000 ))
+host=$(hostname -s)
+dd if=/dev/urandom bs=1 count=1024 of="$W/munge/munge.key" 2> /dev/null
+chmod 400 "$W/munge/munge.key"
+munged --key-file="$W/munge/munge.key" --socket="$W/munge/munge.socket" --pid-file="$W/munge/munged.pid" \
+  --log-file="$W/munge/munged.log" --seed-file="$W/munge/seed" -f
+cat > "$W/slurm.conf" <<CONF
+ClusterName=dittotest
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$W/munge/munge.socket
+CryptoType=crypto/munge
+SlurmctldPort=$base
+SlurmdPort=$(( base + 1 ))
+StateSaveLocation=$W/state
+SlurmdSpoolDir=$W/spool
+SlurmctldPidFile=$W/run/slurmctld.pid
+SlurmdPidFile=$W/run/slurmd.pid
+SlurmctldLogFile=$W/log/slurmctld.log
+SlurmdLogFile=$W/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+NodeName=$host CPUs=$(nproc) State=UNKNOWN
+PartitionName=ditto Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+export SLURM_CONF="$W/slurm.conf"
+slurmctld -c -f "$SLURM_CONF"
+slurmd -f "$SLURM_CONF"
+for i in $(seq 60); do
+  sinfo -h -o %t 2> /dev/null | grep -q idle && break
+  [ "$i" = 60 ] && { echo "slurm_study: the node never became idle" >&2; cat "$W"/log/*.log >&2; exit 1; }
+  sleep 0.5
+done
+
+study=(--model two-conv --synthetic-train 96 --synthetic-test 48 --synthetic-size 16 --batch-size 32 --epochs 1
+       --settings ALGO,CONTROL --replicas 2 --bootstrap 100 --loader-threads 0)
+"$EXP" "${study[@]}" --device cpu --out "$W/local" > "$W/local.txt"
+"$EXP" "${study[@]}" --plan --slurm-partition ditto --out "$W/study"
+job=$(sbatch --parsable "$W/study/study.sbatch")
+for i in $(seq 600); do
+  [ -z "$(squeue -h -j "$job" 2> /dev/null)" ] && break
+  [ "$i" = 600 ] && { echo "slurm_study: job $job still queued or running after 300 s" >&2; squeue >&2; exit 1; }
+  sleep 0.5
+done
+"$EXP" "${study[@]}" --collect --out "$W/study" > "$W/collect.txt"
+python3 - "$W/local" "$W/study" <<'PY'
+import json, pathlib, sys
+local, study = map(pathlib.Path, sys.argv[1:])
+runs = sorted(p.name for p in local.iterdir() if (p / "manifest.json").exists())
+assert len(runs) == 4, runs
+for r in runs:
+    a = json.loads((local / r / "manifest.json").read_text())["results"]["weights_fingerprint"]
+    b = json.loads((study / r / "manifest.json").read_text())["results"]["weights_fingerprint"]
+    print(f"{r}: local {a}, slurm {b}")
+    assert a == b, f"{r}: the Slurm replica's weights differ from the local one's"
+rep = lambda d: {(m["setting"], m["metric"]): m["value"] for m in json.loads((d / "report.json").read_text())["metrics"]}
+a, b = rep(local), rep(study)
+for key in [k for k in a if k[1] in ("churn", "accuracy_mean", "weight_l2", "distinct_fingerprints")]:
+    assert a[key] == b[key], f"{key}: local {a[key]}, collected {b[key]}"
+print("slurm_study: 4 replicas trained by Slurm equal the local study's, report metrics equal")
+PY
