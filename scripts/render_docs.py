@@ -673,10 +673,92 @@ def render_affine_grid_cudnn():
             "", sources_line(TASK_OPS_CSV)]
 
 
+# ---- docs/guidance.md: what a practitioner should do ----
+
+GUIDANCE_ATTRIBUTION = [("SmallCNN (CIFAR-10, 10 epochs)", NOISE_LAB / "smallcnn-add-one"),
+                        ("ResNet-18 (CIFAR-10, 3 epochs)", NOISE_LAB / "resnet18-confirm")]
+ENGINES = RESULTS / "2026-11-27-h100-conv-engines"
+TUNING_BUDGET = RESULTS / "2026-11-27-h100-tuning-budget"
+
+
+def render_guidance_knobs():
+    """Per network: the churn of every atomic kernel at once, then of each kernel (or kernel group) added alone
+    to an otherwise deterministic run, largest first."""
+    rows, sources = [], []
+    for title, folder in GUIDANCE_ATTRIBUTION:
+        path = folder / "attribution.csv"
+        found = attribution_rows(path)
+        base = {r["configuration"]: r for r in found if r["kind"] == "baseline"}
+        every = base["all-nondeterministic"]
+        rows.append([title, "every atomic kernel at once", pct(float(every["churn"]))])
+        alone = sorted((r for r in found if r["kind"] in ("candidate", "group") and r["status"] == "ok"),
+                       key=lambda r: -float(r["churn"]))
+        for r in alone[:5]:
+            rows.append(["", f"`{r['configuration']}` alone", pct(float(r["churn"]))])
+        sources.append(path)
+    return table(["network", "what is left nondeterministic", "churn between replicas (CIFAR-10 test)"], rows) + [
+        "", sources_line(*sources)]
+
+
+def render_guidance_harmless():
+    """Per network: how many test predictions flip between runs against how much top-1 moves."""
+    rows, sources = [], []
+    for title, folder in SETTINGS_RUNS[:4]:
+        rep = read_report(folder)
+        def value(setting, metric):
+            v = rep.get((setting, metric))
+            return None if v is None else v[0]
+        row = [title]
+        for setting in ("IMPL", "ALGO+IMPL"):
+            row += [pct(value(setting, "churn"), 2), pct(value(setting, "accuracy_std"), 2)]
+        row += [pct(value("ALGO+IMPL", "ensemble_acc_unstable"), 1), pct(value("ALGO+IMPL", "ensemble_acc_stable"), 1)]
+        rows.append(row)
+        sources.append(folder / "report.csv")
+    return table(["network", "IMPL churn", "IMPL top-1 std", "ALGO+IMPL churn", "ALGO+IMPL top-1 std",
+                  "ensemble top-1 on examples that move", "on the rest"], rows) + ["", sources_line(*sources)]
+
+
+def render_guidance_cost():
+    """What determinism costs: the fp32 zoo summary (tuned) and the bf16 / fp16 rows of the engine variant."""
+    records, data = zoo_now(), step_data(ZOO)
+    models = zoo_model_rows(records)
+    zoo_rows = step_time_zoo_rows(data) + models
+    amp = []
+    paths = [ENGINES / "overhead.jsonl", ENGINES / "torch_overhead.jsonl"]  # one call: ditto and PyTorch side by side
+    ditto, torch = {}, {}
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("ms_median") is None or r.get("precision") not in ("bf16", "fp16"):
+                continue
+            key = (r["model"], r["precision"])
+            if r.get("tool") == "ditto" and r.get("mode") == "deterministic":
+                ditto[key] = r["ms_median"]
+            elif r.get("tool") != "ditto" and r.get("mode") == "default":
+                torch[key] = r["ms_median"]
+    for key in sorted(ditto):
+        amp.append([key[0], key[1], fmt_ms(ditto[key]), fmt_ms(torch.get(key)), fmt_x(ratio(ditto[key], torch.get(key)))])
+    budget = []
+    for line in open(TUNING_BUDGET / "overhead-vgg-b128.jsonl"):
+        r = json.loads(line)
+        if r.get("tuning_workspace_mb") == 4096:
+            budget.append(f"{r['model']} {fmt_ms(r['ms_median'])} ms, peak {r['peak_mem_bytes'] / 2**30:.1f} GiB")
+    return (["fp32, batch 128 (tuned deterministic against ditto's fastest and PyTorch): " + zoo_summary(zoo_rows, models),
+             ""] + table(["model", "precision", "ditto deterministic ms", "PyTorch AMP default ms", "ditto ÷ PyTorch"], amp)
+            + ["", "With a 4 GiB tuning workspace budget (batch 128): " + "; ".join(budget) + ".", "",
+               sources_line(ZOO / "overhead-10steps.jsonl", ZOO / "torch_overhead-10steps.jsonl", *paths,
+                            TUNING_BUDGET / "overhead-vgg-b128.jsonl")])
+
+
 # ---- the docs and their regions ----
 
 DOCS = {
     "README.md": {"readme-speed": render_readme_speed},
+    "docs/guidance.md": {
+        "guidance-knobs": render_guidance_knobs,
+        "guidance-harmless": render_guidance_harmless,
+        "guidance-cost": render_guidance_cost,
+    },
     "docs/determinism.md": {
         "scatter-upsample-ops": render_scatter_upsample_ops,
         "noise-lab-tables": render_noise_lab_tables,
