@@ -16,12 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 
 #include "engine/context.h"
 #include "engine/error.h"
 #include "engine/tensor_ops.h"
+#include "engine/tuning.h"
 #include "experiments/train.h"
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
@@ -283,4 +285,27 @@ TEST_CASE("gpu native activations: bf16 ResNet-18 on cuDNN's backend engines rep
   const TrainResult a = repeats_graphed_as_eager(c);
   std::printf("NATIVE resnet18 bf16 channels-last on engines: %s (loss %.4f, top1 %.4f)\n",
               a.weights_fingerprint.hex().c_str(), a.log.back().loss, a.log.back().test_top1);
+}
+
+TEST_CASE("gpu native activations: bf16 and fp16 ResNet-18 with a tuning file: two reading runs and a graphed one agree") {
+  // Tuning times the engine beside cuDNN's Find and ditto's variants; the runs that read the file
+  // take exactly its entries, so they repeat bit for bit, graphed as eager.
+  for (const char* precision : {"bf16", "fp16"}) {
+    INFO(precision);
+    TrainConfig c = native_config("resnet18");
+    c.precision = precision;
+    c.epochs = 1;
+    c.tuning = test::scratch("gpu_native_activations", std::string("resnet18-") + precision + ".json");
+    std::filesystem::remove(c.tuning);
+    train(c);  // tunes
+    const TuningTable t = TuningTable::load(c.tuning);
+    int engines = 0;
+    for (const auto& e : t.entries()) engines += e.algo == "engine";
+    std::printf("TUNED resnet18 %s native: %zu entries, %d of them the engine\n", precision, t.entries().size(), engines);
+    CHECK(t.entries().size() > 0);
+    const TrainResult a = repeats_graphed_as_eager(c);
+    for (const auto& op : a.ops)
+      if (op.op == "conv2d" && (op.knob == "fwd" || op.knob == "bwd_data" || op.knob == "bwd_filter"))
+        CHECK(op.deterministic == Determinism::Yes);
+  }
 }
