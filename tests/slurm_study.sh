@@ -30,7 +30,7 @@ munged --key-file="$W/munge/munge.key" --socket="$W/munge/munge.socket" --pid-fi
   --log-file="$W/munge/munged.log" --seed-file="$W/munge/seed" -f
 cat > "$W/slurm.conf" <<CONF
 ClusterName=dittotest
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -53,7 +53,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
-NodeName=$host CPUs=$(nproc) State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=ditto Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF="$W/slurm.conf"
