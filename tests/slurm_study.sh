@@ -2,8 +2,8 @@
 # A settings study on a real Slurm cluster: munge and a one-node Slurm (slurmctld + slurmd, this
 # machine's CPUs as its resources) started here under a scratch folder, a small CPU study planned
 # with ditto-experiment --plan, submitted with sbatch as an array job, collected with --collect,
-# and every replica's weights fingerprint compared with the same study run locally. Needs root
-# (slurmd) and Debian's slurm-wlm and munge (scripts/test.sh installs them).
+# and every replica's weights fingerprint compared with the same study run locally. Needs root or
+# password-less sudo (the daemons) and Debian's slurm-wlm and munge (scripts/test.sh installs them).
 #   slurm_study.sh DITTO_EXPERIMENT WORK_DIR
 set -euo pipefail
 EXP=$1
@@ -11,12 +11,17 @@ W=$2
 for b in munged slurmctld slurmd sbatch squeue sinfo python3; do
   command -v "$b" > /dev/null || { echo "slurm_study: $b not found (install slurm-wlm and munge)" >&2; exit 1; }
 done
-[ "$(id -u)" = 0 ] || { echo "slurm_study: slurmd needs root" >&2; exit 1; }
+# The daemons run as root (directly, or through password-less sudo); the study runs as this user.
+sudo=()
+if [ "$(id -u)" != 0 ]; then
+  sudo -n true 2> /dev/null || { echo "slurm_study: the Slurm daemons need root or password-less sudo" >&2; exit 1; }
+  sudo=(sudo -n)
+fi
 rm -rf "$W"
 mkdir -p "$W"/{state,spool,log,munge,run}
 stop() {
   for f in "$W"/run/slurmd.pid "$W"/run/slurmctld.pid "$W"/munge/munged.pid; do
-    [ -f "$f" ] && kill "$(cat "$f")" 2> /dev/null || true
+    [ -f "$f" ] && "${sudo[@]}" kill "$(cat "$f")" 2> /dev/null || true
   done
 }
 trap stop EXIT
@@ -26,7 +31,8 @@ base=$(( 20000 + $$ % 20000 ))
 host=$(hostname -s)
 dd if=/dev/urandom bs=1 count=1024 of="$W/munge/munge.key" 2> /dev/null
 chmod 400 "$W/munge/munge.key"
-munged --key-file="$W/munge/munge.key" --socket="$W/munge/munge.socket" --pid-file="$W/munge/munged.pid" \
+[ ${#sudo[@]} = 0 ] || "${sudo[@]}" chown root: "$W/munge/munge.key"
+"${sudo[@]}" munged --key-file="$W/munge/munge.key" --socket="$W/munge/munge.socket" --pid-file="$W/munge/munged.pid" \
   --log-file="$W/munge/munged.log" --seed-file="$W/munge/seed" -f
 cat > "$W/slurm.conf" <<CONF
 ClusterName=dittotest
@@ -57,8 +63,8 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=ditto Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF="$W/slurm.conf"
-slurmctld -c -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
+"${sudo[@]}" slurmctld -c -f "$SLURM_CONF"
+"${sudo[@]}" slurmd -f "$SLURM_CONF"
 for i in $(seq 60); do
   sinfo -h -o %t 2> /dev/null | grep -q idle && break
   [ "$i" = 60 ] && { echo "slurm_study: the node never became idle" >&2; cat "$W"/log/*.log >&2; exit 1; }
