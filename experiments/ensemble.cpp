@@ -424,23 +424,30 @@ std::vector<SettingRuns> collect_study(const EnsembleOptions& o, const StudyPlan
   if (!fs::exists(plan_path(o)))
     throw Error(fmt::format("--collect: {} holds no plan.json; plan the study first (--plan)", o.out));
   const json plan = read_json(plan_path(o));
-  const json& listed = plan.contains("tasks") ? plan["tasks"] : json();
-  if (!listed.is_array() || listed.size() != tasks.size())
+  // The planned commands, read once: a hand-edited or damaged plan is a DataError naming the file.
+  std::vector<std::string> planned_commands;
+  std::string planned_with;
+  try {
+    planned_with = plan.value("command", std::string("?"));
+    for (const json& t : plan.at("tasks")) planned_commands.push_back(t.at("command").get<std::string>());
+  } catch (const json::exception& e) {
+    throw DataError(fmt::format("{}: not a study plan of ditto-experiment --plan: {}", plan_path(o), e.what()));
+  }
+  if (planned_commands.size() != tasks.size())
     throw Error(fmt::format("--collect: {} plans {} tasks; these flags make {} (settings x replicas): collect with the "
                             "flags it was planned with ({})",
-                            plan_path(o), listed.is_array() ? listed.size() : 0, tasks.size(),
-                            plan.value("command", std::string("?"))));
+                            plan_path(o), planned_commands.size(), tasks.size(), planned_with));
   std::vector<SettingRuns> out;
   for (const auto& s : o.settings) out.push_back({s, {}});
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const PlannedTask& t = tasks[i];
     const std::string what = fmt::format("task {} ({} replica {}, {})", i, o.settings[t.setting].name, t.replica,
                                          t.config.out);
-    const std::string planned = listed[i].value("command", std::string());
+    const std::string& planned = planned_commands[i];
     if (planned != t.command)
       throw Error(fmt::format("--collect: {}: the plan runs\n  {}\nbut these flags make\n  {}\ncollect with the "
                               "flags it was planned with ({})",
-                              what, planned, t.command, plan.value("command", std::string("?"))));
+                              what, planned, t.command, planned_with));
     const std::string manifest = (fs::path(t.config.out) / "manifest.json").string();
     if (!fs::exists(manifest))
       throw Error(fmt::format("--collect: {} has not run (no manifest.json); its log is in {}/slurm; resubmit it: "

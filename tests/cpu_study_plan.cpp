@@ -109,4 +109,12 @@ TEST_CASE("a study plan refuses what its tasks could not run") {
   o.tuning = scratch("absent-tuning.json");
   CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 0, ""}), Contains("tuning file chooses cuDNN"));
   CHECK_FALSE(fs::exists(o.out));  // refused before anything was written
+  // A damaged plan is a DataError naming the file, not a crash.
+  o.tuning.clear();
+  fs::create_directories(o.out);
+  std::ofstream(o.out + "/plan.json") << R"({"ditto_study_plan": 1, "tasks": [{"task": 0, "command": 7}]})";
+  auto data = load_train_data(o.base);
+  CHECK_THROWS_AS(collect_study(o, {"/opt/ditto/bin/ditto-train", 0, ""}, *data), DataError);
+  CHECK_THROWS_WITH(collect_study(o, {"/opt/ditto/bin/ditto-train", 0, ""}, *data),
+                    Contains("plan.json: not a study plan"));
 }
