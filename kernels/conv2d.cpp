@@ -268,7 +268,7 @@ struct FwdTraits {
   using CudnnAlgo = cudnnConvolutionFwdAlgo_t;
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  static constexpr int kEngine = int(ConvFwdAlgo::Engine);  // no algorithm of ditto's own
+  static constexpr int kEngine = int(ConvFwdAlgo::Engine);  // right after cuDNN's: no forward of ditto's own
   static constexpr int kVariants = kEngine + 1;
   static constexpr detail::ConvDirection kDirection = detail::ConvDirection::Fwd;
   static const Shape& result_shape(const ConvSpec& s) { return s.y; }
