@@ -28,7 +28,7 @@ trap stop EXIT
 
 # Ports of our own, so a cluster already on this machine (or a second test run) is not disturbed.
 base=$(( 20000 + $$ % 20000 ))
-host=$(hostname -s)
+host=$(hostname -s 2> /dev/null || uname -n | cut -d. -f1)
 dd if=/dev/urandom bs=1 count=1024 of="$W/munge/munge.key" 2> /dev/null
 chmod 400 "$W/munge/munge.key"
 [ ${#sudo[@]} = 0 ] || "${sudo[@]}" chown root: "$W/munge/munge.key"
