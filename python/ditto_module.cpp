@@ -25,6 +25,7 @@
 #include "engine/knob.h"
 #include "engine/manifest.h"
 #include "engine/policy.h"
+#include "datasets/augment.h"
 #include "experiments/attribute_cli.h"
 #include "experiments/cli.h"
 #include "experiments/diverge_cli.h"
@@ -370,6 +371,17 @@ NB_MODULE(_ditto, m) {
            "context's device); a GPU producer is asked for its data on this context's stream.")
       .def("synchronize", &Context::synchronize, "Waits for the work queued on the context's stream.");
 
+  m.def(
+      "epoch_permutation",
+      [](int64_t n, uint64_t seed_order, int epoch) {
+        if (n < 0) throw ShapeError(fmt::format("epoch_permutation: n = {}: a dataset has 0 or more examples", n));
+        if (epoch < 0) throw ShapeError(fmt::format("epoch_permutation: epoch = {}: epochs count from 0", epoch));
+        return epoch_permutation(n, seed_order, epoch);
+      },
+      "n"_a, "seed_order"_a, "epoch"_a,
+      "The example order ditto's loader draws for `n` training examples under --seed-order `seed_order` in "
+      "epoch `epoch`, counted from 0 (ditto-train's epoch e reads epoch e - 1); its batches are consecutive "
+      "slices. A peer in another framework that reads its data in this order sees ditto's batches.");
   m.def("train_help", &train_help, "ditto-train's --help: the flags train() takes.");
   m.def("attribute_help", &attribute_help, "ditto-attribute's --help: the flags attribute() takes.");
   m.def("_run_attribution", &run_attribution, "argv"_a,

@@ -8,6 +8,10 @@ the GPU (as ditto's loader stages them), per-channel mean/std normalization, and
 augmentation (pad-4 random crop + horizontal flip) when asked. Prints one JSON line per epoch
 and a summary line with the median epoch time.
 
+--order ditto --seed-order S reads the training set in the order ditto-train --seed-order S reads
+it (ditto.epoch_permutation, from the Python package: put its build folder on PYTHONPATH), so the
+two code bases see the same batches; --order torch (the default) draws torch.randperm.
+
   python3 bench/peers/torch_train.py --data /tmp/cifar10 --model smallcnn --epochs 3 \
       --optimizer adam --lr 4e-4
 """
@@ -127,6 +131,9 @@ def main():
     ap.add_argument("--cosine", action="store_true")
     ap.add_argument("--augment", action="store_true")
     ap.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True)")
+    ap.add_argument("--order", default="torch", choices=["torch", "ditto"],
+                    help="batch order: torch.randperm, or ditto's loader's (ditto.epoch_permutation)")
+    ap.add_argument("--seed-order", type=int, default=0, help="--order ditto: ditto-train's --seed-order")
     args = ap.parse_args()
 
     torch.backends.cudnn.allow_tf32 = False  # ditto's default math is FMA (no TF32)
@@ -158,7 +165,11 @@ def main():
         model.train()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        perm = torch.randperm(xtr.shape[0], device=dev, generator=gen)
+        if args.order == "ditto":
+            import ditto  # the Python package (PYTHONPATH): the order ditto-train's loader draws
+            perm = torch.tensor(ditto.epoch_permutation(xtr.shape[0], args.seed_order, epoch - 1), device=dev)
+        else:
+            perm = torch.randperm(xtr.shape[0], device=dev, generator=gen)
         for i in range(0, xtr.shape[0], args.batch_size):
             idx = perm[i:i + args.batch_size]
             x = xtr[idx]
@@ -184,7 +195,8 @@ def main():
                           "epoch_seconds": round(total_s, 3), "test_top1": correct / xte.shape[0]}), flush=True)
     print(json.dumps({"peer": "pytorch", "model": args.model, "torch": torch.__version__,
                       "gpu": torch.cuda.get_device_name(), "median_epoch_seconds": float(np.median(times)),
-                      "deterministic": args.deterministic}), flush=True)
+                      "deterministic": args.deterministic, "order": args.order,
+                      "seed_order": args.seed_order if args.order == "ditto" else None}), flush=True)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from ._ditto import (  # noqa: F401  (re-exported)
     attribute_help,
     compare_traces,
     diverge_help,
+    epoch_permutation,
     experiment_help,
     knobs,
     train_help,
@@ -56,7 +57,7 @@ from . import _ditto
 __all__ = [
     "AttributionResult", "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
     "ExperimentResult", "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "attribute",
-    "attribute_help", "compare_traces", "diverge", "diverge_help", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
+    "attribute_help", "compare_traces", "diverge", "diverge_help", "epoch_permutation", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
 ]
 
 FlagValue = Union[str, int, float, bool, List[Any], tuple]

@@ -81,6 +81,16 @@ def test_training_runs_with_fixed_seeds_are_bit_identical_and_report_their_resul
     assert r1.weights.dtype == np.float32 and r1.weights.size > 0
 
 
+def test_epoch_permutation_is_the_loaders_order_a_pure_function_of_seed_and_epoch():
+    a = ditto.epoch_permutation(1000, 2000, 0)
+    assert sorted(a) == list(range(1000))
+    assert a == ditto.epoch_permutation(1000, 2000, 0)
+    assert a != ditto.epoch_permutation(1000, 2000, 1) and a != ditto.epoch_permutation(1000, 2001, 0)
+    assert ditto.epoch_permutation(0, 5, 3) == []
+    with pytest.raises(ditto.ShapeError, match="epochs count from 0"):
+        ditto.epoch_permutation(10, 0, -1)
+
+
 def test_native_bf16_activations_train_and_are_recorded(tmp_path):
     r1 = ditto.train(epochs=1, kernels="deterministic", precision="bf16", native_activations=True,
                      out=str(tmp_path / "native"), **SYNTHETIC)
