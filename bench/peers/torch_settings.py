@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""The paper's four settings in PyTorch: the second code base beside ditto-experiment.
+
+Replicas of one training run per setting, as ditto-experiment's settings protocol makes them
+(experiments/ensemble.cpp, replica_config):
+
+  ALGO+IMPL  init and order seeds per replica, PyTorch's default kernels
+  ALGO       init and order seeds per replica, torch.use_deterministic_algorithms(True)
+  IMPL       fixed seeds, PyTorch's default kernels
+  CONTROL    fixed seeds, deterministic kernels
+
+Replica k of a varying setting draws its weights with torch.manual_seed(1000 + k) and reads the
+training set in ditto's order for --seed-order 2000 + k (ditto.epoch_permutation: the batches
+ditto-train's replica k reads); fixed settings use seed 0 and ditto's order for seed 0. The
+networks and recipe are torch_train.py's (SmallCNN, ResNet-18 for CIFAR; Adam or SGD), TF32 off.
+
+Writes OUT/report.csv in ditto's tidy form (setting, metric, value, ci_low, ci_high) with the
+metrics both reports share: churn (mean pairwise prediction disagreement, bootstrap 95% interval
+over test examples, as experiments/stats.h), disagreement (the fraction of test examples on which
+the replicas do not all agree), accuracy_mean, accuracy_std (sample standard deviation over
+replicas), weight_l2 (mean pairwise L2 distance of the final weights) and distinct_fingerprints;
+and OUT/replicas.jsonl (one line per replica: setting, seeds, accuracy, weights hash).
+
+    PYTHONPATH=build/python python3 bench/peers/torch_settings.py --data /tmp/cifar10 --model smallcnn \\
+        --epochs 10 --replicas 5 --optimizer adam --lr 4e-4 --out runs/torch-settings
+    python3 bench/peers/torch_settings.py --synthetic 512 --device cpu --epochs 1 --replicas 2 --out /tmp/t
+"""
+import argparse
+import csv
+import hashlib
+import itertools
+import json
+import os
+import pathlib
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, when asked for
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from torch_train import ResNet18, SmallCNN, augment, load_split  # noqa: E402
+
+SETTINGS = {"ALGO+IMPL": (True, False), "ALGO": (True, True), "IMPL": (False, False), "CONTROL": (False, True)}
+
+
+def data(args, dev):
+    """Normalized train and test sets on the device: CIFAR-10 JPEG folders, or a synthetic set."""
+    if args.synthetic:
+        g = np.random.default_rng(7)
+        n, t = args.synthetic, max(args.synthetic // 4, 1)
+        xtr = torch.from_numpy(g.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8))
+        xte = torch.from_numpy(g.integers(0, 256, (t, 3, 32, 32), dtype=np.uint8))
+        ytr = torch.from_numpy(g.integers(0, 10, n)).long()
+        yte = torch.from_numpy(g.integers(0, 10, t)).long()
+    else:
+        xtr, ytr = load_split(args.data, "train")
+        xte, yte = load_split(args.data, "test")
+    mean = (xtr.float() / 255).mean(dim=(0, 2, 3)).view(1, 3, 1, 1)
+    std = (xtr.float() / 255).std(dim=(0, 2, 3), unbiased=False).view(1, 3, 1, 1)
+    return (((xtr.float() / 255 - mean) / std).to(dev), ytr.to(dev), ((xte.float() / 255 - mean) / std).to(dev),
+            yte.to(dev))
+
+
+def train_replica(args, dev, sets, vary, deterministic, k):
+    """One replica: its final test predictions, accuracy and flattened weights."""
+    import ditto  # the Python package (PyTorch's peer reads ditto's batch order)
+    xtr, ytr, xte, yte = sets
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = False
+    seed_init, seed_order = (1000 + k, 2000 + k) if vary else (0, 0)
+    torch.manual_seed(seed_init)
+    model = (SmallCNN() if args.model == "smallcnn" else ResNet18()).to(dev)
+    if args.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(3000 + k if vary else 0)
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        perm = torch.tensor(ditto.epoch_permutation(xtr.shape[0], seed_order, epoch - 1), device=dev)
+        for i in range(0, xtr.shape[0], args.batch_size):
+            idx = perm[i:i + args.batch_size]
+            x = augment(xtr[idx], gen) if args.augment else xtr[idx]
+            loss = F.cross_entropy(model(x), ytr[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model(xte[i:i + 1000]).argmax(1) for i in range(0, xte.shape[0], 1000)])
+    weights = torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()]).numpy()
+    return pred.cpu().numpy(), float((pred == yte).float().mean()), weights, seed_init, seed_order
+
+
+def churn_interval(preds, resamples, rng):
+    """Mean pairwise disagreement and its bootstrap 95% interval over test examples."""
+    pairs = list(itertools.combinations(range(len(preds)), 2))
+    per = np.mean([preds[a] != preds[b] for a, b in pairs], axis=0)  # per example: share of disagreeing pairs
+    boots = [per[rng.integers(0, per.size, per.size)].mean() for _ in range(resamples)]
+    return float(per.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", help="CIFAR-10 JPEG folders (train/, test/)")
+    ap.add_argument("--synthetic", type=int, default=0, help="a synthetic set of this many training images instead")
+    ap.add_argument("--model", default="smallcnn", choices=["smallcnn", "resnet18"])
+    ap.add_argument("--settings", default="ALGO+IMPL,ALGO,IMPL,CONTROL")
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    ap.add_argument("--lr", type=float, default=4e-4)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--augment", action="store_true")
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", required=True, help="folder for report.csv and replicas.jsonl (must not hold a report)")
+    args = ap.parse_args()
+    if not args.synthetic and not args.data:
+        ap.error("--data DIR or --synthetic N")
+    if args.replicas < 2:
+        ap.error("--replicas: at least 2 (churn compares replicas)")
+    names = [s.strip() for s in args.settings.split(",") if s.strip()]
+    for s in names:
+        if s not in SETTINGS:
+            ap.error(f"--settings: unknown setting {s!r}; known: {', '.join(SETTINGS)}")
+    out = pathlib.Path(args.out)
+    if (out / "report.csv").exists():
+        ap.error(f"--out: {out} already holds a report; choose another folder")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(args.device)
+    sets = data(args, dev)
+    rng = np.random.default_rng(0)
+    rows, lines = [], []
+    for name in names:
+        vary, deterministic = SETTINGS[name]
+        preds, accs, weights, hashes = [], [], [], []
+        for k in range(args.replicas):
+            p, acc, w, si, so = train_replica(args, dev, sets, vary, deterministic, k)
+            preds.append(p)
+            accs.append(acc)
+            weights.append(w)
+            hashes.append(hashlib.sha256(w.tobytes()).hexdigest()[:32])
+            lines.append({"setting": name, "replica": k, "seed_init": si, "seed_order": so, "accuracy": acc,
+                          "weights_sha256": hashes[-1], "torch": torch.__version__, "device": str(dev)})
+            print(json.dumps(lines[-1]), flush=True)
+        c, lo, hi = churn_interval(preds, args.bootstrap, rng)
+        stacked = np.stack(preds)
+        l2 = [float(np.linalg.norm(weights[a] - weights[b])) for a, b in itertools.combinations(range(len(weights)), 2)]
+        rows += [(name, "churn", c, lo, hi),
+                 (name, "disagreement", float((stacked != stacked[0]).any(axis=0).mean()), "", ""),
+                 (name, "accuracy_mean", float(np.mean(accs)), "", ""),
+                 (name, "accuracy_std", float(np.std(accs, ddof=1)), "", ""),
+                 (name, "weight_l2", float(np.mean(l2)), "", ""),
+                 (name, "distinct_fingerprints", float(len(set(hashes))), "", "")]
+    with open(out / "replicas.jsonl", "w") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+    tmp = out / "report.csv.tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["setting", "metric", "value", "ci_low", "ci_high"])
+        w.writerows(rows)
+    os.replace(tmp, out / "report.csv")
+    for name in names:
+        got = {m: v for s, m, v, _, _ in rows if s == name}
+        print(f"{name:10s} churn {100 * got['churn']:6.2f}%  acc {got['accuracy_mean']:.4f} +- {got['accuracy_std']:.4f}"
+              f"  L2 {got['weight_l2']:.4g}  distinct {int(got['distinct_fingerprints'])}")
+
+
+if __name__ == "__main__":
+    main()

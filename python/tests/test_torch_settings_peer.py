@@ -1,0 +1,42 @@
+"""bench/peers/torch_settings.py, the PyTorch side of the four settings, on a small synthetic set on
+the CPU (where PyTorch's kernels are deterministic, so only the seeds make replicas differ): the
+report has ditto's metrics, CONTROL and IMPL repeat, ALGO's replicas differ, and a report is never
+overwritten."""
+import csv
+import json
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers"))
+import torch_settings  # noqa: E402
+
+
+def run(out, *extra):
+    argv = ["torch_settings.py", "--synthetic", "256", "--device", "cpu", "--epochs", "1", "--replicas", "2",
+            "--batch-size", "64", "--bootstrap", "100", "--out", str(out), *extra]
+    old = sys.argv
+    sys.argv = argv
+    try:
+        torch_settings.main()
+    finally:
+        sys.argv = old
+
+
+def test_four_settings_in_pytorch_report_dittos_metrics(tmp_path):
+    run(tmp_path / "r")
+    with open(tmp_path / "r" / "report.csv") as f:
+        got = {(r["setting"], r["metric"]): float(r["value"]) for r in csv.DictReader(f)}
+    for s in ("ALGO+IMPL", "ALGO", "IMPL", "CONTROL"):
+        for m in ("churn", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2", "distinct_fingerprints"):
+            assert (s, m) in got, (s, m)
+    for s in ("CONTROL", "IMPL"):  # fixed seeds, and the CPU's kernels repeat
+        assert got[(s, "distinct_fingerprints")] == 1 and got[(s, "churn")] == 0 and got[(s, "weight_l2")] == 0
+    assert got[("ALGO", "distinct_fingerprints")] == 2 and got[("ALGO", "weight_l2")] > 0
+    lines = [json.loads(l) for l in open(tmp_path / "r" / "replicas.jsonl")]
+    algo1 = next(l for l in lines if l["setting"] == "ALGO" and l["replica"] == 1)
+    assert (algo1["seed_init"], algo1["seed_order"]) == (1001, 2001)  # ditto-experiment's replica seeds
+    with pytest.raises(SystemExit):  # a finished report is never overwritten
+        run(tmp_path / "r")
