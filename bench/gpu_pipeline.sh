@@ -7,7 +7,8 @@
 # Steps of the noise lab: gputests quicktest diverge smallcnn resnet-screen resnet-confirm record
 # compare. Steps of the speed measurements: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the experiment protocols: exp-smallcnn
-# exp-precision[:MODEL] (the four settings in each precision, EXP_PRECISIONS), attribute-precision[:PRECISION]
+# exp-precision[:MODEL] (the four settings in each precision, EXP_PRECISIONS), exp-codebases[:MODEL/EPOCHS/REPLICAS]
+# (the four settings in ditto and in PyTorch, side by side), attribute-precision[:PRECISION]
 # (the add-one attribution in a reduced precision), grad-agreement (one step's gradients against PyTorch's autocast),
 # fingerprint[:PRECISIONS] (a deterministic run's weights twice per precision, to compare across GPUs)
 # Tracing: trace-speed (bench/trace_speed), diverge-zoo[:MODELS] (ImageNet-shape diverge runs with
@@ -132,6 +133,26 @@ pipeline() {
         $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --lr 4e-4 --optimizer adam \
           --replicas 5 --settings ALGO+IMPL,ALGO,IMPL,IMPL-ATOMIC,CONTROL --concurrent 25 --graph --quiet \
           --out $R/exp-smallcnn > $R/exp-smallcnn.txt 2> $R/exp-smallcnn.err; echo "rc=$?"; tail -10 $R/exp-smallcnn.txt ;;
+      exp-codebases)
+        # The four settings in two code bases on CIFAR-10, same recipe (Adam 4e-4, no augmentation),
+        # the same replica seeds and batch order: ditto-experiment, then bench/peers/torch_settings.py
+        # (PyTorch, ditto's order through the Python package, which the build must include: carry
+        # .whl), then bench/settings_compare.py side by side. exp-codebases:MODEL/EPOCHS/REPLICAS
+        # (default smallcnn/10/3). Wall: SmallCNN about 1 min in ditto (graphed, concurrent), 3-4 min
+        # in PyTorch (one replica at a time) at 10 epochs x 3 replicas (estimate).
+        local model epochs replicas
+        IFS=/ read -r model epochs replicas <<< "$arg"
+        model=${model:-smallcnn}; epochs=${epochs:-10}; replicas=${replicas:-3}
+        local dir=$R/exp-codebases-$model
+        mkdir -p $dir
+        $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs $epochs --lr 4e-4 --optimizer adam \
+          --replicas $replicas --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 12 --graph --quiet --resume \
+          --out $dir/ditto > $dir/ditto.txt 2> $dir/ditto.err; echo "ditto rc=$?"
+        PYTHONPATH=$B/python${PYTHONPATH:+:$PYTHONPATH} python3 bench/peers/torch_settings.py --data $DATA --model $model \
+          --epochs $epochs --replicas $replicas --optimizer adam --lr 4e-4 --out $dir/torch > $dir/torch.txt 2> $dir/torch.err
+        echo "torch rc=$?"; tail -4 $dir/torch.txt
+        python3 bench/settings_compare.py --ditto $dir/ditto/report.csv --torch $dir/torch/report.csv --out $dir/compare.md \
+          && cat $dir/compare.md ;;
       exp-precision)
         # The four settings on CIFAR-10 (Adam 4e-4, EXP_PREC_EPOCHS 10 epochs, EXP_PREC_REPLICAS 5
         # replicas, EXP_PREC_CONCURRENT 20 at a time, graphed) in each of EXP_PRECISIONS

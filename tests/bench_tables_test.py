@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """cpu_bench_tables: the benchmark table scripts (bench/step_time_table.py, bench/overhead_table.py,
-bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py) and scripts/render_docs.py's precision region on
+bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py, bench/settings_compare.py) and scripts/render_docs.py's precision region on
 small JSON-lines files written here: precisions are keys of their own, lines without one read as
 fp32 (step_time's former tf32 modes as tf32), and the ratios per model and precision are the ones
 the numbers give. Standard library only (unittest)."""
@@ -25,6 +25,7 @@ import peer_common  # noqa: E402
 import precision_compare  # noqa: E402
 import precision_noise_table  # noqa: E402
 import render_docs  # noqa: E402
+import settings_compare  # noqa: E402
 import step_time_table  # noqa: E402
 
 MIB = 2**20
@@ -309,6 +310,24 @@ class PrecisionNoiseTable(unittest.TestCase):
             with self.assertRaises(SystemExit) as e:
                 precision_noise_table.read_report(str(folder))
             self.assertIn("report.csv: row 2", str(e.exception))
+
+
+class SettingsCompareTest(unittest.TestCase):
+    def test_both_code_bases_per_setting_with_intervals(self):
+        with tempfile.TemporaryDirectory() as d:
+            ditto, torch = Path(d) / "ditto.csv", Path(d) / "torch.csv"
+            ditto.write_text("setting,metric,value,ci_low,ci_high,has_interval\n"
+                             "IMPL,churn,0.0912,0.085,0.097,1\nIMPL,accuracy_mean,0.71,,,0\n"
+                             "IMPL,accuracy_std,0.003,0.001,0.005,1\nCONTROL,churn,0,0,0,1\n"
+                             "CONTROL,distinct_fingerprints,1,,,0\n")
+            torch.write_text("setting,metric,value,ci_low,ci_high\nIMPL,churn,0.05,0.04,0.06\n"
+                             "IMPL,distinct_fingerprints,5,,\nALGO,churn,0.3,,\n")
+            rows = settings_compare.table(settings_compare.read(ditto), settings_compare.read(torch))
+        self.assertEqual(rows[2], "| ALGO | ditto | – | – | – | – | – |")
+        self.assertEqual(rows[3], "| ALGO | PyTorch | 30.00% | – | – | – | – |")
+        self.assertEqual(rows[4], "| IMPL | ditto | 9.12% [8.50, 9.70] | – | 0.7100 ± 0.0030 | – | – |")
+        self.assertEqual(rows[5], "| IMPL | PyTorch | 5.00% [4.00, 6.00] | – | – | – | 5 |")
+        self.assertEqual(rows[6], "| CONTROL | ditto | 0.00% [0.00, 0.00] | – | – | – | 1 |")
 
 
 if __name__ == "__main__":
