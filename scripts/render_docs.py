@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import overhead_steps  # noqa: E402
 import overhead_table  # noqa: E402
+import settings_compare  # noqa: E402
 import step_time_table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -467,13 +468,7 @@ SETTINGS = ["ALGO+IMPL", "ALGO", "IMPL", "IMPL-ATOMIC", "CONTROL"]
 
 def read_report(folder):
     """{(setting, metric): (value, low, high)} of a ditto-experiment report.csv (lows and highs may be None)."""
-    out = {}
-    with open(folder / "report.csv") as f:
-        for r in csv.DictReader(f):
-            def num(k):
-                return float(r[k]) if r[k] not in ("", None) else None
-            out[(r["setting"], r["metric"])] = (num("value"), num("ci_low"), num("ci_high"))
-    return out
+    return settings_compare.read(folder / "report.csv")
 
 
 def points(v):
