@@ -50,8 +50,12 @@ void validate(const KnobSpec& s) {
     throw Error(fmt::format("{}: a framework default is declared exactly when the op does not select at run time", who));
   if (!s.selected_at_run_time && s.index_of(s.framework_default) == npos)
     throw Error(fmt::format("{}: framework default '{}' is not one of its variants", who, s.framework_default));
-  if (std::none_of(s.variants.begin(), s.variants.end(), [](const VariantSpec& v) { return guaranteed(v.guarantee); }))
-    throw Error(fmt::format("{}: no variant is guaranteed, so the deterministic mode has nothing to pick", who));
+  if (std::none_of(s.variants.begin(), s.variants.end(),
+                   [](const VariantSpec& v) { return guaranteed(v.guarantee) && !v.by_name_only; }))
+    throw Error(fmt::format("{}: no variant a mode may pick is guaranteed, so the deterministic mode has nothing to pick",
+                            who));
+  if (!s.selected_at_run_time && s.variants[s.index_of(s.framework_default)].by_name_only)
+    throw Error(fmt::format("{}: framework default '{}' is declared by_name_only", who, s.framework_default));
   // A rule's value is read as a mode word first, so a variant named like a mode ("deterministic")
   // is reachable only as that mode's pick: the declaration must make it so.
   for (std::size_t i = 0; i < s.variants.size(); ++i) {
@@ -122,9 +126,11 @@ std::size_t KnobSpec::mode_pick(SelectMode mode) const {
     case SelectMode::Fastest:
       return index_of(framework_default);
     case SelectMode::Deterministic: {
-      std::size_t best = 0;
-      for (std::size_t i = 1; i < variants.size(); ++i)
-        if (strength(variants[i].guarantee) > strength(variants[best].guarantee)) best = i;
+      std::size_t best = npos;
+      for (std::size_t i = 0; i < variants.size(); ++i)
+        if (!variants[i].by_name_only &&
+            (best == npos || strength(variants[i].guarantee) > strength(variants[best].guarantee)))
+          best = i;
       return best;
     }
     case SelectMode::Nondeterministic: {

@@ -15,7 +15,7 @@
 //   heuristic         the framework default (what PyTorch runs with default settings).
 //   fastest           as heuristic (only run-time selection has anything to time).
 //   deterministic     the variant with the strongest guarantee (gpu_to_gpu over run_to_run),
-//                     the first declared among equals.
+//                     the first declared among equals; never one declared by_name_only.
 //   nondeterministic  the first variant that is not guaranteed and is ditto's own (atomics whose
 //                     order is the only difference); else the first not guaranteed or unknown of
 //                     a library; a knob with none picks its framework default.
@@ -54,6 +54,9 @@ struct VariantSpec {
   // The CPU runs this variant itself (a choice of order between ranks, or of statistics), where
   // for every other variant it runs the op's one double-accumulating reference.
   bool on_cpu = false;
+  // No mode picks it: a rule names it. For a slower kernel kept for a property beyond run-to-run
+  // determinism (batch invariance), which `deterministic` should not trade speed for.
+  bool by_name_only = false;
 };
 
 struct KnobSpec {

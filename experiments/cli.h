@@ -26,7 +26,7 @@ enum TrainFlagGroups : unsigned {
   kFlagsRun = 4,       // --device --loader-threads --graph --summary --quiet
   kFlagsSeeds = 8,     // --seed-* --deterministic-init --deterministic-input
   kFlagsKernels = 16,  // --kernels --deterministic-kernels
-  kFlagsPins = 32,     // --pin --pins-from --precision --channels-last --native-activations
+  kFlagsPins = 32,     // --pin --pins-from --precision --channels-last --native-activations --eval-kernels
   kFlagsOutput = 64,   // --out --resume
   kFlagsDataParallel = 128,  // --dp-gpus --dp-groups --batchnorm --bucket-mb
   // --gpus as the name of --dp-gpus: for the front ends whose own --gpus does not already mean
@@ -282,6 +282,12 @@ inline void add_pin_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
                "convolutions hand their results on in the precision's dtype and layout (the rule *.output=native): "
                "with --precision bf16 --channels-last, batch norm, activations, residual adds and pooling read and "
                "write bf16 channels-last tensors instead of fp32 NCHW (kernels/conv2d.h)");
+  app.add_option("--eval-kernels", c.eval_kernels,
+                 "the evaluation's kernels: same (the run's policy) | batch-invariant (each test example's logits "
+                 "the same bits whatever the evaluation batch's size or the example's place in it: ditto's own "
+                 "fixed-order convolution and linear kernels, fp32; experiments/train.h batch_invariant_rules)")
+      ->check(CLI::IsMember({"same", "batch-invariant"}))
+      ->capture_default_str();
 }
 
 // The run folder: where to write, what to resume, whether to replace.

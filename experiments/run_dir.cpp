@@ -317,6 +317,8 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
   if (c.precision != "fp32") add("--precision", c.precision, Kind::Kernels);
   if (c.channels_last) add("--channels-last", "on", Kind::Kernels, Form::Switch);
   if (c.native_activations) add("--native-activations", "on", Kind::Kernels, Form::Switch);
+  // Only when set: the evaluation's kernels decide the predictions' last bits, not the training.
+  if (c.eval_kernels != "same") add("--eval-kernels", c.eval_kernels, Kind::Kernels);
   add("--pin", joined(c.pins), Kind::Kernels, Form::Repeated);
   if (!c.tuning.empty()) add("--tuning", c.tuning, Kind::Location);
   // Only when set: a budget decides which algorithms the tuning run may write down.

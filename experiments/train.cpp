@@ -249,6 +249,12 @@ void validate_numbers(const TrainConfig& c) {
   if (bn_stats_knob().index_of(c.batchnorm) == KnobPick::kNone)
     throw Error(fmt::format("--batchnorm: unknown mode '{}'; valid: {}", c.batchnorm,
                             fmt::join(bn_stats_knob().variant_names(), ", ")));
+  if (c.eval_kernels != "same" && c.eval_kernels != "batch-invariant")
+    throw Error(fmt::format("--eval-kernels: unknown value '{}'; valid: same, batch-invariant", c.eval_kernels));
+  if (c.eval_kernels == "batch-invariant" && c.precision != "fp32")
+    throw Error(fmt::format("--eval-kernels batch-invariant: its kernels (conv2d fwd ditto-direct, linear gemm ditto) "
+                            "compute in fp32, but --precision is {}; evaluate an fp32 run, or use --eval-kernels same",
+                            c.precision));
   const LossScaling scaling = parse_loss_scaling(c.loss_scale);  // an Error naming --loss-scale
   if (c.data_parallel() && scaling.enabled())
     throw Error("--loss-scale: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) does not scale its loss; "
@@ -837,12 +843,42 @@ class Run {
     if (groups) metrics_["per_subgroup_accuracy"] = per_group;
   }
 
+  // The evaluation's kernels for one pass (--eval-kernels): under batch-invariant, the run's policy
+  // with batch_invariant_rules() laid over it and a manifest of the evaluation's own (the run's
+  // manifest keeps what training ran; the evaluation's goes under "evaluation"). Restores both.
+  class EvalKernels {
+   public:
+    EvalKernels(Context& ctx, bool on, Manifest& eval_ops) : ctx_(ctx), on_(on), eval_ops_(eval_ops) {
+      if (!on_) return;
+      saved_policy_ = ctx_.policy();
+      for (const std::string& r : batch_invariant_rules()) ctx_.policy().set(r);
+      saved_ops_ = std::move(ctx_.manifest());
+      ctx_.manifest() = std::move(eval_ops_);
+    }
+    ~EvalKernels() {
+      if (!on_) return;
+      eval_ops_ = std::move(ctx_.manifest());
+      ctx_.manifest() = std::move(saved_ops_);
+      ctx_.policy() = std::move(saved_policy_);
+    }
+    EvalKernels(const EvalKernels&) = delete;
+    EvalKernels& operator=(const EvalKernels&) = delete;
+
+   private:
+    Context& ctx_;
+    bool on_;
+    Manifest& eval_ops_;
+    Policy saved_policy_;
+    Manifest saved_ops_;
+  };
+
   // The other tasks' evaluation: unit predictions (experiments/task_scoring.h) of the test set in dataset
   // order, as evaluate_topk runs it.
   std::vector<int32_t> evaluate_units() {
     const int64_t per = units_per_example(held_->test);
     std::vector<int32_t> out(static_cast<std::size_t>(held_->test.n * per), 0);
     NoGradGuard ng(*ctx_);
+    EvalKernels kernels(*ctx_, cfg_.eval_kernels == "batch-invariant", eval_ops_);
     Batch eb;
     test_loader_->start_epoch(0);
     while (test_loader_->next(eb)) {
@@ -872,6 +908,7 @@ class Run {
   std::vector<int32_t> evaluate_topk(int k) {
     std::vector<int32_t> out(static_cast<std::size_t>(held_->test.n * k), 0);
     NoGradGuard ng(*ctx_);
+    EvalKernels kernels(*ctx_, cfg_.eval_kernels == "batch-invariant", eval_ops_);
     Batch eb;
     test_loader_->start_epoch(0);
     while (test_loader_->next(eb)) {
@@ -929,7 +966,7 @@ class Run {
                    {"momentum", c.momentum}, {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay},
                    {"lr_schedule", c.lr_schedule}, {"warmup_epochs", c.warmup_epochs}, {"augment", c.augment},
                    {"standardize", c.standardize}, {"precision", c.precision}, {"channels_last", c.channels_last},
-                   {"native_activations", c.native_activations},
+                   {"native_activations", c.native_activations}, {"eval_kernels", c.eval_kernels},
                    {"device", c.device}, {"train_size", data.train.n}, {"test_size", data.test.n},
                    {"resumed_from", c.resume}};
     auto seed_json = [](const Seed& s) { return json{{"value", s.value}, {"source", s.source}}; };
@@ -956,6 +993,9 @@ class Run {
                                                        : json{{"mean", stats_.mean}, {"std", stats_.std}}}};
     m["model"] = {{"name", net_->name()}, {"parameters", net_->param_count()}, {"task", task_name(task_)}};
     m["ops"] = json::parse(ctx_->manifest().to_json())["ops"];
+    if (c.eval_kernels != "same")
+      m["evaluation"] = {{"kernels", c.eval_kernels}, {"rules", batch_invariant_rules()},
+                         {"ops", json::parse(eval_ops_.to_json())["ops"]}};
     m["results"] = {{"epochs_done", epoch}, {"weights_fingerprint", result_.weights_fingerprint.hex()},
                     {"test_top1", log_.empty() ? 0.0 : log_.back().test_top1}};
     return m;
@@ -1063,6 +1103,7 @@ class Run {
   int epochs_timed_ = 0;
   std::vector<int32_t> top5_host_;
   json metrics_;
+  Manifest eval_ops_;  // under --eval-kernels batch-invariant: what the evaluation ran
   TrainResult result_;
 };
 
@@ -1097,6 +1138,14 @@ std::string resolve_device(const std::string& device) {
   } catch (const CudaError&) {
     return "cpu";
   }
+}
+
+const std::vector<std::string>& batch_invariant_rules() {
+  // *.bwd=deterministic is the mode word: batch norm's deterministic kernels (inference applies
+  // the running statistics per element), pooling's gather variant (ditto's argmax forward).
+  static const std::vector<std::string> rules = {"*.fwd=ditto-direct", "*.gemm=ditto", "*.bwd=deterministic",
+                                                 "*.layout=nchw", "*.output=fp32"};
+  return rules;
 }
 
 const std::vector<std::string>& known_datasets() {

@@ -65,6 +65,8 @@ struct TrainConfig {
   bool graph = false;                 // CUDA-graph steps (experiments/step.h); bits as eager
   std::string loss_scale = "off";     // off | dynamic | dynamic:INIT:GROWTH:BACKOFF:INTERVAL | a power
                                       // of two (fixed): engine/loss_scale.h; not with data parallelism
+  std::string eval_kernels = "same";  // same | batch-invariant: the evaluation's kernels
+                                      // (batch_invariant_rules below)
   std::vector<std::string> pins;      // LAYER.KNOB=VARIANT rules, after the kernels mode
                                       // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all
@@ -162,6 +164,16 @@ TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks = {}, std::sha
 // The training and test sets a config names, trimmed to --train-size / --test-size. Throws
 // ditto::Error naming the flag or file for a missing folder or a bad size.
 std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg);
+
+// The rules --eval-kernels batch-invariant lays over the run's policy while it evaluates, so a test
+// example's logits do not depend on the evaluation batch's size or the example's place in it:
+// convolutions forward by ditto-direct and linear layers by gemm=ditto (each output summed in one
+// order, kernels/detail/fixed_gemm.cuh), batch norm and pooling by ditto's own kernels (per-element
+// inference, per-window max and per-plane means), NCHW fp32 between layers. The run's precision
+// must be fp32. cuDNN and cuBLAS pick kernels by problem size, batch included: without these rules
+// an example's logits may change in the last bits with the batch it is evaluated in. A library user
+// evaluating in a loop of their own sets the same rules on the context's policy for the pass.
+const std::vector<std::string>& batch_invariant_rules();
 
 // Every --dataset name, in the order --help lists them.
 const std::vector<std::string>& known_datasets();

@@ -89,6 +89,8 @@ DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
                             {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
                             {"winograd", kRun, kLib, "cuDNN WINOGRAD"},
                             {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
+                            {"ditto-direct", kGpu, kOwn,
+                             "fixed-order implicit GEMM, no library: batch-invariant (fp32 NCHW)"},
                             {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
                            "", true, "the forward algorithm"})
 DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
@@ -268,7 +270,7 @@ struct FwdTraits {
   using CudnnAlgo = cudnnConvolutionFwdAlgo_t;
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  static constexpr int kEngine = int(ConvFwdAlgo::Engine);  // right after cuDNN's: no forward of ditto's own
+  static constexpr int kEngine = int(ConvFwdAlgo::Engine);
   static constexpr int kVariants = kEngine + 1;
   static constexpr detail::ConvDirection kDirection = detail::ConvDirection::Fwd;
   static const Shape& result_shape(const ConvSpec& s) { return s.y; }
@@ -288,12 +290,16 @@ struct FwdTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), a, bytes);
   }
-  static bool own_supports(int, const own::ConvGeom&, const ConvForm&, std::string* why) {
-    *why = "no algorithm of ditto's own";
-    return false;
+  static bool own_supports(int, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
+    return own_form_supported(f, why) && own::direct_fwd_supports(g, why);
   }
   static std::size_t own_workspace(int, const own::ConvGeom&) { return 0; }
-  static void run_own(Context&, int, const own::ConvGeom&, const ConvOperands&, void*, bool) {}
+  static Impl own_impl(int) { return Impl::Ditto; }
+  // fp32 fmaf either way: ditto-direct has no tensor-core path (tf32 layers get fp32's bits).
+  static void run_own(Context& ctx, int, const own::ConvGeom& g, const ConvOperands& o, void*, bool) {
+    cuda::conv_fwd_direct(ctx, g, static_cast<const float*>(o.x), static_cast<const float*>(o.w),
+                          static_cast<float*>(o.out));
+  }
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
                                std::size_t ws_bytes) {
     const float one = 1.f, zero = 0.f;
@@ -339,6 +345,7 @@ struct BwdDataTraits {
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
     return a == int(ConvBwdDataAlgo::DittoGemm) ? own::plan_gemm(g, false).workspace_bytes() : 0;
   }
+  static Impl own_impl(int a) { return a == int(ConvBwdDataAlgo::DittoGemm) ? Impl::Library : Impl::Ditto; }
   static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
     const auto* w = static_cast<const float*>(o.w);
     const auto* dy = static_cast<const float*>(o.dy);
@@ -395,6 +402,7 @@ struct BwdFilterTraits {
     return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::plan_gemm(g, true).workspace_bytes()
                                                   : own::direct_filter_workspace_bytes(g);
   }
+  static Impl own_impl(int a) { return a == int(ConvBwdFilterAlgo::DittoGemm) ? Impl::Library : Impl::Ditto; }
   static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
     const auto* x = static_cast<const float*>(o.x);
     const auto* dy = static_cast<const float*>(o.dy);
@@ -856,7 +864,7 @@ void run_direction(Context& ctx, const std::string& layer, const ConvForm& form,
   std::string algorithm;
   if (Problem<T>::is_own(sel.algo)) {
     T::run_own(ctx, sel.algo, spec.geom(), ops, ws.get(), precision == Precision::Tf32);
-    if (sel.algo == T::kCount + 1) impl = Impl::Ditto;
+    impl = T::own_impl(sel.algo);
   } else if (Problem<T>::is_engine(sel.algo)) {
     const EngineChoice& e = prob.engine();
     const cudnnStatus_t status = T::engine(detail::cuda_state(ctx).cudnn, e.plan, ops, ws.get());

@@ -33,9 +33,14 @@ namespace ditto {
 namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 
 // The three algorithm knobs (conv2d.fwd, .bwd_data, .bwd_filter), declared in kernels/conv2d.cpp.
-// cuDNN's algorithms keep cuDNN's numbering; ditto's own backward algorithms follow them:
-//   ditto-gemm    explicit GEMM on cuBLAS with a shape-fixed reduction order (kernels/detail/conv2d_own.h)
-//   ditto-direct  ditto's own gather / fixed-tree kernels (depthwise, and few-weight filters)
+// cuDNN's algorithms keep cuDNN's numbering; ditto's own algorithms follow them:
+//   ditto-gemm    (backward) explicit GEMM on cuBLAS with a shape-fixed reduction order
+//                 (kernels/detail/conv2d_own.h)
+//   ditto-direct  ditto's own kernels, no library: backward, gather / fixed-tree kernels (depthwise,
+//                 and few-weight filters); forward, a fixed-order implicit GEMM whose every output
+//                 is summed over (c, r, s) in ascending order, so an example's result does not depend
+//                 on the batch size or its position in the batch (batch-invariant; slower than cuDNN,
+//                 deterministic and heuristic never pick it; fastest and a tuning file only where it times fastest)
 // and, last in every direction:
 //   engine        cuDNN's backend (graph) API: the first engine configuration heuristic mode A lists
 //                 for the problem whose numerical notes allow it — not NONDETERMINISTIC, not
@@ -49,7 +54,9 @@ namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 // first pick among those it labels deterministic, or a tuning file's; nondeterministic: the
 // atomics algorithm where the direction has one; fastest: cuDNN's Find among all, with ditto's
 // own and the engine timed beside it).
-enum class ConvFwdAlgo { ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, Engine };
+enum class ConvFwdAlgo {
+  ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, DittoDirect, Engine
+};
 enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, Engine };
 enum class ConvBwdFilterAlgo {
   Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, Engine

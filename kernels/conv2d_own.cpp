@@ -50,6 +50,21 @@ bool direct_supports(const ConvGeom& g, bool bwd_filter, std::string* why) {
   return true;
 }
 
+bool direct_fwd_supports(const ConvGeom& g, std::string* why) {
+  // One launch per group walks the output positions along the grid's x dimension and the group's
+  // output channels along y (at most 65535 tiles of 64).
+  if (g.Kg() > int64_t(65535) * 64) {
+    if (why) *why = fmt::format("ditto-direct's forward takes at most {} output channels per group; this one has {}",
+                                int64_t(65535) * 64, g.Kg());
+    return false;
+  }
+  if (g.N * g.HoWo() > INT64_MAX / 2) {
+    if (why) *why = "too many positions";
+    return false;
+  }
+  return true;
+}
+
 GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter) {
   GemmPlan p;
   // Images per item: enough positions that each GEMM's inner (bwd_filter) or outer (bwd_data)

@@ -1,6 +1,9 @@
-// ditto's own convolution backward kernels (see kernels/detail/conv2d_own.h for the variants and
-// why each is deterministic).
+// ditto's own convolution kernels (see kernels/detail/conv2d_own.h for the variants and why each
+// is deterministic).
 //
+// conv_fwd_direct: the fixed-order GEMM of kernels/detail/fixed_gemm.cuh over an implicit im2col
+// (rows: output positions n*Ho*Wo + p, columns: the group's output channels, reduction: c*r*s in
+// ascending order), one launch per convolution group. Batch-invariant.
 // im2col_kernel / dy_rearrange_kernel: copies, one thread per output element: deterministic.
 // col2im_gather_kernel: one thread per dX element adds its (r, s) taps in r-major order.
 // fold_kernel: one thread per element adds `count` partial arrays left to right onto acc.
@@ -17,6 +20,7 @@
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/conv2d_own.h"
 #include "kernels/detail/cublas_modes.h"
+#include "kernels/detail/fixed_gemm.cuh"
 #include "kernels/detail/reduce.cuh"
 
 namespace ditto::cuda {
@@ -295,7 +299,55 @@ void each_chunk(const ConvGeom& g, const own::GemmPlan& p, Fn&& fn) {
   if (rem) fn(full * b, int64_t(1), rem);
 }
 
+// The implicit GEMM of the forward pass: A(i, l) = the im2col value of position i (image n = i /
+// HoWo) at tap l = (c, r, s) of group grp, B(l, j) = w[grp*Kg + j][l], C(i, j) = y[n][grp*Kg + j][p].
+template <class I>
+struct Im2colRows {
+  ConvGeom g;
+  const float* x;
+  I grp;
+  __device__ float operator()(I i, I l) const {
+    const I howo = I(g.Ho) * I(g.Wo), n = i / howo;
+    const I src = own::im2col_source<I>(g, n, grp, l, i - n * howo);
+    return src < 0 ? 0.f : __ldg(x + src);
+  }
+};
+template <class I>
+struct FilterColumns {
+  const float* w;
+  I crs, k0;
+  __device__ float operator()(I l, I j) const { return __ldg(w + (k0 + j) * crs + l); }
+};
+template <class I>
+struct OutputStore {
+  float* y;
+  I howo, K, k0;
+  __device__ void operator()(I i, I j, float v) const {
+    const I n = i / howo;
+    y[(n * K + k0 + j) * howo + (i - n * howo)] = v;
+  }
+};
+
+template <class I>
+void conv_fwd_direct_as(Context& ctx, const ConvGeom& g, const float* x, const float* w, float* y) {
+  const I howo = I(g.HoWo()), positions = I(g.N) * howo, kg = I(g.Kg()), crs = I(g.CRSg());
+  for (int64_t grp = 0; grp < g.G; ++grp) {
+    const I k0 = I(grp) * kg;
+    fixed_gemm::kernel<true, true, I><<<fixed_gemm::grid(positions, kg), fixed_gemm::kThreads, 0, detail::stream_of(ctx)>>>(
+        positions, kg, crs, Im2colRows<I>{g, x, I(grp)}, FilterColumns<I>{w, crs, k0}, OutputStore<I>{y, howo, I(g.K), k0});
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+}
+
 }  // namespace
+
+void conv_fwd_direct(Context& ctx, const ConvGeom& g, const float* x, const float* w, float* y) {
+  if (g.N == 0 || g.HoWo() == 0 || g.K == 0) return;
+  if (fits32(g.N * g.C * g.HW()) && fits32(g.N * g.K * g.HoWo()) && fits32(g.K * g.CRSg()))
+    conv_fwd_direct_as<int32_t>(ctx, g, x, w, y);
+  else
+    conv_fwd_direct_as<int64_t>(ctx, g, x, w, y);
+}
 
 void conv_bwd_filter_gemm(Context& ctx, const ConvGeom& g, const float* x, const float* dy, float* dw, void* ws,
                           bool tf32) {

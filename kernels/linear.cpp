@@ -14,6 +14,7 @@
 #include "engine/operand_check.h"
 #include "engine/tensor_ops.h"
 #include "kernels/detail/cublas_modes.h"
+#include "kernels/detail/linear_cuda.h"
 #include "kernels/linear_ref.h"
 
 namespace ditto {
@@ -36,8 +37,12 @@ DITTO_KNOB(linear_gemm_knob,
             {{"cublas", kRun, kLib, "cublasGemmEx: cuBLAS picks its algorithm per call, split-K included"},
              {"cublaslt", kRun, kLib,
               "cuBLASLt with one algorithm per layer and shape, fixed on first use and recorded; split-K only "
-              "with a separate fixed-order fp32 reduction, never in place or by atomics"}},
-            "cublas", false, "which cuBLAS interface runs the layer's GEMMs, and who picks their algorithm"})
+              "with a separate fixed-order fp32 reduction, never in place or by atomics"},
+             {"ditto", kGpu, kOwn,
+              "ditto's fixed-order GEMM, no library: every output summed over k in ascending order, "
+              "batch-invariant; fp32 only, asked for by name",
+              false, /*by_name_only=*/true}},
+            "cublas", false, "which interface runs the layer's GEMMs, and who picks their algorithm"})
 
 const char* name_of(CublasAtomics c) { return variant_name(linear_cublas_atomics_knob(), c); }
 const char* name_of(LinearGemm g) { return variant_name(linear_gemm_knob(), g); }
@@ -214,6 +219,11 @@ void gemm(Context& ctx, const GemmSite& site, GemmModes modes, bool ta, bool tb,
     DITTO_CUDA_CHECK(cudaMemsetAsync(C, 0, dtype_size(dtype) * static_cast<size_t>(m * n), cs.stream));
     return;
   }
+  if (modes.gemm == LinearGemm::Ditto) {  // fp32 only (linear() checks)
+    cuda::linear_gemm_fixed(ctx, ta, tb, m, n, k, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb,
+                            static_cast<float*>(C), ldc);
+    return;
+  }
   const float alpha = 1.0f, beta = 0.0f;
   if (modes.gemm == LinearGemm::Cublaslt) {
     LtPlan& plan = lt_plan(ctx, site, modes.precision, ta, tb, m, n, k, lda, ldb, ldc);
@@ -294,7 +304,8 @@ void record_manifest(Context& ctx, const std::string& layer, GemmModes md) {
   }
   // cuBLASLt's algorithms are recorded per shape as the layer first runs them (lt_plan).
   ctx.manifest().record({layer, "linear", "gemm", name_of(md.gemm), p.requested(layer, "gemm", op::linear),
-                         Determinism::Yes, name_of(md.precision), 0, dev, "", Guarantee::RunToRun});
+                         Determinism::Yes, name_of(md.precision), 0, dev, "",
+                         md.gemm == LinearGemm::Ditto ? Guarantee::GpuToGpu : Guarantee::RunToRun});
   // Every precision is run-to-run deterministic on one GPU (it changes the bits, not their
   // reproducibility); atomics allowed: cuBLAS promises nothing (see linear.h).
   ctx.manifest().record({layer, "linear", "precision", name_of(md.precision),
@@ -326,13 +337,19 @@ Var linear(Context& ctx, const std::string& layer, const Var& x, const Var& w) {
   // cuBLASLt has no atomics mode and ditto excludes its split-K: atomics allowed by a pin cannot
   // apply, so the two pins contradict each other; a mode's pick of atomics yields to the pinned
   // interface, and the manifest records what ran (off).
-  if (md.gemm == LinearGemm::Cublaslt && md.atomics == CublasAtomics::On) {
+  if (md.gemm != LinearGemm::Cublas && md.atomics == CublasAtomics::On) {
     if (ctx.policy().requested(layer, "cublas_atomics", op::linear) == select_mode_name(SelectMode::Pinned))
-      throw PolicyError(fmt::format("{}: cublas_atomics=on applies to gemm=cublas; gemm=cublaslt runs without split-K "
+      throw PolicyError(fmt::format("{}: cublas_atomics=on applies to gemm=cublas; gemm={} runs without split-K "
                                     "or atomics. Pin one of them",
-                                    op));
+                                    op, name_of(md.gemm)));
     md.atomics = CublasAtomics::Off;
   }
+  // ditto's GEMM reads and writes float and multiplies in fp32: under another precision it would
+  // not round where the layer says.
+  if (ctx.is_cuda() && md.gemm == LinearGemm::Ditto && md.precision != Precision::Fp32)
+    throw PolicyError(fmt::format("{}: gemm=ditto computes in fp32, but the layer's precision is {}; supported under {}: "
+                                  "cublas, cublaslt (or pin precision=fp32)",
+                                  op, name_of(md.precision), name_of(md.precision)));
   // NVIDIA_TF32_OVERRIDE=0 turns TF32 off inside NVIDIA's libraries: a pinned tf32 would silently
   // run as fp32 while the manifest said tf32.
   if (ctx.is_cuda() && md.precision == Precision::Tf32) {

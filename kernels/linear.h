@@ -40,12 +40,20 @@
 //                           split-K, reduction). No algorithm for a shape is a PolicyError naming
 //                           the layer; cublas_atomics=on pinned beside it is a contradiction
 //                           (PolicyError), a mode's "on" yields.
+//             ditto     -> ditto's fixed-order GEMM (kernels/detail/fixed_gemm.cuh), no library: every
+//                           output is one thread's fmaf chain over k in ascending order, so a row's
+//                           result does not depend on how many rows the batch has or where the row
+//                           sits in it (batch-invariant), and is the same on any GPU (gpu_to_gpu).
+//                           fp32 only (another precision pinned beside it is a PolicyError); slower
+//                           than cuBLAS, so no mode picks it: a rule names it (batch-invariant
+//                           evaluation, experiments/train.h).
 // Both cuBLAS modes are set on ctx's cuBLAS handle for this layer's calls only and restored afterwards.
 // Every GEMM of one layer runs on the context's single stream (cuBLAS's multi-stream workspace
 // caveat does not apply).
 //
 // On the CPU the products are the double-accumulating reference (kernels/linear_ref.h), rounding
-// its operands and results where bf16/fp16 say; cublas_atomics, gemm and tf32 do not apply there,
+// its operands and results where bf16/fp16 say (every output summed in one order whatever the
+// batch: batch-invariant too); cublas_atomics, gemm and tf32 do not apply there,
 // and the manifest records variant "reference" for them.
 #pragma once
 #include <string>
@@ -66,8 +74,8 @@ const char* name_of(CublasAtomics c);
 inline const char* knob_name(CublasAtomics) { return "cublas_atomics"; }
 
 // Knob linear.gemm (kernels/linear.cpp): which cuBLAS interface runs the GEMMs, and who picks
-// their algorithm.
-enum class LinearGemm { Cublas, Cublaslt };
+// their algorithm, or ditto's own fixed-order GEMM.
+enum class LinearGemm { Cublas, Cublaslt, Ditto };
 const KnobSpec& linear_gemm_knob();
 const char* name_of(LinearGemm g);
 inline const char* knob_name(LinearGemm) { return "gemm"; }

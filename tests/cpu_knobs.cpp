@@ -43,9 +43,12 @@ TEST_CASE("knobs: every mode pick follows the one rule") {
     // heuristic and fastest: the framework default.
     CHECK(pick_name(k, SelectMode::Heuristic) == k.framework_default);
     CHECK(pick_name(k, SelectMode::Fastest) == k.framework_default);
-    // deterministic: the strongest guarantee, the first declared among equals.
+    // deterministic: the strongest guarantee, the first declared among equals, never a variant
+    // declared by_name_only.
     const std::size_t d = k.mode_pick(SelectMode::Deterministic);
+    CHECK_FALSE(k.variants[d].by_name_only);
     for (std::size_t i = 0; i < k.variants.size(); ++i) {
+      if (k.variants[i].by_name_only) continue;
       if (i < d) CHECK(strength(k.variants[i].guarantee) < strength(k.variants[d].guarantee));
       else CHECK(strength(k.variants[i].guarantee) <= strength(k.variants[d].guarantee));
     }
@@ -107,7 +110,7 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
 }
 
 TEST_CASE("knobs: each family's enum names its registered variants in order") {
-  check_enum_names<ConvFwdAlgo>(conv_fwd_knob(), 9);
+  check_enum_names<ConvFwdAlgo>(conv_fwd_knob(), 10);
   check_enum_names<ConvBwdDataAlgo>(conv_bwd_data_knob(), 9);
   check_enum_names<ConvBwdFilterAlgo>(conv_bwd_filter_knob(), 10);
   check_enum_names<Precision>(knob_spec(op::conv2d, "precision"), 4);
@@ -116,6 +119,7 @@ TEST_CASE("knobs: each family's enum names its registered variants in order") {
   check_enum_names<ConvLayout>(conv_layout_knob(), 2);
   check_enum_names<BiasBwd>(linear_bias_bwd_knob(), 2);  // the prefix without cudnn
   check_enum_names<CublasAtomics>(linear_cublas_atomics_knob(), 2);
+  check_enum_names<LinearGemm>(linear_gemm_knob(), 3);
   check_enum_names<PoolBwd>(pool_bwd_knob(), 4);
   check_enum_names<BnBwd>(bn_bwd_knob(), 3);
   check_enum_names<BnStats>(bn_stats_knob(), 2);
@@ -178,6 +182,16 @@ TEST_CASE("knobs: a declaration that breaks the rule's assumptions is refused") 
                   Error);  // named like a mode that picks another variant
   CHECK_THROWS_AS(register_knob({op::maxpool2d, "bwd", {{"x", Guarantee::GpuToGpu, Impl::Ditto, ""}}, "x", false, ""}),
                   Error);  // registered twice
+  CHECK_THROWS_AS(register_knob({test_op, "k",
+                                 {{"a", Guarantee::NotGuaranteed, Impl::Library, ""},
+                                  {"b", Guarantee::GpuToGpu, Impl::Ditto, "", false, /*by_name_only=*/true}},
+                                 "a", false, ""}),
+                  Error);  // the only guaranteed variant is one no mode may pick
+  CHECK_THROWS_AS(register_knob({test_op, "k",
+                                 {{"a", Guarantee::RunToRun, Impl::Library, "", false, /*by_name_only=*/true},
+                                  {"b", Guarantee::GpuToGpu, Impl::Ditto, ""}},
+                                 "a", false, ""}),
+                  Error);  // a framework default no mode may pick
   CHECK(find_knob(test_op, "k") == nullptr);
 }
 

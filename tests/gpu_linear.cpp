@@ -3,10 +3,12 @@
 // count printed, manifest entries, and the DETERMINISM table lines.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "engine/context.h"
+#include "engine/error.h"
 #include "kernels/linear.h"
 #include "kernels/linear_ref.h"
 #include "support.h"
@@ -251,4 +253,55 @@ TEST_CASE("gpu linear: cuBLASLt runs one recorded algorithm per shape, split onl
   }
   CHECK(ctx.manifest().find("fc_same_shape", "gemm", shape_str({256, 512}))->algorithm ==
         ctx.manifest().find("fc_fma", "gemm", shape_str({256, 512}))->algorithm);
+}
+
+TEST_CASE("gpu linear: gemm=ditto within the dot-product bound, bit-equal over 10 runs, every row the same bits in any batch") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0), Policy::parse({"fc.gemm=ditto", "*=deterministic"}));
+  // Shapes off the 64-wide tiles and a stage length of 16, and a dw summing over 4096 rows.
+  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{257, 515, 130}, {4096, 40, 24}, {1, 7, 3}}) {
+    INFO("N " << n << " in " << in << " out " << out);
+    const LinearCase c(n, in, out, seed);
+    LinearRun r = run_linear(ctx, "fc", c.xv, c.wv, c.dyv, n, in, out);
+    check_within_bounds(c, r.y, r.dx, r.dw, false);
+    CHECK(distinct_of(10, [&] {
+            LinearRun again = run_linear(ctx, "fc", c.xv, c.wv, c.dyv, n, in, out);
+            return std::vector<Tensor>{ctx.from_host(again.y, {n, out}), ctx.from_host(again.dx, {n, in}),
+                                       ctx.from_host(again.dw, {out, in})};
+          }) == 1);
+    // Batch invariance: each row of y computed alone, and inside a batch of 3 at every position,
+    // is the row of the full batch, bit for bit.
+    for (int64_t row : {int64_t(0), n / 2, n - 1}) {
+      for (int64_t batch : {int64_t(1), int64_t(3)}) {
+        std::vector<float> xb(std::size_t(batch * in), 0.f);
+        const int64_t at = row % batch;
+        for (int64_t b = 0; b < batch; ++b)
+          std::copy(c.xv.begin() + ((row + b - at + n) % n) * in, c.xv.begin() + ((row + b - at + n) % n + 1) * in,
+                    xb.begin() + b * in);
+        NoGradGuard ng(ctx);
+        const std::vector<float> y =
+            linear(ctx, "fc", Var(ctx.from_host(xb, {batch, in})), Var(ctx.from_host(c.wv, {out, in})))
+                .value()
+                .to_host_f32();
+        INFO("row " << row << " alone in a batch of " << batch << " at position " << at);
+        CHECK(std::equal(y.begin() + at * out, y.begin() + (at + 1) * out, r.y.begin() + row * out));
+      }
+    }
+  }
+  const ManifestEntry* e = ctx.manifest().find("fc", "gemm");
+  REQUIRE(e);
+  CHECK(e->variant == "ditto");
+  CHECK(e->requested == "pinned");
+  CHECK(e->guarantee == Guarantee::GpuToGpu);
+  // fp32 only: under bf16 the layer would not round where its precision says.
+  ctx.policy() = Policy::parse({"fc.gemm=ditto", "fc.precision=bf16"});
+  const LinearCase c(8, 16, 4, seed);
+  try {
+    run_linear(ctx, "fc", c.xv, c.wv, c.dyv, 8, 16, 4);
+    FAIL("gemm=ditto under bf16 ran");
+  } catch (const PolicyError& err) {
+    CHECK_THAT(std::string(err.what()), Catch::Contains("'fc'") && Catch::Contains("gemm=ditto computes in fp32") &&
+                                            Catch::Contains("cublaslt"));
+  }
 }

@@ -1,6 +1,13 @@
-// Internal: ditto's own convolution backward (kernels/conv2d_own.cu), the variants `ditto-gemm`
-// and `ditto-direct` of the bwd_data / bwd_filter knobs beside cuDNN's algorithms.
+// Internal: ditto's own convolutions (kernels/conv2d_own.cu): the variants `ditto-gemm` and
+// `ditto-direct` of the bwd_data / bwd_filter knobs, and `ditto-direct` of fwd, beside cuDNN's
+// algorithms.
 //
+// ditto-direct fwd (any convolution, fp32 NCHW): an implicit GEMM (kernels/detail/fixed_gemm.cuh)
+//   over output positions x the group's output channels; each output is one thread's fmaf chain
+//   over (c, r, s) in ascending order from +0. Its bits depend on the output's own inputs and the
+//   filter alone: the same for any batch size and any position of the example in the batch
+//   (batch-invariant), and on any GPU. cuDNN gives no such promise: its kernels are picked per
+//   problem size, batch included.
 // ditto-gemm (any convolution whose groups are few): an explicit GEMM on cuBLAS.
 //   bwd_data:   cols = W_g^T . dY_g per item, then dX by a gather-form col2im: every dX element is
 //               written by one thread that adds its (r, s) taps in a fixed order. No atomics.
@@ -80,6 +87,7 @@ constexpr std::size_t kChunkBytes = std::size_t(256) << 20;
 // supported).
 bool gemm_supports(const ConvGeom& g, std::string* why);
 bool direct_supports(const ConvGeom& g, bool bwd_filter, std::string* why);
+bool direct_fwd_supports(const ConvGeom& g, std::string* why);
 GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter);
 
 // ditto-direct bwd_filter: parts per weight, and its workspace (parts * K * C/G * R * S floats).
@@ -124,6 +132,7 @@ DITTO_HD I tap_target(const ConvGeom& g, I h, I w, I r, I s) {
 namespace ditto::cuda {
 // Launchers (kernels/conv2d_own.cu). Pointers are device memory; ws holds the plan's workspace.
 // tf32: cuBLAS's TF32 tensor-core compute instead of plain FMA (ditto-gemm only).
+void conv_fwd_direct(Context& ctx, const own::ConvGeom& g, const float* x, const float* w, float* y);
 void conv_bwd_data_gemm(Context& ctx, const own::ConvGeom& g, const float* w, const float* dy, float* dx, void* ws,
                         bool tf32);
 void conv_bwd_filter_gemm(Context& ctx, const own::ConvGeom& g, const float* x, const float* dy, float* dw, void* ws,
