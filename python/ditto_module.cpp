@@ -318,6 +318,7 @@ NB_MODULE(_ditto, m) {
             vd["guarantee"] = guarantee_name(v.guarantee);
             vd["impl"] = v.impl == Impl::Ditto ? "ditto" : v.impl == Impl::Library ? "library" : "cpu-reference";
             vd["summary"] = v.summary;
+            vd["by_name_only"] = v.by_name_only;  // no mode picks it: a rule names it
             variants.append(vd);
           }
           nb::dict kd;

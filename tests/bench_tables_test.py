@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """cpu_bench_tables: the benchmark table scripts (bench/step_time_table.py, bench/overhead_table.py,
-bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py, bench/settings_compare.py) and scripts/render_docs.py's precision region on
+bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py, bench/settings_compare.py,
+bench/eval_invariance_table.py) and scripts/render_docs.py's precision region on
 small JSON-lines files written here: precisions are keys of their own, lines without one read as
 fp32 (step_time's former tf32 modes as tf32), and the ratios per model and precision are the ones
 the numbers give. Standard library only (unittest)."""
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "peers"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import eval_invariance_table  # noqa: E402
 import overhead_steps  # noqa: E402
 import overhead_table  # noqa: E402
 import peer_common  # noqa: E402
@@ -328,6 +330,27 @@ class SettingsCompareTest(unittest.TestCase):
         self.assertEqual(rows[4], "| IMPL | ditto | 9.12% [8.50, 9.70] | – | 0.7100 ± 0.0030 | – | – |")
         self.assertEqual(rows[5], "| IMPL | PyTorch | 5.00% [4.00, 6.00] | – | – | – | 5 |")
         self.assertEqual(rows[6], "| CONTROL | ditto | 0.00% [0.00, 0.00] | – | – | – | 1 |")
+
+
+
+class EvalInvarianceTableTest(unittest.TestCase):
+    def test_rows_ratio_and_a_bad_line_skipped(self):
+        def line(kernels, batch, ms, differing):
+            return json.dumps({"model": "resnet18", "image": 32, "examples": 1000, "kernels": kernels, "batch": batch,
+                               "ms_per_pass": ms, "differing": differing, "differing_vs_batch": 1000})
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "e.jsonl"
+            path.write_text("\n".join([line("fastest", 1000, 20.0, 0), line("batch-invariant", 1000, 100.0, 0),
+                                       line("fastest", 7, 200.0, 1000), "{not json",
+                                       json.dumps({"model": "x"}), line("batch-invariant", 7, 1200.0, 0)]) + "\n")
+            err = io.StringIO()
+            with redirect_stderr(err):
+                rows = eval_invariance_table.read([str(path)])
+        self.assertIn("e.jsonl:4: not JSON", err.getvalue())
+        self.assertIn("e.jsonl:5: no image", err.getvalue())
+        lines = eval_invariance_table.table(rows).splitlines()
+        self.assertEqual(lines[2], "| resnet18 (32, 1000) | 1000 | 20.0 | – | 100.0 | 5.00× | 0 / – / 0 (vs batch 1000) |")
+        self.assertEqual(lines[3], "| resnet18 (32, 1000) | 7 | 200.0 | – | 1200.0 | 6.00× | 1000 / – / 0 (vs batch 1000) |")
 
 
 if __name__ == "__main__":

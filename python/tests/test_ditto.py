@@ -14,7 +14,8 @@ SYNTHETIC = dict(device="cpu", synthetic_train=256, synthetic_test=128, syntheti
 def test_knobs_list_every_family_with_guarantees():
     by_name = {(k["op"], k["knob"]): k for k in ditto.knobs()}
     gemm = by_name[("linear", "gemm")]
-    assert [v["name"] for v in gemm["variants"]] == ["cublas", "cublaslt"]
+    assert [v["name"] for v in gemm["variants"]] == ["cublas", "cublaslt", "ditto"]
+    assert [v["by_name_only"] for v in gemm["variants"]] == [False, False, True]
     assert gemm["framework_default"] == "cublas"
     pool = by_name[("maxpool2d", "bwd")]
     assert {v["guarantee"] for v in pool["variants"]} >= {"not_guaranteed", "gpu_to_gpu"}
