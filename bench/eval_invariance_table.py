@@ -9,8 +9,9 @@ changed bitwise against the first batch size under each.
 A line that is not JSON or lacks a field is reported with its file and line number and skipped.
 """
 import argparse
-import json
 import sys
+
+from jsonl_records import emit, iter_records
 
 KERNELS = ("fastest", "heuristic", "batch-invariant")
 FIELDS = ("model", "image", "examples", "kernels", "batch", "ms_per_pass", "differing", "differing_vs_batch")
@@ -18,21 +19,8 @@ FIELDS = ("model", "image", "examples", "kernels", "batch", "ms_per_pass", "diff
 
 def read(paths):
     rows = {}
-    for path in paths:
-        with open(path) as f:
-            for lineno, text in enumerate(f, 1):
-                if not text.strip():
-                    continue
-                try:
-                    r = json.loads(text)
-                except json.JSONDecodeError:
-                    print(f"{path}:{lineno}: not JSON, skipped", file=sys.stderr)
-                    continue
-                missing = [k for k in FIELDS if k not in r]
-                if missing:
-                    print(f"{path}:{lineno}: no {', '.join(missing)}, skipped", file=sys.stderr)
-                    continue
-                rows[(r["model"], r["image"], r["batch"], r["kernels"])] = r
+    for _path, _lineno, r in iter_records(paths, FIELDS):
+        rows[(r["model"], r["image"], r["batch"], r["kernels"])] = r
     return rows
 
 
@@ -65,11 +53,7 @@ def main():
     if not rows:
         sys.exit("eval_invariance_table: no valid lines in " + ", ".join(a.jsonl))
     text = table(rows)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":

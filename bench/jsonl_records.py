@@ -8,8 +8,9 @@ import json
 import sys
 
 
-def iter_records(paths):
-    """Yields (path, lineno, record) for every valid line of the files, in reading order."""
+def iter_records(paths, required=("tool", "model", "mode")):
+    """Yields (path, lineno, record) for every valid line of the files, in reading order: a JSON
+    object holding every key of `required`."""
     for path in paths:
         with open(path) as f:
             for lineno, text in enumerate(f, 1):
@@ -21,7 +22,17 @@ def iter_records(paths):
                 except json.JSONDecodeError:
                     print(f"{path}:{lineno}: not JSON, skipped", file=sys.stderr)
                     continue
-                if not isinstance(rec, dict) or not all(k in rec for k in ("tool", "model", "mode")):
-                    print(f"{path}:{lineno}: no tool/model/mode, skipped", file=sys.stderr)
+                missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
+                if missing:
+                    print(f"{path}:{lineno}: no {'/'.join(missing)}, skipped", file=sys.stderr)
                     continue
                 yield path, lineno, rec
+
+
+def emit(text, out=None):
+    """Writes a finished table to the file `out`, or to stdout when none is given."""
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)

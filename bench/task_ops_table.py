@@ -16,6 +16,8 @@ import csv
 import json
 import sys
 
+from jsonl_records import emit
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="op_noise.csv files and the peers' JSON-lines files")
@@ -58,11 +60,7 @@ def main():
     if meta:
         lines += ["", "PyTorch: " + "; ".join(f"{g}, torch {t}, CUDA {c}, {d}" for g, t, c, d in sorted(meta))]
     text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":
