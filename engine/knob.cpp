@@ -54,6 +54,9 @@ void validate(const KnobSpec& s) {
                    [](const VariantSpec& v) { return guaranteed(v.guarantee) && !v.by_name_only; }))
     throw Error(fmt::format("{}: no variant a mode may pick is guaranteed, so the deterministic mode has nothing to pick",
                             who));
+  if (!s.pytorch_default.empty() && (s.selected_at_run_time || s.index_of(s.pytorch_default) == npos ||
+                                     s.variants[s.index_of(s.pytorch_default)].by_name_only))
+    throw Error(fmt::format("{}: PyTorch's default '{}' is not a variant a mode may pick", who, s.pytorch_default));
   if (!s.selected_at_run_time && s.variants[s.index_of(s.framework_default)].by_name_only)
     throw Error(fmt::format("{}: framework default '{}' is declared by_name_only", who, s.framework_default));
   // A rule's value is read as a mode word first, so a variant named like a mode ("deterministic")
@@ -85,18 +88,20 @@ const char* select_mode_name(SelectMode m) {
     case SelectMode::Deterministic: return "deterministic";
     case SelectMode::Nondeterministic: return "nondeterministic";
     case SelectMode::Fastest: return "fastest";
+    case SelectMode::Pytorch: return "pytorch";
   }
   return "?";
 }
 
 const std::vector<std::string>& mode_words() {
-  static const std::vector<std::string> words = {"heuristic", "deterministic", "nondeterministic", "fastest"};
+  static const std::vector<std::string> words = {"heuristic", "deterministic", "nondeterministic", "fastest",
+                                                 "pytorch"};
   return words;
 }
 
 bool parse_mode_word(const std::string& word, SelectMode& out) {
   static const SelectMode modes[] = {SelectMode::Heuristic, SelectMode::Deterministic, SelectMode::Nondeterministic,
-                                     SelectMode::Fastest};
+                                     SelectMode::Fastest, SelectMode::Pytorch};
   for (std::size_t i = 0; i < mode_words().size(); ++i)
     if (word == mode_words()[i]) {
       out = modes[i];
@@ -125,6 +130,8 @@ std::size_t KnobSpec::mode_pick(SelectMode mode) const {
     case SelectMode::Heuristic:
     case SelectMode::Fastest:
       return index_of(framework_default);
+    case SelectMode::Pytorch:
+      return index_of(pytorch_default.empty() ? framework_default : pytorch_default);
     case SelectMode::Deterministic: {
       std::size_t best = npos;
       for (std::size_t i = 0; i < variants.size(); ++i)
@@ -147,7 +154,7 @@ std::size_t KnobSpec::mode_pick(SelectMode mode) const {
 std::vector<std::string> KnobSpec::nondeterministic() const {
   std::vector<std::string> out;
   for (const auto& v : variants)
-    if (!guaranteed(v.guarantee)) out.push_back(v.name);
+    if (!guaranteed(v.guarantee) && !v.per_shape_guarantee) out.push_back(v.name);
   return out;
 }
 
@@ -209,8 +216,8 @@ std::string describe_variants(const std::string& knob) {
 
 std::string knob_table_markdown() {
   std::string out =
-      "| op | knob | variants (guarantee, implementation) | heuristic | deterministic | nondeterministic |\n"
-      "|---|---|---|---|---|---|\n";
+      "| op | knob | variants (guarantee, implementation) | heuristic | deterministic | nondeterministic | pytorch |\n"
+      "|---|---|---|---|---|---|---|\n";
   for (const auto& k : knobs()) {
     std::vector<std::string> vs;
     for (const auto& v : k.variants)
@@ -220,9 +227,9 @@ std::string knob_table_markdown() {
       const std::size_t i = k.mode_pick(m);
       return i == npos ? "selected per shape" : fmt::format("`{}`", k.variants[i].name);
     };
-    out += fmt::format("| {} | `{}` | {} | {} | {} | {} |\n", k.op.name, k.name, fmt::join(vs, ", "),
+    out += fmt::format("| {} | `{}` | {} | {} | {} | {} | {} |\n", k.op.name, k.name, fmt::join(vs, ", "),
                        pick(SelectMode::Heuristic), pick(SelectMode::Deterministic),
-                       pick(SelectMode::Nondeterministic));
+                       pick(SelectMode::Nondeterministic), pick(SelectMode::Pytorch));
   }
   return out;
 }

@@ -4,7 +4,9 @@
 // it once, beside its kernels (kernels/pool.cpp registers maxpool2d.bwd), with
 //   - its variants in the order of the family's enum, each with the guarantee it gives and who
 //     implements it (ditto's own kernel or a library's);
-//   - its framework default: the variant a framework runs with default settings;
+//   - its framework default: the variant the libraries' own defaults amount to (cuDNN's pick,
+//     cuDNN's pooling and batch norm, atomics where the fast path has them);
+//   - what PyTorch 2.11 runs with default settings, where that is another variant;
 //   - whether the op selects among its variants at run time (convolution algorithms, which
 //     cuDNN ranks per shape): then the mode words pass through to the op's own selection.
 // The policy (engine/policy.h) resolves LAYER.KNOB=VARIANT rules against this registry and
@@ -12,7 +14,11 @@
 // (ditto-knobs --markdown) and the noise lab's candidates all read it.
 //
 // What each mode picks, the one rule for every knob whose op does not select at run time:
-//   heuristic         the framework default (what PyTorch runs with default settings).
+//   heuristic         the framework default.
+//   pytorch           what PyTorch 2.11 runs with default settings (cudnn.benchmark and
+//                     deterministic off): the knob's pytorch_default, else its framework default.
+//                     The precision is a knob of its own in every mode (PyTorch's default lets
+//                     cuDNN convolutions use TF32: pin *.precision=tf32 on those layers for that).
 //   fastest           as heuristic (only run-time selection has anything to time).
 //   deterministic     the variant with the strongest guarantee (gpu_to_gpu over run_to_run),
 //                     the first declared among equals; never one declared by_name_only.
@@ -40,7 +46,7 @@ struct OpKind {
 inline const char* op_kind_name(OpKind k) { return k.name; }
 
 // How a knob's value was chosen: pinned by a rule naming a variant, or one of the four modes.
-enum class SelectMode { Pinned, Heuristic, Deterministic, Nondeterministic, Fastest };
+enum class SelectMode { Pinned, Heuristic, Deterministic, Nondeterministic, Fastest, Pytorch };
 const char* select_mode_name(SelectMode m);
 // "heuristic" -> Heuristic, ...; false for anything that is not a mode word.
 bool parse_mode_word(const std::string& word, SelectMode& out);
@@ -57,6 +63,10 @@ struct VariantSpec {
   // No mode picks it: a rule names it. For a slower kernel kept for a property beyond run-to-run
   // determinism (batch invariance), which `deterministic` should not trade speed for.
   bool by_name_only = false;
+  // Its guarantee is the configuration's the op picks per shape (recorded in the manifest), so the
+  // registry's is "unknown"; the noise lab does not list it among its candidates (a run reaches it
+  // through the mode that picks it).
+  bool per_shape_guarantee = false;
 };
 
 struct KnobSpec {
@@ -66,6 +76,9 @@ struct KnobSpec {
   std::string framework_default;       // heuristic's pick ("" where the op selects at run time)
   bool selected_at_run_time = false;   // the op ranks its variants per shape (cuDNN's algorithms)
   std::string summary;                 // one line: what the knob chooses
+  // The variant PyTorch 2.11 runs with default settings where it is not the framework default
+  // ("" where they are the same, or the op selects at run time): the pytorch mode's pick.
+  std::string pytorch_default;
 
   std::vector<std::string> variant_names() const;
   // The index of a variant by name; npos when it has no such variant.
@@ -73,7 +86,8 @@ struct KnobSpec {
   // What a mode picks (the rule above). For a knob selected at run time, npos: the op decides.
   std::size_t mode_pick(SelectMode mode) const;
   // Variants not guaranteed to give the same bits on every call (atomics, or a library path
-  // labelled nondeterministic or documented neither way): the noise lab's candidates.
+  // labelled nondeterministic or documented neither way), but for those whose guarantee follows a
+  // per-shape configuration: the noise lab's candidates.
   std::vector<std::string> nondeterministic() const;
 };
 

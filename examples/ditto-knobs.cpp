@@ -28,9 +28,10 @@ void print_blocks() {
       fmt::print("  modes: selected per shape by the op\n");
     } else {
       auto pick = [&](ditto::SelectMode m) { return k.variants[k.mode_pick(m)].name; };
-      fmt::print("  modes: heuristic {}, deterministic {}, nondeterministic {}, fastest {}\n",
+      fmt::print("  modes: heuristic {}, deterministic {}, nondeterministic {}, fastest {}, pytorch {}\n",
                  pick(ditto::SelectMode::Heuristic), pick(ditto::SelectMode::Deterministic),
-                 pick(ditto::SelectMode::Nondeterministic), pick(ditto::SelectMode::Fastest));
+                 pick(ditto::SelectMode::Nondeterministic), pick(ditto::SelectMode::Fastest),
+                 pick(ditto::SelectMode::Pytorch));
     }
   }
 }

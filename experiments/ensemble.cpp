@@ -1,6 +1,7 @@
 #include "experiments/ensemble.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -148,10 +149,9 @@ Setting parse_setting(const std::string& spec) {
         throw Error(fmt::format("--setting '{}': seeds={} (valid: fixed, random, init, order)", spec, value));
       }
     } else if (key == "kernels") {
-      if (value != "heuristic" && value != "deterministic" && value != "nondeterministic" && value != "fastest")
-        throw Error(fmt::format("--setting '{}': kernels={} (valid: heuristic, deterministic, nondeterministic, "
-                                "fastest)",
-                                spec, value));
+      SelectMode mode;
+      if (!parse_mode_word(value, mode))
+        throw Error(fmt::format("--setting '{}': kernels={} (valid: {})", spec, value, fmt::join(mode_words(), ", ")));
       s.kernels = value;
     } else if (key == "pin") {
       if (value.find('=') == std::string::npos)

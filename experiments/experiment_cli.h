@@ -69,7 +69,7 @@ inline void add_experiment_flags(CLI::App& app, ExperimentArgs& a) {
   app.add_option("--fig-s4-kernels", a.fig.kernels,
                  "fig-s4: the kernels of the four {init} x {order} cells (heuristic: the framework default, so the "
                  "fixed/fixed cell shows GPU noise)")
-      ->check(CLI::IsMember({"heuristic", "deterministic", "nondeterministic", "fastest"}))
+      ->check(CLI::IsMember(mode_words()))
       ->capture_default_str();
   app.add_flag("--no-control", a.no_control, "fig-s4: leave out the CONTROL cell (deterministic kernels, nothing varies)");
   app.add_option("--unstable-examples", o.unstable_shown,
@@ -78,7 +78,7 @@ inline void add_experiment_flags(CLI::App& app, ExperimentArgs& a) {
       ->capture_default_str();
   app.add_option("--modes", a.modes, "overhead: kernel modes")
       ->delimiter(',')
-      ->check(CLI::IsMember({"heuristic", "deterministic", "nondeterministic", "fastest"}))
+      ->check(CLI::IsMember(mode_words()))
       ->capture_default_str();
   app.add_option("--overhead-warmup", a.overhead_warmup, "overhead: untimed steps first")
       ->check(detail::at_least(1))

@@ -25,9 +25,13 @@ const VariantSpec kFixedTree{"deterministic", kGpu, kOwn, "per-block partial sum
 DITTO_KNOB(conv_bias_bwd_knob,
            {op::conv2d, "bias_bwd",
             {kAtomic, kFixedTree, {"cudnn", kRun, kLib, "cudnnConvolutionBackwardBias"}},
-            "cudnn", false, "the bias gradient's reduction"})
+            "cudnn", false, "the bias gradient's reduction",
+            // PyTorch sums a convolution's bias gradient with its own reduction (grad.sum over N, H, W).
+            "deterministic"})
 DITTO_KNOB(linear_bias_bwd_knob, {op::linear, "bias_bwd", {kAtomic, kFixedTree}, "atomic", false,
-                                  "the bias gradient's reduction"})
+                                  "the bias gradient's reduction",
+                                  // PyTorch's addmm backward sums the bias gradient with its own reduction.
+                                  "deterministic"})
 
 const char* name_of(BiasBwd b) { return variant_name(conv_bias_bwd_knob(), b); }
 

@@ -76,7 +76,8 @@ static_assert(int(ConvBwdFilterAlgo::FftTiling) + 1 == CUDNN_CONVOLUTION_BWD_FIL
 // reproducible on one GPU model (run_to_run). ditto-gemm's order is fixed by the shape but its
 // GEMMs are cuBLAS's (run_to_run); ditto-direct uses no library (gpu_to_gpu).
 namespace {
-constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu;
+constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu,
+                    kUnk = Guarantee::Unknown;
 constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
 }  // namespace
 
@@ -91,7 +92,11 @@ DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
                             {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                             {"ditto-direct", kGpu, kOwn,
                              "fixed-order implicit GEMM, no library: batch-invariant (fp32 NCHW)"},
-                            {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
+                            {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"},
+                            {"engine-first", kUnk, kLib,
+                             "cuDNN backend API: heuristic mode A's first configuration, nondeterministic ones "
+                             "included (PyTorch's default)",
+                             false, false, /*per_shape_guarantee=*/true}},
                            "", true, "the forward algorithm"})
 DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                 {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
@@ -102,7 +107,11 @@ DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                  {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                                  {"ditto-gemm", kRun, kOwn, "explicit GEMM on cuBLAS, gather-form col2im"},
                                  {"ditto-direct", kGpu, kOwn, "depthwise gather, no library"},
-                                 {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
+                                 {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"},
+                            {"engine-first", kUnk, kLib,
+                             "cuDNN backend API: heuristic mode A's first configuration, nondeterministic ones "
+                             "included (PyTorch's default)",
+                             false, false, /*per_shape_guarantee=*/true}},
                                 "", true, "the input-gradient algorithm"})
 DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                   {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
@@ -114,7 +123,11 @@ DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                    {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
                                    {"ditto-gemm", kRun, kOwn, "per-item GEMMs on cuBLAS, folded in item order"},
                                    {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"},
-                                   {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"}},
+                                   {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"},
+                            {"engine-first", kUnk, kLib,
+                             "cuDNN backend API: heuristic mode A's first configuration, nondeterministic ones "
+                             "included (PyTorch's default)",
+                             false, false, /*per_shape_guarantee=*/true}},
                                   "", true, "the weight-gradient algorithm"})
 DITTO_KNOB(conv_precision_knob, {op::conv2d, "precision", precision_variants(), "fp32", false,
                                  "where the convolution rounds: fp32, tf32, bf16, fp16 (PyTorch's cuDNN default is "
@@ -270,8 +283,8 @@ struct FwdTraits {
   using CudnnAlgo = cudnnConvolutionFwdAlgo_t;
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  static constexpr int kEngine = int(ConvFwdAlgo::Engine);
-  static constexpr int kVariants = kEngine + 1;
+  static constexpr int kEngine = int(ConvFwdAlgo::Engine), kEngineFirst = int(ConvFwdAlgo::EngineFirst);
+  static constexpr int kVariants = kEngineFirst + 1;
   static constexpr detail::ConvDirection kDirection = detail::ConvDirection::Fwd;
   static const Shape& result_shape(const ConvSpec& s) { return s.y; }
   static constexpr const char* kKnob = "fwd";
@@ -316,8 +329,8 @@ struct BwdDataTraits {
   using CudnnAlgo = cudnnConvolutionBwdDataAlgo_t;
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-  static constexpr int kEngine = int(ConvBwdDataAlgo::Engine);
-  static constexpr int kVariants = kEngine + 1;
+  static constexpr int kEngine = int(ConvBwdDataAlgo::Engine), kEngineFirst = int(ConvBwdDataAlgo::EngineFirst);
+  static constexpr int kVariants = kEngineFirst + 1;
   static constexpr detail::ConvDirection kDirection = detail::ConvDirection::BwdData;
   static const Shape& result_shape(const ConvSpec& s) { return s.x; }
   static constexpr const char* kKnob = "bwd_data";
@@ -369,8 +382,8 @@ struct BwdFilterTraits {
   using CudnnAlgo = cudnnConvolutionBwdFilterAlgo_t;
   using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
   static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  static constexpr int kEngine = int(ConvBwdFilterAlgo::Engine);
-  static constexpr int kVariants = kEngine + 1;
+  static constexpr int kEngine = int(ConvBwdFilterAlgo::Engine), kEngineFirst = int(ConvBwdFilterAlgo::EngineFirst);
+  static constexpr int kVariants = kEngineFirst + 1;
   static constexpr detail::ConvDirection kDirection = detail::ConvDirection::BwdFilter;
   static const Shape& result_shape(const ConvSpec& s) { return s.w; }
   static constexpr const char* kKnob = "bwd_filter";
@@ -455,7 +468,12 @@ struct EngineChoice {
 
 // Whether the layer's precision allows an engine configuration with these notes (conv2d.h's
 // `engine`): reproducible, fp32 accumulation, and tensor cores only where the precision says.
-bool engine_notes_allowed(const detail::EngineConfig& c, Precision precision) {
+// `engine-first` (first = true) takes what PyTorch's filter takes: anything but inputs
+// down-converted, and under fp32 no tensor cores.
+bool engine_notes_allowed(const detail::EngineConfig& c, Precision precision, bool first) {
+  if (first)
+    return !c.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) &&
+           !(precision == Precision::Fp32 && c.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE));
   if (c.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) || c.has(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION))
     return false;
   if (precision == Precision::Fp32)
@@ -539,14 +557,15 @@ struct Problem {
   cudnnHandle_t handle() const { return detail::cuda_state(ctx).cudnn; }
   static const char* name(int algo) { return name_of(static_cast<typename T::Algo>(algo)); }
 
-  // ditto's own variants come after cuDNN's algorithms in the enum, the engine last.
-  static bool is_engine(int algo) { return algo == T::kEngine; }
+  // ditto's own variants come after cuDNN's algorithms in the enum, the engines last.
+  static bool is_engine(int algo) { return algo == T::kEngine || algo == T::kEngineFirst; }
   static bool is_own(int algo) { return algo >= T::kCount && !is_engine(algo); }
 
-  // The engine variant's configuration for this problem (built once: graph, heuristic mode A's
-  // list, the first allowed configuration whose plan cuDNN builds).
-  const EngineChoice& engine() const {
-    auto it = st.engines.find(list_key);
+  // An engine variant's configuration for this problem (built once: graph, heuristic mode A's
+  // list, the first allowed configuration whose plan cuDNN builds); `first`: engine-first's.
+  const EngineChoice& engine(bool first) const {
+    const std::string key = list_key + (first ? "|first" : "");
+    auto it = st.engines.find(key);
     if (it != st.engines.end()) return it->second;
     EngineChoice c;
     detail::EngineConvSpec es;
@@ -561,19 +580,20 @@ struct Problem {
       c.graph = std::make_shared<detail::EngineGraph>(detail::engine_graph(handle(), es));
       std::string refused;
       for (const detail::EngineConfig& cfg : c.graph->configs) {
-        if (!engine_notes_allowed(cfg, precision)) continue;
+        if (!engine_notes_allowed(cfg, precision, first)) continue;
         const cudnnStatus_t status = detail::engine_plan(handle(), cfg, &c.plan);
         if (status == CUDNN_STATUS_SUCCESS) break;
         refused += fmt::format("{}{}: {}", refused.empty() ? "" : ", ", cfg.name(), cudnnGetErrorString(status));
       }
       if (!c.plan.plan)
-        c.why = fmt::format("cuDNN's backend heuristics list no configuration that is reproducible and allowed under "
+        c.why = fmt::format("cuDNN's backend heuristics list no configuration that is {}allowed under "
                             "{} and builds a plan ({} listed{}{})",
-                            name_of(precision), c.graph->configs.size(), refused.empty() ? "" : "; refused: ", refused);
+                            first ? "" : "reproducible and ", name_of(precision), c.graph->configs.size(),
+                            refused.empty() ? "" : "; refused: ", refused);
     } catch (const CudnnError& e) {
       c.why = fmt::format("cuDNN's backend API cannot describe this problem: {}", e.what());
     }
-    return st.engines.emplace(list_key, std::move(c)).first->second;
+    return st.engines.emplace(key, std::move(c)).first->second;
   }
 
   // cuDNN supports `algo` for this problem when its workspace-size query succeeds; ditto's own
@@ -588,7 +608,7 @@ struct Problem {
       return true;
     }
     if (is_engine(algo)) {
-      const EngineChoice& e = engine();
+      const EngineChoice& e = engine(algo == T::kEngineFirst);
       if (!e.ok()) {
         if (why) *why = e.why;
         return false;
@@ -622,7 +642,7 @@ struct Problem {
       bool ran = true;
       for (int rep = 0; rep < 4 && ran; ++rep) {
         if (rep) timer.start();
-        if (is_engine(a)) ran = T::engine(handle(), engine().plan, ops, ws.get()) == CUDNN_STATUS_SUCCESS;
+        if (is_engine(a)) ran = T::engine(handle(), engine(a == T::kEngineFirst).plan, ops, ws.get()) == CUDNN_STATUS_SUCCESS;
         else T::run_own(ctx, a, g, ops, ws.get(), precision == Precision::Tf32);
         if (rep) timer.stop();
       }
@@ -634,7 +654,7 @@ struct Problem {
       r.status = CUDNN_STATUS_SUCCESS;
       r.time_ms = float(ms[ms.size() / 2]);
       r.math = precision == Precision::Fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
-      r.det = Determinism::Yes;
+      r.det = label(a, false);
       out.push_back(r);
     }
     return out;
@@ -663,7 +683,12 @@ struct Problem {
   // algorithm as usable, else from Find (only when allowed: it runs the algorithms).
   Determinism label(int algo, bool allow_find) {
     if (is_own(algo)) return Determinism::Yes;  // fixed order by construction (kernels/detail/conv2d_own.h)
-    if (is_engine(algo)) return Determinism::Yes;  // configurations noted NONDETERMINISTIC are not taken
+    // engine takes no configuration noted NONDETERMINISTIC; engine-first's label is its configuration's.
+    if (algo == T::kEngine) return Determinism::Yes;
+    if (algo == T::kEngineFirst) {
+      const EngineChoice& e = engine(true);
+      return e.ok() && e.plan.config.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ? Determinism::No : Determinism::Yes;
+    }
     for (const auto& r : heuristics())
       if (r.algo == algo && r.ok() && r.det != Determinism::Unknown) return r.det;
     if (allow_find)
@@ -769,6 +794,19 @@ struct Problem {
   Selection select(const std::string& layer, const AlgoChoice<typename T::Algo>& choice) {
     const std::string key = list_key + "|" + choice.str();
     if (auto it = st.selections.find(key); it != st.selections.end()) return it->second;
+    // pytorch: the configuration PyTorch's cuDNN path runs by default; cuDNN's legacy ranking only
+    // where the backend API builds none (the manifest records which ran).
+    if (choice.mode == SelectMode::Pytorch) {
+      std::size_t bytes = 0;
+      if (workspace_of(T::kEngineFirst, &bytes)) {
+        detail::Workspace probe(detail::cuda_state(ctx), bytes);
+        if (probe.ok()) {
+          Selection sel{T::kEngineFirst, bytes, label(T::kEngineFirst, false)};
+          st.selections.emplace(key, sel);
+          return sel;
+        }
+      }
+    }
     if (choice.mode == SelectMode::Deterministic && ctx.tuning()) {
       Selection sel = tuned(layer, *ctx.tuning());
       st.selections.emplace(key, sel);
@@ -777,6 +815,7 @@ struct Problem {
     Selection sel;
     SelectMode mode = choice.mode;
     if (mode == SelectMode::Nondeterministic && T::kAtomicsAlgo < 0) mode = SelectMode::Heuristic;
+    if (mode == SelectMode::Pytorch) mode = SelectMode::Heuristic;  // no engine-first configuration
     // bf16/fp16: `deterministic` runs the engine variant, the backend API's reproducible pick and
     // the kind of engine frameworks run for tensor-core convolutions (the legacy API's
     // deterministic ranking made channels-last ResNet-50, MobileNet-v2 and EfficientNet-B0 steps
@@ -799,6 +838,7 @@ struct Problem {
       case SelectMode::Nondeterministic:
         sel = pinned(layer, T::kAtomicsAlgo, "nondeterministic asks for the atomics");
         break;
+      case SelectMode::Pytorch:  // turned into Heuristic above: no engine-first configuration
       case SelectMode::Heuristic: {
         const auto& list = heuristics();
         auto it = std::find_if(list.begin(), list.end(), [&](const AlgoPerf& r) { return r.ok() && math_allowed(r.math, precision); });
@@ -866,7 +906,7 @@ void run_direction(Context& ctx, const std::string& layer, const ConvForm& form,
     T::run_own(ctx, sel.algo, spec.geom(), ops, ws.get(), precision == Precision::Tf32);
     impl = T::own_impl(sel.algo);
   } else if (Problem<T>::is_engine(sel.algo)) {
-    const EngineChoice& e = prob.engine();
+    const EngineChoice& e = prob.engine(sel.algo == T::kEngineFirst);
     const cudnnStatus_t status = T::engine(detail::cuda_state(ctx).cudnn, e.plan, ops, ws.get());
     if (status == CUDNN_STATUS_NOT_SUPPORTED)
       throw PolicyError(fmt::format("{}: cuDNN refused to run engine configuration {} ({}) for this shape; supported: {}",

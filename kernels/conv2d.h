@@ -41,25 +41,33 @@ namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 //                 is summed over (c, r, s) in ascending order, so an example's result does not depend
 //                 on the batch size or its position in the batch (batch-invariant; slower than cuDNN,
 //                 deterministic and heuristic never pick it; fastest and a tuning file only where it times fastest)
-// and, last in every direction:
-//   engine        cuDNN's backend (graph) API: the first engine configuration heuristic mode A lists
+// and, last in every direction, cuDNN's backend (graph) API:
+//   engine        the first engine configuration heuristic mode A lists
 //                 for the problem whose numerical notes allow it — not NONDETERMINISTIC, not
 //                 REDUCED_PRECISION_REDUCTION, and under fp32 neither TENSOR_CORE nor
 //                 DOWN_CONVERT_INPUTS (tf32: not DOWN_CONVERT_INPUTS). The engines frameworks run
 //                 today (PyTorch's cuDNN path is the backend API); the manifest's `algorithm` names the
 //                 configuration that ran ("eng12[k2=3] TENSOR_CORE"). Heuristic mode A is a function of
 //                 the problem, GPU and cuDNN version, so a pin or replay runs the same configuration.
+//   engine-first  what PyTorch 2.11's cuDNN path runs by default (cudnn.benchmark and
+//                 deterministic off): heuristic mode A's first configuration that builds a plan,
+//                 NONDETERMINISTIC and REDUCED_PRECISION_REDUCTION ones included; never
+//                 DOWN_CONVERT_INPUTS, and under fp32 no TENSOR_CORE (PyTorch with allow_tf32 off).
+//                 Its determinism is the configuration's: "no" where cuDNN notes it NONDETERMINISTIC.
 // The op selects among them per shape: the mode words pass through to its selection
 // (heuristic: cuDNN's first pick; deterministic: under bf16/fp16 the engine, otherwise cuDNN's
 // first pick among those it labels deterministic, or a tuning file's; nondeterministic: the
 // atomics algorithm where the direction has one; fastest: cuDNN's Find among all, with ditto's
-// own and the engine timed beside it).
+// own and the engines timed beside it; pytorch: engine-first).
 enum class ConvFwdAlgo {
-  ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, DittoDirect, Engine
+  ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, DittoDirect, Engine,
+  EngineFirst
 };
-enum class ConvBwdDataAlgo { Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, Engine };
+enum class ConvBwdDataAlgo {
+  Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, Engine, EngineFirst
+};
 enum class ConvBwdFilterAlgo {
-  Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, Engine
+  Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, Engine, EngineFirst
 };
 const KnobSpec& conv_fwd_knob();
 const KnobSpec& conv_bwd_data_knob();

@@ -12,7 +12,9 @@
 namespace ditto {
 
 DITTO_KNOB(softmax_xent_reduce_knob, {op::softmax_xent, "reduce", reduction_variants(), "atomic", false,
-                                      "the batch-mean loss's sum"})
+                                      "the batch-mean loss's sum",
+                                      // PyTorch's nll_loss sums a batch's losses in one block, in a fixed order.
+                                      "deterministic"})
 
 
 Var softmax_cross_entropy(Context& ctx, const std::string& layer, const Var& logits_in, const Tensor& labels) {

@@ -27,7 +27,9 @@ DITTO_KNOB(pool_bwd_knob, {op::maxpool2d, "bwd",
                             {"cudnn-deterministic", kRun, kLib, "CUDNN_POOLING_MAX_DETERMINISTIC"},
                             {"atomic-scatter", kNot, kOwn, "atomicAdd from every output"},
                             {"gather", kGpu, kOwn, "one thread per input adds its windows in order"}},
-                           "cudnn", false, "max-pool backward"})
+                           "cudnn", false, "max-pool backward",
+                           // PyTorch runs its own max-pool kernels, whose backward gathers per input.
+                           "gather"})
 
 const char* name_of(PoolBwd p) { return variant_name(pool_bwd_knob(), p); }
 

@@ -26,7 +26,9 @@ std::vector<VariantSpec> reduce_variants() {
 }
 }  // namespace
 
-DITTO_KNOB(reduce_knob, {op::reduce, "reduce", reduce_variants(), "atomic", false, "the sum's order"})
+DITTO_KNOB(reduce_knob, {op::reduce, "reduce", reduce_variants(), "atomic", false, "the sum's order",
+                         // PyTorch's sum and mean reduce without atomics, in an order fixed per shape.
+                         "deterministic"})
 
 const char* name_of(Reduction r) { return variant_name(reduce_knob(), r); }
 

@@ -24,7 +24,9 @@ const std::vector<VariantSpec> kScatterVariants = {
 
 DITTO_KNOB(scatter_add_knob, {op::scatter_add, "scatter", kScatterVariants, "atomic", false, "the scatter's sums"})
 DITTO_KNOB(embedding_scatter_knob, {op::embedding, "scatter", kScatterVariants, "atomic", false,
-                                    "the weight gradient's scatter"})
+                                    "the weight gradient's scatter",
+                                    // PyTorch's embedding backward sorts the indices and sums segments.
+                                    "sorted"})
 
 const char* name_of(ScatterAlgo s) { return variant_name(scatter_add_knob(), s); }
 

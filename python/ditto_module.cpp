@@ -326,6 +326,8 @@ NB_MODULE(_ditto, m) {
           kd["knob"] = k.name;
           kd["variants"] = variants;
           kd["framework_default"] = k.framework_default;
+          // What the pytorch mode picks: PyTorch 2.11's default where it is another variant.
+          kd["pytorch_default"] = k.pytorch_default.empty() ? k.framework_default : k.pytorch_default;
           kd["selected_at_run_time"] = k.selected_at_run_time;
           kd["summary"] = k.summary;
           out.append(kd);

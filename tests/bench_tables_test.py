@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """cpu_bench_tables: the benchmark table scripts (bench/step_time_table.py, bench/overhead_table.py,
 bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py, bench/settings_compare.py,
-bench/eval_invariance_table.py) and scripts/render_docs.py's precision region on
+bench/eval_invariance_table.py, bench/layer_kernels.py) and scripts/render_docs.py's precision region on
 small JSON-lines files written here: precisions are keys of their own, lines without one read as
 fp32 (step_time's former tf32 modes as tf32), and the ratios per model and precision are the ones
 the numbers give. Standard library only (unittest)."""
@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "bench" / "peers"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import eval_invariance_table  # noqa: E402
+import layer_kernels  # noqa: E402
 import overhead_steps  # noqa: E402
 import overhead_table  # noqa: E402
 import peer_common  # noqa: E402
@@ -351,6 +352,30 @@ class EvalInvarianceTableTest(unittest.TestCase):
         lines = eval_invariance_table.table(rows).splitlines()
         self.assertEqual(lines[2], "| resnet18 (32, 1000) | 1000 | 20.0 | – | 100.0 | 5.00× | 0 / – / 0 (vs batch 1000) |")
         self.assertEqual(lines[3], "| resnet18 (32, 1000) | 7 | 200.0 | – | 1200.0 | 6.00× | 1000 / – / 0 (vs batch 1000) |")
+
+
+
+class LayerKernelsTest(unittest.TestCase):
+    def test_names_counts_and_the_convolution_summary(self):
+        with tempfile.TemporaryDirectory() as d:
+            tj, nc = Path(d) / "t.json", Path(d) / "n.csv"
+            tj.write_text(json.dumps({"model": "smallcnn", "steps": 2, "batch": 128, "eval_batch": 128, "kernels": [
+                "sm90_xmma_fprop_implicit_gemm_f32f32_tilesize64x64", "sm90_xmma_fprop_implicit_gemm_f32f32_tilesize64x64",
+                "void at::native::vectorized_elementwise_kernel<4, float>(int, float)",
+                "sm90_xmma_wgrad_implicit_gemm_f32"]}))
+            nc.write_text("==PROF== Connected to process\n"
+                          '"ID","Kernel Name","Metric Name","Metric Value"\n'
+                          '"0","sm90_xmma_fprop_implicit_gemm_f32f32_tilesize64x64","gpu__time_duration.sum","1"\n'
+                          '"1","void ditto::cuda::relu_kernel<float>(float const*, float*, long)","gpu__time_duration.sum","1"\n'
+                          '"2","sm90_xmma_wgrad_implicit_gemm_f32","gpu__time_duration.sum","1"\n'
+                          '"3","cudnn::dgrad2d_engine<float>(int)","gpu__time_duration.sum","1"\n')
+            t, _ = layer_kernels.read_torch(str(tj))
+            text, summary = layer_kernels.table(t, [("pytorch", layer_kernels.read_ncu(str(nc)))])
+        self.assertEqual(t["at::native::vectorized_elementwise_kernel"], 1)
+        self.assertIn("| `sm90_xmma_fprop_implicit_gemm_f32f32_tilesize64x64` | yes | 2 | 1 |", text)
+        self.assertIn("| `ditto::cuda::relu_kernel` |  | 0 | 1 |", text)
+        self.assertEqual(summary, ["ditto pytorch: 2 of PyTorch's 3 convolution launches run the same kernel "
+                                   "(3 convolution launches in all)"])
 
 
 if __name__ == "__main__":

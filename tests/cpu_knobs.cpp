@@ -40,9 +40,11 @@ TEST_CASE("knobs: every mode pick follows the one rule") {
         CHECK(k.mode_pick(m) == KnobPick::kNone);
       continue;
     }
-    // heuristic and fastest: the framework default.
+    // heuristic and fastest: the framework default; pytorch: PyTorch's default where declared.
     CHECK(pick_name(k, SelectMode::Heuristic) == k.framework_default);
     CHECK(pick_name(k, SelectMode::Fastest) == k.framework_default);
+    CHECK(pick_name(k, SelectMode::Pytorch) == (k.pytorch_default.empty() ? k.framework_default : k.pytorch_default));
+    CHECK(k.pytorch_default != k.framework_default);  // declared only where it differs
     // deterministic: the strongest guarantee, the first declared among equals, never a variant
     // declared by_name_only.
     const std::size_t d = k.mode_pick(SelectMode::Deterministic);
@@ -109,10 +111,42 @@ TEST_CASE("knobs: the picks every trained run relies on stay what they were") {
   CHECK(seen == expected.size());
 }
 
+TEST_CASE("knobs: the pytorch mode picks what PyTorch 2.11 runs by default") {
+  // Where PyTorch's default differs from the libraries' defaults that `heuristic` runs: its own
+  // reductions for bias gradients, the batch loss and sums (no atomics), its own max-pool backward
+  // (a gather) and its sorted embedding backward. Everything else as heuristic.
+  const std::map<std::string, std::string> differs = {
+      {"conv2d.bias_bwd", "deterministic"}, {"linear.bias_bwd", "deterministic"},
+      {"maxpool2d.bwd", "gather"},          {"softmax_xent.reduce", "deterministic"},
+      {"reduce.reduce", "deterministic"},   {"embedding.scatter", "sorted"},
+  };
+  for (const KnobSpec& k : knobs()) {
+    const std::string key = std::string(k.op.name) + "." + k.name;
+    INFO(key);
+    if (k.selected_at_run_time) {
+      CHECK(k.mode_pick(SelectMode::Pytorch) == KnobPick::kNone);
+      continue;
+    }
+    auto it = differs.find(key);
+    CHECK(pick_name(k, SelectMode::Pytorch) == (it == differs.end() ? k.framework_default : it->second));
+  }
+  // The mode word parses and resolves like the others; conv2d selects per shape (engine-first).
+  const Policy p = Policy::parse({"*=pytorch"});
+  CHECK(p.variant<PoolBwd>("pool1", op::maxpool2d) == PoolBwd::Gather);
+  CHECK(p.variant<BiasBwd>("fc1", op::linear) == BiasBwd::Deterministic);
+  CHECK(conv_choice<ConvFwdAlgo>(p, "conv1").mode == SelectMode::Pytorch);
+  CHECK(p.requested("conv1", "fwd", op::conv2d) == "pytorch");
+  CHECK(std::string(name_of(ConvBwdFilterAlgo::EngineFirst)) == "engine-first");
+  CHECK(conv_bwd_filter_knob().variants.back().guarantee == Guarantee::Unknown);
+  // engine-first's guarantee is its per-shape configuration's: not a noise-lab candidate.
+  CHECK(conv_bwd_filter_knob().nondeterministic() == std::vector<std::string>{"algo0", "algo3"});
+  CHECK(conv_fwd_knob().nondeterministic().empty());
+}
+
 TEST_CASE("knobs: each family's enum names its registered variants in order") {
-  check_enum_names<ConvFwdAlgo>(conv_fwd_knob(), 10);
-  check_enum_names<ConvBwdDataAlgo>(conv_bwd_data_knob(), 9);
-  check_enum_names<ConvBwdFilterAlgo>(conv_bwd_filter_knob(), 10);
+  check_enum_names<ConvFwdAlgo>(conv_fwd_knob(), 11);
+  check_enum_names<ConvBwdDataAlgo>(conv_bwd_data_knob(), 10);
+  check_enum_names<ConvBwdFilterAlgo>(conv_bwd_filter_knob(), 11);
   check_enum_names<Precision>(knob_spec(op::conv2d, "precision"), 4);
   check_enum_names<Precision>(knob_spec(op::linear, "precision"), 4);
   check_enum_names<BiasBwd>(conv_bias_bwd_knob(), 3);
@@ -192,6 +226,11 @@ TEST_CASE("knobs: a declaration that breaks the rule's assumptions is refused") 
                                   {"b", Guarantee::GpuToGpu, Impl::Ditto, ""}},
                                  "a", false, ""}),
                   Error);  // a framework default no mode may pick
+  CHECK_THROWS_AS(register_knob({test_op, "k",
+                                 {{"a", Guarantee::NotGuaranteed, Impl::Library, ""},
+                                  {"b", Guarantee::GpuToGpu, Impl::Ditto, ""}},
+                                 "a", false, "", "c"}),
+                  Error);  // PyTorch's default is not a variant
   CHECK(find_knob(test_op, "k") == nullptr);
 }
 

@@ -541,3 +541,35 @@ TEST_CASE("conv2d GPU: DETERMINISM table on N=32,C=64,H=W=32,K=64, 3x3 pad 1") {
     }
   }
 }
+
+TEST_CASE("conv2d GPU: the pytorch mode runs engine-first in every direction, labelled by its configuration's notes") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context ctx(Device::cuda(0), Policy::parse({"*=pytorch"}));
+  int nondeterministic = 0, runs = 0;
+  for (const auto& c : cases()) {
+    INFO("case " << c.name);
+    Problem pr(ctx, c, seed);
+    for (Dir d : kDirs) {
+      INFO(knob(d));
+      Tensor out = run(ctx, "c", d, pr);
+      const ManifestEntry* e = ctx.manifest().find("c", knob(d));
+      REQUIRE(e != nullptr);
+      // The backend API builds a plan for every problem here: no legacy fallback.
+      CHECK(e->variant == "engine-first");
+      CHECK(e->requested == "pytorch");
+      CHECK_FALSE(e->algorithm.empty());
+      CHECK(compare(out.to_host_f32(), pr, d, "engine-first", Precision::Fp32) == "");
+      const bool noted = e->algorithm.find("NONDETERMINISTIC") != std::string::npos;
+      CHECK(e->deterministic == (noted ? Determinism::No : Determinism::Yes));
+      CHECK(e->guarantee == (noted ? Guarantee::NotGuaranteed : Guarantee::RunToRun));
+      // fp32: PyTorch's filter with TF32 off takes no tensor-core configuration.
+      CHECK(e->algorithm.find("TENSOR_CORE") == std::string::npos);
+      nondeterministic += noted;
+      ++runs;
+      if (!noted) CHECK(test::distinct_results(5, [&] { return run(ctx, "c", d, pr); }) == 1);
+    }
+  }
+  std::printf("PYTORCHMODE engine-first: %d of %d problem directions run a configuration cuDNN notes NONDETERMINISTIC\n",
+              nondeterministic, runs);
+}

@@ -18,6 +18,7 @@ def test_knobs_list_every_family_with_guarantees():
     assert [v["by_name_only"] for v in gemm["variants"]] == [False, False, True]
     assert gemm["framework_default"] == "cublas"
     pool = by_name[("maxpool2d", "bwd")]
+    assert pool["framework_default"] == "cudnn" and pool["pytorch_default"] == "gather"
     assert {v["guarantee"] for v in pool["variants"]} >= {"not_guaranteed", "gpu_to_gpu"}
 
 
