@@ -92,7 +92,8 @@ def main():
         lab, path = spec.split("=", 1)
         dittos.append((lab, read_ncu(path)))
     text, summary = table(torch_counts, dittos)
-    head = (f"PyTorch {rec.get('torch', '?')} on {rec.get('gpu', '?')}: {rec.get('model')}, {rec.get('steps')} "
+    head = (f"PyTorch {rec.get('torch', '?')} (cuDNN {rec.get('cudnn', 'not recorded')}) on {rec.get('gpu', '?')}: "
+            f"{rec.get('model')}, {rec.get('steps')} "
             f"training steps of {rec.get('batch')} and one evaluation batch of {rec.get('eval_batch')}\n\n")
     emit(head + "\n".join(f"- {s}" for s in summary) + "\n\n" + text, a.out)
     for s in summary:

@@ -8,7 +8,8 @@ The work is torch_settings.py's model and recipe on random CIFAR-shaped data: --
 steps (forward, cross-entropy, backward, Adam) of --batch images from a fresh process, then one
 forward of --eval-batch images in evaluation mode (ditto-train's epoch end with --test-size equal to
 it). The whole run is profiled, so algorithm selection on first use is in it, as it is in ditto's.
-Writes one JSON object to --out: {"model", "batch", "steps", "eval_batch", "torch", "gpu",
+Writes one JSON object to --out: {"model", "batch", "steps", "eval_batch", "torch", "cudnn" (the
+cuDNN PyTorch loaded: its wheels bundle their own), "gpu",
 "kernels": [names in launch order]}.
 
     python3 bench/peers/torch_kernels.py --model smallcnn --out torch_kernels.json
@@ -64,7 +65,8 @@ def main():
                not e.name.startswith(("Memcpy", "Memset"))]
     kernels.sort(key=lambda e: e.time_range.start)
     rec = {"model": a.model, "batch": a.batch, "steps": a.steps, "eval_batch": a.eval_batch,
-           "torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "kernels": [e.name for e in kernels]}
+           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(),
+           "kernels": [e.name for e in kernels]}
     with open(a.out, "w") as f:
         json.dump(rec, f, indent=1)
     print(f"torch_kernels: {len(kernels)} kernels -> {a.out}")
