@@ -1,5 +1,6 @@
 """The Python package on the CPU: knobs, policies, tensors shared with NumPy without copies,
 training runs with ditto-train's flags, and errors as Python exceptions with ditto's messages."""
+import json
 import sys
 
 import numpy as np
@@ -102,6 +103,20 @@ def test_native_bf16_activations_train_and_are_recorded(tmp_path):
     assert r1.weights_fingerprint != widened.weights_fingerprint  # the ops after each convolution round to bf16 now
     assert "--native-activations" in r1.replay
     assert any(op["knob"] == "output" and op["variant"] == "native" for op in r1.ops)
+
+
+def test_batch_invariant_evaluation_is_recorded_apart_from_training(tmp_path):
+    r = ditto.train(epochs=1, kernels="deterministic", eval_kernels="batch-invariant", out=str(tmp_path / "inv"),
+                    **SYNTHETIC)
+    same = ditto.train(epochs=1, kernels="deterministic", **SYNTHETIC)
+    assert r.weights_fingerprint == same.weights_fingerprint  # evaluation touches no training state
+    assert "--eval-kernels batch-invariant" in r.replay
+    manifest = json.loads((tmp_path / "inv" / "manifest.json").read_text())
+    assert manifest["evaluation"]["kernels"] == "batch-invariant"
+    assert any(op["op"] == "conv2d" and op["knob"] == "fwd" and op["requested"] == "pinned"
+               for op in manifest["evaluation"]["ops"])
+    with pytest.raises(ditto.Error, match="--eval-kernels batch-invariant"):
+        ditto.train(epochs=1, precision="bf16", eval_kernels="batch-invariant", **SYNTHETIC)
 
 
 def test_flags_are_refused_as_ditto_train_refuses_them():
