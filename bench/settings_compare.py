@@ -4,14 +4,18 @@ bench/peers/torch_settings.py's (the same metric names), one row per setting and
 
     python3 bench/settings_compare.py --ditto DIR/report.csv --torch DIR/report.csv --out compare.md
 
-Columns: churn with its 95% interval, not-all-agree, accuracy mean and std, weight L2 and the number
-of distinct final weights. A setting one side lacks is shown as missing there. Standard library only.
+Columns: churn with its 95% interval (over test examples) and the range of its replica pairs (how far
+the replicas drawn move it), not-all-agree, accuracy mean and std, weight L2 and the number of
+distinct final weights. The paper's settings come first, then any other setting either side has (a
+custom ditto-experiment --setting such as IMPL-pytorch); one a side lacks is shown as missing there.
+Standard library only.
 """
 import argparse
 import csv
 import sys
 
-METRICS = ("churn", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2", "distinct_fingerprints")
+METRICS = ("churn", "churn_pair_min", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2",
+           "distinct_fingerprints")
 ORDER = ("ALGO+IMPL", "ALGO", "IMPL", "IMPL-ATOMIC", "CONTROL")
 
 
@@ -34,6 +38,9 @@ def cell(rep, setting, metric):
     value, lo, hi = v
     if metric == "churn":
         return f"{100 * value:.2f}%" + (f" [{100 * lo:.2f}, {100 * hi:.2f}]" if lo is not None and hi is not None else "")
+    if metric == "churn_pair_min":
+        top = rep.get((setting, "churn_pair_max"))
+        return f"{100 * value:.2f}–{100 * top[0]:.2f}%" if top and top[0] is not None else "–"
     if metric == "disagreement":
         return f"{100 * value:.2f}%"
     if metric == "accuracy_mean":
@@ -45,9 +52,12 @@ def cell(rep, setting, metric):
 
 
 def table(ditto, torch):
-    settings = [s for s in ORDER if any((s, m) in d for d in (ditto, torch) for m in METRICS)]
-    lines = ["| setting | code base | churn [95% CI] | not-all-agree | top-1 mean ± std | weight L2 | distinct weights |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    present = [s for d in (ditto, torch) for (s, m) in d if m in METRICS]
+    settings = [s for s in ORDER if s in present]
+    settings += [s for s in dict.fromkeys(present) if s not in settings]
+    lines = ["| setting | code base | churn [95% CI] | replica pairs | not-all-agree | top-1 mean ± std | weight L2 "
+             "| distinct weights |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for s in settings:
         for name, rep in (("ditto", ditto), ("PyTorch", torch)):
             lines.append(f"| {s} | {name} | " + " | ".join(cell(rep, s, m) for m in METRICS if m != "accuracy_std") + " |")

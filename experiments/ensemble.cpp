@@ -518,9 +518,18 @@ class SettingSummary {
   SettingSummary(ReportData& rep, const SettingRuns& sr, const EnsembleOptions& o, const TestUnits& u, uint64_t& seed)
       : rep_(rep), sr_(sr), o_(o), u_(u), seed_(seed), name_(sr.setting.name), preds_(predictions_of(sr)) {}
 
-  // Churn and the not-all-agree fraction, with bootstrap intervals.
+  // Churn and the not-all-agree fraction, with bootstrap intervals, and the lowest and highest
+  // churn of one replica pair: the interval resamples test examples for these replicas, the pair
+  // range shows how much the replicas drawn move it (with few replicas, more than the interval).
   void add_agreement() {
     interval("churn", churn_interval(preds_, o_.bootstrap, seed_++, 0.95, u_.per));
+    std::vector<double> pairs;
+    for (std::size_t a = 0; a < preds_.size(); ++a)
+      for (std::size_t b = a + 1; b < preds_.size(); ++b) pairs.push_back(churn(preds_[a], preds_[b]));
+    if (!pairs.empty()) {
+      metric("churn_pair_min", *std::min_element(pairs.begin(), pairs.end()));
+      metric("churn_pair_max", *std::max_element(pairs.begin(), pairs.end()));
+    }
     interval("disagreement", bootstrap_mean(group_means(not_all_agree(preds_), u_.per), o_.bootstrap, seed_++));
   }
 

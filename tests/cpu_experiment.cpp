@@ -122,6 +122,10 @@ TEST_CASE("experiment: CONTROL is bit-identical, ALGO drifts; the report says so
   CHECK(metric(r, "ALGO", "unstable_examples") == Approx(metric(r, "ALGO", "disagreement") * 120));
   CHECK(metric(r, "CONTROL", "unstable_examples") == 0.0);
   CHECK(metric(r, "CONTROL", "ensemble_accuracy") == metric(r, "CONTROL", "accuracy_mean"));
+  // Two replicas: one pair, whose churn is the setting's.
+  CHECK(metric(r, "ALGO", "churn_pair_min") == Approx(metric(r, "ALGO", "churn")));
+  CHECK(metric(r, "ALGO", "churn_pair_max") == Approx(metric(r, "ALGO", "churn")));
+  CHECK(metric(r, "CONTROL", "churn_pair_max") == 0.0);
   write_report(o.out, r);
   std::ifstream csv(fs::path(o.out) / "report.csv");
   std::stringstream text;

@@ -16,7 +16,8 @@ networks and recipe are torch_train.py's (SmallCNN, ResNet-18 for CIFAR; Adam or
 
 Writes OUT/report.csv in ditto's tidy form (setting, metric, value, ci_low, ci_high) with the
 metrics both reports share: churn (mean pairwise prediction disagreement, bootstrap 95% interval
-over test examples, as experiments/stats.h), disagreement (the fraction of test examples on which
+over test examples, as experiments/stats.h), churn_pair_min / churn_pair_max (the lowest and highest
+churn of one replica pair), disagreement (the fraction of test examples on which
 the replicas do not all agree), accuracy_mean, accuracy_std (sample standard deviation over
 replicas), weight_l2 (mean pairwise L2 distance of the final weights) and distinct_fingerprints;
 and OUT/replicas.jsonl (one line per replica: setting, seeds, accuracy, weights hash).
@@ -155,7 +156,10 @@ def main():
         c, lo, hi = churn_interval(preds, args.bootstrap, rng)
         stacked = np.stack(preds)
         l2 = [float(np.linalg.norm(weights[a] - weights[b])) for a, b in itertools.combinations(range(len(weights)), 2)]
+        pairs = [float((preds[a] != preds[b]).mean()) for a, b in itertools.combinations(range(len(preds)), 2)]
         rows += [(name, "churn", c, lo, hi),
+                 (name, "churn_pair_min", min(pairs), "", ""),
+                 (name, "churn_pair_max", max(pairs), "", ""),
                  (name, "disagreement", float((stacked != stacked[0]).any(axis=0).mean()), "", ""),
                  (name, "accuracy_mean", float(np.mean(accs)), "", ""),
                  (name, "accuracy_std", float(np.std(accs, ddof=1)), "", ""),

@@ -30,8 +30,10 @@ def test_four_settings_in_pytorch_report_dittos_metrics(tmp_path):
     with open(tmp_path / "r" / "report.csv") as f:
         got = {(r["setting"], r["metric"]): float(r["value"]) for r in csv.DictReader(f)}
     for s in ("ALGO+IMPL", "ALGO", "IMPL", "CONTROL"):
-        for m in ("churn", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2", "distinct_fingerprints"):
+        for m in ("churn", "churn_pair_min", "churn_pair_max", "disagreement", "accuracy_mean", "accuracy_std",
+                  "weight_l2", "distinct_fingerprints"):
             assert (s, m) in got, (s, m)
+        assert got[(s, "churn_pair_min")] <= got[(s, "churn")] <= got[(s, "churn_pair_max")]
     for s in ("CONTROL", "IMPL"):  # fixed seeds, and the CPU's kernels repeat
         assert got[(s, "distinct_fingerprints")] == 1 and got[(s, "churn")] == 0 and got[(s, "weight_l2")] == 0
     assert got[("ALGO", "distinct_fingerprints")] == 2 and got[("ALGO", "weight_l2")] > 0
