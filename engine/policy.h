@@ -2,7 +2,7 @@
 //
 // A policy is a list of rules "LAYER.KNOB=VALUE". LAYER is a layer name or '*'; KNOB is a knob
 // name or '*' (written "LAYER=VALUE" or "*=VALUE"); VALUE is a variant of that knob or one of
-// the four mode words every knob understands (heuristic, deterministic, nondeterministic,
+// the five mode words every knob understands (heuristic, deterministic, nondeterministic, pytorch,
 // fastest). The knobs, their variants and what each mode picks are declared by the op families
 // that own them, in the knob registry (engine/knob.h); the policy knows no family by name.
 // A knob the op selects at run time (a convolution algorithm) may also be qualified by the

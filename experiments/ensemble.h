@@ -25,7 +25,7 @@ struct Setting {
   std::string name;
   bool vary_init = false;   // initial weights drawn per replica
   bool vary_order = false;  // batch order and augmentation drawn per replica
-  std::string kernels = "deterministic";  // heuristic | deterministic | nondeterministic | fastest
+  std::string kernels = "deterministic";  // heuristic | deterministic | nondeterministic | fastest | pytorch
   std::vector<std::string> pins;          // after the kernels mode
   float lr = 0;                           // > 0: this setting's learning rate (figure S4)
 };

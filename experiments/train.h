@@ -54,7 +54,7 @@ struct TrainConfig {
   std::optional<uint64_t> seed_init, seed_order, seed_augment;
   bool deterministic_init = false;    // seed_init fixed (0 unless given)
   bool deterministic_input = false;   // seed_order and seed_augment fixed (0 unless given)
-  std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest
+  std::string kernels = "heuristic";  // heuristic | deterministic | nondeterministic | fastest | pytorch
   std::string precision = "fp32";     // fp32 | tf32 | bf16 | fp16: the rule *.precision=VALUE (kernels/precision.h)
   bool channels_last = false;         // the rule *.layout=nhwc: convolutions compute channels-last (kernels/conv2d.h)
   bool native_activations = false;    // the rule *.output=native: convolutions hand on bf16/f16 (channels-last) results
