@@ -8,7 +8,9 @@
 # compare. Steps of the speed measurements: graphtest steptime concurrent[:N] concurrent-eager[:N] (N
 # replicas at a time, default 10) profile where. Steps of the experiment protocols: exp-smallcnn
 # exp-precision[:MODEL] (the four settings in each precision, EXP_PRECISIONS), exp-codebases[:MODEL/EPOCHS/REPLICAS]
-# (the four settings in ditto and in PyTorch, side by side), attribute-precision[:PRECISION]
+# (the four settings in ditto and in PyTorch, side by side; ditto adds IMPL and ALGO+IMPL under its pytorch
+# mode), eval-invariance (batch-invariant evaluation's cost), layer-kernels[:MODEL] (the kernels PyTorch and
+# ditto's modes run, side by side), attribute-precision[:PRECISION]
 # (the add-one attribution in a reduced precision), grad-agreement (one step's gradients against PyTorch's autocast),
 # fingerprint[:PRECISIONS] (a deterministic run's weights twice per precision, to compare across GPUs)
 # Tracing: trace-speed (bench/trace_speed), diverge-zoo[:MODELS] (ImageNet-shape diverge runs with
@@ -146,7 +148,8 @@ pipeline() {
         local dir=$R/exp-codebases-$model
         mkdir -p $dir
         $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs $epochs --lr 4e-4 --optimizer adam \
-          --replicas $replicas --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 12 --graph --quiet --resume \
+          --replicas $replicas --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 18 --graph --quiet --resume \
+          --setting "ALGO+IMPL-pytorch: seeds=random kernels=pytorch" --setting "IMPL-pytorch: seeds=fixed kernels=pytorch" \
           --out $dir/ditto > $dir/ditto.txt 2> $dir/ditto.err; echo "ditto rc=$?"
         PYTHONPATH=$B/python${PYTHONPATH:+:$PYTHONPATH} python3 bench/peers/torch_settings.py --data $DATA --model $model \
           --epochs $epochs --replicas $replicas --optimizer adam --lr 4e-4 --out $dir/torch > $dir/torch.txt 2> $dir/torch.err
@@ -186,6 +189,34 @@ pipeline() {
           --replicas ${ATTR_PREC_REPLICAS:-3} --form add-one --l2-steps 1,10,$steps --fingerprint-steps $steps \
           --no-checkpoint --overwrite --quiet --out $R/attribute-$p > $R/attribute-$p.txt 2> $R/attribute-$p.err
         echo "attribute $p rc=$?"; sed -n '/^rank/,/^$/p' $R/attribute-$p.txt | head -24 ;;
+      eval-invariance)
+        # What batch-invariant evaluation costs and buys (bench/eval_invariance): SmallCNN and ResNet-18 at
+        # 32 px over 1000 examples in batches of 1000, 128, 7 and 1; ResNet-50 at 224 px over 256 in
+        # batches of 256, 64, 7 and 1; fastest, heuristic and batch-invariant kernels. Wall: about 3 min.
+        rm -f $R/eval_invariance.jsonl
+        timeout 200 $B/bench/eval_invariance --models smallcnn,resnet18 --image-size 32 --examples 1000 \
+          --batches 1000,128,7,1 --repeats 2 --out $R/eval_invariance.jsonl > /dev/null 2> $R/eval_invariance.err
+        echo "eval_invariance 32px rc=$?"
+        timeout 200 $B/bench/eval_invariance --models resnet50 --image-size 224 --examples 256 --batches 256,64,7,1 \
+          --repeats 2 --out $R/eval_invariance.jsonl > /dev/null 2>> $R/eval_invariance.err
+        echo "eval_invariance 224px rc=$?"
+        python3 bench/eval_invariance_table.py $R/eval_invariance.jsonl --out $R/eval_invariance.md && cat $R/eval_invariance.md ;;
+      layer-kernels)
+        # The kernels PyTorch runs by default beside ditto's pytorch, heuristic and deterministic modes
+        # for the same work (ARG: smallcnn or resnet18, default smallcnn): two training steps of 128 and
+        # one evaluation batch of 128; PyTorch's profiler and Nsight Compute; bench/layer_kernels.py.
+        local model=${arg:-smallcnn} K=$R/layer-kernels-${arg:-smallcnn} m ncu; ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+        mkdir -p $K
+        timeout 120 python3 bench/peers/torch_kernels.py --model $model --out $K/torch.json 2>&1 | tail -1
+        for m in pytorch heuristic deterministic; do
+          timeout 180 $ncu --csv --metrics gpu__time_duration.sum --log-file $K/ditto-$m.csv $B/examples/ditto-train \
+            --model $model --dataset synthetic --synthetic-train 256 --synthetic-test 128 --synthetic-size 32 \
+            --batch-size 128 --epochs 1 --kernels $m --deterministic-init --deterministic-input --quiet --loader-threads 1 \
+            > $K/ditto-$m.txt 2>&1
+          echo "ncu $m rc=$?"
+        done
+        python3 bench/layer_kernels.py $K/torch.json pytorch=$K/ditto-pytorch.csv heuristic=$K/ditto-heuristic.csv \
+          deterministic=$K/ditto-deterministic.csv --out $K/table.md && head -8 $K/table.md ;;
       fingerprint)
         # A deterministic run's final weights, twice per precision (ARG: precisions joined by "+",
         # default bf16+fp16): SmallCNN on CIFAR-10, 2 epochs, Adam 4e-4, graphed, channels-last,
