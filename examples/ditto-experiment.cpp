@@ -9,9 +9,10 @@
 // batch size, pins, sizes, --graph), except seeds and kernels, which the settings decide.
 // Writes report.json, report.csv and report.html to --out (experiments/report.h) beside one run
 // folder per replica; --resume keeps finished replicas and continues unfinished ones.
-// On a Slurm cluster: --plan writes the settings study as an array job (one replica per task, its
-// exact ditto-train command) to --out; after `sbatch OUT/study.sbatch`, the same command with
-// --collect instead of --plan checks every run folder against the plan and writes the report.
+// On a Slurm cluster: --plan writes the settings (or figure S4) study as an array job (one replica
+// per task, its exact ditto-train command) to --out; after `sbatch OUT/study.sbatch`, the same
+// command with --collect instead of --plan checks every run folder against the plan and writes the
+// report.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -79,19 +80,20 @@ int main(int argc, char** argv) {
     if ((a.plan || a.collect) && a.slurm.train_binary.empty())
       a.slurm.train_binary = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "ditto-train").string();
     if (a.plan) {
-      const int tasks = ditto::write_study_plan(o, a.slurm);
-      std::printf("planned %d tasks (%zu settings x %d replicas) in %s\nsubmit: sbatch %s/study.sbatch\nthen: the same "
+      const ditto::EnsembleOptions study = ditto::planned_study(a);
+      const int tasks = ditto::write_study_plan(study, a.slurm);
+      std::printf("planned %d tasks (%zu %s x %d replicas) in %s\nsubmit: sbatch %s/study.sbatch\nthen: the same "
                   "command with --collect instead of --plan\n",
-                  tasks, o.settings.size(), o.replicas, o.out.c_str(), o.out.c_str());
+                  tasks, study.settings.size(), a.protocol == "fig-s4" ? "cells" : "settings", study.replicas,
+                  study.out.c_str(), study.out.c_str());
       return 0;
     }
     std::printf("ditto-experiment (%s) on %s: %s on %s, %d replicas x %d epochs\n", a.protocol.c_str(),
                 o.base.device.c_str(), o.base.model.c_str(), o.base.dataset.c_str(), o.replicas, o.base.epochs);
     auto data = ditto::load_train_data(o.base);  // once for every replica
     double wall = 0;
-    const ditto::ReportData report = a.collect
-                                         ? ditto::summarize(ditto::collect_study(o, a.slurm, *data), o, *data)
-                                         : ditto::run_experiment_protocol(a, data, &wall);
+    const ditto::ReportData report =
+        a.collect ? ditto::collect_protocol(a, *data) : ditto::run_experiment_protocol(a, data, &wall);
     print_protocol(a, report, wall);
     ditto::write_report(o.out, report);
     std::printf("wrote %s/report.{html,json,csv}\n", o.out.c_str());

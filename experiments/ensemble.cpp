@@ -778,7 +778,7 @@ ReportData summarize(const std::vector<SettingRuns>& settings, const EnsembleOpt
   return rep;
 }
 
-ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::shared_ptr<const TrainData>& data) {
+FigS4Study fig_s4_study(EnsembleOptions o, const FigS4Options& f) {
   if (f.lrs.empty()) throw Error("--lrs: figure S4 needs at least one learning rate");
   for (float lr : f.lrs)
     if (!(lr > 0)) throw Error(fmt::format("--lrs: learning rates must be positive, got {}", lr));
@@ -792,7 +792,7 @@ ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::share
   o.base.lr_schedule = "constant";
   o.base.warmup_epochs = 0;
   o.settings.clear();
-  std::vector<ReportFigS4Point> cells;  // one per setting, disagreement filled in below
+  std::vector<ReportFigS4Point> cells;  // one per setting, disagreement filled in by fig_s4_report
   for (float lr : f.lrs) {
     for (bool init : {false, true})
       for (bool order : {false, true}) {
@@ -811,16 +811,29 @@ ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::share
       cells.push_back({lr, "fixed", "fixed", 0, "deterministic", "CONTROL"});
     }
   }
-  auto runs = run_settings(o, data);
-  ReportData rep = summarize(runs, o, *data);
+  return {std::move(o), std::move(cells)};
+}
+
+ReportData fig_s4_report(const FigS4Study& study, const FigS4Options& f, const std::vector<SettingRuns>& runs,
+                         const TrainData& data) {
+  const EnsembleOptions& o = study.o;
+  if (runs.size() != study.cells.size())
+    throw Error(fmt::format("figure S4: {} cells but {} settings' runs", study.cells.size(), runs.size()));
+  ReportData rep = summarize(runs, o, data);
   rep.title = fmt::format("Figure S4: {} on {}, SGD momentum {}{}, {} kernels{}, {} replicas x {} epochs", o.base.model,
                           o.base.dataset, f.momentum, f.nesterov ? " (Nesterov)" : "", f.kernels,
                           f.control ? " and a CONTROL cell" : "", o.replicas, o.base.epochs);
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    cells[i].disagreement = mean(not_all_agree(predictions_of(runs[i])));
-    rep.fig_s4.push_back(cells[i]);
+    ReportFigS4Point cell = study.cells[i];
+    cell.disagreement = mean(not_all_agree(predictions_of(runs[i])));
+    rep.fig_s4.push_back(cell);
   }
   return rep;
+}
+
+ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::shared_ptr<const TrainData>& data) {
+  const FigS4Study study = fig_s4_study(std::move(o), f);
+  return fig_s4_report(study, f, run_settings(study.o, data), *data);
 }
 
 ReportData run_overhead(EnsembleOptions o, const std::vector<std::string>& modes, int warmup, int steps,

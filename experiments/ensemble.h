@@ -121,6 +121,16 @@ struct FigS4Options {
 // "lr<LR>-<init>init-<order>order" and "lr<LR>-CONTROL". Throws Error for no learning rates, a
 // learning rate that is not positive, a momentum outside [0, 1) or nesterov without momentum.
 ReportData run_fig_s4(EnsembleOptions o, const FigS4Options& f, const std::shared_ptr<const TrainData>& data);
+// The same in two halves, so a cluster can train the cells (write_study_plan / collect_study):
+// the study (o with SGD, the constant rates and the cells as settings; the cells in that order),
+// and the report of its runs.
+struct FigS4Study {
+  EnsembleOptions o;
+  std::vector<ReportFigS4Point> cells;  // disagreement filled in by fig_s4_report
+};
+FigS4Study fig_s4_study(EnsembleOptions o, const FigS4Options& f);
+ReportData fig_s4_report(const FigS4Study& study, const FigS4Options& f, const std::vector<SettingRuns>& runs,
+                         const TrainData& data);
 
 // Time per step of one model under each kernel mode (fixed seeds, `steps` steps after
 // `warmup` untimed ones, one run at a time), and each mode's ratio to heuristic.

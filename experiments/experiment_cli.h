@@ -155,9 +155,11 @@ inline void apply_experiment_flags(const CLI::App& app, ExperimentArgs& a, int a
                                        flag, flag));
     if (!app.count("--momentum")) o.base.momentum = 0;  // the figure's default: plain SGD
   }
-  if ((a.plan || a.collect) && a.protocol != "settings")
-    throw Error(fmt::format("--{}: a planned study runs the settings protocol; --protocol {} runs on one machine",
-                            a.plan ? "plan" : "collect", a.protocol));
+  // The overhead protocol times steps one run at a time: a cluster's tasks would time other GPUs.
+  if ((a.plan || a.collect) && a.protocol == "overhead")
+    throw Error(fmt::format("--{}: a planned study runs the settings or fig-s4 protocol; --protocol overhead times "
+                            "its runs one after the other on one machine",
+                            a.plan ? "plan" : "collect"));
   if ((a.plan || a.collect) && o.resume)
     throw Error("--resume: a planned study resumes by resubmitting its unfinished tasks (sbatch --array=...)");
   for (const char* flag : {"--slurm-gpus-per-task", "--slurm-partition", "--train-binary"})
@@ -165,6 +167,16 @@ inline void apply_experiment_flags(const CLI::App& app, ExperimentArgs& a, int a
       throw Error(fmt::format("{} belongs to --plan and --collect; leave it out", flag));
   for (const auto& n : a.names) o.settings.push_back(parse_setting(n));
   for (const auto& c : a.custom) o.settings.push_back(parse_setting(c));
+}
+
+// Figure S4's options as the command line sets them (SGD's momentum and Nesterov come from the
+// training flags).
+inline FigS4Options fig_s4_options(const ExperimentArgs& a) {
+  FigS4Options f = a.fig;
+  f.momentum = a.o.base.momentum;
+  f.nesterov = a.o.base.nesterov;
+  f.control = !a.no_control;
+  return f;
 }
 
 // Runs the chosen protocol (settings, fig-s4 or overhead) on `data`; *wall gets the settings
@@ -176,13 +188,23 @@ inline ReportData run_experiment_protocol(ExperimentArgs& a, const std::shared_p
     const std::vector<SettingRuns> runs = run_settings(o, data, wall);
     return summarize(runs, o, *data);
   }
-  if (a.protocol == "fig-s4") {
-    a.fig.momentum = o.base.momentum;
-    a.fig.nesterov = o.base.nesterov;
-    a.fig.control = !a.no_control;
-    return run_fig_s4(o, a.fig, data);
-  }
+  if (a.protocol == "fig-s4") return run_fig_s4(o, fig_s4_options(a), data);
   return run_overhead(o, a.modes, a.overhead_warmup, a.overhead_steps, data);
+}
+
+// The study a --plan writes and a --collect reads: the settings protocol's, or figure S4's cells.
+inline EnsembleOptions planned_study(const ExperimentArgs& a) {
+  return a.protocol == "fig-s4" ? fig_s4_study(a.o, fig_s4_options(a)).o : a.o;
+}
+
+// A planned study's report from its finished run folders (each checked against the plan).
+inline ReportData collect_protocol(const ExperimentArgs& a, const TrainData& data) {
+  if (a.protocol == "fig-s4") {
+    const FigS4Options f = fig_s4_options(a);
+    const FigS4Study study = fig_s4_study(a.o, f);
+    return fig_s4_report(study, f, collect_study(study.o, a.slurm, data), data);
+  }
+  return summarize(collect_study(a.o, a.slurm, data), a.o, data);
 }
 
 // CONTROL (and figure S4's per-lr CONTROL cells) must end bit-identical: what went wrong where

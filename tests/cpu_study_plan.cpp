@@ -98,6 +98,37 @@ TEST_CASE("a planned study's tasks train the replicas run_settings trains; colle
   CHECK_THROWS_WITH(collect_study(planned, p, *data),
                     Contains("task 1 (ALGO replica 1") && Contains("not the planned run") && Contains("--lr"));
 }
+
+TEST_CASE("figure S4 as a planned study: its cells' tasks give the figure run_fig_s4 gives") {
+  FigS4Options f;
+  f.lrs = {0.05f};
+  EnsembleOptions local = study(scratch("fig-local"));
+  fs::remove_all(local.out);
+  auto data = load_train_data(local.base);
+  const ReportData here = run_fig_s4(local, f, data);
+
+  const FigS4Study planned = fig_s4_study(study(scratch("fig-planned")), f);
+  fs::remove_all(planned.o.out);
+  REQUIRE(planned.cells.size() == 5);  // four {init} x {order} cells and CONTROL
+  const StudyPlanOptions p{DITTO_TRAIN_BINARY, 0, ""};
+  REQUIRE(write_study_plan(planned.o, p) == 10);
+  const std::vector<std::string> tasks = lines_of(planned.o.out + "/tasks.txt");
+  REQUIRE(tasks.size() == 10);
+  CHECK_THAT(tasks[0], Contains("--optimizer sgd") && Contains("--lr 0.05") && Contains("--lr-schedule constant"));
+  for (const auto& t : tasks) REQUIRE(std::system((t + " > /dev/null 2>&1").c_str()) == 0);
+  const ReportData there = fig_s4_report(planned, f, collect_study(planned.o, p, *data), *data);
+  REQUIRE(there.fig_s4.size() == here.fig_s4.size());
+  for (std::size_t i = 0; i < here.fig_s4.size(); ++i) {
+    INFO("cell " << i << ": " << here.fig_s4[i].init << " init, " << here.fig_s4[i].order << " order");
+    CHECK(there.fig_s4[i].disagreement == here.fig_s4[i].disagreement);
+    CHECK(there.fig_s4[i].kernels == here.fig_s4[i].kernels);
+  }
+  for (const std::string& s : here.settings) {
+    INFO(s);
+    CHECK(metric(there, s, "distinct_fingerprints") == metric(here, s, "distinct_fingerprints"));
+    CHECK(metric(there, s, "churn") == metric(here, s, "churn"));
+  }
+}
 #endif
 
 TEST_CASE("a study plan refuses what its tasks could not run") {
