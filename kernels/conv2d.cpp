@@ -29,6 +29,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
@@ -79,6 +80,13 @@ namespace {
 constexpr Guarantee kNot = Guarantee::NotGuaranteed, kRun = Guarantee::RunToRun, kGpu = Guarantee::GpuToGpu,
                     kUnk = Guarantee::Unknown;
 constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
+// The backend-API variants, last in every direction (conv2d.h).
+const VariantSpec kEngineVariant{"engine", kRun, kLib,
+                                 "cuDNN backend API: heuristic mode A's first configuration its notes allow"};
+const VariantSpec kEngineFirstVariant{"engine-first", kUnk, kLib,
+                                      "cuDNN backend API: heuristic mode A's first configuration, nondeterministic "
+                                      "ones included (PyTorch's default)",
+                                      false, false, /*per_shape_guarantee=*/true};
 }  // namespace
 
 DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
@@ -92,11 +100,7 @@ DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
                             {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                             {"ditto-direct", kGpu, kOwn,
                              "fixed-order implicit GEMM, no library: batch-invariant (fp32 NCHW)"},
-                            {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"},
-                            {"engine-first", kUnk, kLib,
-                             "cuDNN backend API: heuristic mode A's first configuration, nondeterministic ones "
-                             "included (PyTorch's default)",
-                             false, false, /*per_shape_guarantee=*/true}},
+                            kEngineVariant, kEngineFirstVariant},
                            "", true, "the forward algorithm"})
 DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                 {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
@@ -107,11 +111,7 @@ DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                  {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                                  {"ditto-gemm", kRun, kOwn, "explicit GEMM on cuBLAS, gather-form col2im"},
                                  {"ditto-direct", kGpu, kOwn, "depthwise gather, no library"},
-                                 {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"},
-                            {"engine-first", kUnk, kLib,
-                             "cuDNN backend API: heuristic mode A's first configuration, nondeterministic ones "
-                             "included (PyTorch's default)",
-                             false, false, /*per_shape_guarantee=*/true}},
+                                 kEngineVariant, kEngineFirstVariant},
                                 "", true, "the input-gradient algorithm"})
 DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                   {{"algo0", kNot, kLib, "cuDNN ALGO_0: atomics"},
@@ -123,11 +123,7 @@ DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                    {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
                                    {"ditto-gemm", kRun, kOwn, "per-item GEMMs on cuBLAS, folded in item order"},
                                    {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"},
-                                   {"engine", kRun, kLib, "cuDNN backend API: heuristic mode A's first configuration its notes allow"},
-                            {"engine-first", kUnk, kLib,
-                             "cuDNN backend API: heuristic mode A's first configuration, nondeterministic ones "
-                             "included (PyTorch's default)",
-                             false, false, /*per_shape_guarantee=*/true}},
+                                   kEngineVariant, kEngineFirstVariant},
                                   "", true, "the weight-gradient algorithm"})
 DITTO_KNOB(conv_precision_knob, {op::conv2d, "precision", precision_variants(), "fp32", false,
                                  "where the convolution rounds: fp32, tf32, bf16, fp16 (PyTorch's cuDNN default is "
@@ -577,7 +573,11 @@ struct Problem {
     es.dtype = form.dtype();
     es.nhwc = form.nhwc();
     try {
-      c.graph = std::make_shared<detail::EngineGraph>(detail::engine_graph(handle(), es));
+      // One operation graph and heuristic list per problem: the other engine variant's, when built.
+      const auto other = st.engines.find(first ? list_key : list_key + "|first");
+      c.graph = other != st.engines.end() && other->second.graph
+                    ? other->second.graph
+                    : std::make_shared<detail::EngineGraph>(detail::engine_graph(handle(), es));
       std::string refused;
       for (const detail::EngineConfig& cfg : c.graph->configs) {
         if (!engine_notes_allowed(cfg, precision, first)) continue;
@@ -791,22 +791,23 @@ struct Problem {
                                   supported_str()));
   }
 
+  // An engine variant as a mode's pick: when it has a configuration for this problem and its
+  // workspace can be allocated.
+  std::optional<Selection> engine_pick(int algo) {
+    std::size_t bytes = 0;
+    if (!workspace_of(algo, &bytes)) return std::nullopt;
+    detail::Workspace probe(detail::cuda_state(ctx), bytes);
+    if (!probe.ok()) return std::nullopt;
+    return Selection{algo, bytes, label(algo, false)};
+  }
+
   Selection select(const std::string& layer, const AlgoChoice<typename T::Algo>& choice) {
     const std::string key = list_key + "|" + choice.str();
     if (auto it = st.selections.find(key); it != st.selections.end()) return it->second;
     // pytorch: the configuration PyTorch's cuDNN path runs by default; cuDNN's legacy ranking only
     // where the backend API builds none (the manifest records which ran).
-    if (choice.mode == SelectMode::Pytorch) {
-      std::size_t bytes = 0;
-      if (workspace_of(T::kEngineFirst, &bytes)) {
-        detail::Workspace probe(detail::cuda_state(ctx), bytes);
-        if (probe.ok()) {
-          Selection sel{T::kEngineFirst, bytes, label(T::kEngineFirst, false)};
-          st.selections.emplace(key, sel);
-          return sel;
-        }
-      }
-    }
+    if (choice.mode == SelectMode::Pytorch)
+      if (const auto sel = engine_pick(T::kEngineFirst)) return st.selections.emplace(key, *sel).first->second;
     if (choice.mode == SelectMode::Deterministic && ctx.tuning()) {
       Selection sel = tuned(layer, *ctx.tuning());
       st.selections.emplace(key, sel);
@@ -820,17 +821,8 @@ struct Problem {
     // the kind of engine frameworks run for tensor-core convolutions (the legacy API's
     // deterministic ranking made channels-last ResNet-50, MobileNet-v2 and EfficientNet-B0 steps
     // 1.5-3x slower); the legacy ranking only where the backend API offers no such configuration.
-    if (mode == SelectMode::Deterministic && is_reduced(precision)) {
-      std::size_t bytes = 0;
-      if (workspace_of(T::kEngine, &bytes)) {
-        detail::Workspace probe(detail::cuda_state(ctx), bytes);
-        if (probe.ok()) {
-          sel = {T::kEngine, bytes, Determinism::Yes};
-          st.selections.emplace(key, sel);
-          return sel;
-        }
-      }
-    }
+    if (mode == SelectMode::Deterministic && is_reduced(precision))
+      if (const auto pick = engine_pick(T::kEngine)) return st.selections.emplace(key, *pick).first->second;
     switch (mode) {
       case SelectMode::Pinned:
         sel = pinned(layer, static_cast<int>(choice.algo), "pinned");
