@@ -23,7 +23,7 @@
 # Reduced precision, ditto against PyTorch's AMP: precision (fp32, bf16, fp16; CIFAR shapes and a few
 # zoo models; under $R/precision).
 # The paper's figure S4 and main table: fig-s4[:MOMENTUM] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
-# exp-resnet18 (each says its wall time and the env vars that scale it); zoo-overhead times
+# exp-resnet18[:adam] exp-optim (each says its wall time and the env vars that scale it); zoo-overhead times
 # OVERHEAD_STEPS (100) steps.
 # The networks of the other task kinds: tasks[:MODELS] (MODELS a comma list of
 # unet-small, stn, ctc-cnn, embedding-bag; default all four), each the four settings and an add-one
@@ -301,11 +301,12 @@ pipeline() {
         # FIG_S4_R18_EPOCHS (3), FIG_S4_R18_REPLICAS (2; with 2 replicas "not all agree" is the
         # churn). Wall: 2 lrs x 5 cells x 2 replicas x 3 epochs = 60 replica-epochs at about 7 s
         # (heuristic 17.5 ms/step graphed, 391 steps, evaluation) -> about 7 min; each added lr
-        # about +3.5 min, each added epoch about +2.3 min.
+        # about +3.5 min, each added epoch about +2.3 min. GPUS (1) spreads the replicas over that many
+        # GPUs, FIG_S4_R18_CONCURRENT (4) at a time on each.
         local m=${arg:-0}
         $E --protocol fig-s4 --momentum $m --lrs ${FIG_S4_R18_LRS:-0.02,0.1} --model resnet18 --dataset cifar10 \
           --data $DATA --loader-threads 3 --epochs ${FIG_S4_R18_EPOCHS:-3} --replicas ${FIG_S4_R18_REPLICAS:-2} \
-          --concurrent 4 --graph --tuning $R/resnet18-tuning.json --quiet --out $R/fig-s4-resnet18-m$m \
+          --concurrent ${FIG_S4_R18_CONCURRENT:-4} --gpus ${GPUS:-1} --graph --tuning $R/resnet18-tuning.json --quiet --out $R/fig-s4-resnet18-m$m \
           > $R/fig-s4-resnet18-m$m.txt 2> $R/fig-s4-resnet18-m$m.err
         echo "rc=$?"; tail -14 $R/fig-s4-resnet18-m$m.txt
         grep -h '"test_top1"' $R/fig-s4-resnet18-m$m/*/manifest.json | sort | sed -n '1p;$p' ;;
@@ -336,14 +337,37 @@ pipeline() {
         # heuristic ~6.8 s at batch 128; evaluation included) -> about 17-20 min, 3 at a time
         # (ResNet-18 fills the GPU: concurrency mostly hides loader and evaluation gaps). Scale:
         # R18_EPOCHS=12 about 14-16 min; IMPL-ATOMIC adds about 5 min.
+        # exp-resnet18:adam trains the same recipe with Adam (R18_ADAM_LR 1e-3 peak, the same weight
+        # decay as L2, no momentum flags) into $R/exp-resnet18-adam: does the optimizer damp or
+        # amplify the noise? GPUS (1) spreads the replicas over that many GPUs, EXP_R18_CONCURRENT
+        # at a time on each (12 replicas on 4 GPUs, 3 each: about 5-6 min for 15 epochs).
         local settings=${EXP_R18_SETTINGS:-ALGO+IMPL,ALGO,IMPL,CONTROL} t0=$(date +%s)
+        local optim="--optimizer sgd --momentum 0.9 --nesterov --lr ${R18_LR:-0.2}" dir=$R/exp-resnet18
+        [ "$arg" = adam ] && optim="--optimizer adam --lr ${R18_ADAM_LR:-1e-3}" && dir=$R/exp-resnet18-adam
         $E --model resnet18 --dataset cifar10 --data $DATA --loader-threads 3 --epochs ${R18_EPOCHS:-15} \
-          --batch-size ${R18_BATCH:-256} --lr ${R18_LR:-0.2} --optimizer sgd --momentum 0.9 --nesterov \
+          --batch-size ${R18_BATCH:-256} $optim \
           --weight-decay 5e-4 --augment --lr-schedule onecycle --warmup-epochs ${R18_WARMUP:-3} \
-          --replicas ${EXP_R18_REPLICAS:-3} --settings $settings --concurrent ${EXP_R18_CONCURRENT:-3} --graph \
-          --tuning $R/resnet18-tuning-b${R18_BATCH:-256}.json --quiet --out $R/exp-resnet18 \
-          > $R/exp-resnet18.txt 2> $R/exp-resnet18.err
-        echo "rc=$? wall $(( $(date +%s) - t0 ))s"; tail -30 $R/exp-resnet18.txt ;;
+          --replicas ${EXP_R18_REPLICAS:-3} --settings $settings --concurrent ${EXP_R18_CONCURRENT:-3} \
+          --gpus ${GPUS:-1} --graph --tuning $R/resnet18-tuning-b${R18_BATCH:-256}.json --quiet --out $dir \
+          > $dir.txt 2> $dir.err
+        echo "rc=$? wall $(( $(date +%s) - t0 ))s"; tail -30 $dir.txt ;;
+      exp-optim)
+        # Adam against SGD on SmallCNN CIFAR-10, the four settings each, 10 epochs, EXP_OPTIM_REPLICAS
+        # (5) replicas, no augmentation: Adam 4e-4 (the paper's SmallCNN recipe) and SGD momentum 0.9
+        # at lr 0.01 (figure S4's largest rate at momentum 0.9), into $R/exp-optim/{adam,sgd}; then
+        # bench/settings_compare.py puts them side by side. Wall: about 1 min each (graphed, concurrent).
+        local o dir=$R/exp-optim
+        mkdir -p $dir
+        for o in adam sgd; do
+          local flags="--optimizer adam --lr 4e-4"
+          [ $o = sgd ] && flags="--optimizer sgd --momentum 0.9 --lr 0.01"
+          $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 $flags \
+            --replicas ${EXP_OPTIM_REPLICAS:-5} --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 20 --gpus ${GPUS:-1} \
+            --graph --quiet --resume --out $dir/$o > $dir/$o.txt 2> $dir/$o.err
+          echo "$o rc=$?"; tail -8 $dir/$o.txt
+        done
+        python3 bench/settings_compare.py --run Adam=$dir/adam/report.csv --run SGD=$dir/sgd/report.csv \
+          --column optimizer --out $dir/compare.md && cat $dir/compare.md ;;
       overhead)
         local m
         for m in smallcnn resnet18; do
@@ -605,7 +629,7 @@ for l in open('$R/torch_ddp.jsonl'):
 case $cmd in
   start)
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
-      FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
+      FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS FIG_S4_R18_CONCURRENT GPUS R18_ADAM_LR EXP_OPTIM_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
       STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH PRECISION_NATIVE GRAD_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
       EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS DIVERGE_ZOO_STEPS COMPARE_WITH

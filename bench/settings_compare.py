@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""The four settings in two code bases, side by side: ditto-experiment's report.csv and
-bench/peers/torch_settings.py's (the same metric names), one row per setting and code base.
+"""The four settings in two code bases (or any runs), side by side: ditto-experiment's report.csv and
+bench/peers/torch_settings.py's (the same metric names), one row per setting and run.
 
     python3 bench/settings_compare.py --ditto DIR/report.csv --torch DIR/report.csv --out compare.md
+    python3 bench/settings_compare.py --run Adam=DIR/report.csv --run SGD=DIR/report.csv
+
+--ditto and --torch are the runs labelled ditto and PyTorch; --run LABEL=PATH adds a run under its own
+label (an optimizer, a precision), in the order given.
 
 Columns: churn with its 95% interval (over test examples) and the range of its replica pairs (how far
 the replicas drawn move it), not-all-agree, accuracy mean and std, weight L2 and the number of
@@ -51,26 +55,44 @@ def cell(rep, setting, metric):
     return f"{value:.4g}"
 
 
-def table(ditto, torch):
-    present = [s for d in (ditto, torch) for (s, m) in d if m in METRICS]
+def table(*runs, column="code base"):
+    """Rows of the side-by-side table. runs: (label, report) pairs, or the two reports ditto and PyTorch."""
+    if runs and not isinstance(runs[0], tuple):
+        runs = (("ditto", runs[0]), ("PyTorch", runs[1]))
+    present = [s for _, d in runs for (s, m) in d if m in METRICS]
     settings = [s for s in ORDER if s in present]
     settings += [s for s in dict.fromkeys(present) if s not in settings]
-    lines = ["| setting | code base | churn [95% CI] | replica pairs | not-all-agree | top-1 mean ± std | weight L2 "
+    lines = [f"| setting | {column} | churn [95% CI] | replica pairs | not-all-agree | top-1 mean ± std | weight L2 "
              "| distinct weights |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for s in settings:
-        for name, rep in (("ditto", ditto), ("PyTorch", torch)):
+        for name, rep in runs:
             lines.append(f"| {s} | {name} | " + " | ".join(cell(rep, s, m) for m in METRICS if m != "accuracy_std") + " |")
     return lines
 
 
+def labelled(text):
+    """LABEL=PATH of --run, checked."""
+    label, sep, path = text.partition("=")
+    if not sep or not label or not path:
+        raise argparse.ArgumentTypeError(f"--run {text!r}: expected LABEL=PATH")
+    return label, path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ditto", required=True, help="ditto-experiment's report.csv")
-    ap.add_argument("--torch", required=True, help="torch_settings.py's report.csv")
+    ap.add_argument("--ditto", help="ditto-experiment's report.csv (the run labelled ditto)")
+    ap.add_argument("--torch", help="torch_settings.py's report.csv (the run labelled PyTorch)")
+    ap.add_argument("--run", type=labelled, action="append", default=[], metavar="LABEL=PATH",
+                    help="a report.csv under its own label (repeatable)")
+    ap.add_argument("--column", help="the label column's heading (default: code base, or run with --run)")
     ap.add_argument("--out", help="write the table here (default: print it)")
     args = ap.parse_args(argv)
-    lines = table(read(args.ditto), read(args.torch))
+    runs = [(label, path) for label, path in (("ditto", args.ditto), ("PyTorch", args.torch)) if path] + args.run
+    if len(runs) < 2:
+        ap.error("give at least two reports: --ditto and --torch, or --run LABEL=PATH")
+    column = args.column or ("run" if args.run else "code base")
+    lines = table(*[(label, read(path)) for label, path in runs], column=column)
     text = "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "w") as f:

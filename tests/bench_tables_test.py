@@ -336,6 +336,21 @@ class SettingsCompareTest(unittest.TestCase):
         self.assertEqual(rows[8], "| IMPL-pytorch | ditto | 9.00% [8.00, 10.00] | – | – | – | – | – |")
         self.assertEqual(rows[9], "| IMPL-pytorch | PyTorch | – | – | – | – | – | – |")
 
+    def test_labelled_runs_in_the_order_given(self):
+        with tempfile.TemporaryDirectory() as d:
+            adam, sgd, out = Path(d) / "adam.csv", Path(d) / "sgd.csv", Path(d) / "out.md"
+            adam.write_text("setting,metric,value,ci_low,ci_high\nIMPL,churn,0.08,0.07,0.09\n")
+            sgd.write_text("setting,metric,value,ci_low,ci_high\nIMPL,churn,0.12,0.11,0.13\n")
+            settings_compare.main(["--run", f"SGD={sgd}", "--run", f"Adam={adam}", "--out", str(out)])
+            rows = out.read_text().splitlines()
+        self.assertTrue(rows[0].startswith("| setting | run | churn"))
+        self.assertEqual(rows[2], "| IMPL | SGD | 12.00% [11.00, 13.00] | – | – | – | – | – |")
+        self.assertEqual(rows[3], "| IMPL | Adam | 8.00% [7.00, 9.00] | – | – | – | – | – |")
+        with self.assertRaises(SystemExit):
+            settings_compare.main(["--run", "no-label-here"])
+        with self.assertRaises(SystemExit):
+            settings_compare.main(["--run", f"Adam={adam}"])
+
 
 
 class EvalInvarianceTableTest(unittest.TestCase):
