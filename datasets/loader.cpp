@@ -10,10 +10,12 @@
 #include <exception>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "datasets/stream.h"
 #include "engine/context.h"
+#include "engine/detail/capture_gate.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/philox.h"
@@ -264,6 +266,9 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
   const std::size_t tgt_bytes = lab_bytes * static_cast<std::size_t>(ds.target_length);
   static_assert(sizeof(float) == sizeof(int32_t), "categorical ids share the image buffers");
   if (I.cuda) DITTO_CUDA_CHECK(cudaSetDevice(ctx.device().index));
+  // Pinning host memory may synchronize the device: not during another replica's capture.
+  std::optional<detail::DeviceSyncScope> sync;
+  if (I.cuda) sync.emplace(ctx.device().index);
   for (auto& s : I.slots) {
     if (I.cuda) {
       void* p = nullptr;
@@ -294,6 +299,9 @@ Loader::Loader(Context& ctx, const Dataset& ds, LoaderOptions opts) : impl_(std:
 Loader::~Loader() {
   Impl& I = *impl_;
   I.stop_workers();
+  // cudaFreeHost synchronizes the device: not during another replica's capture.
+  std::optional<detail::DeviceSyncScope> sync;
+  if (I.cuda) sync.emplace(I.ctx.device().index);
   for (auto& s : I.slots) {
     if (I.cuda) {
       if (s.copied) {

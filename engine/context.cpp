@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/detail/capture_gate.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/profiler.h"
@@ -41,6 +42,8 @@ CudaState::CudaState(int dev, cudaStream_t external) : device(dev), owns_stream(
                                 dev, e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)));
   if (dev >= count) throw CudaError(fmt::format("cuda:{} requested, {} device(s) present", dev, count));
   DITTO_CUDA_CHECK(cudaSetDevice(dev));
+  // Handle creation allocates, pool and stream creation may synchronize: not during a capture.
+  DeviceSyncScope sync(dev);
   DITTO_CUDA_CHECK(cudaGetDeviceProperties(&props, dev));
   if (external)
     stream = external;
@@ -67,6 +70,7 @@ CudaState::CudaState(int dev, cudaStream_t external) : device(dev), owns_stream(
 CudaState::~CudaState() {
   cudaSetDevice(device);
   if (stream) DITTO_CUDA_CHECK_PRINT(cudaStreamSynchronize(stream));
+  DeviceSyncScope sync(device);  // the handles free memory, the pool is destroyed: not during a capture
   if (cublas) cublasDestroy(cublas);
   if (cudnn) cudnnDestroy(cudnn);
   if (pool) DITTO_CUDA_CHECK_PRINT(cudaMemPoolDestroy(pool));
@@ -161,11 +165,21 @@ void copy_bytes(const detail::CudaState* ctx_cuda, Tensor& dst, const Tensor& sr
   }
   // Device-side copies are queued on the context's stream. The source's own stream is waited
   // for when it differs, so a tensor from another context is complete before it is read.
-  cudaStream_t stream = ctx_cuda ? ctx_cuda->stream : (ds->cuda ? ds->cuda->stream : ss->cuda->stream);
+  const detail::CudaState* owner = ctx_cuda ? ctx_cuda : (ds->cuda ? ds->cuda.get() : ss->cuda.get());
+  cudaStream_t stream = owner->stream;
   if (ss->cuda && ss->cuda->stream != stream) DITTO_CUDA_CHECK(cudaStreamSynchronize(ss->cuda->stream));
-  DITTO_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), n, cudaMemcpyDefault, stream));
+  // The copy is queued with the stream's device current (a CPU context copying a GPU tensor runs
+  // on that tensor's stream, whichever GPU the calling thread was on), and the thread's device is
+  // given back after.
+  int current = 0;
+  DITTO_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != owner->device) DITTO_CUDA_CHECK(cudaSetDevice(owner->device));
+  const cudaError_t e = cudaMemcpyAsync(dst.raw(), src.raw(), n, cudaMemcpyDefault, stream);
   // A device-to-host copy is only useful once it has landed.
-  if (!ds->cuda) DITTO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const cudaError_t w = e == cudaSuccess && !ds->cuda ? cudaStreamSynchronize(stream) : cudaSuccess;
+  if (current != owner->device) DITTO_CUDA_CHECK(cudaSetDevice(current));
+  DITTO_CUDA_CHECK(e);
+  DITTO_CUDA_CHECK(w);
 }
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/detail/capture_gate.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/digest_cuda.h"
 #include "engine/detail/half_bits.h"
@@ -60,7 +61,10 @@ struct DigestQueue::Impl {
   unsigned long long* slot_for(std::size_t slot, cudaStream_t stream) {
     while (chunks.size() <= slot / kChunkSlots) {
       void* p = nullptr;
-      DITTO_CUDA_CHECK(cudaMalloc(&p, 2 * kChunkSlots * sizeof(unsigned long long)));
+      {
+        detail::DeviceSyncScope sync(device);
+        DITTO_CUDA_CHECK(cudaMalloc(&p, 2 * kChunkSlots * sizeof(unsigned long long)));
+      }
       chunks.push_back({static_cast<unsigned long long*>(p), stream});
       // Not cudaMemset: it runs on the legacy default stream, which ditto's non-blocking streams
       // do not wait for, so a digest could add into the chunk before (or while) it is zeroed.
@@ -75,6 +79,8 @@ struct DigestQueue::Impl {
   }
 
   ~Impl() {
+    if (chunks.empty()) return;
+    detail::DeviceSyncScope sync(device);  // cudaFree synchronizes the device
     for (const auto& c : chunks) DITTO_CUDA_CHECK_PRINT(cudaFree(c.ptr));
   }
 };

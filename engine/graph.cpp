@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/detail/capture_gate.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 
@@ -11,7 +12,10 @@ struct StepGraph::Impl {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   std::size_t nodes = 0;
+  int device = -1;
   ~Impl() {
+    if (!exec && !graph) return;
+    detail::DeviceSyncScope sync(device);  // destroying a graph frees its memory: not during a capture
     if (exec) DITTO_CUDA_CHECK_PRINT(cudaGraphExecDestroy(exec));
     if (graph) DITTO_CUDA_CHECK_PRINT(cudaGraphDestroy(graph));
   }
@@ -30,19 +34,26 @@ void StepGraph::capture(Context& ctx, const std::function<void()>& fn) {
     throw Error("CUDA graphs: the debug switch (DITTO_DEBUG_SYNC=1) synchronizes after every launch, which a "
                 "capture forbids; unset it to capture");
   impl_ = std::make_unique<Impl>();
+  impl_->device = ctx.device().index;
   cudaStream_t stream = detail::stream_of(ctx);
-  DITTO_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    fn();
-  } catch (...) {
-    cudaGraph_t broken = nullptr;
-    cudaStreamEndCapture(stream, &broken);  // ends capture mode; the first error is the one to report
-    if (broken) cudaGraphDestroy(broken);
-    cudaGetLastError();
-    throw;
+  {
+    // Other threads' device-synchronizing calls on this GPU wait until the capture has ended
+    // (engine/detail/capture_gate.h).
+    detail::CaptureScope capturing(impl_->device);
+    DITTO_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      fn();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);  // ends capture mode; the first error is the one to report
+      if (broken) cudaGraphDestroy(broken);
+      cudaGetLastError();
+      throw;
+    }
+    DITTO_CUDA_CHECK(cudaStreamEndCapture(stream, &impl_->graph));
   }
-  DITTO_CUDA_CHECK(cudaStreamEndCapture(stream, &impl_->graph));
   DITTO_CUDA_CHECK(cudaGraphGetNodes(impl_->graph, nullptr, &impl_->nodes));
+  detail::DeviceSyncScope sync(impl_->device);  // instantiation allocates the graph's memory
   DITTO_CUDA_CHECK(cudaGraphInstantiate(&impl_->exec, impl_->graph, 0));
 }
 

@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 
+#include "engine/detail/capture_gate.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/cudnn_desc.h"
 #include "engine/error.h"
@@ -670,6 +671,9 @@ struct Problem {
   const std::vector<AlgoPerf>& finds() {
     auto it = st.finds.find(list_key);
     if (it != st.finds.end()) return it->second;
+    // cudnnFind* allocates and times with device-wide synchronization: not during another
+    // replica's capture on this GPU.
+    detail::DeviceSyncScope sync(ctx.device().index);
     auto list = perf_query<T>([&](int n, int* got, typename T::Perf* r) { return T::find(handle(), d, n, got, r); });
     for (const AlgoPerf& r : time_own()) list.push_back(r);
     std::stable_sort(list.begin(), list.end(), [](const AlgoPerf& a, const AlgoPerf& b) {

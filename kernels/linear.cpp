@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "engine/detail/capture_gate.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/profiler.h"
 #include "engine/operand_check.h"
@@ -77,9 +78,12 @@ struct LtPlan {
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   std::map<std::string, std::unique_ptr<LtPlan>> plans;
+  int device = 0;
   ~LtState() {
     plans.clear();
-    if (handle) cublasLtDestroy(handle);
+    if (!handle) return;
+    detail::DeviceSyncScope sync(device);  // the handle frees what it allocated: not during a capture
+    cublasLtDestroy(handle);
   }
 };
 
@@ -87,6 +91,8 @@ LtState& lt_state(Context& ctx) {
   auto& slot = ctx.op_state("linear.cublaslt");
   if (!slot) {
     auto st = std::make_shared<LtState>();
+    st->device = ctx.device().index;
+    detail::DeviceSyncScope sync(st->device);
     DITTO_CUBLAS_CHECK(cublasLtCreate(&st->handle));
     slot = st;
   }

@@ -1,12 +1,19 @@
 // CUDA-graph training steps (experiments/step.h): a graphed run ends with exactly the eager
 // run's bits — weights, per-epoch loss and accuracy, predictions — for SmallCNN (with a final
 // partial batch, which gets its own graph), SmallCNN-BN with SGD + momentum and a cosine
-// schedule (per-step learning rates from the plan), and across a resume.
+// schedule (per-step learning rates from the plan), and across a resume. Captures also survive
+// other threads creating and destroying contexts on the same GPU (replicas that share it).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdio>
+#include <exception>
+#include <thread>
 
+#include "engine/context.h"
 #include "engine/error.h"
+#include "engine/graph.h"
+#include "engine/tensor_ops.h"
 #include "engine/tracer.h"
 #include "experiments/train.h"
 #include "train_support.h"
@@ -79,4 +86,50 @@ TEST_CASE("gpu graph: a tracer cannot be combined with graphs") {
   c.graph = true;
   c.max_steps = 2;
   CHECK_THROWS_WITH(train(c, TrainHooks{&tracer, nullptr}), Catch::Matchers::Contains("trace without --graph"));
+}
+
+TEST_CASE("gpu graph: captures survive contexts made and destroyed on the same GPU by another thread") {
+  // Context creation and destruction synchronize the device (handles allocate and free, the pool
+  // is destroyed), which CUDA answers by invalidating every capture under way on it, from any
+  // thread: what a replica ending beside another's first graphed step does. Here one thread
+  // does nothing else while this one captures, 300 times.
+  std::atomic<bool> stop{false};
+  std::atomic<int> made{0};
+  std::exception_ptr churn_error;
+  std::thread churn([&] {
+    try {
+      while (!stop) {
+        Context other(Device::cuda(0));
+        Tensor t = other.zeros({4096});
+        other.synchronize();
+        ++made;
+      }
+    } catch (...) {
+      churn_error = std::current_exception();
+    }
+  });
+  Context ctx(Device::cuda(0));
+  Tensor acc = ctx.zeros({1 << 16});
+  const Tensor one = ctx.full({1 << 16}, 1.0f);
+  constexpr int kCaptures = 300, kAddsPerGraph = 64;
+  std::exception_ptr capture_error;
+  try {
+    for (int i = 0; i < kCaptures; ++i) {
+      StepGraph g;
+      g.capture(ctx, [&] {
+        for (int k = 0; k < kAddsPerGraph; ++k) axpy_inplace(ctx, acc, 1.0f, one);
+      });
+      g.launch(ctx);
+    }
+  } catch (...) {
+    capture_error = std::current_exception();
+  }
+  stop = true;
+  churn.join();
+  if (churn_error) std::rethrow_exception(churn_error);
+  if (capture_error) std::rethrow_exception(capture_error);
+  CHECK(made > 0);
+  const auto host = acc.to_host_f32();
+  CHECK(host.front() == float(kCaptures * kAddsPerGraph));
+  CHECK(host.back() == float(kCaptures * kAddsPerGraph));
 }
