@@ -42,6 +42,7 @@ NOISE_LAB = RESULTS / "2026-11-22-h100-noise-lab"
 TASKS = RESULTS / "2026-11-24-h100-tasks"
 PROTOCOLS = RESULTS / "2026-11-23-h100-protocols"
 PROTOCOLS_FULL = RESULTS / "2026-11-24-h100-protocols"
+STUDY = RESULTS / "2026-11-27-h100x4-study"
 TASK_OPS_CSV = TASKS / "ops18" / "op_noise.csv"
 TASK_OPS_TORCH = [TASKS / "ops18" / "torch_ops18.jsonl", TASKS / "ops18" / "torch_ops18b.jsonl"]
 
@@ -458,11 +459,13 @@ def render_noise_lab_quadrature():
 # ---- the paper's four settings: churn and its decomposition ----
 
 SETTINGS_RUNS = [("SmallCNN (CIFAR-10, Adam, 10 epochs, 5 replicas)", PROTOCOLS / "exp-smallcnn"),
-                 ("ResNet-18 (CIFAR-10, recipe at 10 epochs, 3 replicas)", PROTOCOLS_FULL / "exp-resnet18"),
+                 ("ResNet-18 (CIFAR-10, the 15-epoch recipe, 3 replicas)", STUDY / "exp-resnet18"),
                  ("Keras mnist_cnn (MNIST)", PROTOCOLS / "mnist"),
                  ("ResNet-18 (CelebA Blond_Hair)", PROTOCOLS / "celeba"),
                  ("unet-small (mnist-seg)", TASKS / "unet-small"), ("stn (mnist-rt)", TASKS / "stn"),
-                 ("ctc-cnn (mnist-strings)", TASKS / "ctc-cnn"), ("embedding-bag (celeba-attrs)", TASKS / "embedding-bag")]
+                 ("ctc-cnn (mnist-strings)", TASKS / "ctc-cnn"), ("embedding-bag (celeba-attrs)", TASKS / "embedding-bag"),
+                 ("ResNet-18 (CIFAR-10, the 15-epoch recipe with Adam)", STUDY / "exp-resnet18-adam"),
+                 ("SmallCNN (CIFAR-10, SGD momentum 0.9, 10 epochs, 5 replicas)", STUDY / "exp-optim" / "sgd")]
 SETTINGS = ["ALGO+IMPL", "ALGO", "IMPL", "IMPL-ATOMIC", "CONTROL"]
 
 
@@ -546,7 +549,7 @@ def render_settings_churn():
 
 FIG_S4_RUNS = [("SmallCNN, 20 epochs, momentum 0", PROTOCOLS_FULL / "fig-s4-m0"),
                ("SmallCNN, 20 epochs, momentum 0.9", PROTOCOLS_FULL / "fig-s4-m0.9"),
-               ("ResNet-18, 2 epochs, momentum 0", PROTOCOLS_FULL / "fig-s4-resnet18-m0")]
+               ("ResNet-18, 4 epochs, momentum 0", STUDY / "fig-s4-resnet18-m0")]
 FIG_S4_CELLS = ["fixedinit-fixedorder", "fixedinit-randomorder", "randominit-fixedorder", "randominit-randomorder",
                 "CONTROL"]
 
