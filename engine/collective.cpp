@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "engine/detail/collective_cuda.h"
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/nccl.h"
+#include "engine/detail/process_link.h"
 #include "engine/error.h"
 
 namespace ditto {
@@ -228,8 +230,11 @@ Tensor TreeAccumulator::result(Context& ctx) {
 // ---- the group ---------------------------------------------------------------------------
 
 struct RankGroup::Impl {
-  std::vector<Device> devices;
+  std::vector<Device> devices;  // of the ranks this process holds
   bool cuda = false;
+  int world = 0;                // ranks in the group
+  int first = 0;                // the first rank this process holds (they are consecutive)
+  std::unique_ptr<detail::ProcessLink> link;  // ranks spread over processes
 
   std::mutex m;
   std::condition_variable cv;
@@ -248,7 +253,7 @@ struct RankGroup::Impl {
   bool aborted = false;                  // fail() aborted the communicators
   std::string nccl_version;
 
-  int size() const { return static_cast<int>(devices.size()); }
+  int size() const { return world; }
 
   void barrier() {
     std::unique_lock<std::mutex> lk(m);
@@ -327,12 +332,16 @@ struct RankGroup::Impl {
       std::memcpy(dst, src, bytes);
   }
 
+  bool holds(int rank) const { return rank >= first && rank < first + static_cast<int>(devices.size()); }
+
   void check_rank(int rank, const Context& ctx, const char* what) const {
     if (rank < 0 || rank >= size())
       throw Error(fmt::format("{}: rank {} is outside this group of {}", what, rank, size()));
-    if (ctx.device() != devices[rank])
-      throw Error(fmt::format("{}: rank {} lives on {}, but its context is on {}", what, rank, devices[rank].str(),
-                              ctx.device().str()));
+    if (!holds(rank))
+      throw Error(fmt::format("{}: rank {} is held by another process (this one holds rank {})", what, rank, first));
+    if (ctx.device() != devices[rank - first])
+      throw Error(fmt::format("{}: rank {} lives on {}, but its context is on {}", what, rank,
+                              devices[rank - first].str(), ctx.device().str()));
   }
 };
 
@@ -346,6 +355,7 @@ RankGroup::RankGroup(std::vector<Device> devices) : impl_(std::make_unique<Impl>
       throw Error(fmt::format("RankGroup: ranks on {} and {}: all ranks are CPU or all are CUDA",
                               devices.front().str(), d.str()));
   I.devices = std::move(devices);
+  I.world = static_cast<int>(I.devices.size());
   const int k = I.size();
   I.published.assign(k, nullptr);
   I.published_bytes.assign(k, 0);
@@ -373,8 +383,37 @@ RankGroup::RankGroup(std::vector<Device> devices) : impl_(std::make_unique<Impl>
   DITTO_CUDA_CHECK(cudaSetDevice(previous));
 }
 
+RankGroup::RankGroup(Device device, const ProcessRank& me) : impl_(std::make_unique<Impl>()) {
+  Impl& I = *impl_;
+  if (me.world < 1 || me.world > cuda::kTreeSumMaxParts)
+    throw Error(fmt::format("RankGroup: {} ranks; 1 to {} are supported", me.world, cuda::kTreeSumMaxParts));
+  if (me.rank < 0 || me.rank >= me.world)
+    throw Error(fmt::format("RankGroup: rank {} is outside a group of {}", me.rank, me.world));
+  std::error_code ec;
+  if (!std::filesystem::is_directory(me.rendezvous, ec))
+    throw Error(fmt::format("RankGroup: the rendezvous folder '{}' does not exist", me.rendezvous));
+  if (!(me.timeout_s > 0)) throw Error(fmt::format("RankGroup: a wait of {} s", me.timeout_s));
+  I.cuda = device.is_cuda();
+  I.devices = {device};
+  I.world = me.world;
+  I.first = me.rank;
+  I.published.assign(1, nullptr);
+  I.published_bytes.assign(1, 0);
+  I.pool_shared.assign(1, false);
+  if (I.cuda) {
+    I.link = detail::make_nccl_link(me, device.index);
+  } else {
+    I.link = detail::make_file_link(me);
+    I.link->barrier();  // every rank is there
+  }
+}
+
 RankGroup::~RankGroup() {
   Impl& I = *impl_;
+  if (I.link) {
+    if (!I.failed) I.link->leave();
+    I.link.reset();
+  }
   if (!I.aborted)
     for (auto& [config, comms] : I.comms)
       for (void* c : comms) detail::nccl_destroy(c);
@@ -387,11 +426,24 @@ RankGroup::~RankGroup() {
 
 int RankGroup::size() const { return impl_->size(); }
 const std::vector<Device>& RankGroup::devices() const { return impl_->devices; }
+bool RankGroup::holds(int rank) const { return impl_->holds(rank); }
+const Device& RankGroup::device_of(int rank) const {
+  if (!impl_->holds(rank))
+    throw Error(fmt::format("RankGroup: rank {} is not held by this process", rank));
+  return impl_->devices[rank - impl_->first];
+}
+bool RankGroup::spans_processes() const { return impl_->link != nullptr; }
 bool RankGroup::nccl_available() { return detail::nccl_built(); }
-std::string RankGroup::nccl_version() const { return impl_->nccl_version; }
+std::string RankGroup::nccl_version() const {
+  return impl_->link ? impl_->link->nccl_version() : impl_->nccl_version;
+}
 
 void RankGroup::prepare_nccl(const std::vector<AllReduceConfig>& configs) {
   Impl& I = *impl_;
+  if (I.link) {
+    I.link->prepare(configs);
+    return;
+  }
   std::set<AllReduceConfig> wanted;
   for (const auto& c : configs)
     if (c.nccl()) wanted.insert(c);
@@ -418,6 +470,11 @@ void RankGroup::prepare_nccl(const std::vector<AllReduceConfig>& configs) {
 
 void RankGroup::barrier(int rank) {
   if (rank < 0 || rank >= size()) throw Error(fmt::format("barrier: rank {} is outside this group of {}", rank, size()));
+  if (impl_->link) {
+    if (!impl_->holds(rank)) throw Error(fmt::format("barrier: rank {} is held by another process", rank));
+    impl_->link->barrier();
+    return;
+  }
   impl_->barrier();
 }
 
@@ -429,6 +486,10 @@ void RankGroup::all_gather(int rank, Context& ctx, const Tensor& send, Tensor& r
                                  dtype_name(send.dtype()), recv.numel(), dtype_name(recv.dtype())));
   const std::size_t bytes = send.nbytes();
   uint8_t* dst = bytes ? static_cast<uint8_t*>(recv.raw()) : nullptr;
+  if (I.link) {
+    I.link->all_gather(ctx, bytes ? send.raw() : nullptr, bytes, dst);
+    return;
+  }
   I.exchange(rank, ctx, bytes ? send.raw() : nullptr, bytes,
              [&](int q, const uint8_t* src) { I.copy(ctx, dst + q * bytes, src, bytes); });
 }
@@ -441,14 +502,41 @@ void RankGroup::all_to_all(int rank, Context& ctx, const Tensor& send, Tensor& r
                                  size(), send.numel(), dtype_name(send.dtype()), recv.numel(), dtype_name(recv.dtype())));
   const std::size_t chunk = send.nbytes() / static_cast<std::size_t>(size());
   uint8_t* dst = send.nbytes() ? static_cast<uint8_t*>(recv.raw()) : nullptr;
+  if (I.link) {
+    I.link->all_to_all(ctx, send.nbytes() ? send.raw() : nullptr, chunk, dst);
+    return;
+  }
   I.exchange(rank, ctx, send.nbytes() ? send.raw() : nullptr, send.nbytes(),
              [&](int q, const uint8_t* src) { I.copy(ctx, dst + q * chunk, src + rank * chunk, chunk); });
+}
+
+void RankGroup::broadcast(int rank, Context& ctx, Tensor& buf, int root) {
+  Impl& I = *impl_;
+  I.check_rank(rank, ctx, "broadcast");
+  if (root < 0 || root >= size()) throw Error(fmt::format("broadcast: root {} is outside this group of {}", root, size()));
+  const std::size_t bytes = buf.nbytes();
+  if (I.link) {
+    I.link->broadcast(ctx, bytes ? buf.raw() : nullptr, bytes, root);
+    return;
+  }
+  uint8_t* dst = bytes ? static_cast<uint8_t*>(buf.raw()) : nullptr;
+  I.exchange(rank, ctx, dst, bytes, [&](int q, const uint8_t* src) {
+    if (q == root && rank != root) I.copy(ctx, dst, src, bytes);
+  });
 }
 
 void RankGroup::all_reduce(int rank, Context& ctx, Tensor& buf, const AllReduceConfig& config) {
   Impl& I = *impl_;
   I.check_rank(rank, ctx, "all_reduce");
   if (buf.dtype() != DType::F32) throw ShapeError("all_reduce: the buffer must be f32");
+  if (config.nccl() && I.link) {
+    {
+      std::lock_guard<std::mutex> lk(I.m);
+      if (I.failed) throw Error("stopped: another rank failed");
+    }
+    I.link->all_reduce_nccl(ctx, buf.f32(), buf.numel(), config);
+    return;
+  }
   if (config.nccl()) {
     auto it = I.comms.find(config);
     if (it == I.comms.end())
@@ -491,7 +579,7 @@ void RankGroup::all_reduce(int rank, Context& ctx, Tensor& buf, const AllReduceC
   I.copy(ctx, buf.raw(), all.raw(), buf.nbytes());
 }
 
-void RankGroup::fail() {
+void RankGroup::fail(const std::string& why) {
   Impl& I = *impl_;
   {
     std::lock_guard<std::mutex> lk(I.m);
@@ -499,6 +587,7 @@ void RankGroup::fail() {
     I.failed = true;
     I.aborted = !I.comms.empty();
   }
+  if (I.link) I.link->fail(why.empty() ? fmt::format("rank {} stopped", I.first) : why);
   I.cv.notify_all();
   // A rank blocked inside NCCL waits for peers that will not come: abort the communicators
   // (the map is not changed after prepare_nccl, so reading it here races with nothing).

@@ -1,5 +1,6 @@
 // Collectives of a data-parallel group: K ranks in one process, one thread and one Context each,
-// on K CPU "devices" (simulated ranks, for tests) or K CUDA devices. The gradient all-reduce is a
+// on K CPU "devices" (simulated ranks, for tests) or K CUDA devices; or K processes holding one
+// rank each (a Slurm job step's tasks, on one node or many: ProcessRank below). The gradient all-reduce is a
 // policy knob per gradient bucket (knob `algo` of op kind allreduce, engine/policy.h):
 //
 //   fixed-order   ditto's own reduce. Every rank's contribution is itself the tree sum of the
@@ -33,6 +34,14 @@
 //                 auto). One communicator per distinct (algorithm, protocol, channels), made once
 //                 per group; NCCL reports no per-call choice, so the manifest records the pinned
 //                 configuration and NCCL's version. run_to_run for a fixed rank count and mapping.
+//
+// Across processes the same sums run over another transport: the all-to-all and all-gather move
+// bytes only, so fixed-order and ring give the bits they give in one process. On GPUs the bytes
+// travel by NCCL (ncclSend / ncclRecv and ncclAllGather on a communicator of NCCL's defaults; the
+// pinned nccl-* configurations get communicators of their own), on the CPU through files in the
+// rendezvous folder (simulated ranks in separate processes: what tests and a CPU cluster run).
+// The ranks meet in that folder: rank 0 writes each communicator's ncclUniqueId there (write,
+// then rename), the others wait for it, so a multi-node job needs no launcher beyond Slurm's.
 //
 // NVLink multicast (NVLS) reductions happen in the NVSwitch and are not reproducible: a group with
 // NCCL requires NCCL_NVLS_ENABLE unset (ditto sets it to 0 before NCCL starts) or 0, and refuses
@@ -72,6 +81,15 @@ const char* name_of(AllReduceAlgo v);
 inline const char* knob_name(AllReduceAlgo) { return "algo"; }
 
 class Context;
+
+// One rank of a group whose ranks are processes, one rank each.
+struct ProcessRank {
+  int rank = 0;             // this process's rank, 0 .. world-1
+  int world = 1;            // ranks in the group
+  std::string rendezvous;   // a folder every rank's process reads and writes (a shared filesystem
+                            // across nodes); only this group's files go there
+  double timeout_s = 600;   // how long a rank waits for the others at any meeting point
+};
 
 // Makes ctx's GPU the calling thread's current CUDA device (ops launch on the current device; a
 // rank's thread calls this before it works, and after anything that switched devices, such as
@@ -149,17 +167,29 @@ class RankGroup {
  public:
   // devices: one per rank, all CPU (simulated ranks) or all CUDA (distinct GPUs when NCCL is used).
   explicit RankGroup(std::vector<Device> devices);
+  // This process's rank of a group spread over processes, on `device`: the ranks meet in
+  // me.rendezvous (Error when it is not a folder, or the rank is outside the world). On the CPU
+  // the first meeting is here; on CUDA in prepare_nccl, which every rank must call.
+  RankGroup(Device device, const ProcessRank& me);
   ~RankGroup();
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;
 
   int size() const;
+  // The devices of the ranks this process holds: every rank's in one process; this rank's alone
+  // when the group spans processes.
   const std::vector<Device>& devices() const;
+  // Whether this process holds `rank`, and its device (Error for a rank held elsewhere).
+  bool holds(int rank) const;
+  const Device& device_of(int rank) const;
+  // Whether the ranks are processes (the ProcessRank constructor).
+  bool spans_processes() const;
 
   // Makes one NCCL communicator (K ranks) per distinct nccl configuration among configs, from
   // the calling thread, before the rank threads start. Checks the environment (see above; sets
   // NCCL_NVLS_ENABLE=0 when unset). Error on a CPU group, a build without NCCL, a device used by
-  // two ranks, or a refused environment.
+  // two ranks, or a refused environment. A CUDA group spread over processes also makes its
+  // transport's communicator here (every rank calls it, with the same configs).
   void prepare_nccl(const std::vector<AllReduceConfig>& configs);
   // NCCL's version ("2.28.9", the library loaded at run time), "" before prepare_nccl or without
   // any nccl configuration.
@@ -175,12 +205,19 @@ class RankGroup {
   // send and recv hold size() chunks of n = numel / size() elements: chunk q of send goes to rank
   // q; chunk q of recv comes from rank q.
   void all_to_all(int rank, Context& ctx, const Tensor& send, Tensor& recv);
+  // buf of rank `root` into every rank's buf (the same dtype and size on every rank).
+  void broadcast(int rank, Context& ctx, Tensor& buf, int root);
   // In-place sum of buf over the ranks by the configuration: fixed-order (tree over the ranks'
   // buffers, in rank order), ring (ditto's ring order), both bitwise the same on every rank, or
   // an NCCL all-reduce on the communicator prepare_nccl made for it (Error when there is none).
   void all_reduce(int rank, Context& ctx, Tensor& buf, const AllReduceConfig& config);
 
-  void fail();
+  // Tells the other ranks this one stopped: in one process every rank waiting in (or later
+  // entering) a collective gets Error("stopped: another rank failed"); across processes the
+  // others get it at their next wait on the CPU transport (on NCCL a rank blocked in a
+  // collective waits until its launcher ends it: Slurm's srun --kill-on-bad-exit=1). `why` is
+  // what the others are told.
+  void fail(const std::string& why = "");
   bool failed() const;
 
  private:

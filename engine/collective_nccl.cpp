@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "engine/detail/cuda_check.h"
@@ -109,6 +110,49 @@ std::vector<void*> nccl_make_comms(const std::vector<int>& devices, const std::s
   return std::vector<void*>(comms.begin(), comms.end());
 }
 
+std::string nccl_unique_id() {
+  ncclUniqueId id;
+  DITTO_NCCL_CHECK(ncclGetUniqueId(&id));
+  return std::string(id.internal, sizeof id.internal);
+}
+
+void* nccl_make_rank_comm(int device, int world, int rank, const std::string& id, const std::string& algo,
+                          const std::string& proto, int channels) {
+  ncclUniqueId uid;
+  if (id.size() != sizeof uid.internal)
+    throw Error(fmt::format("NCCL unique id of {} bytes; NCCL's are {}", id.size(), sizeof uid.internal));
+  std::memcpy(uid.internal, id.data(), sizeof uid.internal);
+  std::lock_guard<std::mutex> lk(env_mutex());
+  DITTO_CUDA_CHECK(cudaSetDevice(device));
+  ScopedEnv env_algo("NCCL_ALGO", algo);
+  ScopedEnv env_proto("NCCL_PROTO", proto);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (channels > 0) config.minCTAs = config.maxCTAs = channels;
+  ncclComm_t comm = nullptr;
+  DITTO_NCCL_CHECK(ncclCommInitRankConfig(&comm, world, uid, rank, &config));
+  return comm;
+}
+
+void nccl_all_gather_bytes(void* comm, const void* send, void* recv, std::size_t bytes, cudaStream_t stream) {
+  DITTO_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclInt8, static_cast<ncclComm_t>(comm), stream));
+}
+
+void nccl_all_to_all_bytes(void* comm, int world, const void* send, void* recv, std::size_t chunk,
+                           cudaStream_t stream) {
+  const auto* s = static_cast<const char*>(send);
+  auto* r = static_cast<char*>(recv);
+  DITTO_NCCL_CHECK(ncclGroupStart());
+  for (int q = 0; q < world; ++q) {
+    DITTO_NCCL_CHECK(ncclSend(s + q * chunk, chunk, ncclInt8, q, static_cast<ncclComm_t>(comm), stream));
+    DITTO_NCCL_CHECK(ncclRecv(r + q * chunk, chunk, ncclInt8, q, static_cast<ncclComm_t>(comm), stream));
+  }
+  DITTO_NCCL_CHECK(ncclGroupEnd());
+}
+
+void nccl_broadcast_bytes(void* comm, void* buf, std::size_t bytes, int root, cudaStream_t stream) {
+  DITTO_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclInt8, root, static_cast<ncclComm_t>(comm), stream));
+}
+
 void nccl_all_reduce_sum(void* comm, float* buf, int64_t n, cudaStream_t stream) {
   DITTO_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, static_cast<ncclComm_t>(comm),
                                  stream));
@@ -135,6 +179,11 @@ bool nccl_built() { return false; }
 std::string nccl_runtime_version() { no_nccl(); }
 void nccl_check_environment() { no_nccl(); }
 std::vector<void*> nccl_make_comms(const std::vector<int>&, const std::string&, const std::string&, int) { no_nccl(); }
+std::string nccl_unique_id() { no_nccl(); }
+void* nccl_make_rank_comm(int, int, int, const std::string&, const std::string&, const std::string&, int) { no_nccl(); }
+void nccl_all_gather_bytes(void*, const void*, void*, std::size_t, cudaStream_t) { no_nccl(); }
+void nccl_all_to_all_bytes(void*, int, const void*, void*, std::size_t, cudaStream_t) { no_nccl(); }
+void nccl_broadcast_bytes(void*, void*, std::size_t, int, cudaStream_t) { no_nccl(); }
 void nccl_all_reduce_sum(void*, float*, int64_t, cudaStream_t) { no_nccl(); }
 void nccl_destroy(void*) noexcept {}
 void nccl_abort(void*) noexcept {}

@@ -16,6 +16,12 @@ int main(int argc, char** argv) {
   try {
     ditto::apply_train_flags(c, flags, argc, argv);
     auto r = ditto::train(c);
+    if (r.rank != 0) {
+      // --dp-launch: rank 0 evaluated the weights every rank holds and wrote the run.
+      std::printf("rank %d: trained %lld steps, weights fingerprint %s (rank 0 evaluated and wrote the run)\n", r.rank,
+                  (long long)r.steps, r.weights_fingerprint.hex().c_str());
+      return 0;
+    }
     const std::string score = r.task == ditto::Task::Classification ? "top-1" : ditto::primary_score(r.task);
     std::printf("final test %s %.4f, weights fingerprint %s, seeds init=%llu order=%llu augment=%llu\n", score.c_str(),
                 r.test_top1, r.weights_fingerprint.hex().c_str(), (unsigned long long)r.seed_init,

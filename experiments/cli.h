@@ -163,6 +163,16 @@ inline void add_data_parallel_flags(CLI::App& app, TrainConfig& c, bool gpus_fla
   app.add_option("--batchnorm", c.batchnorm,
                  "data parallel: local (each group's own statistics, as DDP) | sync (the global batch's)")
       ->check(CLI::IsMember({"local", "sync"}))->capture_default_str();
+  // The trainer's own ranks only: the other front ends train many runs in one process.
+  if (gpus_flag) {
+  app.add_option("--dp-launch", c.dp_launch,
+                 "data parallel over processes: slurm (this process is the rank SLURM_PROCID of the job step's "
+                 "SLURM_NTASKS tasks; start them with srun; rank 0 writes --out, where the ranks meet)")
+      ->check(CLI::IsMember({"slurm"}));
+  app.add_option("--dp-timeout", c.dp_timeout,
+                 "--dp-launch: seconds a rank waits for the others at any meeting point before it gives up")
+      ->check(CLI::Range(1.0, 604800.0))->capture_default_str();
+  }
   app.add_option("--bucket-mb", c.bucket_mb,
                  "data parallel: gradient bucket size (each bucket's all-reduce is a knob: --pin "
                  "bucketN.algo=fixed-order|ring|nccl-default|nccl-ring-simple|...)")

@@ -3,8 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -26,6 +32,44 @@
 namespace ditto {
 
 int64_t group_start(int64_t rows, int groups, int g) { return groups ? g * rows / groups : 0; }
+
+namespace {
+// The integer value of environment variable `name`, at least `low`; `fallback` when it is unset
+// and optional.
+int slurm_int(const char* name, int low, std::optional<int> fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    if (fallback) return *fallback;
+    throw Error(fmt::format("--dp-launch slurm: {} is not set: start every rank as a task of one Slurm job step "
+                            "(srun, or sbatch with srun inside), which sets it",
+                            name));
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (errno || end == v || *end || x < low || x > 1000000)
+    throw Error(fmt::format("--dp-launch slurm: {}={} is not a whole number of at least {}", name, v, low));
+  return static_cast<int>(x);
+}
+}  // namespace
+
+SlurmTask slurm_task_from_environment() {
+  SlurmTask t;
+  t.world = slurm_int("SLURM_NTASKS", 1, std::nullopt);
+  t.rank = slurm_int("SLURM_PROCID", 0, std::nullopt);
+  t.local_id = slurm_int("SLURM_LOCALID", 0, 0);
+  if (t.rank >= t.world)
+    throw Error(fmt::format("--dp-launch slurm: SLURM_PROCID={} is not below SLURM_NTASKS={}", t.rank, t.world));
+  const int job = slurm_int("SLURM_JOB_ID", 0, std::nullopt);
+  const char* step = std::getenv("SLURM_STEP_ID");
+  const int restart = slurm_int("SLURM_RESTART_COUNT", 0, 0);
+  std::string step_name = step && *step ? step : "batch";
+  for (char c : step_name)
+    if (!std::isalnum(static_cast<unsigned char>(c)))
+      throw Error(fmt::format("--dp-launch slurm: SLURM_STEP_ID={} is not a step id", step_name));
+  t.step = fmt::format("job{}.{}", job, step_name) + (restart ? fmt::format(".restart{}", restart) : "");
+  return t;
+}
 
 BnStats batch_norm_stats(const Policy& policy, const std::vector<std::pair<std::string, OpKind>>& layers) {
   for (const auto& [layer, op] : layers)
@@ -164,6 +208,9 @@ struct DataParallel::Impl {
   DataParallelOptions opts;
   BnStats stats = BnStats::Local;  // sync where any batch norm merges over the ranks
   int k = 1, g = 1, per_rank = 1;
+  int base = 0;                    // the first rank this process holds (ranks[0] is rank `base`)
+  bool processes = false;          // every rank is a process of its own
+  std::vector<std::string> places; // per rank: where it ran ("host cuda:0"), for the manifest
   uint64_t stochastic_seed = 0;
   Tracer* tracer = nullptr;
   std::shared_ptr<RankGroup> group;
@@ -190,16 +237,59 @@ struct DataParallel::Impl {
     }
     turn_cv.notify_all();
   }
+  // Inside a handler, the others are told what went wrong here.
   void fail() {
-    group->fail();
+    std::string why;
+    if (auto e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        why = x.what();
+      } catch (...) {
+      }
+    }
+    group->fail(why);
     turn_cv.notify_all();
+  }
+  Rank& local(int r) { return ranks[static_cast<std::size_t>(r - base)]; }
+
+  // Where each rank runs, "HOST cuda:N", in rank order: across processes every rank sends its own
+  // (a fixed 64 bytes: what the manifest records of a rank on another node).
+  std::vector<std::string> gather_places() {
+    char host[64] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::vector<std::string> out;
+    if (!processes) {
+      for (const auto& r : ranks) out.push_back(fmt::format("{} {}", host, r.parts.ctx->device().str()));
+      return out;
+    }
+    constexpr int kWords = 16;
+    std::string mine = fmt::format("{} {}", host, ranks[0].parts.ctx->device().str());
+    mine.resize(kWords * 4, '\0');
+    std::vector<int32_t> words(kWords);
+    std::memcpy(words.data(), mine.data(), kWords * 4);
+    Context& ctx = *ranks[0].parts.ctx;
+    Tensor send = ctx.from_host(words, {kWords}), all = ctx.empty({kWords * k}, DType::I32);
+    try {
+      group->all_gather(base, ctx, send, all);
+    } catch (...) {
+      fail();
+      throw;
+    }
+    const auto got = all.to_host_i32();
+    for (int r = 0; r < k; ++r) {
+      std::string place(kWords * 4, '\0');
+      std::memcpy(place.data(), got.data() + r * kWords, kWords * 4);
+      out.push_back(place.c_str());
+    }
+    return out;
   }
 
   // One rank's part of a step: its groups' forward and backward passes, the gradients summed in
   // the tree, the buckets' all-reduces, the update.
   void run_rank(int r, const Tensor& images, const Tensor& labels, int64_t global_rows, float lr, Tensor& loss_sum,
                 Tensor& correct) {
-    Rank& rk = ranks[r];
+    Rank& rk = local(r);
     Context& ctx = *rk.parts.ctx;
     Optimizer& opt = *rk.parts.opt;
     use_device(ctx);
@@ -235,7 +325,7 @@ struct DataParallel::Impl {
   // backward pass, its loss and correct count, its gradients pushed into the buckets' trees.
   void run_group(int r, int gi, const Tensor& images, const Tensor& labels, int64_t global_rows, int64_t offset,
                  Tensor& loss_sum, Tensor& correct, RankSums& sums) {
-    Rank& rk = ranks[r];
+    Rank& rk = local(r);
     Context& ctx = *rk.parts.ctx;
     Net& net = *rk.parts.net;
     Optimizer& opt = *rk.parts.opt;
@@ -287,7 +377,7 @@ struct DataParallel::Impl {
   // Bucket b on rank r: the tree's sum all-reduced across the ranks, then handed back to the
   // parameters as their gradients; under a tracer rank 0 records the all-reduce with its leaves.
   void all_reduce_bucket(int r, std::size_t b, RankSums& sums) {
-    Rank& rk = ranks[r];
+    Rank& rk = local(r);
     Context& ctx = *rk.parts.ctx;
     const GradBucket& bk = buckets[b];
     Tensor sum = sums.acc[b].result(ctx);
@@ -313,13 +403,21 @@ struct DataParallel::Impl {
 };
 
 DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptions& opts, uint64_t stochastic_seed,
-                           Tracer* tracer)
+                           Tracer* tracer, const ProcessRank* process)
     : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
   I.opts = opts;
-  I.k = static_cast<int>(parts.size());
+  I.processes = process != nullptr;
+  I.k = I.processes ? process->world : static_cast<int>(parts.size());
+  I.base = I.processes ? process->rank : 0;
+  if (I.processes && parts.size() != 1)
+    throw Error(fmt::format("DataParallel: a process of a group spread over processes holds one rank, not {}",
+                            parts.size()));
   if (I.k != opts.ranks)
-    throw Error(fmt::format("DataParallel: {} ranks' parts for {} ranks", parts.size(), opts.ranks));
+    throw Error(fmt::format("DataParallel: {} ranks' parts for {} ranks", I.k, opts.ranks));
+  if (I.processes && tracer)
+    throw Error("tracing a data-parallel run whose ranks are processes: the tracer runs every group in one process, "
+                "one after the other; trace the same run with its ranks in one process (--gpus K)");
   I.g = opts.group_count();
   if (!parts.front().ctx || !parts.front().net) throw Error("DataParallel: a rank's parts are missing");
   I.stats = batch_norm_stats(parts.front().ctx->policy(), parts.front().net->knob_layers());
@@ -338,7 +436,7 @@ DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptio
     if (!p.ctx || !p.net || !p.opt || !p.loader) throw Error("DataParallel: a rank's parts are missing");
     devices.push_back(p.ctx->device());
   }
-  I.group = std::make_shared<RankGroup>(devices);
+  I.group = I.processes ? std::make_shared<RankGroup>(devices.front(), *process) : std::make_shared<RankGroup>(devices);
   for (auto& p : parts) {
     Impl::Rank rk;
     rk.params = p.net->params();
@@ -346,7 +444,7 @@ DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptio
     rk.parts = std::move(p);
     I.ranks.push_back(std::move(rk));
   }
-  for (int r = 1; r < I.k; ++r) {
+  for (std::size_t r = 1; r < I.ranks.size(); ++r) {
     Context& ctx = *I.ranks[r].parts.ctx;
     I.ranks[r].loss_sum = ctx.zeros({1});
     I.ranks[r].correct = ctx.zeros({2}, DType::I32);
@@ -359,23 +457,46 @@ DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptio
   for (const auto& b : I.buckets) I.configs.push_back(allreduce_config(policy, b.name));
   I.group->prepare_nccl(I.configs);
   // The group stats=sync layers merge over; the layers' knob decides whether they do.
-  for (int r = 0; r < I.k; ++r) set_batch_norm_group(*I.ranks[r].parts.ctx, I.group, r);
+  for (std::size_t r = 0; r < I.ranks.size(); ++r)
+    set_batch_norm_group(*I.ranks[r].parts.ctx, I.group, I.base + static_cast<int>(r));
   I.traced_leaves.assign(I.buckets.size(), std::vector<Tensor>(static_cast<std::size_t>(I.g)));
-  for (int r = 1; r < I.k; ++r) I.workers.push_back(std::make_unique<Worker>());
+  for (std::size_t r = 1; r < I.ranks.size(); ++r) I.workers.push_back(std::make_unique<Worker>());
   use_device(*I.ranks[0].parts.ctx);  // making the other ranks' contexts switched this thread's device
+  I.places = I.gather_places();
 }
 
 DataParallel::~DataParallel() {
   Impl& I = *impl_;
   I.workers.clear();  // joins the rank threads
-  for (int r = 0; r < I.k; ++r) {
-    set_batch_norm_group(*I.ranks[r].parts.ctx, nullptr, r);
+  for (std::size_t r = 0; r < I.ranks.size(); ++r) {
+    set_batch_norm_group(*I.ranks[r].parts.ctx, nullptr, I.base + static_cast<int>(r));
     if (r > 0 && I.tracer) I.ranks[r].parts.ctx->set_tracer(nullptr);
   }
 }
 
 void DataParallel::broadcast_state() {
   Impl& I = *impl_;
+  if (I.processes) {
+    // Every state tensor from rank 0, and its optimizer's step count (two 32-bit halves).
+    Impl::Rank& rk = I.ranks[0];
+    Context& ctx = *rk.parts.ctx;
+    try {
+      for (Tensor* t : rk.parts.state) I.group->broadcast(I.base, ctx, *t, 0);
+      const auto steps = static_cast<uint64_t>(rk.parts.opt->steps());
+      Tensor count = ctx.from_host(std::vector<int32_t>{static_cast<int32_t>(steps & 0xffffffffu),
+                                                        static_cast<int32_t>(steps >> 32)},
+                                   {2});
+      I.group->broadcast(I.base, ctx, count, 0);
+      const auto got = count.to_host_i32();
+      rk.parts.opt->set_steps(static_cast<int64_t>(static_cast<uint32_t>(got[0]) |
+                                                   (static_cast<uint64_t>(static_cast<uint32_t>(got[1])) << 32)));
+      ctx.synchronize();
+    } catch (...) {
+      I.fail();
+      throw;
+    }
+    return;
+  }
   const auto& from = I.ranks[0].parts.state;
   for (int r = 1; r < I.k; ++r) {
     Context& ctx = *I.ranks[r].parts.ctx;
@@ -391,7 +512,7 @@ void DataParallel::broadcast_state() {
 
 void DataParallel::start_epoch(int epoch) {
   Impl& I = *impl_;
-  for (int r = 1; r < I.k; ++r) {
+  for (std::size_t r = 1; r < I.ranks.size(); ++r) {
     use_device(*I.ranks[r].parts.ctx);
     I.ranks[r].parts.loader->start_epoch(epoch);
   }
@@ -402,6 +523,15 @@ void DataParallel::step(const Tensor& images, const Tensor& labels, int64_t glob
                         Tensor& correct) {
   Impl& I = *impl_;
   if (I.group->failed()) throw Error("data parallel: an earlier step failed on some rank");
+  if (I.processes) {
+    try {
+      I.run_rank(I.base, images, labels, global_rows, lr, loss_sum, correct);
+    } catch (...) {
+      I.fail();
+      throw;
+    }
+    return;
+  }
   for (int r = 1; r < I.k; ++r)
     I.workers[r - 1]->post([&I, r, global_rows, lr] {
       try {
@@ -436,10 +566,29 @@ void DataParallel::step(const Tensor& images, const Tensor& labels, int64_t glob
   if (!errors.empty()) std::rethrow_exception(errors.front());
 }
 
-std::pair<double, int64_t> DataParallel::take_other_sums() {
+std::pair<double, int64_t> DataParallel::take_other_sums(const Tensor& own_loss, const Tensor& own_correct) {
   Impl& I = *impl_;
   double loss = 0;
   int64_t correct = 0;
+  if (I.processes) {
+    Context& ctx = *I.ranks[0].parts.ctx;
+    Tensor losses = ctx.empty({I.k}), corrects = ctx.empty({2 * I.k}, DType::I32);
+    try {
+      I.group->all_gather(I.base, ctx, own_loss, losses);
+      I.group->all_gather(I.base, ctx, own_correct, corrects);
+    } catch (...) {
+      I.fail();
+      throw;
+    }
+    const auto l = losses.to_host_f32();
+    const auto c = corrects.to_host_i32();
+    for (int r = 0; r < I.k; ++r)
+      if (r != I.base) {
+        loss += l[static_cast<std::size_t>(r)];
+        correct += c[static_cast<std::size_t>(2 * r)];
+      }
+    return {loss, correct};
+  }
   for (int r = 1; r < I.k; ++r) {
     Impl::Rank& rk = I.ranks[r];
     loss += rk.loss_sum.to_host_f32()[0];
@@ -457,6 +606,32 @@ void DataParallel::check_replicas() const {
   const Impl& I = *impl_;
   std::vector<Fingerprint> ref;
   for (const auto& p : I.ranks[0].params) ref.push_back(p.var.value().fingerprint());
+  if (I.processes) {
+    // Every rank's parameter fingerprints (four 32-bit words each) to every rank.
+    std::vector<int32_t> words;
+    for (const Fingerprint& f : ref)
+      for (uint64_t v : {f.high, f.low}) {
+        words.push_back(static_cast<int32_t>(static_cast<uint32_t>(v >> 32)));
+        words.push_back(static_cast<int32_t>(static_cast<uint32_t>(v & 0xffffffffu)));
+      }
+    Context& ctx = *I.ranks[0].parts.ctx;
+    const int64_t n = static_cast<int64_t>(words.size());
+    Tensor mine = ctx.from_host(words, {n}), all = ctx.empty({n * I.k}, DType::I32);
+    try {
+      I.group->all_gather(I.base, ctx, mine, all);
+    } catch (const std::exception& e) {
+      I.group->fail(e.what());
+      throw;
+    }
+    const auto got = all.to_host_i32();
+    for (int r = 0; r < I.k; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        if (got[static_cast<std::size_t>(r * n + i)] != got[static_cast<std::size_t>(i)])
+          throw Error(fmt::format("data parallel: rank {}'s {} differs from rank 0's: the ranks applied different "
+                                  "updates (an all-reduce gave them different sums)",
+                                  r, I.ranks[0].params[static_cast<std::size_t>(i / 4)].name));
+    return;
+  }
   for (int r = 1; r < I.k; ++r)
     for (std::size_t i = 0; i < ref.size(); ++i)
       if (I.ranks[r].params[i].var.value().fingerprint() != ref[i])
@@ -470,6 +645,8 @@ const std::vector<GradBucket>& DataParallel::buckets() const { return impl_->buc
 const std::vector<AllReduceConfig>& DataParallel::configs() const { return impl_->configs; }
 int DataParallel::ranks() const { return impl_->k; }
 int DataParallel::groups() const { return impl_->g; }
+int DataParallel::rank() const { return impl_->base; }
+void DataParallel::fail() { impl_->fail(); }
 
 bool DataParallel::rank_count_independent() const {
   const Impl& I = *impl_;
@@ -481,8 +658,7 @@ bool DataParallel::rank_count_independent() const {
 nlohmann::json DataParallel::describe() const {
   using json = nlohmann::json;
   const Impl& I = *impl_;
-  json devices = json::array();
-  for (const auto& r : I.ranks) devices.push_back(r.parts.ctx->device().str());
+  json devices = I.places;
   json buckets = json::array();
   for (std::size_t b = 0; b < I.buckets.size(); ++b) {
     const GradBucket& bk = I.buckets[b];
@@ -511,8 +687,15 @@ nlohmann::json DataParallel::describe() const {
          {"bucket_bytes", I.opts.bucket_bytes},
          {"buckets", buckets},
          {"rank_count_independent", rank_count_independent()},
-         {"transport", "fixed-order and ring: in-process device-to-device copies (all-to-all, all-gather); nccl-*: "
-                       "ncclAllReduce"}};
+         {"transport", I.processes ? I.ranks[0].parts.ctx->is_cuda()
+                                         ? "one process per rank; fixed-order and ring: the same sums over NCCL's "
+                                           "byte moves (ncclSend/ncclRecv, ncclAllGather); nccl-*: ncclAllReduce"
+                                         : "one process per rank (simulated CPU ranks); fixed-order and ring: the "
+                                           "same sums over files in the rendezvous folder"
+                                   : "fixed-order and ring: in-process device-to-device copies (all-to-all, "
+                                     "all-gather); nccl-*: ncclAllReduce"}};
+  if (I.processes) d["processes"] = {{"launch", "one process per rank, meeting in the run folder's rendezvous"},
+                                     {"world", I.k}};
   const std::string version = I.group->nccl_version();
   if (!version.empty()) {
     const char* nvls = std::getenv("NCCL_NVLS_ENABLE");

@@ -35,7 +35,10 @@
 // than overlapped with it.
 //
 // Rank 0 is the trainer's own (evaluation, checkpoints, hooks and the tracer are there); the other
-// ranks run on threads of their own and meet rank 0 in the collectives. Under a tracer the ranks
+// ranks run on threads of their own and meet rank 0 in the collectives. Or every rank is a process
+// of its own (ProcessRank, engine/collective.h: a Slurm job step's tasks, slurm_task_from_environment
+// below): each process runs the trainer with its own rank's parts, the ranks meet in a rendezvous
+// folder inside the run folder, and the bits are those of the same K ranks in one process. Under a tracer the ranks
 // run their groups one rank after the other (rank 0's first), so the trace holds every group's ops
 // in global group order — the same events for any K — followed by one "allreduce" event per bucket
 // (inputs: each group's flattened gradient g0..g{G-1}; output: the reduced sum) and rank 0's
@@ -106,14 +109,28 @@ struct RankParts {
   std::vector<Tensor*> state;
 };
 
+// This process's place in a Slurm job step, from the environment srun gives each task:
+// SLURM_PROCID (its rank), SLURM_NTASKS (the world), SLURM_LOCALID (its index on its node: which of
+// the GPUs it sees it takes), and SLURM_JOB_ID, SLURM_STEP_ID and SLURM_RESTART_COUNT, which name
+// the step's rendezvous (a requeued job meets in a fresh one). Error naming the variable when one
+// that is needed is missing or malformed.
+struct SlurmTask {
+  int rank = 0, world = 1, local_id = 0;
+  std::string step;  // "job<JOB>.<STEP>[.restart<N>]": the rendezvous folder's name
+};
+SlurmTask slurm_task_from_environment();
+
 class DataParallel {
  public:
   // parts[r] is rank r; their contexts' devices form the group (distinct GPUs for NCCL). The
   // buckets' all-reduce choices come from rank 0's policy. stochastic_seed keys dropout as the
   // plain trainer's does (group g > 0 with a key of its own). Error for bad options or a tracer
   // with synchronized batch norm (its collectives would wait for ranks the tracer serializes).
+  // With `process`, this process is rank process->rank of opts.ranks processes: parts holds its
+  // own rank's parts alone, and every rank constructs its DataParallel (they meet here). No
+  // tracer then.
   DataParallel(std::vector<RankParts> parts, const DataParallelOptions& opts, uint64_t stochastic_seed,
-               Tracer* tracer = nullptr);
+               Tracer* tracer = nullptr, const ProcessRank* process = nullptr);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -121,24 +138,32 @@ class DataParallel {
   // Copies rank 0's state (parameters, buffers, optimizer state) to every other rank: after a
   // fresh initialization or a resume.
   void broadcast_state();
-  // Starts the epoch on the other ranks' loaders (rank 0's belongs to the caller).
+  // Starts the epoch on the other ranks' loaders this process holds (the caller's own belongs to
+  // the caller).
   void start_epoch(int epoch);
-  // One optimizer step on every rank at lr: rank 0 trains on batch0's rows (which the caller took
-  // from rank 0's loader), every other rank on its loader's next batch. loss_sum and correct are
-  // rank 0's accumulators (TrainStep::run's); the other ranks keep their own (epoch_sums).
+  // One optimizer step on every rank at lr: the caller's rank (rank 0, or this process's) trains
+  // on the rows the caller took from its loader, every other rank this process holds on its
+  // loader's next batch. loss_sum and correct are the caller's accumulators (TrainStep::run's);
+  // the other ranks keep their own.
   void step(const Tensor& images, const Tensor& labels, int64_t global_rows, float lr, Tensor& loss_sum,
             Tensor& correct);
   // The other ranks' loss sum and correct count since the last call (host values, for the
-  // epoch's log), and resets them.
-  std::pair<double, int64_t> take_other_sums();
+  // epoch's log), and resets them. loss_sum and correct are the caller's own (step's): across
+  // processes every rank sends its own and receives the others' (every rank calls this).
+  std::pair<double, int64_t> take_other_sums(const Tensor& loss_sum, const Tensor& correct);
   // Error naming the rank when a rank's parameters differ bitwise from rank 0's (every rank
-  // must apply the same update).
+  // must apply the same update). Across processes every rank calls it.
   void check_replicas() const;
+  // Tells the other ranks this one stopped (a rank whose run failed outside a collective: the
+  // others then stop at their next meeting instead of waiting out the timeout).
+  void fail();
 
   const std::vector<GradBucket>& buckets() const;
   const std::vector<AllReduceConfig>& configs() const;
   int ranks() const;
   int groups() const;
+  // The caller's rank: 0, or this process's rank when the ranks are processes.
+  int rank() const;
   // Whether the run's bits are the same for any rank count: every bucket fixed-order, G/K a power
   // of two, local batch norm.
   bool rank_count_independent() const;

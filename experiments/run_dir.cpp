@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "engine/detail/json_error.h"
 #include "engine/error.h"
@@ -32,6 +34,7 @@ using Kind = DefiningFlag::Kind;
 using Form = DefiningFlag::Form;
 
 constexpr const char* kLockName = ".lock";
+constexpr const char* kRendezvousName = ".rendezvous";  // where the ranks of --dp-launch meet
 constexpr const char* kGenerationPrefix = ".gen-";
 }  // namespace
 
@@ -334,6 +337,9 @@ std::vector<DefiningFlag> defining_flags(const TrainConfig& c) {
     add("--dp-groups", fmt::format("{}", DataParallelOptions{c.gpus, c.dp_groups}.group_count()));
     add("--batchnorm", c.batchnorm);
     add("--bucket-mb", fmt::format("{}", c.bucket_mb), Kind::Kernels);
+    // Recorded only when used: the ranks are processes (the bits are those of the same ranks as
+    // threads; where they ran is in the manifest's data_parallel section).
+    if (!c.dp_launch.empty()) add("--dp-launch", c.dp_launch, Kind::Location);
   }
   return f;
 }
@@ -373,7 +379,7 @@ RunFolderState inspect_run_folder(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kGenerationPrefix, 0) == 0) {
       if (name != current) s.unpublished = true;
-    } else if (name != kLockName && name != "state" && !is_run_link(entry.path())) {
+    } else if (name != kLockName && name != kRendezvousName && name != "state" && !is_run_link(entry.path())) {
       s.foreign.push_back(name);
     }
   }
@@ -922,6 +928,42 @@ TrainResult read_run_result(const std::string& run_dir, const TrainData& data, i
   r.class_names = data.test.class_names;
   r.subgroup_names = data.test.subgroup_names;
   return r;
+}
+
+// ---- The ranks' meeting place ----------------------------------------------------------------
+
+Rendezvous::Rendezvous(const std::string& run_dir, const std::string& step, bool make, double timeout_s)
+    : made_(make) {
+  const fs::path root = fs::path(run_dir) / kRendezvousName;
+  path_ = (root / step).string();
+  std::error_code ec;
+  if (make) {
+    if (fs::exists(path_, ec))
+      throw Error(fmt::format("--dp-launch: the rendezvous folder {} exists already: another run of the same job "
+                              "step met there, or one that was killed; remove it if no rank of that run is alive",
+                              path_));
+    fs::create_directories(path_, ec);
+    if (ec) throw IoError(fmt::format("--dp-launch: cannot make the rendezvous folder {}: {}", path_, ec.message()));
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (!fs::is_directory(path_, ec)) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_s)
+      throw Error(fmt::format("--dp-launch: waited {:.0f} s for rank 0 to open the run folder and make {}: rank 0 "
+                              "did not start, refused the run (its output says why), or cannot be seen from here "
+                              "(the run folder must be on a filesystem every node shares); --dp-timeout sets the wait",
+                              waited, path_));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+Rendezvous::~Rendezvous() {
+  if (!made_) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  const fs::path root = fs::path(path_).parent_path();
+  if (fs::is_empty(root, ec)) fs::remove(root, ec);
 }
 
 }  // namespace ditto

@@ -6,7 +6,9 @@
 //
 // Layout: `.gen-<epoch>-<token>/` holds one epoch's complete outputs; `state` links to the
 // current generation; manifest.json, log.csv, predictions.csv, metrics.json and
-// checkpoint.safetensors are links through `state`; `.lock` holds the writer's process id.
+// checkpoint.safetensors are links through `state`; `.lock` holds the writer's process id;
+// `.rendezvous/<step>/` is where the ranks of a run whose data-parallel ranks are processes meet
+// while it runs (Rendezvous below).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -119,6 +121,24 @@ class RunDir {
   int lock_fd_ = -1;
   bool created_ = false, published_ = false;
   std::vector<std::string> generations_;  // made by this object and not yet published
+};
+
+// Where the ranks of a run whose data-parallel ranks are processes meet (--dp-launch): the folder
+// `.rendezvous/<step>` of its run folder, a run's own entry (never a foreign file). Rank 0 makes
+// it (`make`) once it has opened the run folder: Error when the step's folder exists already.
+// The other ranks wait up to timeout_s for it to appear (Error naming it, and why rank 0 may not
+// have made it). Rank 0's destructor removes it, once the ranks have left (RankGroup's destructor).
+class Rendezvous {
+ public:
+  Rendezvous(const std::string& run_dir, const std::string& step, bool make, double timeout_s);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool made_ = false;
 };
 
 // ---- Files of a run folder --------------------------------------------------------------------

@@ -327,13 +327,26 @@ class Progress {
 // two stages leaves no trace on disk.
 class Run {
  public:
-  Run(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> data)
-      : cfg_(cfg), hooks_(hooks), held_(std::move(data)) {}
+  // task: --dp-launch slurm's place of this process among the ranks (nullptr: one process).
+  Run(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> data, const SlurmTask* task)
+      : cfg_(cfg), hooks_(hooks), held_(std::move(data)) {
+    if (task) slurm_ = *task;
+  }
+  ~Run() {
+    // The ranks first (their threads joined, or across processes: the others told this one
+    // stopped, or that it left), then their meeting place, then the run folder's lock.
+    if (dp_ && std::uncaught_exceptions() > 0) dp_->fail();
+    dp_.reset();
+    rendezvous_.reset();
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
 
   TrainResult go() {
     validate();
     set_up();
     open_run_dir();
+    if (slurm_) join_ranks();
     resume();
     epochs();
     return finish();
@@ -354,7 +367,16 @@ class Run {
                               "destroy what is resumed (give --out another folder, or drop --overwrite)",
                               cfg_.resume));
     intent_ = in_place ? OutIntent::Continue : cfg_.overwrite ? OutIntent::Overwrite : OutIntent::Fresh;
-    if (!out_.empty()) check_out_allowed(out_, intent_);
+    if (slurm_) {
+      if (out_.empty())
+        throw Error("--dp-launch slurm: the ranks meet in the run folder, and rank 0 writes it; give --out (a folder "
+                    "every node sees)");
+      // A task given every GPU of its node takes the one of its index there (SLURM_LOCALID);
+      // --device cuda:N, or a task that sees one GPU (--gpus-per-task), keeps what it names.
+      if (cfg_.device == "cuda") device_ = Device::cuda(slurm_->local_id % std::max(1, cuda_device_count()));
+    }
+    // Only rank 0 writes the run folder; the other ranks of --dp-launch write nothing there.
+    if (!out_.empty() && !follower()) check_out_allowed(out_, intent_);
 
     seed_init_ = pick_seed(cfg_.seed_init, cfg_.deterministic_init);
     seed_order_ = pick_seed(cfg_.seed_order, cfg_.deterministic_input);
@@ -407,8 +429,15 @@ class Run {
                               cfg_.max_steps_flag, cfg_.max_steps, cfg_.epochs, train_loader_->batches_per_epoch(),
                               run_steps, cfg_.max_steps_flag, run_steps));
     opt_->reserve_steps(*ctx_, cfg_.max_steps ? std::min<int64_t>(cfg_.max_steps, run_steps) : run_steps);
-    if (cfg_.data_parallel()) set_up_ranks();
+    if (cfg_.data_parallel() && tuning_ && !tuning_->reading())
+      throw Error(fmt::format("--tuning: '{}' does not exist yet, and tuning chooses by timing, which the ranks could "
+                              "do differently; tune with one GPU first (the file is then read by every rank)",
+                              cfg_.tuning));
+    if (cfg_.data_parallel() && !slurm_) set_up_ranks();
   }
+
+  // --dp-launch: a rank other than 0, which trains and writes nothing.
+  bool follower() const { return slurm_ && slurm_->rank != 0; }
 
   // The data (loaded unless the caller holds them), fit for the batch and, when resuming, the
   // same as the resumed run's.
@@ -524,6 +553,7 @@ class Run {
     test_opts.augment = false;
     // Data parallel: every rank's loader keeps its rows of each global batch (rank 0's here).
     train_opts.shards = cfg_.data_parallel() ? cfg_.gpus : 1;
+    if (slurm_) train_opts.shard = slurm_->rank;
     train_opts_ = train_opts;
     train_loader_ = std::make_unique<Loader>(*ctx_, data.train, train_opts);
     test_loader_ = std::make_unique<Loader>(*ctx_, data.test, test_opts);
@@ -584,18 +614,7 @@ class Run {
     if (device_.is_cuda() && device_.index + cfg_.gpus > cuda_device_count())
       throw Error(fmt::format("--gpus: {} ranks from {} need GPUs up to cuda:{}, but {} are visible", cfg_.gpus,
                               device_.str(), device_.index + cfg_.gpus - 1, cuda_device_count()));
-    if (tuning_ && !tuning_->reading())
-      throw Error(fmt::format("--tuning: '{}' does not exist yet, and tuning chooses by timing, which the ranks could "
-                              "do differently; tune with one GPU first (the file is then read by every rank)",
-                              cfg_.tuning));
     std::vector<RankParts> parts;
-    auto own_state = [](std::vector<Param>& ps, std::vector<Buffer>& bs, std::vector<Buffer>& os) {
-      std::vector<Tensor*> st;
-      for (auto& p : ps) st.push_back(&p.var.value());
-      for (auto& b : bs) st.push_back(b.tensor);
-      for (auto& o : os) st.push_back(o.tensor);
-      return st;
-    };
     parts.push_back({ctx_.get(), net_.get(), opt_.get(), train_loader_.get(), own_state(params_, buffers_, ostate_)});
     for (int r = 1; r < cfg_.gpus; ++r) {
       auto rank = std::make_unique<Rank>();
@@ -617,9 +636,29 @@ class Run {
     dp_ = std::make_unique<DataParallel>(parts, dp_opts_, seed_init_.value, hooks_.tracer);
   }
 
+  // Every tensor a rank's checkpoint holds, in one order for all ranks.
+  static std::vector<Tensor*> own_state(std::vector<Param>& ps, std::vector<Buffer>& bs, std::vector<Buffer>& os) {
+    std::vector<Tensor*> st;
+    for (auto& p : ps) st.push_back(&p.var.value());
+    for (auto& b : bs) st.push_back(b.tensor);
+    for (auto& o : os) st.push_back(o.tensor);
+    return st;
+  }
+
+  // --dp-launch: this process's rank meets the others in the run folder's rendezvous (rank 0 makes
+  // it, now that the folder is open; the others wait for it) and the data-parallel step over them
+  // is built: every rank constructs it, which is their first meeting.
+  void join_ranks() {
+    rendezvous_ = std::make_unique<Rendezvous>(out_, slurm_->step, slurm_->rank == 0, cfg_.dp_timeout);
+    std::vector<RankParts> parts{
+        {ctx_.get(), net_.get(), opt_.get(), train_loader_.get(), own_state(params_, buffers_, ostate_)}};
+    const ProcessRank me{slurm_->rank, slurm_->world, rendezvous_->path(), cfg_.dp_timeout};
+    dp_ = std::make_unique<DataParallel>(parts, dp_opts_, seed_init_.value, hooks_.tracer, &me);
+  }
+
   // ---- Stage 3: the output folder, locked; made only now that every check has passed ----
   void open_run_dir() {
-    if (!out_.empty()) run_dir_ = std::make_unique<RunDir>(out_, intent_);
+    if (!out_.empty() && !follower()) run_dir_ = std::make_unique<RunDir>(out_, intent_);
   }
 
   // ---- Stage 4: the resumed run's state, verified, or a fresh initialization ----
@@ -664,7 +703,7 @@ class Run {
     result_.seed_init = seed_init_.value;
     result_.seed_order = seed_order_.value;
     result_.seed_augment = seed_augment_.value;
-    progress_ = std::make_unique<Progress>(cfg_.progress, cfg_.epochs);
+    progress_ = std::make_unique<Progress>(cfg_.progress && !follower(), cfg_.epochs);
     loss_sum_ = ctx_->zeros({1});
     correct_ = ctx_->zeros({2}, DType::I32);
     bool steps_done = false;
@@ -689,7 +728,7 @@ class Run {
     take_loss_scale_record();
     const auto [loss_mean, train_acc] = training_scores(steps.seen);
     double top1 = 0, top5 = 0;
-    score_test(epoch, top1, top5);
+    if (!follower()) score_test(epoch, top1, top5);  // rank 0 evaluates the weights every rank holds
     ctx.synchronize();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - steps.hook_seconds;
     epoch_seconds_total_ += seconds;
@@ -769,7 +808,8 @@ class Run {
   // `seen` examples of every rank.
   std::pair<double, double> training_scores(int64_t seen) {
     // Data parallel: the other ranks' sums join rank 0's (for the log; they train nothing).
-    const auto [other_loss, other_correct] = dp_ ? dp_->take_other_sums() : std::pair<double, int64_t>{0, 0};
+    const auto [other_loss, other_correct] =
+        dp_ ? dp_->take_other_sums(loss_sum_, correct_) : std::pair<double, int64_t>{0, 0};
     if (dp_) dp_->check_replicas();
     const double loss_mean = (loss_sum_.to_host_f32()[0] + other_loss) / std::max<int64_t>(1, seen);
     // Training accuracy is counted on the device for classification only (experiments/task_scoring.h).
@@ -1027,6 +1067,7 @@ class Run {
     result_.class_names = held_->test.class_names;
     result_.subgroup_names = held_->test.subgroup_names;
     result_.warnings = warnings_;
+    result_.rank = slurm_ ? slurm_->rank : 0;
     return std::move(result_);
   }
 
@@ -1092,8 +1133,10 @@ class Run {
   DataParallelOptions dp_opts_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::unique_ptr<DataParallel> dp_;  // after ranks_: destroyed (its threads joined) first
-  // open_run_dir
+  std::optional<SlurmTask> slurm_;     // --dp-launch slurm
+  // open_run_dir, join_ranks
   std::unique_ptr<RunDir> run_dir_;
+  std::unique_ptr<Rendezvous> rendezvous_;  // --dp-launch: where the ranks meet (~Run orders its end)
   // resume, epochs
   int first_epoch_ = 1;
   std::vector<EpochLog> log_;
@@ -1173,7 +1216,16 @@ std::shared_ptr<const TrainData> load_train_data(const TrainConfig& cfg) {
 }
 
 TrainResult train(const TrainConfig& cfg, const TrainHooks& hooks, std::shared_ptr<const TrainData> data) {
-  return Run(cfg, hooks, std::move(data)).go();
+  if (cfg.dp_launch.empty()) return Run(cfg, hooks, std::move(data), nullptr).go();
+  // --dp-launch slurm: the rank count is the job step's; --gpus, when given, must agree.
+  const SlurmTask task = slurm_task_from_environment();
+  if (cfg.gpus != 1 && cfg.gpus != task.world)
+    throw Error(fmt::format("--gpus {} with --dp-launch slurm: the ranks are the job step's {} tasks (SLURM_NTASKS); "
+                            "each task is one rank on one device: leave --gpus out, or give {}",
+                            cfg.gpus, task.world, task.world));
+  TrainConfig c = cfg;
+  c.gpus = task.world;
+  return Run(c, hooks, std::move(data), &task).go();
 }
 
 }  // namespace ditto

@@ -84,7 +84,13 @@ struct TrainConfig {
   int dp_groups = 0;                  // example groups per global batch; 0: one per rank
   std::string batchnorm = "local";    // local | sync
   int bucket_mb = 25;                 // gradient bucket size in MiB
-  bool data_parallel() const { return gpus > 1 || dp_groups > 0 || batchnorm != "local"; }
+  // "" (the ranks are threads of this process) or "slurm": this process is one rank of a Slurm job
+  // step's tasks (SLURM_PROCID of SLURM_NTASKS; --gpus, when given, must equal SLURM_NTASKS). Every
+  // task runs the same command; rank 0 evaluates and writes --out, the others write nothing, and
+  // the ranks meet in --out's rendezvous folder (experiments/data_parallel.h).
+  std::string dp_launch;
+  double dp_timeout = 600;            // seconds a rank waits for the others at any meeting point
+  bool data_parallel() const { return gpus > 1 || dp_groups > 0 || batchnorm != "local" || !dp_launch.empty(); }
   // dataset-specific
   // synthetic: counts, side, classes; the synthetic-* task variants take the counts (their
   // geometry is fixed: that of the MNIST / CelebA data they stand in for)
@@ -117,6 +123,8 @@ struct TrainResult {
   std::vector<std::string> class_names, subgroup_names;
   double test_top1 = 0;
   int64_t steps = 0;                  // optimizer steps taken by this call
+  int rank = 0;                       // --dp-launch slurm: this process's rank (only rank 0 evaluates and
+                                      // writes the run; another rank's result holds its training alone)
   double train_seconds = 0;           // wall time of those steps (no evaluation, no hooks)
   std::vector<float> weights;         // every parameter and buffer, in name order, on the host
   std::vector<ManifestEntry> ops;     // what every op ran (the manifest's "ops")

@@ -49,7 +49,7 @@ void set_batch_norm_group(Context& ctx, std::shared_ptr<RankGroup> group, int ra
     ctx.op_state(kKey).reset();
     return;
   }
-  if (rank < 0 || rank >= group->size() || group->devices()[rank] != ctx.device())
+  if (rank < 0 || rank >= group->size() || !group->holds(rank) || group->device_of(rank) != ctx.device())
     throw Error(fmt::format("set_batch_norm_group: rank {} of a group of {} does not live on {}", rank, group->size(),
                             ctx.device().str()));
   ctx.op_state(kKey) = std::make_shared<SyncState>(SyncState{std::move(group), rank});

@@ -2,12 +2,17 @@
 // order and its subtree property, the exchanges, the all-reduce variants (fixed-order the same
 // bits for every rank count, ring following it), the all-reduce knob in the policy and the
 // manifest, failure propagation, and synchronized batch norm against batch norm over the whole
-// batch, with a central-difference check of its gradient in double.
+// batch, with a central-difference check of its gradient in double. The same collectives between
+// ranks that are processes (ProcessRank: the file transport, each rank here a thread with a group
+// of its own, as a process would hold) give the same bits, and refuse mismatched calls, a rank
+// that never comes and a rank that failed.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "engine/collective.h"
@@ -66,15 +71,28 @@ std::vector<float> tree_of(const std::vector<std::vector<float>>& leaves) {
   return out;
 }
 
-// Each of `ranks` ranks sums its share of the leaves in a TreeAccumulator, then all-reduces.
+// A fresh rendezvous folder for a group whose ranks are processes.
+std::string rendezvous(const std::string& name) {
+  const std::string dir = test::scratch("collective", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Each of `ranks` ranks sums its share of the leaves in a TreeAccumulator, then all-reduces: in
+// one group, or (with a rendezvous folder) each rank in a group of its own, as processes are.
 std::vector<std::vector<float>> reduce_on_ranks(const std::vector<std::vector<float>>& leaves, int ranks,
-                                                AllReduceAlgo algo) {
-  RankGroup group(std::vector<Device>(static_cast<std::size_t>(ranks), Device::cpu()));
+                                                AllReduceAlgo algo, const std::string& rendezvous_dir = "") {
+  RankGroup shared(std::vector<Device>(static_cast<std::size_t>(ranks), Device::cpu()));
   const int per = static_cast<int>(leaves.size()) / ranks;
   std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
   AllReduceConfig config;
   config.algo = algo;
   on_ranks(ranks, [&](int r) {
+    std::unique_ptr<RankGroup> own;
+    if (!rendezvous_dir.empty())
+      own = std::make_unique<RankGroup>(Device::cpu(), ProcessRank{r, ranks, rendezvous_dir, 30});
+    RankGroup& group = own ? *own : shared;
     Context ctx;
     TreeAccumulator acc;
     for (int j = 0; j < per; ++j) {
@@ -464,4 +482,100 @@ TEST_CASE("synchronized batch norm: central-difference gradient check in double 
   ref::sbn_bwd_dx(x0.data() + n0 * c * hw, w.data() + n0 * c * hw, mean.data(), invstd.data(), gamma.data(),
                   merged.data(), merged.data() + c, double(n * hw), dx.data() + n0 * c * hw, n1, c, hw);
   CHECK(test::gradcheck(loss, x0, dx) < 1e-6);
+}
+
+TEST_CASE("ranks as processes: the file transport moves the same chunks and gives the same all-reduce bits") {
+  for (int ranks : {1, 2, 3, 4}) {
+    INFO(ranks << " ranks");
+    const std::string dir = rendezvous("moves" + std::to_string(ranks));
+    on_ranks(ranks, [&](int r) {
+      RankGroup group(Device::cpu(), ProcessRank{r, ranks, dir, 30});
+      CHECK(group.size() == ranks);
+      CHECK(group.spans_processes());
+      CHECK(group.holds(r));
+      if (ranks > 1) CHECK_FALSE(group.holds((r + 1) % ranks));
+      Context ctx;
+      std::vector<float> mine(static_cast<std::size_t>(ranks) * 2);
+      for (int q = 0; q < ranks * 2; ++q) mine[q] = float(100 * r + q);
+      Tensor send = ctx.from_host(mine, {ranks * 2});
+      Tensor gathered = ctx.empty({ranks * ranks * 2}), swapped = ctx.empty({ranks * 2});
+      group.all_gather(r, ctx, send, gathered);
+      group.all_to_all(r, ctx, send, swapped);
+      Tensor b = ctx.from_host(std::vector<float>{float(r), float(r)}, {2});
+      group.broadcast(r, ctx, b, ranks - 1);
+      group.barrier(r);
+      const auto g = gathered.to_host_f32(), sw = swapped.to_host_f32(), bh = b.to_host_f32();
+      for (int q = 0; q < ranks; ++q)
+        for (int i = 0; i < ranks * 2; ++i) CHECK(g[q * ranks * 2 + i] == float(100 * q + i));
+      for (int q = 0; q < ranks; ++q)
+        for (int i = 0; i < 2; ++i) CHECK(sw[q * 2 + i] == float(100 * q + r * 2 + i));
+      CHECK(bh == std::vector<float>{float(ranks - 1), float(ranks - 1)});
+      if (ranks > 1)
+        CHECK(test::error_of([&] { group.barrier((r + 1) % ranks); }).find("held by another process") !=
+              std::string::npos);
+    });
+    // At most the last meeting's files and each rank's leaving mark stay behind.
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
+    CHECK(files <= 2 * ranks);
+  }
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const auto leaves = order_sensitive_leaves(8, 1001, seed);
+  for (int ranks : {2, 4, 8})
+    for (AllReduceAlgo algo : {AllReduceAlgo::FixedOrder, AllReduceAlgo::Ring}) {
+      INFO(ranks << " ranks, " << name_of(algo));
+      const auto threads = reduce_on_ranks(leaves, ranks, algo);
+      const auto processes = reduce_on_ranks(leaves, ranks, algo, rendezvous("reduce"));
+      for (int r = 0; r < ranks; ++r) CHECK(same_bits(processes[r], threads[r]));
+      if (algo == AllReduceAlgo::FixedOrder) CHECK(same_bits(processes[0], tree_of(leaves)));
+    }
+}
+
+TEST_CASE("ranks as processes: mismatched calls, a missing rank and a failed rank are errors that say so") {
+  // Rank 1 offers fewer bytes than rank 0: both refuse, naming the sizes.
+  {
+    const std::string dir = rendezvous("mismatch");
+    std::vector<std::string> errors(2);
+    on_ranks(2, [&](int r) {
+      RankGroup group(Device::cpu(), ProcessRank{r, 2, dir, 30});
+      Context ctx;
+      Tensor send = ctx.zeros({r == 0 ? 4 : 2}), recv = ctx.empty({r == 0 ? 8 : 4});
+      errors[r] = test::error_of([&] { group.all_gather(r, ctx, send, recv); });
+      group.fail(errors[r]);
+    });
+    CHECK(errors[0].find("rank 1 offered 8 bytes") != std::string::npos);
+    CHECK(errors[1].find("rank 0 offered 16 bytes") != std::string::npos);
+  }
+  // Rank 1 never comes: rank 0 gives up after the timeout, naming the file and the rank.
+  {
+    const std::string dir = rendezvous("missing");
+    const std::string msg = test::error_of([&] { RankGroup group(Device::cpu(), ProcessRank{0, 2, dir, 0.3}); });
+    CHECK(msg.find("rank 1's part of exchange 0") != std::string::npos);
+    CHECK(msg.find("x0.r1") != std::string::npos);
+  }
+  // Rank 1 fails after the first meeting: rank 0, waiting at the next, stops with its reason.
+  {
+    const std::string dir = rendezvous("failed");
+    std::string rank0;
+    on_ranks(2, [&](int r) {
+      RankGroup group(Device::cpu(), ProcessRank{r, 2, dir, 30});
+      if (r == 1) {
+        group.fail("rank 1's loader ran out of batches");
+        return;
+      }
+      Context ctx;
+      Tensor t = ctx.zeros({8});
+      rank0 = test::error_of([&] { group.all_reduce(0, ctx, t, AllReduceConfig{}); });
+      group.fail(rank0);
+    });
+    CHECK(rank0.find("stopped: rank 1 failed: rank 1's loader ran out of batches") == 0);
+  }
+  // The folder must exist, the rank must be in the world; CPU ranks have no NCCL.
+  CHECK_THROWS_AS(RankGroup(Device::cpu(), ProcessRank{0, 2, test::scratch("collective", "absent"), 1}), Error);
+  CHECK_THROWS_AS(RankGroup(Device::cpu(), ProcessRank{2, 2, rendezvous("bad-rank"), 1}), Error);
+  RankGroup one(Device::cpu(), ProcessRank{0, 1, rendezvous("nccl"), 1});
+  AllReduceConfig nccl;
+  nccl.algo = AllReduceAlgo::NcclDefault;
+  CHECK(test::error_of([&] { one.prepare_nccl({nccl}); }).find("NCCL needs CUDA devices") != std::string::npos);
 }

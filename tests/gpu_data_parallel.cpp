@@ -7,12 +7,17 @@
 //   - two ranks on the one GPU (two contexts, the in-process exchange with CUDA events): fixed-order
 //     with 4 groups gives the bits of one rank with 4 groups, and ring replays;
 //   - synchronized batch norm of two ranks on the GPU against batch norm over the whole batch;
-//   - with two or more GPUs visible: 2 ranks on 2 GPUs give 1 rank's bits (skipped otherwise).
+//   - with two or more GPUs visible: 2 ranks on 2 GPUs give 1 rank's bits (skipped otherwise);
+//   - ranks as processes (ProcessRank, the NCCL transport; each rank a thread with a group of its
+//     own, as a process holds): one rank on one GPU, and with two GPUs two ranks whose byte moves
+//     and sums give the in-process bits.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <thread>
 
 #include "engine/collective.h"
@@ -210,4 +215,81 @@ TEST_CASE("gpu data parallel on two GPUs: 2 ranks give 1 rank's bits (fixed-orde
   nccl.pins = {"*.algo=nccl-default"};
   // Two ranks: one addition per element, which commutes: NCCL's sum equals the tree's too.
   CHECK(train(nccl).weights_fingerprint == one.weights_fingerprint);
+}
+
+namespace {
+std::string fresh_rendezvous(const std::string& name) {
+  const std::string dir = test::scratch("gpu_dp", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("gpu data parallel, ranks as processes: the NCCL transport of one rank, and of two on two GPUs") {
+  REQUIRE(RankGroup::nccl_available());
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const int64_t n = 1001;
+  AllReduceConfig fixed{}, def{AllReduceAlgo::NcclDefault, 0};
+  {
+    // One rank: its communicators are made through the rendezvous folder and leave the bits alone.
+    RankGroup one(Device::cuda(0), ProcessRank{0, 1, fresh_rendezvous("one"), 60});
+    one.prepare_nccl({fixed, def});
+    CHECK_FALSE(one.nccl_version().empty());
+    Context ctx(Device::cuda(0));
+    const auto v = order_sensitive(n, seed, 0);
+    Tensor a = ctx.from_host(v, {n}), b = ctx.from_host(v, {n}), c = ctx.from_host(v, {n});
+    one.all_reduce(0, ctx, a, fixed);
+    one.all_reduce(0, ctx, b, def);
+    one.broadcast(0, ctx, c, 0);
+    one.barrier(0);
+    CHECK(test::same_bits(a.to_host_f32(), v));
+    CHECK(test::same_bits(b.to_host_f32(), v));
+    CHECK(test::same_bits(c.to_host_f32(), v));
+  }
+  if (cuda_device_count() < 2) {
+    WARN("one GPU visible: two ranks as processes need two GPUs (NCCL takes one rank per GPU)");
+    return;
+  }
+  const std::string dir = fresh_rendezvous("two");
+  const std::vector<std::vector<float>> leaves = {order_sensitive(n, seed, 1), order_sensitive(n, seed, 2)};
+  std::vector<const float*> ptrs = {leaves[0].data(), leaves[1].data()};
+  std::vector<float> want(static_cast<std::size_t>(n));
+  ref::tree_sum(ptrs.data(), 2, n, want.data());
+  std::vector<std::vector<float>> fixed_sum(2), nccl_sum(2), gathered(2), broadcast(2);
+  std::vector<std::exception_ptr> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        RankGroup group(Device::cuda(r), ProcessRank{r, 2, dir, 120});
+        group.prepare_nccl({fixed, def});
+        Context ctx(Device::cuda(r));
+        Tensor a = ctx.from_host(leaves[r], {n}), b = ctx.from_host(leaves[r], {n});
+        Tensor all = ctx.empty({2 * n}), c = ctx.from_host(leaves[r], {n});
+        group.all_reduce(r, ctx, a, fixed);
+        group.all_reduce(r, ctx, b, def);
+        group.all_gather(r, ctx, ctx.from_host(leaves[r], {n}), all);
+        group.broadcast(r, ctx, c, 1);
+        group.barrier(r);
+        fixed_sum[r] = a.to_host_f32();
+        nccl_sum[r] = b.to_host_f32();
+        gathered[r] = all.to_host_f32();
+        broadcast[r] = c.to_host_f32();
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<float> both(leaves[0]);
+  both.insert(both.end(), leaves[1].begin(), leaves[1].end());
+  for (int r = 0; r < 2; ++r) {
+    CHECK(test::same_bits(fixed_sum[r], want));  // the tree's bits, as in one process
+    CHECK(test::same_bits(nccl_sum[r], want));   // two ranks: one addition per element, which commutes
+    CHECK(test::same_bits(gathered[r], both));
+    CHECK(test::same_bits(broadcast[r], leaves[1]));
+  }
 }

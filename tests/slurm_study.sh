@@ -2,13 +2,16 @@
 # A settings study on a real Slurm cluster: munge and a one-node Slurm (slurmctld + slurmd, this
 # machine's CPUs as its resources) started here under a scratch folder, a small CPU study planned
 # with ditto-experiment --plan, submitted with sbatch as an array job, collected with --collect,
-# and every replica's weights fingerprint compared with the same study run locally. Needs root or
-# password-less sudo (the daemons) and Debian's slurm-wlm and munge (scripts/test.sh installs them).
-#   slurm_study.sh DITTO_EXPERIMENT WORK_DIR
+# and every replica's weights fingerprint compared with the same study run locally. Then one
+# data-parallel run whose two ranks are the tasks of one srun step (ditto-train --dp-launch slurm),
+# compared with the same ranks as threads of one process. Needs root or password-less sudo (the
+# daemons) and Debian's slurm-wlm and munge (scripts/test.sh installs them).
+#   slurm_study.sh DITTO_EXPERIMENT WORK_DIR DITTO_TRAIN
 set -euo pipefail
 EXP=$1
 W=$2
-for b in munged slurmctld slurmd sbatch squeue sinfo python3; do
+TRAIN=$3
+for b in munged slurmctld slurmd sbatch squeue sinfo srun python3; do
   command -v "$b" > /dev/null || { echo "slurm_study: $b not found (install slurm-wlm and munge)" >&2; exit 1; }
 done
 # The daemons run as root (directly, or through password-less sudo); the study runs as this user.
@@ -98,3 +101,21 @@ for key in [k for k in a if k[1] in ("churn", "accuracy_mean", "weight_l2", "dis
     assert a[key] == b[key], f"{key}: local {a[key]}, collected {b[key]}"
 print("slurm_study: 4 replicas trained by Slurm equal the local study's, report metrics equal")
 PY
+
+# Data parallelism over Slurm tasks: srun starts two ranks, Slurm's environment tells each which
+# it is, they meet in the run folder; the weights are those of the same two ranks as threads.
+dp=(--device cpu --model two-conv --synthetic-train 96 --synthetic-test 48 --synthetic-size 16 --batch-size 32
+    --epochs 2 --loader-threads 0 --deterministic-init --deterministic-input --kernels deterministic --quiet)
+"$TRAIN" "${dp[@]}" --gpus 2 --out "$W/dp-threads" > /dev/null
+srun --ntasks 2 --kill-on-bad-exit=1 "$TRAIN" "${dp[@]}" --dp-launch slurm --dp-timeout 120 --out "$W/dp-srun" \
+  > "$W/dp-srun.txt"
+python3 - "$W/dp-threads" "$W/dp-srun" <<'PY'
+import json, pathlib, sys
+threads, srun = (json.loads((pathlib.Path(d) / "manifest.json").read_text()) for d in sys.argv[1:])
+a, b = threads["results"]["weights_fingerprint"], srun["results"]["weights_fingerprint"]
+print(f"data parallel, 2 ranks: threads {a}, srun tasks {b}")
+assert a == b, "the two srun tasks end with other weights than two threads"
+assert srun["data_parallel"]["processes"]["world"] == 2, srun["data_parallel"]
+PY
+grep -q "^rank 1: trained" "$W/dp-srun.txt" || { cat "$W/dp-srun.txt" >&2; exit 1; }
+echo "slurm_study: two srun tasks as data-parallel ranks equal two threads"
