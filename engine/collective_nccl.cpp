@@ -1,13 +1,15 @@
 // NCCL behind engine/detail/nccl.h. NCCL reads NCCL_ALGO and NCCL_PROTO when a communicator
 // builds its tuning model (ncclTopoTuneModel, during initialization); the channel bounds have a
 // per-communicator form, ncclConfig_t's minCTAs / maxCTAs. So a pinned configuration is made by
-// setting the two variables, creating the communicators, and unsetting them, under one
-// process-wide lock: nothing else in ditto reads them, and the data-parallel trainer creates
-// its communicators before its rank threads start.
+// setting the two variables, creating the communicators, and unsetting them, under a
+// process-wide hold (TuningEnv) that creations of the same configuration share and others wait
+// for: nothing else in ditto reads them, and ranks of one configuration may join from several
+// threads at once (each blocks in ncclCommInitRankConfig until all have joined).
 #include "engine/detail/nccl.h"
 
 #include <fmt/format.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -37,23 +39,58 @@ std::mutex& env_mutex() {
                               ncclGetLastError(nullptr)));                                                  \
   } while (0)
 
-// Sets a variable for the lifetime of the object, then restores the previous state.
-class ScopedEnv {
+// NCCL_ALGO / NCCL_PROTO as one communicator's creation wants them, shared by the creations that
+// want the same values at once: a rank's ncclCommInitRankConfig blocks until every rank has
+// joined, and where ranks are threads of one process (tests; a library caller) they join
+// concurrently. Creations that want other values wait until the last holder has left, so a
+// communicator never sees another configuration's variables.
+class TuningEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (value.empty()) return;
-    active_ = true;
-    if (setenv(name, value.c_str(), 1) != 0) throw Error(fmt::format("cannot set {}={}", name, value));
+  TuningEnv(const std::string& algo, const std::string& proto) {
+    std::unique_lock<std::mutex> lk(m());
+    State& st = state();
+    cv().wait(lk, [&] { return st.users == 0 || (st.algo == algo && st.proto == proto); });
+    if (st.users == 0) {
+      set("NCCL_ALGO", algo);
+      set("NCCL_PROTO", proto);
+      st.algo = algo;
+      st.proto = proto;
+    }
+    ++st.users;
   }
-  ~ScopedEnv() {
-    if (active_) unsetenv(name_);
+  ~TuningEnv() {
+    std::lock_guard<std::mutex> lk(m());
+    State& st = state();
+    if (--st.users == 0) {
+      if (!st.algo.empty()) unsetenv("NCCL_ALGO");
+      if (!st.proto.empty()) unsetenv("NCCL_PROTO");
+    }
+    cv().notify_all();
   }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  TuningEnv(const TuningEnv&) = delete;
+  TuningEnv& operator=(const TuningEnv&) = delete;
 
  private:
-  const char* name_;
-  bool active_ = false;
+  struct State {
+    int users = 0;
+    std::string algo, proto;
+  };
+  static void set(const char* name, const std::string& value) {
+    if (!value.empty() && setenv(name, value.c_str(), 1) != 0)
+      throw Error(fmt::format("cannot set {}={}", name, value));
+  }
+  static std::mutex& m() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::condition_variable& cv() {
+    static std::condition_variable c;
+    return c;
+  }
+  static State& state() {
+    static State s;
+    return s;
+  }
 };
 
 }  // namespace
@@ -88,14 +125,12 @@ void nccl_check_environment() {
 
 std::vector<void*> nccl_make_comms(const std::vector<int>& devices, const std::string& algo, const std::string& proto,
                                    int channels) {
-  std::lock_guard<std::mutex> lk(env_mutex());
   int previous = 0;
   DITTO_CUDA_CHECK(cudaGetDevice(&previous));
   ncclUniqueId id;
   DITTO_NCCL_CHECK(ncclGetUniqueId(&id));
   // These communicators run all-reduces only, so the plain form (every collective) is enough.
-  ScopedEnv env_algo("NCCL_ALGO", algo);
-  ScopedEnv env_proto("NCCL_PROTO", proto);
+  TuningEnv env(algo, proto);
   const int k = static_cast<int>(devices.size());
   std::vector<ncclComm_t> comms(static_cast<std::size_t>(k), nullptr);
   DITTO_NCCL_CHECK(ncclGroupStart());
@@ -122,10 +157,8 @@ void* nccl_make_rank_comm(int device, int world, int rank, const std::string& id
   if (id.size() != sizeof uid.internal)
     throw Error(fmt::format("NCCL unique id of {} bytes; NCCL's are {}", id.size(), sizeof uid.internal));
   std::memcpy(uid.internal, id.data(), sizeof uid.internal);
-  std::lock_guard<std::mutex> lk(env_mutex());
   DITTO_CUDA_CHECK(cudaSetDevice(device));
-  ScopedEnv env_algo("NCCL_ALGO", algo);
-  ScopedEnv env_proto("NCCL_PROTO", proto);
+  TuningEnv env(algo, proto);  // shared with ranks of the same configuration joining from other threads
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   if (channels > 0) config.minCTAs = config.maxCTAs = channels;
   ncclComm_t comm = nullptr;

@@ -147,9 +147,22 @@ class FileLink : public ProcessLink {
     meet(nullptr, 0, [](int) { return std::size_t(0); }, [](int, const std::string&) {});
   }
 
+  // Rank 0 owns the folder, which goes once it returns: it first waits (up to the timeout) until
+  // every other rank has seen the failure (left.r<q>) or failed itself (failed.r<q>), so none
+  // is left waiting for files that vanished.
   void fail(const std::string& why) noexcept override {
     try {
       write_rendezvous_file(me_.rendezvous, fmt::format("failed.r{}", me_.rank), why);
+      if (me_.rank != 0) return;
+      const auto start = std::chrono::steady_clock::now();
+      for (int q = 1; q < me_.world; ++q) {
+        std::error_code ec;
+        const fs::path dir(me_.rendezvous);
+        while (!fs::exists(dir / fmt::format("left.r{}", q), ec) && !fs::exists(dir / fmt::format("failed.r{}", q), ec)) {
+          if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > me_.timeout_s) return;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
     } catch (...) {
     }
   }
@@ -175,10 +188,21 @@ class FileLink : public ProcessLink {
     const uint64_t s = seq_++;
     write_rendezvous_file(me_.rendezvous, name(s, me_.rank), data ? std::string(data, bytes) : std::string());
     std::vector<std::string> got(static_cast<std::size_t>(me_.world));
-    for (int q = 0; q < me_.world; ++q)
-      got[q] = q == me_.rank ? std::string(data ? data : "", data ? bytes : 0)
-                             : wait_rendezvous_file(me_.rendezvous, name(s, q), me_.timeout_s,
-                                                    fmt::format("rank {}'s part of exchange {}", q, s));
+    try {
+      for (int q = 0; q < me_.world; ++q)
+        got[q] = q == me_.rank ? std::string(data ? data : "", data ? bytes : 0)
+                               : wait_rendezvous_file(me_.rendezvous, name(s, q), me_.timeout_s,
+                                                      fmt::format("rank {}'s part of exchange {}", q, s));
+    } catch (const Error& e) {
+      // Another rank failed: say this one has seen it and leaves (what a failed rank 0 waits for).
+      if (std::string(e.what()).rfind("stopped:", 0) == 0) {
+        try {
+          write_rendezvous_file(me_.rendezvous, fmt::format("left.r{}", me_.rank), "");
+        } catch (...) {
+        }
+      }
+      throw;
+    }
     for (int q = 0; q < me_.world; ++q)
       if (got[q].size() != expected(q))
         throw Error(fmt::format("data parallel: rank {} offered {} bytes at exchange {}, rank {} expects {}: the ranks' "

@@ -17,9 +17,12 @@ int main(int argc, char** argv) {
     ditto::apply_train_flags(c, flags, argc, argv);
     auto r = ditto::train(c);
     if (r.rank != 0) {
-      // --dp-launch: rank 0 evaluated the weights every rank holds and wrote the run.
-      std::printf("rank %d: trained %lld steps, weights fingerprint %s (rank 0 evaluated and wrote the run)\n", r.rank,
-                  (long long)r.steps, r.weights_fingerprint.hex().c_str());
+      // --dp-launch: rank 0 evaluated the weights every rank holds and wrote the run. (This rank's
+      // batch-norm running statistics are not rank 0's, which follow group 0 alone: its whole-state
+      // fingerprint is not the run's.)
+      std::printf("rank %d: trained %lld steps; its parameters equalled rank 0's after every epoch (rank 0 evaluated "
+                  "and wrote the run)\n",
+                  r.rank, (long long)r.steps);
       return 0;
     }
     const std::string score = r.task == ditto::Task::Classification ? "top-1" : ditto::primary_score(r.task);

@@ -210,7 +210,7 @@ struct DataParallel::Impl {
   int k = 1, g = 1, per_rank = 1;
   int base = 0;                    // the first rank this process holds (ranks[0] is rank `base`)
   bool processes = false;          // every rank is a process of its own
-  std::vector<std::string> places; // per rank: where it ran ("host cuda:0"), for the manifest
+  std::vector<std::string> devices, hosts;  // per rank: its device and host, for the manifest
   uint64_t stochastic_seed = 0;
   Tracer* tracer = nullptr;
   std::shared_ptr<RankGroup> group;
@@ -253,15 +253,17 @@ struct DataParallel::Impl {
   }
   Rank& local(int r) { return ranks[static_cast<std::size_t>(r - base)]; }
 
-  // Where each rank runs, "HOST cuda:N", in rank order: across processes every rank sends its own
-  // (a fixed 64 bytes: what the manifest records of a rank on another node).
-  std::vector<std::string> gather_places() {
+  // Where each rank runs, its device and host in rank order: across processes every rank sends
+  // its own ("HOST DEVICE" in a fixed 64 bytes: what the manifest records of a rank on another node).
+  void gather_places() {
     char host[64] = {};
     ::gethostname(host, sizeof host - 1);
-    std::vector<std::string> out;
     if (!processes) {
-      for (const auto& r : ranks) out.push_back(fmt::format("{} {}", host, r.parts.ctx->device().str()));
-      return out;
+      for (const auto& r : ranks) {
+        devices.push_back(r.parts.ctx->device().str());
+        hosts.push_back(host);
+      }
+      return;
     }
     constexpr int kWords = 16;
     std::string mine = fmt::format("{} {}", host, ranks[0].parts.ctx->device().str());
@@ -280,9 +282,11 @@ struct DataParallel::Impl {
     for (int r = 0; r < k; ++r) {
       std::string place(kWords * 4, '\0');
       std::memcpy(place.data(), got.data() + r * kWords, kWords * 4);
-      out.push_back(place.c_str());
+      place = place.c_str();
+      const auto space = place.rfind(' ');
+      hosts.push_back(place.substr(0, space));
+      devices.push_back(space == std::string::npos ? "" : place.substr(space + 1));
     }
-    return out;
   }
 
   // One rank's part of a step: its groups' forward and backward passes, the gradients summed in
@@ -462,7 +466,7 @@ DataParallel::DataParallel(std::vector<RankParts> parts, const DataParallelOptio
   I.traced_leaves.assign(I.buckets.size(), std::vector<Tensor>(static_cast<std::size_t>(I.g)));
   for (std::size_t r = 1; r < I.ranks.size(); ++r) I.workers.push_back(std::make_unique<Worker>());
   use_device(*I.ranks[0].parts.ctx);  // making the other ranks' contexts switched this thread's device
-  I.places = I.gather_places();
+  I.gather_places();
 }
 
 DataParallel::~DataParallel() {
@@ -658,7 +662,7 @@ bool DataParallel::rank_count_independent() const {
 nlohmann::json DataParallel::describe() const {
   using json = nlohmann::json;
   const Impl& I = *impl_;
-  json devices = I.places;
+  json devices = I.devices;
   json buckets = json::array();
   for (std::size_t b = 0; b < I.buckets.size(); ++b) {
     const GradBucket& bk = I.buckets[b];
@@ -687,6 +691,7 @@ nlohmann::json DataParallel::describe() const {
          {"bucket_bytes", I.opts.bucket_bytes},
          {"buckets", buckets},
          {"rank_count_independent", rank_count_independent()},
+         {"hosts", I.hosts},
          {"transport", I.processes ? I.ranks[0].parts.ctx->is_cuda()
                                          ? "one process per rank; fixed-order and ring: the same sums over NCCL's "
                                            "byte moves (ncclSend/ncclRecv, ncclAllGather); nccl-*: ncclAllReduce"

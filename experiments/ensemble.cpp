@@ -320,17 +320,22 @@ std::vector<SettingRuns> run_settings(const EnsembleOptions& o, const std::share
 namespace {
 
 // A planned task's config: replica_config on the device its Slurm task has.
+// With dp_processes every rank is a task of its own: its device is the one GPU it sees ("cuda",
+// which --dp-launch resolves by SLURM_LOCALID among the GPUs visible to it) or the CPU.
 TrainConfig planned_config(const EnsembleOptions& o, const StudyPlanOptions& p, const Setting& s, int k) {
   TrainConfig c = replica_config(o, s, k);
-  c.device = p.gpus_per_task > 0 ? "cuda:0" : "cpu";
+  c.device = p.gpus_per_task > 0 ? (p.dp_processes ? "cuda" : "cuda:0") : "cpu";
+  if (p.dp_processes) c.dp_launch = "slurm";
   return c;
 }
 
 // The ditto-train command of a planned task: its replay line (defining flags, seeds) run by the
-// plan's binary into its run folder.
+// plan's binary into its run folder; under dp_processes started by srun as the array task's ranks
+// (one ending in error ends the others).
 std::string planned_command(const TrainConfig& c, const StudyPlanOptions& p) {
   const std::string replay = replay_line(c, c.seed_init.value_or(0), c.seed_order.value_or(0), c.seed_augment.value_or(0));
-  return shell_word(p.train_binary) + replay.substr(std::string("ditto-train").size()) + " --out " + shell_word(c.out);
+  return (p.dp_processes ? fmt::format("srun --ntasks={} --kill-on-bad-exit=1 ", c.gpus) : std::string()) +
+         shell_word(p.train_binary) + replay.substr(std::string("ditto-train").size()) + " --out " + shell_word(c.out);
 }
 
 struct PlannedTask {
@@ -353,6 +358,11 @@ std::vector<PlannedTask> planned_tasks(const EnsembleOptions& o, const StudyPlan
                             p.gpus_per_task));
   if (gpu_asked && p.gpus_per_task == 0)
     throw Error(fmt::format("--device {}: a GPU replica needs --slurm-gpus-per-task 1 (or more)", o.base.device));
+  if (p.dp_processes && o.base.gpus < 2)
+    throw Error("--slurm-dp-launch: the replicas' data-parallel ranks become Slurm tasks; give --dp-gpus K (2 or more)");
+  if (p.dp_processes && p.gpus_per_task > 1)
+    throw Error(fmt::format("--slurm-dp-launch with --slurm-gpus-per-task {}: each rank is a task of one GPU; give 1",
+                            p.gpus_per_task));
   std::set<std::string> names;
   for (const auto& s : o.settings)
     if (!names.insert(folder_of(s.name)).second)
@@ -399,12 +409,14 @@ int write_study_plan(const EnsembleOptions& o, const StudyPlanOptions& p) {
   for (const auto& s : o.settings) settings.push_back(s.name);
   const json plan{{"ditto_study_plan", 1},  {"command", o.base.command_line}, {"settings", settings},
                   {"replicas", o.replicas}, {"train_binary", p.train_binary}, {"gpus_per_task", p.gpus_per_task},
+                  {"ranks_per_replica", p.dp_processes ? o.base.gpus : 1},
                   {"partition", p.partition}, {"tasks", list}};
   const fs::path out = fs::absolute(o.out);
   std::string sbatch = "#!/bin/bash\n";
   sbatch += fmt::format("#SBATCH --job-name=ditto-study\n#SBATCH --array=0-{}\n", tasks.size() - 1);
   sbatch += fmt::format("#SBATCH --output={}\n", (out / "slurm" / "%A_%a.out").string());
-  sbatch += "#SBATCH --ntasks=1\n";
+  // Under --slurm-dp-launch a replica's K ranks are K tasks (srun in the script starts them).
+  sbatch += fmt::format("#SBATCH --ntasks={}\n", p.dp_processes ? o.base.gpus : 1);
   if (p.gpus_per_task > 0) sbatch += fmt::format("#SBATCH --gpus-per-task={}\n", p.gpus_per_task);
   if (!p.partition.empty()) sbatch += fmt::format("#SBATCH --partition={}\n", p.partition);
   sbatch += "# One replica per array task: line SLURM_ARRAY_TASK_ID + 1 of tasks.txt, its exact ditto-train\n";

@@ -79,6 +79,10 @@ struct StudyPlanOptions {
   std::string train_binary;  // the ditto-train every task runs (an absolute path)
   int gpus_per_task = 0;     // 0: CPU replicas (--device cpu); else cuda:0 of the task's own GPUs
   std::string partition;     // "": the cluster's default
+  // Each replica's data-parallel ranks (--dp-gpus K) as K Slurm tasks of one GPU (or CPU) each,
+  // started by srun inside its array task (ditto-train --dp-launch slurm): a replica may span
+  // nodes. Off: the K ranks are threads of one task holding K GPUs.
+  bool dp_processes = false;
 };
 // Writes o.out/plan.json (the study: settings, replicas, options, and per task its setting,
 // replica, run folder and command), o.out/tasks.txt (task i's command on line i + 1) and

@@ -112,6 +112,9 @@ inline void add_experiment_flags(CLI::App& app, ExperimentArgs& a) {
       ->check(detail::at_least(0))
       ->capture_default_str();
   app.add_option("--slurm-partition", a.slurm.partition, "--plan: the partition to submit to (default: the cluster's)");
+  app.add_flag("--slurm-dp-launch", a.slurm.dp_processes,
+               "--plan: each replica's data-parallel ranks (--dp-gpus K) as K Slurm tasks of one GPU each, started by "
+               "srun (ditto-train --dp-launch slurm), so a replica may span nodes");
   app.add_option("--train-binary", a.slurm.train_binary,
                  "--plan / --collect: the ditto-train the tasks run (default: the one beside ditto-experiment)");
   app.add_option("--out", o.out)->check(detail::output_path())->capture_default_str();
@@ -162,7 +165,7 @@ inline void apply_experiment_flags(const CLI::App& app, ExperimentArgs& a, int a
                             a.plan ? "plan" : "collect"));
   if ((a.plan || a.collect) && o.resume)
     throw Error("--resume: a planned study resumes by resubmitting its unfinished tasks (sbatch --array=...)");
-  for (const char* flag : {"--slurm-gpus-per-task", "--slurm-partition", "--train-binary"})
+  for (const char* flag : {"--slurm-gpus-per-task", "--slurm-partition", "--slurm-dp-launch", "--train-binary"})
     if (app.count(flag) && !a.plan && !a.collect)
       throw Error(fmt::format("{} belongs to --plan and --collect; leave it out", flag));
   for (const auto& n : a.names) o.settings.push_back(parse_setting(n));

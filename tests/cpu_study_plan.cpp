@@ -137,6 +137,14 @@ TEST_CASE("a study plan refuses what its tasks could not run") {
   CHECK_THROWS_WITH(write_study_plan(o, {"ditto-train", 0, ""}), Contains("by absolute path"));
   CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 1, ""}),
                     Contains("--device cpu with --slurm-gpus-per-task 1"));
+  // Ranks as Slurm tasks need ranks, and one GPU (or CPU) each.
+  CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 0, "", true}), Contains("give --dp-gpus K"));
+  o.base.gpus = 2;
+  o.base.device = "cuda";
+  CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 2, "", true}),
+                    Contains("each rank is a task of one GPU"));
+  o.base.gpus = 1;
+  o.base.device = "cpu";
   o.tuning = scratch("absent-tuning.json");
   CHECK_THROWS_WITH(write_study_plan(o, {"/opt/ditto/bin/ditto-train", 0, ""}), Contains("tuning file chooses cuDNN"));
   CHECK_FALSE(fs::exists(o.out));  // refused before anything was written

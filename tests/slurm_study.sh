@@ -4,7 +4,8 @@
 # with ditto-experiment --plan, submitted with sbatch as an array job, collected with --collect,
 # and every replica's weights fingerprint compared with the same study run locally. Then one
 # data-parallel run whose two ranks are the tasks of one srun step (ditto-train --dp-launch slurm),
-# compared with the same ranks as threads of one process. Needs root or password-less sudo (the
+# compared with the same ranks as threads of one process; and a planned study whose replicas are
+# each two such tasks (--slurm-dp-launch), against the same study run locally with threads. Needs root or password-less sudo (the
 # daemons) and Debian's slurm-wlm and munge (scripts/test.sh installs them).
 #   slurm_study.sh DITTO_EXPERIMENT WORK_DIR DITTO_TRAIN
 set -euo pipefail
@@ -76,16 +77,20 @@ done
 
 study=(--model two-conv --synthetic-train 96 --synthetic-test 48 --synthetic-size 16 --batch-size 32 --epochs 1
        --settings ALGO,CONTROL --replicas 2 --bootstrap 100 --loader-threads 0)
-"$EXP" "${study[@]}" --device cpu --out "$W/local" > "$W/local.txt"
-"$EXP" "${study[@]}" --plan --slurm-partition ditto --out "$W/study"
-job=$(sbatch --parsable "$W/study/study.sbatch")
-for i in $(seq 600); do
-  [ -z "$(squeue -h -j "$job" 2> /dev/null)" ] && break
-  [ "$i" = 600 ] && { echo "slurm_study: job $job still queued or running after 300 s" >&2; squeue >&2; exit 1; }
-  sleep 0.5
-done
-"$EXP" "${study[@]}" --collect --out "$W/study" > "$W/collect.txt"
-python3 - "$W/local" "$W/study" <<'PY'
+# Submits a plan's array job and waits for it to end.
+run_plan() {
+  local job i
+  job=$(sbatch --parsable "$1/study.sbatch")
+  for i in $(seq 600); do
+    [ -z "$(squeue -h -j "$job" 2> /dev/null)" ] && return 0
+    sleep 0.5
+  done
+  echo "slurm_study: job $job still queued or running after 300 s" >&2; squeue >&2; cat "$1"/slurm/*.out >&2; exit 1
+}
+# Every replica of the local study ($1) and the collected one ($2) end with the same weights, and
+# their reports agree.
+same_study() {
+python3 - "$1" "$2" <<'PY'
 import json, pathlib, sys
 local, study = map(pathlib.Path, sys.argv[1:])
 runs = sorted(p.name for p in local.iterdir() if (p / "manifest.json").exists())
@@ -99,8 +104,15 @@ rep = lambda d: {(m["setting"], m["metric"]): m["value"] for m in json.loads((d 
 a, b = rep(local), rep(study)
 for key in [k for k in a if k[1] in ("churn", "accuracy_mean", "weight_l2", "distinct_fingerprints")]:
     assert a[key] == b[key], f"{key}: local {a[key]}, collected {b[key]}"
-print("slurm_study: 4 replicas trained by Slurm equal the local study's, report metrics equal")
+print(f"slurm_study: 4 replicas trained by Slurm equal the local study's, report metrics equal ({study.name})")
 PY
+}
+
+"$EXP" "${study[@]}" --device cpu --out "$W/local" > "$W/local.txt"
+"$EXP" "${study[@]}" --plan --slurm-partition ditto --out "$W/study"
+run_plan "$W/study"
+"$EXP" "${study[@]}" --collect --out "$W/study" > "$W/collect.txt"
+same_study "$W/local" "$W/study"
 
 # Data parallelism over Slurm tasks: srun starts two ranks, Slurm's environment tells each which
 # it is, they meet in the run folder; the weights are those of the same two ranks as threads.
@@ -119,3 +131,16 @@ assert srun["data_parallel"]["processes"]["world"] == 2, srun["data_parallel"]
 PY
 grep -q "^rank 1: trained" "$W/dp-srun.txt" || { cat "$W/dp-srun.txt" >&2; exit 1; }
 echo "slurm_study: two srun tasks as data-parallel ranks equal two threads"
+
+# A planned study whose replicas are data parallel over two Slurm tasks each: every array task runs
+# srun, whose two tasks are the replica's ranks; the same study with the ranks as threads, locally.
+dps=(--model two-conv --synthetic-train 96 --synthetic-test 48 --synthetic-size 16 --batch-size 32 --epochs 1
+     --settings ALGO,CONTROL --replicas 2 --bootstrap 100 --loader-threads 0 --dp-gpus 2)
+"$EXP" "${dps[@]}" --device cpu --out "$W/dp-local" > "$W/dp-local.txt"
+"$EXP" "${dps[@]}" --plan --slurm-dp-launch --slurm-partition ditto --out "$W/dp-study"
+grep -q "^srun --ntasks=2 --kill-on-bad-exit=1 .* --dp-launch slurm " "$W/dp-study/tasks.txt" ||
+  { echo "slurm_study: the planned tasks do not start their ranks with srun" >&2; cat "$W/dp-study/tasks.txt" >&2; exit 1; }
+grep -q "^#SBATCH --ntasks=2$" "$W/dp-study/study.sbatch" || { cat "$W/dp-study/study.sbatch" >&2; exit 1; }
+run_plan "$W/dp-study"
+"$EXP" "${dps[@]}" --slurm-dp-launch --collect --out "$W/dp-study" > "$W/dp-collect.txt"
+same_study "$W/dp-local" "$W/dp-study"
