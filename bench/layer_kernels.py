@@ -21,7 +21,7 @@ import re
 import sys
 from collections import Counter
 
-from jsonl_records import emit
+from jsonl_records import emit, labelled
 
 CONV = re.compile(r"fprop|dgrad|wgrad|convolve|winograd|fft|cudnn|conv2d|nchwToNhwc|nhwcToNchw", re.IGNORECASE)
 
@@ -81,15 +81,13 @@ def table(torch_counts, dittos):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("torch_json")
-    ap.add_argument("ditto", nargs="+", help="LABEL=NCU_CSV, one per ditto kernel mode")
+    ap.add_argument("ditto", nargs="+", type=lambda t: labelled(t, "LABEL=NCU_CSV"),
+                    help="LABEL=NCU_CSV, one per ditto kernel mode")
     ap.add_argument("--out", help="markdown file to write (default: stdout)")
     a = ap.parse_args()
     torch_counts, rec = read_torch(a.torch_json)
     dittos = []
-    for spec in a.ditto:
-        if "=" not in spec:
-            sys.exit(f"layer_kernels: '{spec}' is not LABEL=NCU_CSV")
-        lab, path = spec.split("=", 1)
+    for lab, path in a.ditto:
         dittos.append((lab, read_ncu(path)))
     text, summary = table(torch_counts, dittos)
     head = (f"PyTorch {rec.get('torch', '?')} (cuDNN {rec.get('cudnn', 'not recorded')}) on {rec.get('gpu', '?')}: "

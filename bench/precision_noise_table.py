@@ -9,12 +9,14 @@ distance, how many distinct final weights the replicas ended with, and seconds p
 per precision, the churn decomposition (ALGO+IMPL against ALGO and IMPL alone). The question it
 answers: does computing in reduced precision change how much the tooling's noise moves a model?
 
-Standard library only.
+Standard library only (and bench/jsonl_records.py beside it).
 """
 import argparse
 import csv
 import os
 import sys
+
+from jsonl_records import emit, labelled
 
 SETTINGS = ["ALGO+IMPL", "ALGO", "IMPL", "IMPL-ATOMIC", "CONTROL"]
 DECOMPOSITION = ["excess", "additive", "interaction"]
@@ -77,23 +79,11 @@ def table(runs):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", metavar="PRECISION=RUN_DIR")
+    ap.add_argument("runs", nargs="+", metavar="PRECISION=RUN_DIR", type=lambda t: labelled(t, "PRECISION=RUN_DIR"))
     ap.add_argument("--out", help="write the table here (write, then rename); stdout otherwise")
     a = ap.parse_args(argv)
-    runs = []
-    for spec in a.runs:
-        if "=" not in spec:
-            ap.error(f"'{spec}': expected PRECISION=RUN_DIR")
-        precision, folder = spec.split("=", 1)
-        runs.append((precision, read_report(folder)))
-    text = "\n".join(table(runs)) + "\n"
-    if a.out:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, a.out)
-    else:
-        sys.stdout.write(text)
+    runs = [(precision, read_report(folder)) for precision, folder in a.runs]
+    emit("\n".join(table(runs)) + "\n", a.out)
 
 
 if __name__ == "__main__":

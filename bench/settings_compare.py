@@ -12,11 +12,12 @@ Columns: churn with its 95% interval (over test examples) and the range of its r
 the replicas drawn move it), not-all-agree, accuracy mean and std, weight L2 and the number of
 distinct final weights. The paper's settings come first, then any other setting either side has (a
 custom ditto-experiment --setting such as IMPL-pytorch); one a side lacks is shown as missing there.
-Standard library only.
+Standard library only (and bench/jsonl_records.py beside it).
 """
 import argparse
 import csv
-import sys
+
+from jsonl_records import emit, labelled
 
 METRICS = ("churn", "churn_pair_min", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2",
            "distinct_fingerprints")
@@ -71,12 +72,6 @@ def table(*runs, column="code base"):
     return lines
 
 
-def labelled(text):
-    """LABEL=PATH of --run, checked."""
-    label, sep, path = text.partition("=")
-    if not sep or not label or not path:
-        raise argparse.ArgumentTypeError(f"--run {text!r}: expected LABEL=PATH")
-    return label, path
 
 
 def main(argv=None):
@@ -93,12 +88,7 @@ def main(argv=None):
         ap.error("give at least two reports: --ditto and --torch, or --run LABEL=PATH")
     column = args.column or ("run" if args.run else "code base")
     lines = table(*[(label, read(path)) for label, path in runs], column=column)
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

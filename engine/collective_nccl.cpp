@@ -26,11 +26,6 @@ namespace ditto::detail {
 #ifdef DITTO_HAVE_NCCL
 namespace {
 
-std::mutex& env_mutex() {
-  static std::mutex m;  // guards the process environment while communicators are made
-  return m;
-}
-
 #define DITTO_NCCL_CHECK(expr)                                                                              \
   do {                                                                                                      \
     ncclResult_t ditto_r_ = (expr);                                                                         \
@@ -70,6 +65,30 @@ class TuningEnv {
   TuningEnv(const TuningEnv&) = delete;
   TuningEnv& operator=(const TuningEnv&) = delete;
 
+  // nccl_check_environment under the same lock: NCCL_ALGO / NCCL_PROTO set by a creation under
+  // way on another thread are ditto's own, not the user's.
+  static void check_environment() {
+    std::lock_guard<std::mutex> lk(m());
+    const bool ours = state().users > 0;
+    const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+    if (!nvls) {
+      if (setenv("NCCL_NVLS_ENABLE", "0", 1) != 0) throw Error("cannot set NCCL_NVLS_ENABLE=0");
+    } else if (std::string(nvls) != "0") {
+      throw Error(fmt::format("NCCL_NVLS_ENABLE={}: NVLink multicast reductions (NVLS) are not reproducible; ditto's "
+                              "data-parallel runs need NCCL_NVLS_ENABLE=0 (or unset, and ditto sets 0)",
+                              nvls));
+    }
+    for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
+                             "NCCL_MAX_CTAS"}) {
+      if (ours && (std::string(name) == "NCCL_ALGO" || std::string(name) == "NCCL_PROTO")) continue;
+      if (const char* v = std::getenv(name))
+        throw Error(fmt::format("{}={} is set in the environment: ditto pins NCCL's algorithm, protocol and channels "
+                                "per gradient bucket from the policy (e.g. --pin bucket0.algo=nccl-ring-simple --pin "
+                                "bucket0.channels=4); unset {}",
+                                name, v, name));
+    }
+  }
+
  private:
   struct State {
     int users = 0;
@@ -104,24 +123,7 @@ std::string nccl_runtime_version() {
   return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
 }
 
-void nccl_check_environment() {
-  std::lock_guard<std::mutex> lk(env_mutex());
-  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
-  if (!nvls) {
-    if (setenv("NCCL_NVLS_ENABLE", "0", 1) != 0) throw Error("cannot set NCCL_NVLS_ENABLE=0");
-  } else if (std::string(nvls) != "0") {
-    throw Error(fmt::format("NCCL_NVLS_ENABLE={}: NVLink multicast reductions (NVLS) are not reproducible; ditto's "
-                            "data-parallel runs need NCCL_NVLS_ENABLE=0 (or unset, and ditto sets 0)",
-                            nvls));
-  }
-  for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
-                           "NCCL_MAX_CTAS"})
-    if (const char* v = std::getenv(name))
-      throw Error(fmt::format("{}={} is set in the environment: ditto pins NCCL's algorithm, protocol and channels per "
-                              "gradient bucket from the policy (e.g. --pin bucket0.algo=nccl-ring-simple --pin "
-                              "bucket0.channels=4); unset {}",
-                              name, v, name));
-}
+void nccl_check_environment() { TuningEnv::check_environment(); }
 
 std::vector<void*> nccl_make_comms(const std::vector<int>& devices, const std::string& algo, const std::string& proto,
                                    int channels) {

@@ -32,7 +32,10 @@ enum TrainFlagGroups : unsigned {
   // --gpus as the name of --dp-gpus: for the front ends whose own --gpus does not already mean
   // something else (ditto-experiment and ditto-attribute spread replicas over GPUs with it).
   kFlagsGpusFlag = 256,
-  kFlagsAll = 511,
+  // --dp-launch --dp-timeout: the ranks as processes, one per Slurm task (ditto-train alone: the
+  // other front ends train several runs in one process).
+  kFlagsDpProcesses = 512,
+  kFlagsAll = 1023,
 };
 
 // Values that live outside TrainConfig until apply_train_flags.
@@ -152,7 +155,7 @@ inline void add_data_flags(CLI::App& app, TrainConfig& c, TrainFlags& f) {
 }
 
 // Data parallelism: the ranks, the example groups, batch norm across them, the gradient buckets.
-inline void add_data_parallel_flags(CLI::App& app, TrainConfig& c, bool gpus_flag) {
+inline void add_data_parallel_flags(CLI::App& app, TrainConfig& c, bool gpus_flag, bool processes_flag) {
   app.add_option(gpus_flag ? "--gpus,--dp-gpus" : "--dp-gpus", c.gpus,
                  "data-parallel ranks: GPUs N..N+K-1 after --device cuda:N (simulated ranks on the CPU)")
       ->check(whole(1, 64))->capture_default_str();
@@ -163,15 +166,15 @@ inline void add_data_parallel_flags(CLI::App& app, TrainConfig& c, bool gpus_fla
   app.add_option("--batchnorm", c.batchnorm,
                  "data parallel: local (each group's own statistics, as DDP) | sync (the global batch's)")
       ->check(CLI::IsMember({"local", "sync"}))->capture_default_str();
-  // The trainer's own ranks only: the other front ends train many runs in one process.
-  if (gpus_flag) {
-  app.add_option("--dp-launch", c.dp_launch,
-                 "data parallel over processes: slurm (this process is the rank SLURM_PROCID of the job step's "
-                 "SLURM_NTASKS tasks; start them with srun; rank 0 writes --out, where the ranks meet)")
-      ->check(CLI::IsMember({"slurm"}));
-  app.add_option("--dp-timeout", c.dp_timeout,
-                 "--dp-launch: seconds a rank waits for the others at any meeting point before it gives up")
-      ->check(CLI::Range(1.0, 604800.0))->capture_default_str();
+  if (processes_flag) {
+    app.add_option("--dp-launch", c.dp_launch,
+                   "data parallel over processes: slurm (this process is the rank SLURM_PROCID of the job step's "
+                   "SLURM_NTASKS tasks; start them with srun; rank 0 writes --out, where the ranks meet)")
+        ->check(CLI::IsMember({"slurm"}));
+    app.add_option("--dp-timeout", c.dp_timeout,
+                   "--dp-launch: seconds a rank waits for the others at any meeting point before it gives up")
+        ->check(CLI::Range(1.0, 604800.0))
+        ->capture_default_str();
   }
   app.add_option("--bucket-mb", c.bucket_mb,
                  "data parallel: gradient bucket size (each bucket's all-reduce is a knob: --pin "
@@ -313,7 +316,8 @@ inline void add_output_flags(CLI::App& app, TrainConfig& c) {
 // Adds the flag groups `groups` names, in one fixed order (which --help keeps).
 inline void add_train_flags(CLI::App& app, TrainConfig& c, TrainFlags& f, unsigned groups = kFlagsAll) {
   if (groups & kFlagsData) detail::add_data_flags(app, c, f);
-  if (groups & kFlagsDataParallel) detail::add_data_parallel_flags(app, c, (groups & kFlagsGpusFlag) != 0);
+  if (groups & kFlagsDataParallel)
+    detail::add_data_parallel_flags(app, c, (groups & kFlagsGpusFlag) != 0, (groups & kFlagsDpProcesses) != 0);
   if (groups & kFlagsOptim) detail::add_optim_flags(app, c);
   if (groups & kFlagsOptim) detail::add_loss_scale_flag(app, c, f);
   if (groups & kFlagsRun) detail::add_run_flags(app, c, f);

@@ -257,10 +257,10 @@ void validate_numbers(const TrainConfig& c) {
                             c.precision));
   const LossScaling scaling = parse_loss_scaling(c.loss_scale);  // an Error naming --loss-scale
   if (c.data_parallel() && scaling.enabled())
-    throw Error("--loss-scale: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) does not scale its loss; "
+    throw Error("--loss-scale: the data-parallel step (--gpus, --dp-groups, --batchnorm sync, --dp-launch) does not scale its loss; "
                 "train it with --loss-scale off");
   if (c.data_parallel() && c.graph)
-    throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync) meets the other ranks on the "
+    throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync, --dp-launch) meets the other ranks on the "
                 "host between its passes, which a CUDA graph cannot replay; train it without --graph");
   if (c.dataset == "stream-folder") {
     whole("image-size", c.image_size, 1, 8192);

@@ -221,6 +221,13 @@ TEST_CASE("flags: --gpus is the data-parallel rank count in ditto-train, --dp-gp
   CHECK_THROWS(parse(kFlagsDataParallel, {"--gpus", "3"}));  // left to the front end's own --gpus
   CHECK_THROWS(parse(kFlagsAll, {"--gpus", "0"}));
   CHECK_FALSE(parse(kFlagsAll, {}).data_parallel());
+  // Ranks as processes: ditto-train's flags; a front end without the group refuses them.
+  const TrainConfig p = parse(kFlagsAll, {"--dp-launch", "slurm", "--dp-timeout", "30"});
+  CHECK(p.dp_launch == "slurm");
+  CHECK(p.dp_timeout == 30);
+  CHECK(p.data_parallel());
+  CHECK_THROWS(parse(kFlagsAll, {"--dp-launch", "mpi"}));
+  CHECK_THROWS(parse(kFlagsAll & ~unsigned(kFlagsDpProcesses), {"--dp-launch", "slurm"}));
   const TrainConfig s = parse(kFlagsAll, {"--dataset", "stream-folder", "--image-size", "160", "--resize", "182"});
   CHECK(s.image_size == 160);
   CHECK(s.resize == 182);

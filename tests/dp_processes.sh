@@ -3,7 +3,8 @@
 # hand (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID, SLURM_STEP_ID): 2 and 4 ditto-train processes
 # under --dp-launch slurm end with the bits of the same ranks as threads (--gpus K) and of one
 # rank running K example groups; a resumed run continues them; a rank that never comes, a
-# mismatched rank and a finished run folder are errors that say so, and leave nothing behind.
+# mismatched rank and a finished run folder are errors that say so, and leave nothing behind; batch
+# norm, local and synchronized, gives the threads' bits too.
 # (tests/slurm_study.sh launches the same through a real srun.)
 #   dp_processes.sh DITTO_TRAIN WORK_DIR
 set -euo pipefail
@@ -51,6 +52,20 @@ assert m["flags"]["--dp-launch"] == "slurm" and m["flags"]["--gpus"] == str(k), 
 assert "--dp-launch slurm" in m["replay"], m["replay"]
 PY
 done
+
+# Batch norm across processes: local (running statistics from group 0, on rank 0) and sync (the
+# global batch's statistics, gathered over the ranks every layer): the threads' bits either way.
+two_conv=("${common[@]}")
+common=("${common[@]/two-conv/smallcnn-bn}")
+for bn in local sync; do
+  "$TRAIN" "${common[@]}" --epochs 1 --batchnorm $bn --gpus 2 --out bn-threads-$bn > /dev/null
+  launch 2 $([ $bn = local ] && echo 111 || echo 112) bn-$bn --epochs 1 --batchnorm $bn --dp-launch slurm --out bn-procs-$bn
+  [ "$(cat rc-bn-$bn-0)" = 0 ] && [ "$(cat rc-bn-$bn-1)" = 0 ] || { cat bn-$bn-rank*.txt >&2; fail "batch norm $bn ranks failed"; }
+  a=$(fingerprint bn-threads-$bn); b=$(fingerprint bn-procs-$bn)
+  echo "smallcnn-bn, batch norm $bn: threads $a, processes $b"
+  [ "$a" = "$b" ] || fail "batch norm $bn: 2 processes end with other weights than 2 threads"
+done
+common=("${two_conv[@]}")
 
 # Resumed: one epoch, then on to the second, both as processes: the two-epoch bits.
 launch 2 201 part --epochs 1 --dp-launch slurm --out resumed
