@@ -8,8 +8,9 @@ bench/peers/torch_settings.py's (the same metric names), one row per setting and
 --ditto and --torch are the runs labelled ditto and PyTorch; --run LABEL=PATH adds a run under its own
 label (an optimizer, a precision), in the order given.
 
-Columns: churn with its 95% interval (over test examples) and the range of its replica pairs (how far
-the replicas drawn move it), not-all-agree, accuracy mean and std, weight L2 and the number of
+Columns: churn with its 95% interval (over test examples), the range of its replica pairs (how far
+the replicas drawn move it) and its interval for another draw of replicas (churn_replicas: the
+jackknife over replicas, from three on), not-all-agree, accuracy mean and std, weight L2 and the number of
 distinct final weights. The paper's settings come first, then any other setting either side has (a
 custom ditto-experiment --setting such as IMPL-pytorch); one a side lacks is shown as missing there.
 Standard library only (and bench/jsonl_records.py beside it).
@@ -19,7 +20,7 @@ import csv
 
 from jsonl_records import emit, labelled
 
-METRICS = ("churn", "churn_pair_min", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2",
+METRICS = ("churn", "churn_pair_min", "churn_replicas", "disagreement", "accuracy_mean", "accuracy_std", "weight_l2",
            "distinct_fingerprints")
 ORDER = ("ALGO+IMPL", "ALGO", "IMPL", "IMPL-ATOMIC", "CONTROL")
 
@@ -46,6 +47,8 @@ def cell(rep, setting, metric):
     if metric == "churn_pair_min":
         top = rep.get((setting, "churn_pair_max"))
         return f"{100 * value:.2f}–{100 * top[0]:.2f}%" if top and top[0] is not None else "–"
+    if metric == "churn_replicas":
+        return f"[{100 * lo:.2f}, {100 * hi:.2f}]" if lo is not None and hi is not None else "–"
     if metric == "disagreement":
         return f"{100 * value:.2f}%"
     if metric == "accuracy_mean":
@@ -63,9 +66,9 @@ def table(*runs, column="code base"):
     present = [s for _, d in runs for (s, m) in d if m in METRICS]
     settings = [s for s in ORDER if s in present]
     settings += [s for s in dict.fromkeys(present) if s not in settings]
-    lines = [f"| setting | {column} | churn [95% CI] | replica pairs | not-all-agree | top-1 mean ± std | weight L2 "
-             "| distinct weights |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"| setting | {column} | churn [95% CI] | replica pairs | over replicas [95%] | not-all-agree "
+             "| top-1 mean ± std | weight L2 | distinct weights |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for s in settings:
         for name, rep in runs:
             lines.append(f"| {s} | {name} | " + " | ".join(cell(rep, s, m) for m in METRICS if m != "accuracy_std") + " |")

@@ -26,19 +26,23 @@
 namespace {
 
 void print_table(const ditto::ReportData& r) {
-  std::printf("\n%-14s %8s %8s %22s %14s %12s %10s %9s %8s\n", "setting", "acc", "acc_std", "churn [95% CI]",
-              "replica pairs", "not-all-agree", "weight_L2", "distinct", "s/epoch");
+  std::printf("\n%-14s %8s %8s %22s %14s %17s %12s %10s %9s %8s\n", "setting", "acc", "acc_std", "churn [95% CI]",
+              "replica pairs", "over replicas", "not-all-agree", "weight_L2", "distinct", "s/epoch");
   for (const auto& s : r.settings) {
     auto v = [&](const char* m) {
       const auto* x = ditto::find_metric(r, s, m);
       return x ? x->value : 0.0;
     };
     const auto* churn = ditto::find_metric(r, s, "churn");
-    // The churn interval resamples test examples; the pair range shows what the replicas drawn do.
-    std::printf("%-14s %8.4f %8.4f %7.2f%% [%5.2f, %5.2f] %6.2f-%5.2f%% %11.2f%% %10.4g %9.0f %8.2f\n", s.c_str(),
-                v("accuracy_mean"), v("accuracy_std"), 100 * v("churn"), churn ? 100 * churn->low : 0.0,
+    const auto* over = ditto::find_metric(r, s, "churn_replicas");
+    // The churn interval resamples test examples; the pair range shows what the replicas drawn do,
+    // and "over replicas" is the interval for another draw of them (from three replicas on).
+    const std::string replicas = over ? fmt::format("[{:5.2f}, {:5.2f}]", 100 * over->low, 100 * over->high) : "-";
+    std::printf("%-14s %8.4f %8.4f %7.2f%% [%5.2f, %5.2f] %6.2f-%5.2f%% %17s %11.2f%% %10.4g %9.0f %8.2f\n",
+                s.c_str(), v("accuracy_mean"), v("accuracy_std"), 100 * v("churn"), churn ? 100 * churn->low : 0.0,
                 churn ? 100 * churn->high : 0.0, 100 * v("churn_pair_min"), 100 * v("churn_pair_max"),
-                100 * v("disagreement"), v("weight_l2"), v("distinct_fingerprints"), v("seconds_per_epoch"));
+                replicas.c_str(), 100 * v("disagreement"), v("weight_l2"), v("distinct_fingerprints"),
+                v("seconds_per_epoch"));
   }
   for (const auto& d : r.decomposition) {
     std::printf("\n%s decomposition (interval: 95%%):\n", d.measure.c_str());

@@ -532,7 +532,8 @@ class SettingSummary {
 
   // Churn and the not-all-agree fraction, with bootstrap intervals, and the lowest and highest
   // churn of one replica pair: the interval resamples test examples for these replicas, the pair
-  // range shows how much the replicas drawn move it (with few replicas, more than the interval).
+  // range shows how much the replicas drawn move it (with few replicas, more than the interval),
+  // and churn_replicas gives that an interval (stats.h, churn_replica_interval).
   void add_agreement() {
     interval("churn", churn_interval(preds_, o_.bootstrap, seed_++, 0.95, u_.per));
     std::vector<double> pairs;
@@ -542,6 +543,8 @@ class SettingSummary {
       metric("churn_pair_min", *std::min_element(pairs.begin(), pairs.end()));
       metric("churn_pair_max", *std::max_element(pairs.begin(), pairs.end()));
     }
+    // The interval for another draw of replicas (the jackknife over them), from three replicas on.
+    if (preds_.size() >= 3) interval("churn_replicas", churn_replica_interval(preds_));
     interval("disagreement", bootstrap_mean(group_means(not_all_agree(preds_), u_.per), o_.bootstrap, seed_++));
   }
 

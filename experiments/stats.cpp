@@ -154,6 +154,58 @@ Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, in
   return bootstrap_mean(group_means(per_example_disagreement(predictions), units_per_item), resamples, seed, level);
 }
 
+double student_t_quantile(double dof, double q) {
+  if (!(dof >= 1) || !(q > 0 && q < 1))
+    throw Error(fmt::format("student_t_quantile: {} degrees of freedom, q = {}", dof, q));
+  if (q < 0.5) return -student_t_quantile(dof, 1 - q);
+  // P(0 < T < t) by Simpson's rule over the density, whose normalizer comes from lgamma.
+  const double norm = std::exp(std::lgamma((dof + 1) / 2) - std::lgamma(dof / 2)) / std::sqrt(dof * M_PI);
+  auto density = [&](double x) { return norm * std::pow(1 + x * x / dof, -(dof + 1) / 2); };
+  auto half_mass = [&](double t) {
+    constexpr int kSteps = 4096;  // even
+    const double h = t / kSteps;
+    double sum = density(0) + density(t);
+    for (int k = 1; k < kSteps; ++k) sum += (k % 2 ? 4 : 2) * density(k * h);
+    return sum * h / 3;
+  };
+  const double want = q - 0.5;
+  double lo = 0, hi = 1;
+  while (half_mass(hi) < want) hi *= 2;  // heavy tails (few dof): widen until the mass is there
+  for (int i = 0; i < 100 && hi - lo > 1e-10 * std::max(1.0, hi); ++i) {
+    const double mid = (lo + hi) / 2;
+    (half_mass(mid) < want ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+Interval churn_replica_interval(const std::vector<std::vector<int32_t>>& predictions, double level) {
+  if (!(level > 0 && level < 1)) throw Error(fmt::format("churn_replica_interval: level {} outside (0,1)", level));
+  common_size(predictions, "churn_replica_interval");
+  const std::size_t r = predictions.size();
+  Interval out;
+  out.value = out.low = out.high = mean_pairwise_churn(predictions);
+  if (r < 3) return out;
+  std::vector<std::vector<double>> pair(r, std::vector<double>(r, 0.0));
+  for (std::size_t a = 0; a < r; ++a)
+    for (std::size_t b = a + 1; b < r; ++b) pair[a][b] = pair[b][a] = churn(predictions[a], predictions[b]);
+  std::vector<double> left_out(r, 0.0);  // theta_i: the mean over the pairs without replica i
+  for (std::size_t i = 0; i < r; ++i) {
+    double sum = 0;
+    for (std::size_t a = 0; a < r; ++a)
+      for (std::size_t b = a + 1; b < r; ++b)
+        if (a != i && b != i) sum += pair[a][b];
+    left_out[i] = sum / double((r - 1) * (r - 2) / 2);
+  }
+  const double centre = mean(left_out);
+  double ss = 0;
+  for (double t : left_out) ss += (t - centre) * (t - centre);
+  const double se = std::sqrt(double(r - 1) / double(r) * ss);
+  const double half = student_t_quantile(double(r - 1), (1 + level) / 2) * se;
+  out.low = std::max(0.0, out.value - half);
+  out.high = std::min(1.0, out.value + half);
+  return out;
+}
+
 double l2_distance(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size())
     throw Error(fmt::format("l2_distance: vectors differ in size ({} vs {})", a.size(), b.size()));

@@ -57,6 +57,19 @@ std::vector<double> group_means(const std::vector<double>& v, std::size_t group)
 Interval churn_interval(const std::vector<std::vector<int32_t>>& predictions, int resamples, uint64_t seed,
                         double level = 0.95, std::size_t units_per_item = 1);
 
+// The q-quantile of Student's t distribution with `dof` degrees of freedom (dof >= 1, q in (0,1)):
+// the CDF integrated numerically from the density and inverted by bisection, to about 1e-9.
+double student_t_quantile(double dof, double q);
+
+// Churn over the replicas drawn: mean pairwise churn (the value) with an interval for another
+// draw of as many replicas on the same test set, where churn_interval's is for another test set
+// with these replicas. The jackknife over replicas (leave replica i out: the mean churn of the
+// pairs left, theta_i; se^2 = (R-1)/R * sum (theta_i - mean theta)^2, the jackknife's variance of
+// a U-statistic) with a t interval of R-1 degrees of freedom, clipped to [0, 1]. With few replicas
+// it is wide, which is the point: two invocations of 3 replicas each can land far apart. Fewer
+// than 3 replicas: low == high == value (one pair says nothing about the draw).
+Interval churn_replica_interval(const std::vector<std::vector<int32_t>>& predictions, double level = 0.95);
+
 // sqrt(sum (a-b)^2), accumulated in double. Throws Error on size mismatch.
 double l2_distance(const std::vector<float>& a, const std::vector<float>& b);
 

@@ -321,20 +321,21 @@ class SettingsCompareTest(unittest.TestCase):
             ditto, torch = Path(d) / "ditto.csv", Path(d) / "torch.csv"
             ditto.write_text("setting,metric,value,ci_low,ci_high,has_interval\n"
                              "IMPL,churn,0.0912,0.085,0.097,1\nIMPL,churn_pair_min,0.07,,,0\n"
-                             "IMPL,churn_pair_max,0.12,,,0\nIMPL,accuracy_mean,0.71,,,0\n"
+                             "IMPL,churn_pair_max,0.12,,,0\nIMPL,churn_replicas,0.0912,0.06,0.125,1\n"
+                             "IMPL,accuracy_mean,0.71,,,0\n"
                              "IMPL,accuracy_std,0.003,0.001,0.005,1\nCONTROL,churn,0,0,0,1\n"
                              "CONTROL,distinct_fingerprints,1,,,0\nIMPL-pytorch,churn,0.09,0.08,0.1,1\n")
             torch.write_text("setting,metric,value,ci_low,ci_high\nIMPL,churn,0.05,0.04,0.06\n"
                              "IMPL,distinct_fingerprints,5,,\nALGO,churn,0.3,,\n")
             rows = settings_compare.table(settings_compare.read(ditto), settings_compare.read(torch))
-        self.assertEqual(rows[2], "| ALGO | ditto | – | – | – | – | – | – |")
-        self.assertEqual(rows[3], "| ALGO | PyTorch | 30.00% | – | – | – | – | – |")
-        self.assertEqual(rows[4], "| IMPL | ditto | 9.12% [8.50, 9.70] | 7.00–12.00% | – | 0.7100 ± 0.0030 | – | – |")
-        self.assertEqual(rows[5], "| IMPL | PyTorch | 5.00% [4.00, 6.00] | – | – | – | – | 5 |")
-        self.assertEqual(rows[6], "| CONTROL | ditto | 0.00% [0.00, 0.00] | – | – | – | – | 1 |")
+        self.assertEqual(rows[2], "| ALGO | ditto | – | – | – | – | – | – | – |")
+        self.assertEqual(rows[3], "| ALGO | PyTorch | 30.00% | – | – | – | – | – | – |")
+        self.assertEqual(rows[4], "| IMPL | ditto | 9.12% [8.50, 9.70] | 7.00–12.00% | [6.00, 12.50] | – | 0.7100 ± 0.0030 | – | – |")
+        self.assertEqual(rows[5], "| IMPL | PyTorch | 5.00% [4.00, 6.00] | – | – | – | – | – | 5 |")
+        self.assertEqual(rows[6], "| CONTROL | ditto | 0.00% [0.00, 0.00] | – | – | – | – | – | 1 |")
         # A custom setting one side has comes after the paper's four.
-        self.assertEqual(rows[8], "| IMPL-pytorch | ditto | 9.00% [8.00, 10.00] | – | – | – | – | – |")
-        self.assertEqual(rows[9], "| IMPL-pytorch | PyTorch | – | – | – | – | – | – |")
+        self.assertEqual(rows[8], "| IMPL-pytorch | ditto | 9.00% [8.00, 10.00] | – | – | – | – | – | – |")
+        self.assertEqual(rows[9], "| IMPL-pytorch | PyTorch | – | – | – | – | – | – | – |")
 
     def test_labelled_runs_in_the_order_given(self):
         with tempfile.TemporaryDirectory() as d:
@@ -344,8 +345,8 @@ class SettingsCompareTest(unittest.TestCase):
             settings_compare.main(["--run", f"SGD={sgd}", "--run", f"Adam={adam}", "--out", str(out)])
             rows = out.read_text().splitlines()
         self.assertTrue(rows[0].startswith("| setting | run | churn"))
-        self.assertEqual(rows[2], "| IMPL | SGD | 12.00% [11.00, 13.00] | – | – | – | – | – |")
-        self.assertEqual(rows[3], "| IMPL | Adam | 8.00% [7.00, 9.00] | – | – | – | – | – |")
+        self.assertEqual(rows[2], "| IMPL | SGD | 12.00% [11.00, 13.00] | – | – | – | – | – | – |")
+        self.assertEqual(rows[3], "| IMPL | Adam | 8.00% [7.00, 9.00] | – | – | – | – | – | – |")
         with self.assertRaises(SystemExit):
             settings_compare.main(["--run", "no-label-here"])
         with self.assertRaises(SystemExit):

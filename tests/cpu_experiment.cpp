@@ -126,6 +126,7 @@ TEST_CASE("experiment: CONTROL is bit-identical, ALGO drifts; the report says so
   CHECK(metric(r, "ALGO", "churn_pair_min") == Approx(metric(r, "ALGO", "churn")));
   CHECK(metric(r, "ALGO", "churn_pair_max") == Approx(metric(r, "ALGO", "churn")));
   CHECK(metric(r, "CONTROL", "churn_pair_max") == 0.0);
+  CHECK_THROWS(metric(r, "ALGO", "churn_replicas"));  // one pair says nothing about another draw of replicas
   write_report(o.out, r);
   std::ifstream csv(fs::path(o.out) / "report.csv");
   std::stringstream text;

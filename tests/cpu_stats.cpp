@@ -149,6 +149,49 @@ TEST_CASE("churn_interval is the bootstrap of per-example disagreement", "[stats
   CHECK(interval.high <= 1);
 }
 
+TEST_CASE("student_t_quantile against tabulated values", "[stats]") {
+  // Two-sided 95% points of the t table, and symmetry.
+  CHECK(student_t_quantile(1, 0.975) == Approx(12.706205).epsilon(1e-6));
+  CHECK(student_t_quantile(2, 0.975) == Approx(4.302653).epsilon(1e-6));
+  CHECK(student_t_quantile(4, 0.975) == Approx(2.776445).epsilon(1e-6));
+  CHECK(student_t_quantile(9, 0.975) == Approx(2.262157).epsilon(1e-6));
+  CHECK(student_t_quantile(30, 0.975) == Approx(2.042272).epsilon(1e-6));
+  CHECK(student_t_quantile(4, 0.025) == Approx(-2.776445).epsilon(1e-6));
+  CHECK(student_t_quantile(3, 0.5) == Approx(0).margin(1e-9));
+  CHECK_THROWS_AS(student_t_quantile(0.5, 0.9), Error);
+  CHECK_THROWS_AS(student_t_quantile(3, 1.0), Error);
+}
+
+TEST_CASE("churn_replica_interval: the jackknife over replicas, by hand", "[stats]") {
+  // Pair churns 0.2 (0,1), 0.4 (0,2), 0.4 (1,2): leaving replica i out leaves one pair,
+  // theta = {0.4, 0.4, 0.2}; se^2 = 2/3 * 6/225 = (2/15)^2; t(2, 0.975) = 4.302653.
+  const std::vector<int32_t> r0(10, 0);
+  std::vector<int32_t> r1 = r0, r2 = r0;
+  r1[0] = r1[1] = 1;
+  for (int i = 0; i < 4; ++i) r2[i] = 2;
+  const Interval c = churn_replica_interval({r0, r1, r2});
+  CHECK(c.value == Approx(1.0 / 3));
+  CHECK(c.low == 0.0);  // 1/3 - 0.5737 clipped at 0
+  CHECK(c.high == Approx(1.0 / 3 + 4.302653 * 2.0 / 15).epsilon(1e-6));
+  // With r0 the pairs are closer than among s1..s3: the interval opens; every pair equally apart
+  // (s1..s3 alone): the draw of replicas does not move the churn.
+  std::vector<int32_t> s1 = r0, s2 = r0, s3 = r0;
+  s1[0] = 1;
+  s2[1] = 1;
+  s3[2] = 1;
+  const Interval flat = churn_replica_interval({r0, s1, s2, s3});
+  CHECK(flat.value == Approx(0.15));  // pairs with r0: 0.1; among s1..s3: 0.2
+  CHECK(flat.high > flat.value);
+  const Interval same = churn_replica_interval({s1, s2, s3});
+  CHECK(same.value == Approx(0.2));
+  CHECK(same.low == Approx(0.2));
+  CHECK(same.high == Approx(0.2));
+  // Two replicas: one pair, no interval.
+  const Interval two = churn_replica_interval({r0, r1});
+  CHECK((two.low == two.value && two.high == two.value && two.value == Approx(0.2)));
+  CHECK_THROWS_AS(churn_replica_interval({r0, std::vector<int32_t>(9, 0), r1}), Error);
+}
+
 TEST_CASE("ulp_distance", "[stats]") {
   CHECK(ulp_distance(1.0f, 1.0f) == 0);
   CHECK(ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)) == 1);

@@ -17,7 +17,9 @@ networks and recipe are torch_train.py's (SmallCNN, ResNet-18 for CIFAR; Adam or
 Writes OUT/report.csv in ditto's tidy form (setting, metric, value, ci_low, ci_high) with the
 metrics both reports share: churn (mean pairwise prediction disagreement, bootstrap 95% interval
 over test examples, as experiments/stats.h), churn_pair_min / churn_pair_max (the lowest and highest
-churn of one replica pair), disagreement (the fraction of test examples on which
+churn of one replica pair), churn_replicas (from three replicas on: the churn with its interval for
+another draw of replicas, the jackknife over replicas, as churn_replica_interval), disagreement (the
+fraction of test examples on which
 the replicas do not all agree), accuracy_mean, accuracy_std (sample standard deviation over
 replicas), weight_l2 (mean pairwise L2 distance of the final weights) and distinct_fingerprints;
 and OUT/replicas.jsonl (one line per replica: setting, seeds, accuracy, weights hash).
@@ -31,6 +33,7 @@ import csv
 import hashlib
 import itertools
 import json
+import math
 import os
 import pathlib
 import sys
@@ -106,6 +109,45 @@ def churn_interval(preds, resamples, rng):
     return float(per.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
+def student_t_quantile(dof, q):
+    """Student's t quantile as experiments/stats.cpp computes it (Simpson's rule over the density,
+    inverted by bisection), so both code bases' intervals use the same numbers."""
+    if q < 0.5:
+        return -student_t_quantile(dof, 1 - q)
+    norm = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+    density = lambda x: norm * (1 + x * x / dof) ** (-(dof + 1) / 2)
+
+    def half_mass(t, steps=4096):
+        h = t / steps
+        total = density(0) + density(t) + sum((4 if k % 2 else 2) * density(k * h) for k in range(1, steps))
+        return total * h / 3
+
+    lo, hi = 0.0, 1.0
+    while half_mass(hi) < q - 0.5:
+        hi *= 2
+    for _ in range(100):
+        if hi - lo <= 1e-10 * max(1.0, hi):
+            break
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if half_mass(mid) < q - 0.5 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def churn_replica_interval(pairs, replicas):
+    """The 95% interval of mean pairwise churn for another draw of replicas (the jackknife over
+    replicas with a t interval of R-1 degrees of freedom, clipped to [0, 1], as
+    experiments/stats.h's churn_replica_interval); None with fewer than 3 replicas. pairs maps each
+    replica pair (a, b), a < b, to its churn."""
+    if replicas < 3:
+        return None
+    value = sum(pairs.values()) / len(pairs)
+    left_out = [np.mean([c for (a, b), c in pairs.items() if i not in (a, b)]) for i in range(replicas)]
+    centre = float(np.mean(left_out))
+    se = math.sqrt((replicas - 1) / replicas * sum((t - centre) ** 2 for t in left_out))
+    half = student_t_quantile(replicas - 1, 0.975) * se
+    return value, max(0.0, value - half), min(1.0, value + half)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", help="CIFAR-10 JPEG folders (train/, test/)")
@@ -156,11 +198,16 @@ def main():
         c, lo, hi = churn_interval(preds, args.bootstrap, rng)
         stacked = np.stack(preds)
         l2 = [float(np.linalg.norm(weights[a] - weights[b])) for a, b in itertools.combinations(range(len(weights)), 2)]
-        pairs = [float((preds[a] != preds[b]).mean()) for a, b in itertools.combinations(range(len(preds)), 2)]
+        pair_churn = {(a, b): float((preds[a] != preds[b]).mean())
+                      for a, b in itertools.combinations(range(len(preds)), 2)}
+        pairs = list(pair_churn.values())
         rows += [(name, "churn", c, lo, hi),
                  (name, "churn_pair_min", min(pairs), "", ""),
-                 (name, "churn_pair_max", max(pairs), "", ""),
-                 (name, "disagreement", float((stacked != stacked[0]).any(axis=0).mean()), "", ""),
+                 (name, "churn_pair_max", max(pairs), "", "")]
+        over = churn_replica_interval(pair_churn, len(preds))
+        if over is not None:
+            rows.append((name, "churn_replicas", *over))
+        rows += [(name, "disagreement", float((stacked != stacked[0]).any(axis=0).mean()), "", ""),
                  (name, "accuracy_mean", float(np.mean(accs)), "", ""),
                  (name, "accuracy_std", float(np.std(accs, ddof=1)), "", ""),
                  (name, "weight_l2", float(np.mean(l2)), "", ""),

@@ -42,3 +42,13 @@ def test_four_settings_in_pytorch_report_dittos_metrics(tmp_path):
     assert (algo1["seed_init"], algo1["seed_order"]) == (1001, 2001)  # ditto-experiment's replica seeds
     with pytest.raises(SystemExit):  # a finished report is never overwritten
         run(tmp_path / "r")
+
+
+def test_churn_over_replicas_is_the_jackknife_ditto_computes():
+    # The hand example of tests/cpu_stats.cpp: pair churns 0.2, 0.4, 0.4.
+    value, low, high = torch_settings.churn_replica_interval({(0, 1): 0.2, (0, 2): 0.4, (1, 2): 0.4}, 3)
+    assert value == pytest.approx(1 / 3)
+    assert low == 0.0
+    assert high == pytest.approx(1 / 3 + 4.302653 * 2 / 15, rel=1e-6)
+    assert torch_settings.churn_replica_interval({(0, 1): 0.2}, 2) is None
+    assert torch_settings.student_t_quantile(9, 0.975) == pytest.approx(2.262157, rel=1e-6)
