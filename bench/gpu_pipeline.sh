@@ -141,18 +141,21 @@ pipeline() {
         # (PyTorch, ditto's order through the Python package, which the build must include: carry
         # .whl), then bench/settings_compare.py side by side. exp-codebases:MODEL/EPOCHS/REPLICAS
         # (default smallcnn/10/3). Wall: SmallCNN about 1 min in ditto (graphed, concurrent), 3-4 min
-        # in PyTorch (one replica at a time) at 10 epochs x 3 replicas (estimate).
-        local model epochs replicas
+        # in PyTorch (one replica at a time) at 10 epochs x 3 replicas (estimate). GPUS (1) spreads
+        # both code bases' replicas over that many GPUs (the peer: one worker process per GPU).
+        local model epochs replicas devices=""
         IFS=/ read -r model epochs replicas <<< "$arg"
         model=${model:-smallcnn}; epochs=${epochs:-10}; replicas=${replicas:-3}
         local dir=$R/exp-codebases-$model
         mkdir -p $dir
         $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs $epochs --lr 4e-4 --optimizer adam \
-          --replicas $replicas --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 18 --graph --quiet --resume \
+          --replicas $replicas --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 18 --gpus ${GPUS:-1} --graph --quiet --resume \
           --setting "ALGO+IMPL-pytorch: seeds=random kernels=pytorch" --setting "IMPL-pytorch: seeds=fixed kernels=pytorch" \
           --out $dir/ditto > $dir/ditto.txt 2> $dir/ditto.err; echo "ditto rc=$?"
+        [ "${GPUS:-1}" -gt 1 ] && devices="--devices $(seq -s, -f 'cuda:%g' 0 $(( GPUS - 1 )))"
         PYTHONPATH=$B/python${PYTHONPATH:+:$PYTHONPATH} python3 bench/peers/torch_settings.py --data $DATA --model $model \
-          --epochs $epochs --replicas $replicas --optimizer adam --lr 4e-4 --out $dir/torch > $dir/torch.txt 2> $dir/torch.err
+          --epochs $epochs --replicas $replicas --optimizer adam --lr 4e-4 $devices --out $dir/torch \
+          > $dir/torch.txt 2> $dir/torch.err
         echo "torch rc=$?"; tail -4 $dir/torch.txt
         python3 bench/settings_compare.py --ditto $dir/ditto/report.csv --torch $dir/torch/report.csv --out $dir/compare.md \
           && cat $dir/compare.md ;;

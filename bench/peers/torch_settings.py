@@ -26,6 +26,7 @@ and OUT/replicas.jsonl (one line per replica: setting, seeds, accuracy, weights 
 
     PYTHONPATH=build/python python3 bench/peers/torch_settings.py --data /tmp/cifar10 --model smallcnn \\
         --epochs 10 --replicas 5 --optimizer adam --lr 4e-4 --out runs/torch-settings
+    ... --devices cuda:0,cuda:1,cuda:2,cuda:3    (replicas at once, one per GPU; the same report)
     python3 bench/peers/torch_settings.py --synthetic 512 --device cpu --epochs 1 --replicas 2 --out /tmp/t
 """
 import argparse
@@ -101,6 +102,42 @@ def train_replica(args, dev, sets, vary, deterministic, k):
     return pred.cpu().numpy(), float((pred == yte).float().mean()), weights, seed_init, seed_order
 
 
+_WORKER_SETS = {}  # a worker process's data, per device: loaded once, kept for its next replicas
+
+
+def replica_job(args, device, vary, deterministic, k):
+    """train_replica in a worker process of its own (--devices), the data loaded there once."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(device)
+    if device not in _WORKER_SETS:
+        _WORKER_SETS[device] = data(args, dev)
+    return train_replica(args, dev, _WORKER_SETS[device], vary, deterministic, k)
+
+
+def train_all(args, names):
+    """Every (setting, replica) trained, in that order of results: one after the other on --device,
+    or spread over --devices with one worker process per device (replica j of the list on device
+    j mod D), so the results do not depend on which finished first."""
+    jobs = [(name, k) for name in names for k in range(args.replicas)]
+    devices = [d.strip() for d in args.devices.split(",")] if args.devices else []
+    if not devices:
+        dev = torch.device(args.device)
+        sets = data(args, dev)
+        return [train_replica(args, dev, sets, *SETTINGS[name], k) for name, k in jobs]
+    import concurrent.futures
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
+    pools = [concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) for _ in devices]
+    try:
+        futures = [pools[j % len(devices)].submit(replica_job, args, devices[j % len(devices)], *SETTINGS[name], k)
+                   for j, (name, k) in enumerate(jobs)]
+        return [f.result() for f in futures]
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)
+
+
 def churn_interval(preds, resamples, rng):
     """Mean pairwise disagreement and its bootstrap 95% interval over test examples."""
     pairs = list(itertools.combinations(range(len(preds)), 2))
@@ -163,6 +200,8 @@ def main():
     ap.add_argument("--augment", action="store_true")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--devices", help="train replicas at once, one worker process per device in this comma list "
+                    "(cuda:0,cuda:1,...; the same results as one after the other)")
     ap.add_argument("--out", required=True, help="folder for report.csv and replicas.jsonl (must not hold a report)")
     args = ap.parse_args()
     if not args.synthetic and not args.data:
@@ -179,21 +218,20 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    dev = torch.device(args.device)
-    sets = data(args, dev)
+    results = iter(train_all(args, names))
     rng = np.random.default_rng(0)
     rows, lines = [], []
     for name in names:
-        vary, deterministic = SETTINGS[name]
         preds, accs, weights, hashes = [], [], [], []
         for k in range(args.replicas):
-            p, acc, w, si, so = train_replica(args, dev, sets, vary, deterministic, k)
+            p, acc, w, si, so = next(results)
             preds.append(p)
             accs.append(acc)
             weights.append(w)
             hashes.append(hashlib.sha256(w.tobytes()).hexdigest()[:32])
             lines.append({"setting": name, "replica": k, "seed_init": si, "seed_order": so, "accuracy": acc,
-                          "weights_sha256": hashes[-1], "torch": torch.__version__, "device": str(dev)})
+                          "weights_sha256": hashes[-1], "torch": torch.__version__,
+                          "device": args.devices or args.device})
             print(json.dumps(lines[-1]), flush=True)
         c, lo, hi = churn_interval(preds, args.bootstrap, rng)
         stacked = np.stack(preds)

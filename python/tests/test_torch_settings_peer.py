@@ -52,3 +52,11 @@ def test_churn_over_replicas_is_the_jackknife_ditto_computes():
     assert high == pytest.approx(1 / 3 + 4.302653 * 2 / 15, rel=1e-6)
     assert torch_settings.churn_replica_interval({(0, 1): 0.2}, 2) is None
     assert torch_settings.student_t_quantile(9, 0.975) == pytest.approx(2.262157, rel=1e-6)
+
+
+def test_replicas_spread_over_worker_processes_give_the_same_report(tmp_path):
+    run(tmp_path / "one", "--settings", "ALGO,CONTROL")
+    run(tmp_path / "two", "--settings", "ALGO,CONTROL", "--devices", "cpu,cpu")
+    assert (tmp_path / "one" / "report.csv").read_text() == (tmp_path / "two" / "report.csv").read_text()
+    hashes = lambda d: [json.loads(l)["weights_sha256"] for l in open(d / "replicas.jsonl")]
+    assert hashes(tmp_path / "one") == hashes(tmp_path / "two")
