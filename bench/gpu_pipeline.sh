@@ -136,8 +136,9 @@ pipeline() {
           --replicas 5 --settings ALGO+IMPL,ALGO,IMPL,IMPL-ATOMIC,CONTROL --concurrent 25 --graph --quiet \
           --out $R/exp-smallcnn > $R/exp-smallcnn.txt 2> $R/exp-smallcnn.err; echo "rc=$?"; tail -10 $R/exp-smallcnn.txt ;;
       exp-codebases)
-        # The four settings in two code bases on CIFAR-10, same recipe (Adam 4e-4, no augmentation),
-        # the same replica seeds and batch order: ditto-experiment, then bench/peers/torch_settings.py
+        # The four settings in two code bases on CIFAR-10, same recipe (SmallCNN: Adam 4e-4, no
+        # augmentation; ResNet-18: its recipe of exp-resnet18, SGD Nesterov with weight decay, pad-4 crop
+        # and flip, one-cycle with a 3-epoch warm-up, batch 256), the same replica seeds and batch order: ditto-experiment, then bench/peers/torch_settings.py
         # (PyTorch, ditto's order through the Python package, which the build must include: carry
         # .whl), then bench/settings_compare.py side by side. exp-codebases:MODEL/EPOCHS/REPLICAS
         # (default smallcnn/10/3). Wall: SmallCNN about 1 min in ditto (graphed, concurrent), 3-4 min
@@ -146,15 +147,17 @@ pipeline() {
         local model epochs replicas devices=""
         IFS=/ read -r model epochs replicas <<< "$arg"
         model=${model:-smallcnn}; epochs=${epochs:-10}; replicas=${replicas:-3}
-        local dir=$R/exp-codebases-$model
+        local dir=$R/exp-codebases-$model recipe="--optimizer adam --lr 4e-4"
+        [ "$model" = resnet18 ] && recipe="--optimizer sgd --momentum 0.9 --nesterov --weight-decay 5e-4 --augment \
+          --lr-schedule onecycle --warmup-epochs 3 --batch-size 256 --lr 0.2"
         mkdir -p $dir
-        $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs $epochs --lr 4e-4 --optimizer adam \
+        $E --model $model --dataset cifar10 --data $DATA --loader-threads 2 --epochs $epochs $recipe \
           --replicas $replicas --settings ALGO+IMPL,ALGO,IMPL,CONTROL --concurrent 18 --gpus ${GPUS:-1} --graph --quiet --resume \
           --setting "ALGO+IMPL-pytorch: seeds=random kernels=pytorch" --setting "IMPL-pytorch: seeds=fixed kernels=pytorch" \
           --out $dir/ditto > $dir/ditto.txt 2> $dir/ditto.err; echo "ditto rc=$?"
         [ "${GPUS:-1}" -gt 1 ] && devices="--devices $(seq -s, -f 'cuda:%g' 0 $(( GPUS - 1 )))"
         PYTHONPATH=$B/python${PYTHONPATH:+:$PYTHONPATH} python3 bench/peers/torch_settings.py --data $DATA --model $model \
-          --epochs $epochs --replicas $replicas --optimizer adam --lr 4e-4 $devices --out $dir/torch \
+          --epochs $epochs --replicas $replicas $recipe $devices --out $dir/torch \
           > $dir/torch.txt 2> $dir/torch.err
         echo "torch rc=$?"; tail -4 $dir/torch.txt
         python3 bench/settings_compare.py --ditto $dir/ditto/report.csv --torch $dir/torch/report.csv --out $dir/compare.md \

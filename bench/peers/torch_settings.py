@@ -12,7 +12,9 @@ Replicas of one training run per setting, as ditto-experiment's settings protoco
 Replica k of a varying setting draws its weights with torch.manual_seed(1000 + k) and reads the
 training set in ditto's order for --seed-order 2000 + k (ditto.epoch_permutation: the batches
 ditto-train's replica k reads); fixed settings use seed 0 and ditto's order for seed 0. The
-networks and recipe are torch_train.py's (SmallCNN, ResNet-18 for CIFAR; Adam or SGD), TF32 off.
+networks are torch_train.py's (SmallCNN, ResNet-18 for CIFAR), TF32 off; the recipe is ditto-train's
+flags of the same names (Adam or SGD with momentum and Nesterov, weight decay as L2, the learning rate
+per step by ditto's schedule and warm-up, pad-4 crop and flip), so the ResNet-18 recipe runs in both.
 
 Writes OUT/report.csv in ditto's tidy form (setting, metric, value, ci_low, ci_high) with the
 metrics both reports share: churn (mean pairwise prediction disagreement, bootstrap 95% interval
@@ -69,6 +71,24 @@ def data(args, dev):
             yte.to(dev))
 
 
+def lr_at(args, epoch):
+    """The learning rate at a fractional epoch, as ditto's lr_at (engine/optim.cpp) computes it for
+    --lr-schedule constant | cosine | onecycle with --warmup-epochs: a linear warm-up from 0, then
+    the decay over the epochs after it; rounded to float32 as ditto's is."""
+    total, warm = float(max(1, args.epochs)), args.warmup_epochs
+    if epoch < warm:
+        lr = args.lr * epoch / warm
+    else:
+        after, span = epoch - warm, total - warm
+        if args.lr_schedule == "cosine":
+            lr = args.lr * 0.5 * (1.0 + math.cos(math.pi * after / span))
+        elif args.lr_schedule == "onecycle":
+            lr = args.lr * max(0.0, (span - after) / span)
+        else:
+            lr = args.lr
+    return float(np.float32(lr))
+
+
 def train_replica(args, dev, sets, vary, deterministic, k):
     """One replica: its final test predictions, accuracy and flattened weights."""
     import ditto  # the Python package (PyTorch's peer reads ditto's batch order)
@@ -80,15 +100,19 @@ def train_replica(args, dev, sets, vary, deterministic, k):
     torch.manual_seed(seed_init)
     model = (SmallCNN() if args.model == "smallcnn" else ResNet18()).to(dev)
     if args.optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=args.nesterov,
+                              weight_decay=args.weight_decay)
+    batches = -(-xtr.shape[0] // args.batch_size)  # the last batch may be partial, as ditto's loader's
     gen = torch.Generator(device=dev)
     gen.manual_seed(3000 + k if vary else 0)
     for epoch in range(1, args.epochs + 1):
         model.train()
         perm = torch.tensor(ditto.epoch_permutation(xtr.shape[0], seed_order, epoch - 1), device=dev)
-        for i in range(0, xtr.shape[0], args.batch_size):
+        for b, i in enumerate(range(0, xtr.shape[0], args.batch_size)):
+            for group in opt.param_groups:  # per step, as ditto-train's schedule
+                group["lr"] = lr_at(args, epoch - 1 + b / batches)
             idx = perm[i:i + args.batch_size]
             x = augment(xtr[idx], gen) if args.augment else xtr[idx]
             loss = F.cross_entropy(model(x), ytr[idx])
@@ -197,6 +221,10 @@ def main():
     ap.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     ap.add_argument("--lr", type=float, default=4e-4)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--nesterov", action="store_true", help="sgd")
+    ap.add_argument("--weight-decay", type=float, default=0.0, help="L2 added to the gradient (PyTorch's and ditto's)")
+    ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine", "onecycle"])
+    ap.add_argument("--warmup-epochs", type=float, default=0.0)
     ap.add_argument("--augment", action="store_true")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--device", default="cuda")
@@ -208,6 +236,8 @@ def main():
         ap.error("--data DIR or --synthetic N")
     if args.replicas < 2:
         ap.error("--replicas: at least 2 (churn compares replicas)")
+    if not 0 <= args.warmup_epochs < args.epochs:
+        ap.error(f"--warmup-epochs: {args.warmup_epochs} must be at least 0 and below --epochs {args.epochs}")
     names = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in names:
         if s not in SETTINGS:

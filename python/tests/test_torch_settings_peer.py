@@ -60,3 +60,22 @@ def test_replicas_spread_over_worker_processes_give_the_same_report(tmp_path):
     assert (tmp_path / "one" / "report.csv").read_text() == (tmp_path / "two" / "report.csv").read_text()
     hashes = lambda d: [json.loads(l)["weights_sha256"] for l in open(d / "replicas.jsonl")]
     assert hashes(tmp_path / "one") == hashes(tmp_path / "two")
+
+
+def test_the_schedule_is_dittos():
+    # ditto's lr_at (engine/optim.cpp): warm-up 2 of 10 epochs to 0.2, then linear to 0 (onecycle).
+    a = torch_settings.argparse.Namespace(epochs=10, warmup_epochs=2.0, lr=0.2, lr_schedule="onecycle")
+    assert torch_settings.lr_at(a, 0.0) == 0.0
+    assert torch_settings.lr_at(a, 1.0) == pytest.approx(0.1)
+    assert torch_settings.lr_at(a, 2.0) == pytest.approx(0.2)
+    assert torch_settings.lr_at(a, 6.0) == pytest.approx(0.1)
+    a.lr_schedule, a.warmup_epochs = "cosine", 0.0
+    assert torch_settings.lr_at(a, 5.0) == pytest.approx(0.1)
+
+
+def test_the_resnet18_recipe_flags_run(tmp_path):
+    run(tmp_path / "r", "--settings", "CONTROL", "--optimizer", "sgd", "--nesterov", "--weight-decay", "5e-4",
+        "--lr-schedule", "onecycle", "--epochs", "2", "--warmup-epochs", "1", "--lr", "0.05", "--augment")
+    with open(tmp_path / "r" / "report.csv") as f:
+        got = {(r["setting"], r["metric"]): float(r["value"]) for r in csv.DictReader(f)}
+    assert got[("CONTROL", "churn")] == 0 and got[("CONTROL", "distinct_fingerprints")] == 1
