@@ -257,11 +257,11 @@ void validate_numbers(const TrainConfig& c) {
                             c.precision));
   const LossScaling scaling = parse_loss_scaling(c.loss_scale);  // an Error naming --loss-scale
   if (c.data_parallel() && scaling.enabled())
-    throw Error("--loss-scale: the data-parallel step (--gpus, --dp-groups, --batchnorm sync, --dp-launch) does not scale its loss; "
-                "train it with --loss-scale off");
+    throw Error("--loss-scale: the data-parallel step (--gpus, --dp-groups, --batchnorm sync, --dp-launch) does not "
+                "scale its loss; train it with --loss-scale off");
   if (c.data_parallel() && c.graph)
-    throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync, --dp-launch) meets the other ranks on the "
-                "host between its passes, which a CUDA graph cannot replay; train it without --graph");
+    throw Error("--graph: the data-parallel step (--gpus, --dp-groups, --batchnorm sync, --dp-launch) meets the other "
+                "ranks on the host between its passes, which a CUDA graph cannot replay; train it without --graph");
   if (c.dataset == "stream-folder") {
     whole("image-size", c.image_size, 1, 8192);
     whole("resize", c.resize, c.image_size, 65535);
@@ -436,7 +436,7 @@ class Run {
     if (cfg_.data_parallel() && !slurm_) set_up_ranks();
   }
 
-  // --dp-launch: a rank other than 0, which trains and writes nothing.
+  // --dp-launch: a rank other than 0, which trains but neither evaluates nor writes.
   bool follower() const { return slurm_ && slurm_->rank != 0; }
 
   // The data (loaded unless the caller holds them), fit for the batch and, when resuming, the
