@@ -397,9 +397,6 @@ RankGroup::RankGroup(Device device, const ProcessRank& me) : impl_(std::make_uni
   I.devices = {device};
   I.world = me.world;
   I.first = me.rank;
-  I.published.assign(1, nullptr);
-  I.published_bytes.assign(1, 0);
-  I.pool_shared.assign(1, false);
   if (I.cuda) {
     I.link = detail::make_nccl_link(me, device.index);
   } else {
@@ -529,23 +526,19 @@ void RankGroup::all_reduce(int rank, Context& ctx, Tensor& buf, const AllReduceC
   Impl& I = *impl_;
   I.check_rank(rank, ctx, "all_reduce");
   if (buf.dtype() != DType::F32) throw ShapeError("all_reduce: the buffer must be f32");
-  if (config.nccl() && I.link) {
+  if (config.nccl()) {
     {
       std::lock_guard<std::mutex> lk(I.m);
       if (I.failed) throw Error("stopped: another rank failed");
     }
-    I.link->all_reduce_nccl(ctx, buf.f32(), buf.numel(), config);
-    return;
-  }
-  if (config.nccl()) {
+    if (I.link) {  // the link holds the communicators of a group spread over processes
+      I.link->all_reduce_nccl(ctx, buf.f32(), buf.numel(), config);
+      return;
+    }
     auto it = I.comms.find(config);
     if (it == I.comms.end())
       throw Error(fmt::format("all_reduce {}: no NCCL communicator was prepared for it (RankGroup::prepare_nccl)",
                               config.str()));
-    {
-      std::lock_guard<std::mutex> lk(I.m);
-      if (I.failed) throw Error("stopped: another rank failed");
-    }
     DITTO_CUDA_CHECK(cudaSetDevice(I.devices[rank].index));
     detail::nccl_all_reduce_sum(it->second[rank], buf.f32(), buf.numel(), detail::stream_of(ctx));
     return;
