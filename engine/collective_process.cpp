@@ -84,6 +84,10 @@ std::string wait_rendezvous_file(const std::string& dir, const std::string& name
     const auto now = Clock::now();
     if (now >= next_failure_check) {
       const std::string failed = failure_in(dir);
+      // A rank writes its part before it can fail on what it reads, so a part that exists once
+      // the failure is seen was written first: take it (the call then fails, or not, on its own
+      // terms) rather than report a failure this rank never waited on.
+      if (!failed.empty() && fs::exists(p, ec)) return read_whole(p);
       if (!failed.empty()) throw Error(fmt::format("stopped: {} (while waiting for {})", failed, what));
       next_failure_check = now + std::chrono::milliseconds(100);
     }

@@ -18,6 +18,7 @@
 #include "engine/collective.h"
 #include "engine/collective_ref.h"
 #include "engine/context.h"
+#include "engine/detail/process_link.h"
 #include "engine/error.h"
 #include "kernels/batchnorm.h"
 #include "kernels/batchnorm_ref.h"
@@ -533,8 +534,10 @@ TEST_CASE("ranks as processes: the file transport moves the same chunks and give
 }
 
 TEST_CASE("ranks as processes: mismatched calls, a missing rank and a failed rank are errors that say so") {
-  // Rank 1 offers fewer bytes than rank 0: both refuse, naming the sizes.
-  {
+  // Rank 1 offers fewer bytes than rank 0: both refuse, naming the sizes (however the two
+  // interleave: the rank that reads the other's part second must not see only the failure).
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    INFO("attempt " << attempt);
     const std::string dir = rendezvous("mismatch");
     std::vector<std::string> errors(2);
     on_ranks(2, [&](int r) {
@@ -546,6 +549,16 @@ TEST_CASE("ranks as processes: mismatched calls, a missing rank and a failed ran
     });
     CHECK(errors[0].find("rank 1 offered 8 bytes") != std::string::npos);
     CHECK(errors[1].find("rank 0 offered 16 bytes") != std::string::npos);
+  }
+  // A part written before its writer failed is still read (the writer's failure came from what it
+  // read after offering it, and the reader must reach the same verdict); an absent one is a stop.
+  {
+    const std::string dir = rendezvous("written-then-failed");
+    detail::write_rendezvous_file(dir, "x1.r0", "part");
+    detail::write_rendezvous_file(dir, "failed.r0", "sizes differ");
+    CHECK(detail::wait_rendezvous_file(dir, "x1.r0", 5, "rank 0's part") == "part");
+    CHECK(test::error_of([&] { detail::wait_rendezvous_file(dir, "x2.r0", 5, "rank 0's part"); })
+              .find("stopped: rank 0 failed: sizes differ") == 0);
   }
   // Rank 1 never comes: rank 0 gives up after the timeout, naming the file and the rank.
   {
