@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -254,9 +255,10 @@ struct DataParallel::Impl {
   Rank& local(int r) { return ranks[static_cast<std::size_t>(r - base)]; }
 
   // Where each rank runs, its device and host in rank order: across processes every rank sends
-  // its own ("HOST DEVICE" in a fixed 64 bytes: what the manifest records of a rank on another node).
+  // its own ("HOST DEVICE" in a fixed 128 bytes, room for the longest host name Linux allows:
+  // what the manifest records of a rank on another node, never cut).
   void gather_places() {
-    char host[64] = {};
+    char host[HOST_NAME_MAX + 1] = {};
     ::gethostname(host, sizeof host - 1);
     if (!processes) {
       for (const auto& r : ranks) {
@@ -265,8 +267,12 @@ struct DataParallel::Impl {
       }
       return;
     }
-    constexpr int kWords = 16;
+    constexpr int kWords = 32;
+    static_assert(HOST_NAME_MAX + 1 + 16 < kWords * 4, "a host name, a space and a device name fit");
     std::string mine = fmt::format("{} {}", host, ranks[0].parts.ctx->device().str());
+    if (mine.size() >= kWords * 4)
+      throw Error(fmt::format("data parallel: this rank's place \"{}\" is longer than the {} bytes a rank sends",
+                              mine, kWords * 4 - 1));
     mine.resize(kWords * 4, '\0');
     std::vector<int32_t> words(kWords);
     std::memcpy(words.data(), mine.data(), kWords * 4);

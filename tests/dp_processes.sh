@@ -43,11 +43,12 @@ for k in 2 4; do
   [ "$a" = "$c" ] && [ "$b" = "$c" ] || fail "$k processes end with other weights than $k threads or one rank"
   [ ! -e procs$k/.rendezvous ] || fail "the rendezvous folder of procs$k was left behind"
   python3 - procs$k/manifest.json $k <<'PY'
-import json, sys
+import json, socket, sys
 m = json.load(open(sys.argv[1]))
 k = int(sys.argv[2])
 d = m["data_parallel"]
 assert d["processes"]["world"] == k and len(d["devices"]) == k and d["ranks"] == k, d
+assert d["hosts"] == [socket.gethostname()] * k and d["devices"] == ["cpu"] * k, (d["hosts"], d["devices"])
 assert m["flags"]["--dp-launch"] == "slurm" and m["flags"]["--gpus"] == str(k), m["flags"]
 assert "--dp-launch slurm" in m["replay"], m["replay"]
 PY
