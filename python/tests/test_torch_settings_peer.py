@@ -10,6 +10,7 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("PIL")  # the peer decodes CIFAR-10's JPEG folders with Pillow
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers"))
 import torch_settings  # noqa: E402
 
