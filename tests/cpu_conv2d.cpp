@@ -3,7 +3,10 @@
 // the policy/manifest on the CPU's single path.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "engine/context.h"
 #include "engine/error.h"
@@ -224,6 +227,133 @@ TEST_CASE("Conv2d layer: a group count that does not divide the channels is an e
   Conv2d ok(ctx, "block3.ok", 8, 8, 3, 1, 1, false, Init::HeNormal, 8);
   Var x(ctx.zeros({1, 4, 5, 5}));
   CHECK_THROWS_WITH(ok(ctx, x), Contains("block3.ok") && Contains("C = 4 is not divisible by groups = 8"));
+}
+
+// The references' loops written as the formulas read, one output element at a time (what the
+// row-wise references must equal bit for bit: same terms, same order, same double sums).
+namespace {
+namespace direct {
+
+template <class T>
+void fwd(const ref::Conv2dGeom& g, const T* x, const T* w, T* y) {
+  const int64_t Cg = g.Cg(), Kg = g.Kg();
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t k = 0; k < g.K; ++k)
+      for (int64_t ho = 0; ho < g.Ho; ++ho)
+        for (int64_t wo = 0; wo < g.Wo; ++wo) {
+          double acc = 0;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t r = 0; r < g.R; ++r)
+              for (int64_t s = 0; s < g.S; ++s) {
+                const int64_t h = ho * g.stride_h - g.pad_h + r * g.dil_h, ww = wo * g.stride_w - g.pad_w + s * g.dil_w;
+                if (h < 0 || h >= g.H || ww < 0 || ww >= g.W) continue;
+                acc += double(x[((n * g.C + (k / Kg) * Cg + c) * g.H + h) * g.W + ww]) *
+                       double(w[((k * Cg + c) * g.R + r) * g.S + s]);
+              }
+          y[((n * g.K + k) * g.Ho + ho) * g.Wo + wo] = T(acc);
+        }
+}
+
+template <class T>
+void bwd_data(const ref::Conv2dGeom& g, const T* dy, const T* w, T* dx) {
+  const int64_t Cg = g.Cg(), Kg = g.Kg();
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t ci = 0; ci < g.C; ++ci)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t wi = 0; wi < g.W; ++wi) {
+          double acc = 0;
+          for (int64_t k = (ci / Cg) * Kg; k < (ci / Cg + 1) * Kg; ++k)
+            for (int64_t r = 0; r < g.R; ++r)
+              for (int64_t s = 0; s < g.S; ++s) {
+                const int64_t th = h + g.pad_h - r * g.dil_h, tw = wi + g.pad_w - s * g.dil_w;
+                if (th < 0 || tw < 0 || th % g.stride_h || tw % g.stride_w) continue;
+                const int64_t ho = th / g.stride_h, wo = tw / g.stride_w;
+                if (ho >= g.Ho || wo >= g.Wo) continue;
+                acc += double(dy[((n * g.K + k) * g.Ho + ho) * g.Wo + wo]) *
+                       double(w[((k * Cg + ci % Cg) * g.R + r) * g.S + s]);
+              }
+          dx[((n * g.C + ci) * g.H + h) * g.W + wi] = T(acc);
+        }
+}
+
+template <class T>
+void bwd_filter(const ref::Conv2dGeom& g, const T* x, const T* dy, T* dw) {
+  const int64_t Cg = g.Cg(), Kg = g.Kg();
+  for (int64_t k = 0; k < g.K; ++k)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t r = 0; r < g.R; ++r)
+        for (int64_t s = 0; s < g.S; ++s) {
+          double acc = 0;
+          for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t ho = 0; ho < g.Ho; ++ho)
+              for (int64_t wo = 0; wo < g.Wo; ++wo) {
+                const int64_t h = ho * g.stride_h - g.pad_h + r * g.dil_h, ww = wo * g.stride_w - g.pad_w + s * g.dil_w;
+                if (h < 0 || h >= g.H || ww < 0 || ww >= g.W) continue;
+                acc += double(dy[((n * g.K + k) * g.Ho + ho) * g.Wo + wo]) *
+                       double(x[((n * g.C + (k / Kg) * Cg + c) * g.H + h) * g.W + ww]);
+              }
+          dw[((k * Cg + c) * g.R + r) * g.S + s] = T(acc);
+        }
+}
+
+template <class T>
+void same_as_direct(const ref::Conv2dGeom& g, const std::vector<T>& x, const std::vector<T>& w,
+                    const std::vector<T>& dy) {
+  INFO((sizeof(T) == 4 ? "float" : "double"));
+  auto bits = [](const std::vector<T>& v) {
+    std::vector<unsigned char> b(v.size() * sizeof(T));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<T> y(dy.size()), y0(dy.size()), dx(x.size()), dx0(x.size()), dw(w.size()), dw0(w.size());
+  ref::conv2d_fwd(g, x.data(), w.data(), y.data());
+  direct::fwd(g, x.data(), w.data(), y0.data());
+  ref::conv2d_bwd_data(g, dy.data(), w.data(), dx.data());
+  direct::bwd_data(g, dy.data(), w.data(), dx0.data());
+  ref::conv2d_bwd_filter(g, x.data(), dy.data(), dw.data());
+  direct::bwd_filter(g, x.data(), dy.data(), dw0.data());
+  CHECK(bits(y) == bits(y0));
+  CHECK(bits(dx) == bits(dx0));
+  CHECK(bits(dw) == bits(dw0));
+}
+
+}  // namespace direct
+}  // namespace
+
+TEST_CASE("conv2d reference: the row-wise loops give every element the direct loops' bits") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 pick(seed);
+  auto in = [&](int lo, int hi) { return int(std::uniform_int_distribution<int>(lo, hi)(pick)); };
+  std::vector<Config> cases = configs();
+  // Random geometries: strides, padding and dilation up to 3 (padding beyond the kernel, kernels
+  // wider than the input, outputs of one position), groups, depthwise.
+  for (int i = 0; i < 300; ++i) {
+    const int groups = in(1, 3), cg = in(1, 3), kg = in(1, 3);
+    const int r = in(1, 4), s = in(1, 4), dh = in(1, 3), dw = in(1, 3), ph = in(0, 3), pw = in(0, 3);
+    const int h = std::max(in(1, 9), (r - 1) * dh + 1 - 2 * ph), w = std::max(in(1, 9), (s - 1) * dw + 1 - 2 * pw);
+    cases.push_back({"random", {in(1, 2), groups * cg, h, w}, {groups * kg, cg, r, s},
+                     make(in(1, 3), in(1, 3), ph, pw, dh, dw, groups)});
+  }
+  for (const auto& c : cases) {
+    INFO(c.name << ": x " << shape_str(c.x) << " w " << shape_str(c.w) << " stride " << c.p.stride_h << "x"
+                << c.p.stride_w << " pad " << c.p.pad_h << "x" << c.p.pad_w << " dilation " << c.p.dilation_h << "x"
+                << c.p.dilation_w << " groups " << c.p.groups);
+    const auto g = ref::conv2d_geom(c.x, c.w, c.p);
+    // Magnitudes spread over 2^-30..2^30. In float the double sums of exact products are nearly
+    // order-free once rounded; in double every addition rounds, so a term taken in another order
+    // shows in the bits: both instantiations are checked.
+    auto spread = [&](std::size_t n) {
+      auto v = test::random_vec(n, pick());
+      for (float& e : v) e = std::ldexp(e, in(-30, 30));
+      return v;
+    };
+    const auto x = spread(static_cast<std::size_t>(shape_numel(c.x)));
+    const auto w = spread(static_cast<std::size_t>(shape_numel(c.w)));
+    const auto dy = spread(static_cast<std::size_t>(g.N * g.K * g.Ho * g.Wo));
+    direct::same_as_direct(g, x, w, dy);
+    direct::same_as_direct(g, test::to_double(x), test::to_double(w), test::to_double(dy));
+  }
 }
 
 TEST_CASE("conv2d CPU op: values equal the double reference rounded once, in every direction") {

@@ -7,11 +7,11 @@
 // its row). A deliberate change (a new init rule, a renamed layer) updates the table and says
 // why. DITTO_PRINT_FINGERPRINTS=1 prints the rows instead of checking them.
 //
-// Inputs are small (the CPU reference convolution is direct loops): each model runs at the
+// Inputs are small (the CPU reference convolution is loops in double): each model runs at the
 // smallest side its layers document that keeps every batch norm above one value per channel.
 // VGG takes only 224..255 a side, and the deeper models take seconds each on the 2-core CI host,
 // so their steps (and VGG-19 / VGG-16-BN altogether) are in the hidden test "[.fingerprint-slow]";
-// run it with `cpu_net_fingerprints "[.fingerprint-slow]"` (about 8 CPU minutes) after touching
+// run it with `cpu_net_fingerprints "[.fingerprint-slow]"` (about 2 CPU minutes) after touching
 // how nets are built.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
