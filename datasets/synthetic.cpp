@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "datasets/dataset.h"
 #include "engine/error.h"
@@ -34,6 +35,7 @@ Dataset make_synthetic(int64_t n, int num_classes, int channels, int height, int
   const uint64_t key = mix_key(seed, 0x73796e7468657469ull);  // "synthetic": a stream of its own
   const double side = std::min(height, width);
   const int64_t plane = int64_t(height) * width;
+  std::vector<double> grating(static_cast<std::size_t>(plane)), gauss(static_cast<std::size_t>(plane));
   for (int64_t i = 0; i < n; ++i) {
     const int k = static_cast<int>(i % num_classes);
     ds.labels[i] = k;
@@ -57,22 +59,31 @@ Dataset make_synthetic(int64_t n, int num_classes, int channels, int height, int
     const double sigma = (0.08 + 0.17 * unit(r1.v[2])) * side;
     const double amp = (unit(r1.v[3]) - 0.5) * 0.6;
     uint8_t* img = ds.images.data() + i * ds.image_numel();
+    // The grating and the blob's Gaussian do not depend on the channel: once per pixel.
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; ++x) {
+        const double xc = x - 0.5 * (width - 1), yc = y - 0.5 * (height - 1);
+        const double dx = x - bx, dy = y - by;
+        grating[y * width + x] = std::sin(2 * kPi * freq * (xc * ct + yc * st) + phase);
+        gauss[y * width + x] = std::exp(-(dx * dx + dy * dy) / (2 * sigma * sigma));
+      }
+    // Pixel p's noise is word p%4 of Philox block p/4: each block drawn once.
+    int64_t noise_block = -1;
+    Philox4x32 noise{};
     for (int c = 0; c < channels; ++c) {
       // How strongly the grating shows in each channel (zero-mean grating, so the channel means
       // carry no class information either). Blob colour is random per example too.
       const double colour = channels == 1 ? 1.0 : 0.55 + 0.45 * std::cos(2 * kPi * (hue + double(c) / channels));
       const double blob_colour = unit(philox4x32(uint64_t(i), 2 + uint64_t(c) / 4, key).v[c % 4]);
-      for (int y = 0; y < height; ++y) {
-        for (int x = 0; x < width; ++x) {
-          const double xc = x - 0.5 * (width - 1), yc = y - 0.5 * (height - 1);
-          const double grating = std::sin(2 * kPi * freq * (xc * ct + yc * st) + phase);
-          const double dx = x - bx, dy = y - by;
-          const double blob = amp * blob_colour * std::exp(-(dx * dx + dy * dy) / (2 * sigma * sigma));
-          const int64_t p = c * plane + int64_t(y) * width + x;
-          const Philox4x32 noise = philox4x32(uint64_t(i), (1ull << 32) + uint64_t(p) / 4, key);
-          const double v = 0.5 + 0.35 * contrast * colour * grating + blob + (unit(noise.v[p % 4]) - 0.5) * 0.5;
-          img[p] = static_cast<uint8_t>(std::clamp(std::lround(v * 255.0), 0L, 255L));
+      for (int64_t q = 0; q < plane; ++q) {
+        const double blob = amp * blob_colour * gauss[q];
+        const int64_t p = c * plane + q;
+        if (p / 4 != noise_block) {
+          noise_block = p / 4;
+          noise = philox4x32(uint64_t(i), (1ull << 32) + uint64_t(noise_block), key);
         }
+        const double v = 0.5 + 0.35 * contrast * colour * grating[q] + blob + (unit(noise.v[p % 4]) - 0.5) * 0.5;
+        img[p] = static_cast<uint8_t>(std::clamp(std::lround(v * 255.0), 0L, 255L));
       }
     }
   }

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/philox.h"
@@ -29,27 +32,66 @@ void init_tensor(Context& ctx, Tensor& t, Init rule, int64_t fan_in, int64_t fan
   const int64_t n = t.numel();
   std::vector<float> v(static_cast<std::size_t>(n));
   const uint64_t key = mix_key(seed, hash_name(name));
-  auto uniform = [&](float limit) {
-    for (int64_t i = 0; i < n; ++i) {
-      uint32_t bits = philox4x32(static_cast<uint64_t>(i) / 4, 0, key).v[i % 4];
-      v[i] = (2.0f * philox_uniform(bits) - 1.0f) * limit;
+  // Each Philox block is drawn once and serves the elements it covers; every element depends on
+  // its index alone, so the elements are filled by several threads in chunks of whole blocks
+  // (large tensors: VGG's 100M weights take seconds on one core) with the same bits.
+  auto uniform = [&](float limit, int64_t b0, int64_t b1) {
+    // Element i takes word i%4 of block i/4.
+    for (int64_t b = b0; b < b1; ++b) {
+      const auto blk = philox4x32(static_cast<uint64_t>(b), 0, key);
+      for (int64_t i = b * 4; i < std::min(n, b * 4 + 4); ++i)
+        v[i] = (2.0f * philox_uniform(blk.v[i % 4]) - 1.0f) * limit;
     }
   };
-  auto normal = [&](double stddev) {
+  auto normal = [&](double stddev, int64_t b0, int64_t b1) {
     // Box–Muller: element i takes the pair (2*(i%2), 2*(i%2)+1) of block i/2.
-    for (int64_t i = 0; i < n; ++i) {
-      auto blk = philox4x32(static_cast<uint64_t>(i) / 2, 1, key);
-      int j = 2 * static_cast<int>(i % 2);
-      double u1 = (static_cast<double>(blk.v[j]) + 1.0) / 4294967296.0;  // (0, 1]
-      double u2 = static_cast<double>(blk.v[j + 1]) / 4294967296.0;
-      v[i] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+    for (int64_t b = b0; b < b1; ++b) {
+      const auto blk = philox4x32(static_cast<uint64_t>(b), 1, key);
+      for (int64_t i = b * 2; i < std::min(n, b * 2 + 2); ++i) {
+        const int j = 2 * static_cast<int>(i % 2);
+        const double u1 = (static_cast<double>(blk.v[j]) + 1.0) / 4294967296.0;  // (0, 1]
+        const double u2 = static_cast<double>(blk.v[j + 1]) / 4294967296.0;
+        v[i] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+      }
     }
+  };
+  auto in_chunks = [&](int64_t per_block, auto fill) {
+    const int64_t blocks = (n + per_block - 1) / per_block;
+    const int64_t threads = std::clamp<int64_t>(blocks / (int64_t(1) << 16), 1,
+                                                std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    try {
+      for (int64_t t = 1; t < threads; ++t)
+        pool.emplace_back(fill, blocks * t / threads, blocks * (t + 1) / threads);
+    } catch (...) {  // no thread to be had: the rest on this one
+      for (auto& th : pool) th.join();
+      fill(blocks * int64_t(pool.size() + 1) / threads, blocks);
+      pool.clear();
+    }
+    fill(int64_t(0), blocks / threads);
+    for (auto& th : pool) th.join();
   };
   switch (rule) {
-    case Init::GlorotUniform: uniform(static_cast<float>(std::sqrt(6.0 / double(fan_in + fan_out)))); break;
-    case Init::GlorotNormal: normal(std::sqrt(2.0 / double(fan_in + fan_out))); break;
-    case Init::HeUniform: uniform(static_cast<float>(std::sqrt(6.0 / double(fan_in)))); break;
-    case Init::HeNormal: normal(std::sqrt(2.0 / double(fan_in))); break;
+    case Init::GlorotUniform: {
+      const float limit = static_cast<float>(std::sqrt(6.0 / double(fan_in + fan_out)));
+      in_chunks(4, [&](int64_t b0, int64_t b1) { uniform(limit, b0, b1); });
+      break;
+    }
+    case Init::GlorotNormal: {
+      const double stddev = std::sqrt(2.0 / double(fan_in + fan_out));
+      in_chunks(2, [&](int64_t b0, int64_t b1) { normal(stddev, b0, b1); });
+      break;
+    }
+    case Init::HeUniform: {
+      const float limit = static_cast<float>(std::sqrt(6.0 / double(fan_in)));
+      in_chunks(4, [&](int64_t b0, int64_t b1) { uniform(limit, b0, b1); });
+      break;
+    }
+    case Init::HeNormal: {
+      const double stddev = std::sqrt(2.0 / double(fan_in));
+      in_chunks(2, [&](int64_t b0, int64_t b1) { normal(stddev, b0, b1); });
+      break;
+    }
     case Init::Zeros: std::fill(v.begin(), v.end(), 0.0f); break;
     case Init::Ones: std::fill(v.begin(), v.end(), 1.0f); break;
   }
