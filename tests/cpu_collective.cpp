@@ -107,6 +107,22 @@ std::vector<std::vector<float>> reduce_on_ranks(const std::vector<std::vector<fl
   return out;
 }
 
+// Rank r of `ranks` all-gathers and all-to-alls 2 * ranks floats (100 r + q) and checks what came.
+void check_chunks_move(RankGroup& group, Context& ctx, int r, int ranks) {
+  std::vector<float> mine(static_cast<std::size_t>(ranks) * 2);
+  for (int q = 0; q < ranks * 2; ++q) mine[q] = float(100 * r + q);
+  Tensor send = ctx.from_host(mine, {ranks * 2});
+  Tensor gathered = ctx.empty({ranks * ranks * 2}), swapped = ctx.empty({ranks * 2});
+  group.all_gather(r, ctx, send, gathered);
+  group.all_to_all(r, ctx, send, swapped);
+  const auto g = gathered.to_host_f32(), s = swapped.to_host_f32();
+  for (int q = 0; q < ranks; ++q)
+    for (int i = 0; i < ranks * 2; ++i) CHECK(g[q * ranks * 2 + i] == float(100 * q + i));
+  // Chunk q of swapped is chunk r of rank q's send.
+  for (int q = 0; q < ranks; ++q)
+    for (int i = 0; i < 2; ++i) CHECK(s[q * 2 + i] == float(100 * q + r * 2 + i));
+}
+
 }  // namespace
 
 TEST_CASE("tree sum: the binary-counter order, by hand") {
@@ -188,18 +204,7 @@ TEST_CASE("rank group: all_gather and all_to_all move the right chunks") {
     CHECK(group.size() == ranks);
     on_ranks(ranks, [&](int r) {
       Context ctx;
-      std::vector<float> mine(static_cast<std::size_t>(ranks) * 2);
-      for (int q = 0; q < ranks * 2; ++q) mine[q] = float(100 * r + q);
-      Tensor send = ctx.from_host(mine, {ranks * 2});
-      Tensor gathered = ctx.empty({ranks * ranks * 2}), swapped = ctx.empty({ranks * 2});
-      group.all_gather(r, ctx, send, gathered);
-      group.all_to_all(r, ctx, send, swapped);
-      const auto g = gathered.to_host_f32(), s = swapped.to_host_f32();
-      for (int q = 0; q < ranks; ++q)
-        for (int i = 0; i < ranks * 2; ++i) CHECK(g[q * ranks * 2 + i] == float(100 * q + i));
-      // Chunk q of swapped is chunk r of rank q's send.
-      for (int q = 0; q < ranks; ++q)
-        for (int i = 0; i < 2; ++i) CHECK(s[q * 2 + i] == float(100 * q + r * 2 + i));
+      check_chunks_move(group, ctx, r, ranks);
     });
   }
 }
@@ -496,21 +501,11 @@ TEST_CASE("ranks as processes: the file transport moves the same chunks and give
       CHECK(group.holds(r));
       if (ranks > 1) CHECK_FALSE(group.holds((r + 1) % ranks));
       Context ctx;
-      std::vector<float> mine(static_cast<std::size_t>(ranks) * 2);
-      for (int q = 0; q < ranks * 2; ++q) mine[q] = float(100 * r + q);
-      Tensor send = ctx.from_host(mine, {ranks * 2});
-      Tensor gathered = ctx.empty({ranks * ranks * 2}), swapped = ctx.empty({ranks * 2});
-      group.all_gather(r, ctx, send, gathered);
-      group.all_to_all(r, ctx, send, swapped);
+      check_chunks_move(group, ctx, r, ranks);
       Tensor b = ctx.from_host(std::vector<float>{float(r), float(r)}, {2});
       group.broadcast(r, ctx, b, ranks - 1);
       group.barrier(r);
-      const auto g = gathered.to_host_f32(), sw = swapped.to_host_f32(), bh = b.to_host_f32();
-      for (int q = 0; q < ranks; ++q)
-        for (int i = 0; i < ranks * 2; ++i) CHECK(g[q * ranks * 2 + i] == float(100 * q + i));
-      for (int q = 0; q < ranks; ++q)
-        for (int i = 0; i < 2; ++i) CHECK(sw[q * 2 + i] == float(100 * q + r * 2 + i));
-      CHECK(bh == std::vector<float>{float(ranks - 1), float(ranks - 1)});
+      CHECK(b.to_host_f32() == std::vector<float>{float(ranks - 1), float(ranks - 1)});
       if (ranks > 1)
         CHECK(test::error_of([&] { group.barrier((r + 1) % ranks); }).find("held by another process") !=
               std::string::npos);
