@@ -22,7 +22,7 @@
 # The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS].
 # Reduced precision, ditto against PyTorch's AMP: precision (fp32, bf16, fp16; CIFAR shapes and a few
 # zoo models; under $R/precision).
-# The paper's figure S4 and main table: fig-s4[:MOMENTUM] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
+# The paper's figure S4 and main table: fig-s4[:MOMENTUM[/KERNELS]] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
 # exp-resnet18[:adam] exp-optim (each says its wall time and the env vars that scale it); zoo-overhead times
 # OVERHEAD_STEPS (100) steps.
 # The networks of the other task kinds: tasks[:MODELS] (MODELS a comma list of
@@ -294,13 +294,16 @@ pipeline() {
         # FIG_S4_EPOCHS (30: near the plateau at lr 0.01), FIG_S4_REPLICAS override.
         # Wall: 15 cells x 3 replicas x 30 epochs = 1350 replica-epochs at about 0.13 s each with
         # 15 at a time graphed (measured earlier: 400 in 52 s) -> about 3-4 min per momentum.
-        local m=${arg:-0} lrs
+        # fig-s4:M/KERNELS runs the four cells on another mode's kernels (pytorch: what PyTorch's
+        # default picks) into fig-s4-mM-KERNELS. GPUS (1) spreads the replicas over that many GPUs.
+        local m k lrs name
+        IFS=/ read -r m k <<< "$arg"; m=${m:-0}; name=fig-s4-m$m${k:+-$k}
         if [ -n "${FIG_S4_LRS:-}" ]; then lrs=$FIG_S4_LRS; elif [ "$m" = 0 ]; then lrs=0.01,0.05,0.1; else lrs=0.001,0.005,0.01; fi
         $E --protocol fig-s4 --momentum $m --lrs $lrs --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 \
-          --epochs ${FIG_S4_EPOCHS:-30} --replicas ${FIG_S4_REPLICAS:-3} --concurrent 15 --graph \
-          --tuning $R/smallcnn-tuning.json --quiet --out $R/fig-s4-m$m > $R/fig-s4-m$m.txt 2> $R/fig-s4-m$m.err
-        echo "rc=$?"; tail -18 $R/fig-s4-m$m.txt
-        grep -h '"test_top1"' $R/fig-s4-m$m/*/manifest.json | sort | sed -n '1p;$p' ;;
+          --epochs ${FIG_S4_EPOCHS:-30} --replicas ${FIG_S4_REPLICAS:-3} --concurrent 15 --gpus ${GPUS:-1} --graph \
+          ${k:+--fig-s4-kernels $k} --tuning $R/smallcnn-tuning.json --quiet --out $R/$name > $R/$name.txt 2> $R/$name.err
+        echo "rc=$?"; tail -18 $R/$name.txt
+        grep -h '"test_top1"' $R/$name/*/manifest.json | sort | sed -n '1p;$p' ;;
       fig-s4-resnet18)
         # Figure S4 for ResNet-18 (CIFAR-10, SGD momentum ARG, no augmentation, constant lr), as
         # many lrs and epochs as the device time allows: FIG_S4_R18_LRS (0.02,0.1),
