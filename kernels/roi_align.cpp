@@ -21,7 +21,7 @@ constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
 
 DITTO_KNOB(roi_align_bwd_knob, {op::roi_align, "bwd",
                                 {{"atomic", kNot, kOwn, "atomicAdd of every sample (torchvision's)"},
-                                 {"deterministic", kGpu, kOwn, "sorted records, fixed-order segment sums"}},
+                                 {"deterministic", kGpu, kOwn, "gather per pixel tile: each roi's bins in a fixed order"}},
                                 "atomic", false, "ROI align's image gradient"})
 
 const char* name_of(RoiAlignBwd v) { return variant_name(roi_align_bwd_knob(), v); }
@@ -69,10 +69,19 @@ ref::RoiAlignDims roi_dims(const Context& ctx, const std::string& op, const Shap
   return d;
 }
 
+// The GPU's deterministic gather holds out_h + out_w weights per tile pixel in shared memory.
+void check_gather_limit(const Context& c, RoiAlignBwd variant, const std::string& op, const ref::RoiAlignDims& d) {
+  if (c.is_cuda() && variant == RoiAlignBwd::Deterministic && d.ph + d.pw > cuda::kRoiGatherMaxPooledSum)
+    throw ShapeError(fmt::format("{}: bwd=deterministic takes output sizes with out_h + out_w <= {}, not {}x{} "
+                                 "(bwd=atomic has no such limit)",
+                                 op, cuda::kRoiGatherMaxPooledSum, d.ph, d.pw));
+}
+
 // dx of shape d's input from dy {K, C, out_h, out_w} by the layer's variant, recorded with its
 // workspace.
 Tensor roi_backward(Context& c, const std::string& layer, const std::string& op, RoiAlignBwd variant,
                     const std::string& requested, const Tensor& dy, const Tensor& rois, const ref::RoiAlignDims& d) {
+  check_gather_limit(c, variant, op, d);
   const Shape xs{d.n, d.c, d.h, d.w};
   Tensor dx;
   std::size_t ws_bytes = 0;
@@ -110,6 +119,7 @@ Var roi_align(Context& ctx, const std::string& layer, const Var& x, const Tensor
   record(ctx, layer, variant, requested);
 
   const bool grad = needs_grad(ctx, {&x});
+  if (grad) check_gather_limit(ctx, variant, op, d);  // before training on, not at the first backward
   Var out(std::move(y), grad);
   if (grad) {
     ctx.tape().record(kOp, layer, {{"x", x}, {"rois", Var(rois)}}, out,

@@ -1,14 +1,21 @@
 // ditto's ROI align kernels, in torchvision's float arithmetic (kernels/roi_align_ref.h states it).
 // Which are deterministic, and why, is said per kernel.
+#include <fmt/format.h>
+
 #include "engine/detail/cuda_state.h"
+#include "engine/error.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/roi_align_cuda.h"
 
 namespace ditto::cuda {
 namespace {
 
-constexpr int kTile = 8;   // pixels per tile side of the deterministic gather's roi masks
-constexpr int kGroup = 8;  // channels per gather thread
+constexpr int kTile = 16;   // pixels per side of the deterministic gather's tiles (and of its roi masks)
+constexpr int kChunk = 32;  // channels per gather block
+// dy / count of a chunk's channels is staged in shared memory when it takes at most this many bytes
+// (pooled sizes up to 16x16); larger pooled sizes read it from global memory, with the same bits.
+constexpr std::size_t kStageBytes = 32 * 1024;
+constexpr std::size_t kDefaultSharedBytes = 48 * 1024;  // a block's shared memory without opting in
 
 // The geometry and bilinear helpers are kernels/roi_align_ref.h's, here with G = float:
 // torchvision's float arithmetic.
@@ -120,63 +127,116 @@ __device__ __forceinline__ void sample_range(float start, float bin, int64_t gri
   if (h < hi) hi = h;
 }
 
-// Backward by gather: one thread per (n, group of kGroup channels, y, x). It walks the rois of its
-// tile's mask in ascending index; for each, the samples in its candidate index ranges in
-// ascending (row index, column index) order, recomputing each sample's weights with the forward's
-// arithmetic and adding dy / count * (the weight of this pixel's corner). Each dx element is
-// written by one thread in an order fixed by the inputs: deterministic, no atomics.
-__global__ void roi_align_bwd_gather_kernel(const float* __restrict__ rois, const float* __restrict__ dy,
-                                            const uint32_t* __restrict__ mask, float* __restrict__ dx,
-                                            ref::RoiAlignDims d, MaskDims m) {
-  const int64_t groups = (d.c + kGroup - 1) / kGroup, plane = d.h * d.w, bins = d.ph * d.pw;
-  const int64_t total = d.n * groups * plane;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t x = i % d.w, y = (i / d.w) % d.h, grp = (i / plane) % groups, n = i / (plane * groups);
-    const int64_t c0 = grp * kGroup, nc = d.c - c0 < kGroup ? d.c - c0 : kGroup;
-    const uint32_t* words = mask + ((n * m.tiles_y + y / kTile) * m.tiles_x + x / kTile) * m.words;
-    float acc[kGroup];
-    for (int cc = 0; cc < kGroup; ++cc) acc[cc] = 0.f;
-    for (int64_t wi = 0; wi < m.words; ++wi) {
-      uint32_t bits = words[wi];
-      while (bits) {
-        const int b = __ffs(bits) - 1;
-        bits &= bits - 1;
-        const int64_t k = wi * 32 + b;
-        const Geometry g = geometry(rois + k * 5, d);
-        if (!g.ok) continue;
-        int64_t jy0, jy1, jx0, jx1;
-        sample_range(g.start_h, g.bin_h, g.grid_h, d.ph, y, jy0, jy1);
-        sample_range(g.start_w, g.bin_w, g.grid_w, d.pw, x, jx0, jx1);
-        const float* dyk = dy + k * d.c * bins;
-        // The bilinear weight separates into a row and a column factor (ref::roi_axis), so rows
-        // whose samples miss this pixel are dropped before their columns are visited. Each
-        // product wy * wx is bit for bit the corner weight (hy * hx, hy * lx, ...) the atomic
-        // variant adds.
-        for (int64_t jy = jy0; jy <= jy1; ++jy) {
-          const int64_t py = jy / g.grid_h, iy = jy % g.grid_h;
-          const ref::RoiAxis<float> ay =
-              ref::roi_axis(ref::roi_sample_coord(g.start_h, py, g.bin_h, iy, g.grid_h), d.h);
-          if (!ay.valid) continue;
-          const float wy = (ay.low == y ? ay.h : 0.f) + (ay.high == y ? ay.l : 0.f);
+// Backward by gather, one block per (image, kTile x kTile pixel tile, kChunk channels), one thread
+// per pixel holding its kChunk sums. The bilinear weight of a sample's corner separates into a row
+// factor and a column factor (ref::roi_axis), and every sample of a bin uses the bin's dy, so a
+// roi's contribution to pixel (y, x) is
+//   sum over bins (py, px) of (dy[k, c, py, px] / count) * (A[y][py] * B[x][px]),
+// with A[y][py] the sum of the row factors that bin py's samples give row y (likewise B for
+// columns). For each roi of the tile's mask, in ascending index, the block computes A for its rows
+// and B for its columns (each entry by one thread, its samples in ascending order: roi_sample_coord,
+// roi_axis, the forward's arithmetic) and stages dy / count; then every thread adds the bins whose
+// A and B are both nonzero in ascending (py, px). Each dx element is written by one thread in an
+// order fixed by the inputs, whatever the block size or the GPU: deterministic, no atomics. The
+// roi's work is shared by the tile's pixels and channels instead of redone per pixel.
+template <bool Staged>
+__global__ void __launch_bounds__(kTile * kTile)
+    roi_align_bwd_gather_kernel(const float* __restrict__ rois, const float* __restrict__ dy,
+                                const uint32_t* __restrict__ mask, float* __restrict__ dx, ref::RoiAlignDims d,
+                                MaskDims m, int64_t chunks) {
+  extern __shared__ float smem[];
+  float* const a_row = smem;                     // [kTile][ph]
+  float* const b_col = a_row + kTile * d.ph;      // [kTile][pw]
+  int* const win = reinterpret_cast<int*>(b_col + kTile * d.pw);  // row lo, row hi, col lo, col hi: [4][kTile]
+  float* const dys = reinterpret_cast<float*>(win + 4 * kTile);  // [kChunk][ph * pw] when Staged
+  const int64_t bins = d.ph * d.pw;
+  int64_t b = blockIdx.x;
+  const int64_t chunk = b % chunks;
+  b /= chunks;
+  const int64_t tx = b % m.tiles_x;
+  b /= m.tiles_x;
+  const int64_t ty = b % m.tiles_y, n = b / m.tiles_y;
+  const int t = threadIdx.x, r = t / kTile, q = t % kTile;
+  const int64_t y = ty * kTile + r, x = tx * kTile + q, c0 = chunk * kChunk;
+  const int nc = d.c - c0 < kChunk ? static_cast<int>(d.c - c0) : kChunk;
+  const int row_tasks = kTile * static_cast<int>(d.ph), tasks = row_tasks + kTile * static_cast<int>(d.pw);
+  float acc[kChunk];
+  for (int cc = 0; cc < kChunk; ++cc) acc[cc] = 0.f;
+  const uint32_t* words = mask + ((n * m.tiles_y + ty) * m.tiles_x + tx) * m.words;
+  for (int64_t wi = 0; wi < m.words; ++wi) {
+    uint32_t bits = words[wi];
+    while (bits) {
+      const int bit = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const int64_t k = wi * 32 + bit;
+      const Geometry g = geometry(rois + k * 5, d);
+      if (!g.ok) continue;  // the same for the whole block
+      const float* dyk = dy + (k * d.c + c0) * bins;
+      for (int task = t; task < tasks; task += blockDim.x) {
+        const bool row = task < row_tasks;
+        const int rest = row ? task : task - row_tasks;
+        const int64_t pooled = row ? d.ph : d.pw, size = row ? d.h : d.w;
+        const int64_t bin = rest % pooled, pix = (row ? ty : tx) * kTile + rest / pooled;
+        const float start = row ? g.start_h : g.start_w, bin_size = row ? g.bin_h : g.bin_w;
+        const int64_t grid = row ? g.grid_h : g.grid_w;
+        float s = 0.f;
+        if (pix < size) {
+          int64_t lo, hi;
+          sample_range(start, bin_size, grid, pooled, pix, lo, hi);
+          if (lo < bin * grid) lo = bin * grid;
+          if (hi > bin * grid + grid - 1) hi = bin * grid + grid - 1;
+          for (int64_t j = lo; j <= hi; ++j) {
+            const ref::RoiAxis<float> a =
+                ref::roi_axis(ref::roi_sample_coord(start, bin, bin_size, j - bin * grid, grid), size);
+            if (a.valid) s += (a.low == pix ? a.h : 0.f) + (a.high == pix ? a.l : 0.f);
+          }
+        }
+        (row ? a_row : b_col)[rest] = s;
+      }
+      if (Staged)
+        for (int64_t e = t; e < nc * bins; e += blockDim.x) dys[e] = dyk[e] / g.count;
+      __syncthreads();
+      // The nonzero window of each row's A and each column's B.
+      if (t < 2 * kTile) {
+        const bool row = t < kTile;
+        const int64_t pooled = row ? d.ph : d.pw;
+        const float* f = (row ? a_row : b_col) + (t % kTile) * pooled;
+        int lo = 0, hi = -1;
+        for (int i = 0; i < pooled; ++i)
+          if (f[i] != 0.f) {
+            if (hi < lo) lo = i;
+            hi = i;
+          }
+        win[(row ? 0 : 2) * kTile + t % kTile] = lo;
+        win[(row ? 1 : 3) * kTile + t % kTile] = hi;
+      }
+      __syncthreads();
+      if (y < d.h && x < d.w) {
+        const int py1 = win[kTile + r], px0 = win[2 * kTile + q], px1 = win[3 * kTile + q];
+        for (int py = win[r]; py <= py1; ++py) {
+          const float wy = a_row[r * d.ph + py];
           if (wy == 0.f) continue;
-          for (int64_t jx = jx0; jx <= jx1; ++jx) {
-            const int64_t px = jx / g.grid_w, ix = jx % g.grid_w;
-            const ref::RoiAxis<float> ax =
-                ref::roi_axis(ref::roi_sample_coord(g.start_w, px, g.bin_w, ix, g.grid_w), d.w);
-            if (!ax.valid) continue;
-            const float wx = (ax.low == x ? ax.h : 0.f) + (ax.high == x ? ax.l : 0.f);
+          for (int px = px0; px <= px1; ++px) {
+            const float wx = b_col[q * d.pw + px];
             if (wx == 0.f) continue;
-            const float wsum = wy * wx;
-            const float* g0 = dyk + c0 * bins + py * d.pw + px;
-            for (int cc = 0; cc < kGroup; ++cc)
-              if (cc < nc) acc[cc] += (g0[cc * bins] / g.count) * wsum;
+            const float w = wy * wx;
+            const int64_t at = py * d.pw + px;
+#pragma unroll
+            for (int cc = 0; cc < kChunk; ++cc)
+              if (cc < nc) acc[cc] += (Staged ? dys[cc * bins + at] : dyk[cc * bins + at] / g.count) * w;
           }
         }
       }
+      __syncthreads();
     }
-    for (int cc = 0; cc < kGroup; ++cc)
-      if (cc < nc) dx[((n * d.c + c0 + cc) * d.h + y) * d.w + x] = acc[cc];
   }
+  if (y < d.h && x < d.w)
+    for (int cc = 0; cc < nc; ++cc) dx[((n * d.c + c0 + cc) * d.h + y) * d.w + x] = acc[cc];
+}
+
+std::size_t gather_shared_bytes(const ref::RoiAlignDims& d, bool staged) {
+  return sizeof(float) * static_cast<std::size_t>(kTile * (d.ph + d.pw)) + sizeof(int) * 4 * kTile +
+         (staged ? sizeof(float) * static_cast<std::size_t>(kChunk * d.ph * d.pw) : 0);
 }
 
 }  // namespace
@@ -202,8 +262,10 @@ std::size_t roi_align_bwd_deterministic_workspace(const ref::RoiAlignDims& d) {
 
 void roi_align_bwd_deterministic(Context& ctx, const float* rois, const float* dy, float* dx, void* workspace,
                                  const ref::RoiAlignDims& d) {
-  const int64_t total = d.n * ((d.c + kGroup - 1) / kGroup) * d.h * d.w;
-  if (total == 0) return;
+  if (d.n * d.c * d.h * d.w == 0) return;
+  if (d.ph + d.pw > kRoiGatherMaxPooledSum)
+    throw Error(fmt::format("roi_align_bwd_deterministic: pooled size {}x{} beyond the gather's limit (the op "
+                            "checks it first)", d.ph, d.pw));
   cudaStream_t st = detail::stream_of(ctx);
   const MaskDims m = mask_dims(d);
   auto* mask = static_cast<uint32_t*>(workspace);
@@ -213,7 +275,14 @@ void roi_align_bwd_deterministic(Context& ctx, const float* rois, const float* d
     roi_mask_kernel<<<blocks_for(d.rois), kThreads, 0, st>>>(rois, mask, d, m);
     DITTO_CHECK_LAUNCH(ctx);
   }
-  roi_align_bwd_gather_kernel<<<blocks_for(total), kThreads, 0, st>>>(rois, dy, mask, dx, d, m);
+  const int64_t chunks = (d.c + kChunk - 1) / kChunk, blocks = d.n * m.tiles_y * m.tiles_x * chunks;
+  const bool staged = sizeof(float) * static_cast<std::size_t>(kChunk * d.ph * d.pw) <= kStageBytes &&
+                      gather_shared_bytes(d, true) <= kDefaultSharedBytes;
+  const std::size_t shared = gather_shared_bytes(d, staged);
+  if (staged)
+    roi_align_bwd_gather_kernel<true><<<blocks, kTile * kTile, shared, st>>>(rois, dy, mask, dx, d, m, chunks);
+  else
+    roi_align_bwd_gather_kernel<false><<<blocks, kTile * kTile, shared, st>>>(rois, dy, mask, dx, d, m, chunks);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -158,6 +158,35 @@ TEST_CASE("gpu roi align: both backward variants against the reference, 7x7 adap
   }
 }
 
+TEST_CASE("gpu roi align: both backward variants against the reference, channels over a gather block's 32, "
+          "20x20 bins read from global memory") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0));
+  for (bool aligned : {false, true}) {
+    // 37 channels: a full chunk of 32 and a partial one; 20x40 pixels: partial 16x16 tiles; 20x20
+    // bins: too many to stage dy in shared memory, so the gather reads it where it lies.
+    const RoiAlignParams p{20, 20, 0.25f, -1, aligned};
+    const auto d = dims(2, 37, 20, 40, 12, p);
+    auto rv = random_rois(d.rois, d.n, 4.0, 4.0 * (d.h - 2), 4.0, 4.0 * (d.w - 2), 0.0, seed);
+    // Coordinates up to 40: positions off by at most about 8 roundings of numbers below 64.
+    check_against_reference(gpu, d, p, rv, seed + 7, 8 * kU * 64);
+  }
+}
+
+TEST_CASE("gpu roi align: the deterministic gather refuses output sizes beyond its shared memory, by layer") {
+  Context gpu(Device::cuda(0));
+  gpu.policy().pin("roi", RoiAlignBwd::Deterministic);
+  Var x(gpu.from_host(test::random_vec(2 * 8 * 8, 3), {1, 2, 8, 8}), true);
+  Tensor rois = gpu.from_host(std::vector<float>{0, 1, 1, 6, 6}, {1, 5});
+  CHECK_THROWS_WITH(roi_align(gpu, "roi", x, rois, RoiAlignParams{400, 400}),
+                    Catch::Matchers::Contains("roi_align (layer 'roi')") &&
+                        Catch::Matchers::Contains("out_h + out_w <= 760, not 400x400") &&
+                        Catch::Matchers::Contains("bwd=atomic"));
+  gpu.policy().pin("roi", RoiAlignBwd::Atomic);
+  CHECK_NOTHROW(roi_align(gpu, "roi", x, rois, RoiAlignParams{400, 400}));
+}
+
 TEST_CASE("gpu roi align: determinism over 10 runs, 512 crowded rois on 8x256x64x64") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
