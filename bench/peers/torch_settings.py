@@ -139,12 +139,22 @@ def replica_job(args, device, vary, deterministic, k):
     return train_replica(args, dev, _WORKER_SETS[device], vary, deterministic, k)
 
 
+def device_list(args):
+    return [d.strip() for d in args.devices.split(",")] if args.devices else []
+
+
+def job_device(args, j):
+    """The device job j of train_all's list trains on."""
+    devices = device_list(args)
+    return devices[j % len(devices)] if devices else args.device
+
+
 def train_all(args, names):
     """Every (setting, replica) trained, in that order of results: one after the other on --device,
-    or spread over --devices with one worker process per device (replica j of the list on device
-    j mod D), so the results do not depend on which finished first."""
+    or spread over --devices with one worker process per device (job j of the list on device
+    j mod D: job_device), so the results do not depend on which finished first."""
     jobs = [(name, k) for name in names for k in range(args.replicas)]
-    devices = [d.strip() for d in args.devices.split(",")] if args.devices else []
+    devices = device_list(args)
     if not devices:
         dev = torch.device(args.device)
         sets = data(args, dev)
@@ -154,7 +164,7 @@ def train_all(args, names):
     context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
     pools = [concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) for _ in devices]
     try:
-        futures = [pools[j % len(devices)].submit(replica_job, args, devices[j % len(devices)], *SETTINGS[name], k)
+        futures = [pools[j % len(devices)].submit(replica_job, args, job_device(args, j), *SETTINGS[name], k)
                    for j, (name, k) in enumerate(jobs)]
         return [f.result() for f in futures]
     finally:
@@ -251,6 +261,7 @@ def main():
     results = iter(train_all(args, names))
     rng = np.random.default_rng(0)
     rows, lines = [], []
+    job = 0
     for name in names:
         preds, accs, weights, hashes = [], [], [], []
         for k in range(args.replicas):
@@ -261,7 +272,8 @@ def main():
             hashes.append(hashlib.sha256(w.tobytes()).hexdigest()[:32])
             lines.append({"setting": name, "replica": k, "seed_init": si, "seed_order": so, "accuracy": acc,
                           "weights_sha256": hashes[-1], "torch": torch.__version__,
-                          "device": args.devices or args.device})
+                          "device": job_device(args, job)})
+            job += 1
             print(json.dumps(lines[-1]), flush=True)
         c, lo, hi = churn_interval(preds, args.bootstrap, rng)
         stacked = np.stack(preds)

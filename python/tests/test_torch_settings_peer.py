@@ -63,6 +63,14 @@ def test_replicas_spread_over_worker_processes_give_the_same_report(tmp_path):
     assert hashes(tmp_path / "one") == hashes(tmp_path / "two")
 
 
+def test_each_replica_records_the_device_it_trained_on():
+    spread = torch_settings.argparse.Namespace(devices="cuda:0, cuda:1,cuda:2", device="cpu")
+    assert [torch_settings.job_device(spread, j) for j in range(7)] == \
+        ["cuda:0", "cuda:1", "cuda:2", "cuda:0", "cuda:1", "cuda:2", "cuda:0"]
+    one = torch_settings.argparse.Namespace(devices=None, device="cuda:3")
+    assert torch_settings.job_device(one, 5) == "cuda:3"
+
+
 def test_the_schedule_is_dittos():
     # ditto's lr_at (engine/optim.cpp): warm-up 2 of 10 epochs to 0.2, then linear to 0 (onecycle).
     a = torch_settings.argparse.Namespace(epochs=10, warmup_epochs=2.0, lr=0.2, lr_schedule="onecycle")
