@@ -39,14 +39,14 @@ __all__ = [
     "index_add", "interpolate", "nll_loss", "patch", "roi_align", "scatter_add", "sparse_mm", "variants",
 ]
 
-_latest: Dict[str, List[dict]] = {}
+_latest: Dict[str, List[Tuple[str, str, str]]] = {}  # per op: (knob, variant, guarantee) of its latest call
 
 
 def variants() -> Dict[str, List[dict]]:
     """Per op, the variants its latest call ran: ``[{"knob", "variant", "guarantee"}, ...]``. A call that
     chooses no variant (the pixel-wise cross-entropy's backward: one fixed kernel) leaves the record of
     the call before it (its forward's)."""
-    return {op: [dict(v) for v in vs] for op, vs in _latest.items()}
+    return {op: [{"knob": k, "variant": v, "guarantee": g} for k, v, g in vs] for op, vs in _latest.items()}
 
 
 def _where(t: Tensor) -> Tuple[str, int]:
@@ -74,13 +74,18 @@ def _pointer(t: Tensor, like: Tensor):
 def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Optional[Tensor]]:
     device, stream = _where(like)
     # `held` keeps every tensor (the callers' temporaries and contiguous copies among them) alive
-    # until the call has queued its work.
-    held = [a.contiguous() if isinstance(a, Tensor) else a for a in args]
-    *outs, ran = getattr(_ditto, fn)(device, stream, deterministic,
-                                     *(_pointer(a, like) if isinstance(a, Tensor) else a for a in held))
+    # until the call has queued its work. One plain loop: this runs on every call of every op.
+    held, packed = [], []
+    for a in args:
+        if isinstance(a, Tensor):
+            a = a.contiguous()
+            held.append(a)
+            a = _pointer(a, like)
+        packed.append(a)
+    *outs, ran = getattr(_ditto, fn)(device, stream, deterministic, *packed)
     del held
     if ran:
-        _latest[op] = [{"knob": k, "variant": v, "guarantee": g} for k, v, g in ran]
+        _latest[op] = ran
     return [None if o is None else torch.from_dlpack(o) for o in outs]
 
 
