@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "engine/detail/cuda_state.h"
-#include "engine/error.h"
 #include "engine/detail/launch.cuh"
+#include "engine/error.h"
 #include "kernels/detail/roi_align_cuda.h"
 
 namespace ditto::cuda {
