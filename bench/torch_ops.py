@@ -9,7 +9,9 @@ how many distinct results (output and gradients hashed) each gives.
 Each record is printed as a JSON line as it is measured (the first line is the run's meta), so runs
 split over several device calls on one GPU can be assembled with --merge (a later record of an op
 and mode replaces an earlier one). --profile adds, per op, each way's GPU kernel time per call and
-its largest kernels (torch.profiler, CUDA activity), which says where a slower way spends the time;
+its largest kernels (torch.profiler, CUDA activity), which says where a slower way spends the time,
+and its host side (wall time per call and the host events with the most self time: PyTorch's ops and
+every library's CUDA runtime calls, where a synchronization or an allocation in the call shows);
 --profile-only records just that. Writes torch_ops.json (one record per op and mode, with the GPU, PyTorch and ditto versions) and
 torch_ops.md (the table). PyTorch's deterministic mode runs with fill_uninitialized_memory off (its
 cost is not the algorithms') and CUBLAS_WORKSPACE_CONFIG=:4096:8 (which it requires); PyTorch's
@@ -81,6 +83,27 @@ def kernel_profile(fn, steps: int = 3) -> dict:
     return {"gpu_us": sum(r["us"] for r in rows), "kernels": rows[:6]}
 
 
+def host_profile(fn, steps: int = 10, top: int = 6) -> dict:
+    """Where fn's host time goes: its wall time per call, and the host-side events (PyTorch's ops, the
+    CUDA runtime calls of every library in the process, ditto's included: a cudaStreamSynchronize or
+    cudaMalloc in a call shows here) with the most self time per call (torch.profiler, CPU view)."""
+    import time
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    wall = (time.perf_counter() - t0) / steps * 1e6
+    with profile(activities=activities) as p:
+        for _ in range(steps):
+            fn()
+    rows = [{"event": e.key[:120], "self_us": e.self_cpu_time_total / steps, "calls": e.count / steps}
+            for e in p.key_averages() if e.self_cpu_time_total > 0]
+    rows.sort(key=lambda r: -r["self_us"])
+    return {"wall_us": wall, "events": rows[:top]}
+
+
 def measure(case, inputs, dy, mode: str, runs: int, repeats: int, profile: bool, timing: bool = True) -> dict:
     row = {"op": case.name, "mode": mode, "shape": case.shape(inputs)}
     det_mode = mode == "pytorch-deterministic"
@@ -97,6 +120,7 @@ def measure(case, inputs, dy, mode: str, runs: int, repeats: int, profile: bool,
             row["us"] = timed(fn, repeats)
         if profile:
             row["profile"] = kernel_profile(fn)
+            row["host"] = host_profile(fn)
         if mode.startswith("ditto"):
             row["variants"] = dt.variants().get(case.op, [])
         row["outputs"] = out
@@ -137,6 +161,13 @@ def _write_files(tmp: pathlib.Path, meta: dict, records: list) -> None:
             f"{r['profile']['gpu_us']:.0f}" if "profile" in r else "—",
             f"{r['distinct']}/{r['runs']}" if "distinct" in r else "—",
             f"{r['max_abs_diff_vs_pytorch']:.2e}" if "max_abs_diff_vs_pytorch" in r else "—", note.replace("|", "/")))
+    hosts = [r for r in records if "host" in r]
+    if hosts:
+        lines += ["", "## Host side per call (torch.profiler's CPU view; wall time without the profiler)", "",
+                  "| op | mode | host wall µs | events with the most self time (µs per call) |", "|---|---|---|---|"]
+        for r in hosts:
+            events = ", ".join(f"{e['event']} {e['self_us']:.0f}" for e in r["host"]["events"])
+            lines.append(f"| {r['op']} | {r['mode']} | {r['host']['wall_us']:.0f} | {events.replace('|', '/')} |")
     (tmp / "torch_ops.md").write_text("\n".join(lines) + "\n")
 
 
@@ -158,6 +189,8 @@ def merge(logs: list, out: pathlib.Path) -> int:
             key = (r["op"], r["mode"])
             if "us" not in r and "error" not in r and key in by_key:  # a profile-only record
                 by_key[key]["profile"] = r["profile"]
+                if "host" in r:
+                    by_key[key]["host"] = r["host"]
             else:
                 by_key[key] = {**by_key.get(key, {}), **r}
     if meta is None:

@@ -108,3 +108,20 @@ def test_the_traced_custom_op_gives_the_eager_path_bits(name):
     traced = compiled(inputs)
     for u, v in zip(eager, traced):
         assert torch.equal(u, v)
+
+
+def test_the_host_profile_names_where_a_call_spends_its_host_time(tmp_path):
+    # bench/torch_ops.py --profile's host view, on the CPU: wall time per call and the events with the
+    # most self time, PyTorch's conversions and ditto's call among them; written into the table.
+    import torch_ops
+    case = next(c for c in tc.CASES if c.name == "nll_loss-2d")
+    inputs = case.make("cpu", "test")
+    host = torch_ops.host_profile(lambda: tc.step(case, inputs, "ditto"), steps=3)
+    assert host["wall_us"] > 0
+    assert 0 < len(host["events"]) <= 6
+    assert all(e["self_us"] > 0 and e["calls"] > 0 for e in host["events"])
+    assert host["events"] == sorted(host["events"], key=lambda e: -e["self_us"])
+    meta = {"gpu": "cpu", "torch": torch.__version__, "ditto_commit": "test", "date": "today", "runs": 1}
+    torch_ops.write(tmp_path / "t", meta, [{"op": case.name, "mode": "ditto-deterministic", "shape": "s", "host": host}])
+    md = (tmp_path / "t" / "torch_ops.md").read_text()
+    assert "## Host side per call" in md and f"| {case.name} | ditto-deterministic | {host['wall_us']:.0f} |" in md
