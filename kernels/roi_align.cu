@@ -12,10 +12,10 @@ namespace {
 
 constexpr int kTile = 16;   // pixels per side of the deterministic gather's tiles (and of its roi masks)
 constexpr int kChunk = 32;  // channels per gather block
-// dy / count of a chunk's channels is staged in shared memory when it takes at most this many bytes
-// (pooled sizes up to 16x16); larger pooled sizes read it from global memory, with the same bits.
-constexpr std::size_t kStageBytes = 32 * 1024;
-constexpr std::size_t kDefaultSharedBytes = 48 * 1024;  // a block's shared memory without opting in
+// dy / count of a chunk's channels is staged in shared memory when it fits beside the row and column
+// sums in a block's shared memory without opting in (pooled sizes up to 19x19); larger pooled
+// sizes read it from global memory, with the same bits.
+constexpr std::size_t kDefaultSharedBytes = 48 * 1024;
 
 // The geometry and bilinear helpers are kernels/roi_align_ref.h's, here with G = float:
 // torchvision's float arithmetic.
@@ -276,8 +276,7 @@ void roi_align_bwd_deterministic(Context& ctx, const float* rois, const float* d
     DITTO_CHECK_LAUNCH(ctx);
   }
   const int64_t chunks = (d.c + kChunk - 1) / kChunk, blocks = d.n * m.tiles_y * m.tiles_x * chunks;
-  const bool staged = sizeof(float) * static_cast<std::size_t>(kChunk * d.ph * d.pw) <= kStageBytes &&
-                      gather_shared_bytes(d, true) <= kDefaultSharedBytes;
+  const bool staged = gather_shared_bytes(d, true) <= kDefaultSharedBytes;
   const std::size_t shared = gather_shared_bytes(d, staged);
   if (staged)
     roi_align_bwd_gather_kernel<true><<<blocks, kTile * kTile, shared, st>>>(rois, dy, mask, dx, d, m, chunks);
