@@ -21,7 +21,7 @@
 # linear rows in every precision and layout).
 # The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS].
 # Reduced precision, ditto against PyTorch's AMP: precision (fp32, bf16, fp16; CIFAR shapes and a few
-# zoo models; under $R/precision).
+# zoo models; under $R/precision); precision-zoo[:MODELS] (the whole zoo in bf16 and fp16, models dealt over ZOO_GPUS).
 # The paper's figure S4 and main table: fig-s4[:MOMENTUM[/KERNELS]] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
 # exp-resnet18[:adam] exp-optim (each says its wall time and the env vars that scale it); zoo-overhead times
 # OVERHEAD_STEPS (100) steps.
@@ -628,6 +628,43 @@ for l in open('$R/torch_ddp.jsonl'):
         python3 bench/overhead_table.py $P/overhead.jsonl $P/torch_overhead.jsonl --out $P/overhead.md \
           2> $P/overhead_table.err
         echo "overhead_table rc=$?"; sed -n '/^## Precisions/,/^## Which op/p' $P/overhead.md ;;
+      precision-zoo)
+        # The whole zoo in bf16 and fp16 against PyTorch's AMP (autocast, channels-last, GradScaler for
+        # fp16): bench/overhead modes fastest and deterministic with --channels-last --native-activations,
+        # torch_overhead.py modes default and deterministic; batch PRECISION_ZOO_BATCH (64), 224 px
+        # (Inception-v3 299), 10 timed steps after 3, one profiled step (the per-op breakdown that explains
+        # a miss). ARG: comma list of models (default the 17 of the zoo). The models are dealt over the GPUs
+        # of ZOO_GPUS (comma list of indices, default every GPU), most expensive first, one process pair per
+        # GPU, so each configuration has its GPU to itself. Files $R/precision-zoo/{overhead,torch_overhead}-gN.jsonl
+        # (--resume: calling the step again completes what a timeout cut), overhead.md over all of them.
+        # Wall: about 6 min on four GPUs (estimate; each shard is cut at 330 s + 200 s).
+        local P=$R/precision-zoo batch=${PRECISION_ZOO_BATCH:-64} g i=0
+        local order="densenet201 resnet152 vgg19 inception-v3 xception vgg16 densenet169 resnet101 densenet121 resnet50 efficientnet-b0 mobilenet-v2 mobilenet mediumcnn-k7 mediumcnn-k5 mediumcnn-k3 mediumcnn-k1"
+        local -a gpus shard
+        IFS=, read -r -a gpus <<< "${ZOO_GPUS:-$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))}"
+        local models=${arg:-${order// /,}}
+        mkdir -p $P
+        for m in $order; do
+          [[ ",$models," == *",$m,"* ]] || continue
+          shard[i % ${#gpus[@]}]+="${shard[i % ${#gpus[@]}]:+,}$m"; i=$((i + 1))
+        done
+        for i in "${!gpus[@]}"; do
+          [ -n "${shard[i]:-}" ] || continue
+          g=${gpus[i]}
+          ( export CUDA_VISIBLE_DEVICES=$g
+            timeout 330 $B/bench/overhead --models ${shard[i]} --modes fastest,deterministic --precisions bf16,fp16 \
+              --channels-last --native-activations --batch $batch --warmup 3 --steps 10 --profile-steps 1 --budget-s 280 \
+              --resume --tuning-dir $P/tuning-g$g --out $P/overhead-g$g.jsonl > /dev/null 2> $P/overhead-g$g.err
+            echo "gpu $g ditto ${shard[i]} rc=$?"
+            timeout 200 python3 bench/peers/torch_overhead.py --models ${shard[i]} --modes default,deterministic \
+              --precisions bf16,fp16 --batch $batch --warmup 3 --steps 10 --budget-s 160 --resume \
+              --out $P/torch_overhead-g$g.jsonl > /dev/null 2> $P/torch_overhead-g$g.err
+            echo "gpu $g pytorch rc=$?" ) &
+        done
+        wait
+        python3 bench/overhead_table.py $P/overhead-g*.jsonl $P/torch_overhead-g*.jsonl --out $P/overhead.md \
+          2> $P/overhead_table.err
+        echo "overhead_table rc=$?"; sed -n '/^## Precisions/,/^## Which op/p' $P/overhead.md ;;
       where)
         echo "git: $(git rev-parse --short=12 HEAD 2>&1 | head -1); .ditto-commit: $(cat .ditto-commit)"; ls -a | head -30 ;;
     esac
@@ -640,7 +677,7 @@ case $cmd in
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS FIG_S4_R18_CONCURRENT GPUS R18_ADAM_LR EXP_OPTIM_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
-      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH PRECISION_NATIVE GRAD_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH ZOO_GPUS PRECISION_NATIVE GRAD_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
       EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS DIVERGE_ZOO_STEPS COMPARE_WITH
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi
