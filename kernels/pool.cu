@@ -391,10 +391,164 @@ __global__ void max_pool_bwd_scatter_any_kernel(const T* __restrict__ dy, const 
   }
 }
 
+
+// Channels-last: one warp per pixel (an output pixel in the forwards and the atomic scatter, an
+// input pixel in the gathers) with its lanes over the channels, so every access reads 32
+// neighbouring channels and the pixel's window, or the outputs that cover it, is worked out once
+// per warp rather than once per element by 64-bit divisions. Per element the window scan and the
+// sum orders are those of the kernels above, so the bits are theirs. Pixel counts and in-plane
+// offsets fit in int (checked where they are launched).
+constexpr int kPixWarps = 8;
+
+struct Pixel {
+  int n, h, w;
+};
+__device__ __forceinline__ Pixel pixel_of(int p, int h, int w) {
+  const int q = p / w;
+  return {q / h, q - (q / h) * h, p - q * w};
+}
+inline bool pixel_kernels_fit(const ref::PoolDims& d) {
+  return d.n * d.h * d.w < INT_MAX && d.n * d.oh * d.ow < INT_MAX && d.c < INT_MAX;
+}
+inline unsigned pixel_blocks(int64_t pixels) {
+  const int64_t b = (pixels + kPixWarps - 1) / kPixWarps;
+  return static_cast<unsigned>(b < (int64_t(1) << 20) ? b : (int64_t(1) << 20));
+}
+
+// Output pixel o's window clipped to the input: rows [hs, he), columns [ws, we).
+struct Window {
+  int hs, he, ws, we;
+};
+__device__ __forceinline__ Window window_of(const Pixel& o, const ref::PoolDims& d) {
+  const int h0 = o.h * d.sh - d.ph, w0 = o.w * d.sw - d.pw;
+  return {max(h0, 0), min(h0 + d.kh, int(d.h)), max(w0, 0), min(w0 + d.kw, int(d.w))};
+}
+// Input pixel i is covered by output rows [oh_lo, oh_hi] and columns [ow_lo, ow_hi].
+struct Cover {
+  int oh_lo, oh_hi, ow_lo, ow_hi;
+};
+__device__ __forceinline__ Cover cover_of(const Pixel& i, const ref::PoolDims& d) {
+  return {(i.h + d.ph < d.kh) ? 0 : (i.h + d.ph - d.kh) / d.sh + 1, min((i.h + d.ph) / d.sh, int(d.oh) - 1),
+          (i.w + d.pw < d.kw) ? 0 : (i.w + d.pw - d.kw) / d.sw + 1, min((i.w + d.pw) / d.sw, int(d.ow) - 1)};
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kPixWarps)
+    max_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, ref::PoolDims d) {
+  const int C = int(d.c), W = int(d.w), pixels = int(d.n * d.oh * d.ow);
+  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+    const Pixel o = pixel_of(p, int(d.oh), int(d.ow));
+    const Window win = window_of(o, d);
+    const T* xn = x + int64_t(o.n) * d.h * W * C;
+    for (int ch = threadIdx.x; ch < C; ch += 32) {
+      T best = xn[(int64_t(win.hs) * W + win.ws) * C + ch];
+      float fb = to_f(best);
+      int best_i = win.hs * W + win.ws;
+      for (int ih = win.hs; ih < win.he; ++ih)
+        for (int iw = win.ws; iw < win.we; ++iw) {
+          const T v = xn[(int64_t(ih) * W + iw) * C + ch];
+          const float fv = to_f(v);
+          if (fv > fb || (isnan(fv) && !isnan(fb))) {
+            best = v;
+            fb = fv;
+            best_i = ih * W + iw;
+          }
+        }
+      y[int64_t(p) * C + ch] = best;
+      if (argmax) argmax[int64_t(p) * C + ch] = best_i;
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kPixWarps) max_pool_bwd_gather_nhwc_kernel(const T* __restrict__ dy,
+                                                                                   const int32_t* __restrict__ argmax,
+                                                                                   T* __restrict__ dx, ref::PoolDims d) {
+  const int C = int(d.c), W = int(d.w), OW = int(d.ow), pixels = int(d.n * d.h * d.w);
+  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+    const Pixel i = pixel_of(p, int(d.h), W);
+    const Cover cv = cover_of(i, d);
+    const int me = i.h * W + i.w;
+    const int64_t out0 = int64_t(i.n) * d.oh * OW;
+    for (int ch = threadIdx.x; ch < C; ch += 32) {
+      float s = 0.f;
+      for (int oh = cv.oh_lo; oh <= cv.oh_hi; ++oh)
+        for (int ow = cv.ow_lo; ow <= cv.ow_hi; ++ow) {
+          const int64_t o = (out0 + int64_t(oh) * OW + ow) * C + ch;
+          if (__ldg(argmax + o) == me) s += to_f(dy[o]);
+        }
+      dx[int64_t(p) * C + ch] = from_f<T>(s);
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kPixWarps)
+    max_pool_bwd_scatter_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                     float* __restrict__ dx, ref::PoolDims d) {
+  const int C = int(d.c), pixels = int(d.n * d.oh * d.ow);
+  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+    const int64_t in0 = int64_t(p / int(d.oh * d.ow)) * d.h * d.w;
+    for (int ch = threadIdx.x; ch < C; ch += 32) {
+      const int64_t o = int64_t(p) * C + ch;
+      atomicAdd(dx + (in0 + argmax[o]) * C + ch, to_f(dy[o]));
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kPixWarps)
+    avg_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, ref::PoolDims d) {
+  const int C = int(d.c), W = int(d.w), pixels = int(d.n * d.oh * d.ow);
+  const float count = float(d.kh * d.kw);
+  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+    const Pixel o = pixel_of(p, int(d.oh), int(d.ow));
+    const Window win = window_of(o, d);
+    const T* xn = x + int64_t(o.n) * d.h * W * C;
+    for (int ch = threadIdx.x; ch < C; ch += 32) {
+      float s = 0.f;
+      for (int ih = win.hs; ih < win.he; ++ih)
+        for (int iw = win.ws; iw < win.we; ++iw) s += to_f(xn[(int64_t(ih) * W + iw) * C + ch]);
+      y[int64_t(p) * C + ch] = from_f<T>(s / count);
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kPixWarps)
+    avg_pool_bwd_nhwc_kernel(const T* __restrict__ dy, T* __restrict__ dx, ref::PoolDims d) {
+  const int C = int(d.c), W = int(d.w), OW = int(d.ow), pixels = int(d.n * d.h * d.w);
+  const float count = float(d.kh * d.kw);
+  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+    const Pixel i = pixel_of(p, int(d.h), W);
+    const Cover cv = cover_of(i, d);
+    const int64_t out0 = int64_t(i.n) * d.oh * OW;
+    for (int ch = threadIdx.x; ch < C; ch += 32) {
+      float s = 0.f;
+      for (int oh = cv.oh_lo; oh <= cv.oh_hi; ++oh)
+        for (int ow = cv.ow_lo; ow <= cv.ow_hi; ++ow) s += to_f(dy[(out0 + int64_t(oh) * OW + ow) * C + ch]);
+      dx[int64_t(p) * C + ch] = from_f<T>(s / count);
+    }
+  }
+}
+
+// Launches kernel<T> over `pixels` warps of the channels-last path.
+template <class Fn>
+void launch_pixels(Context& ctx, DType t, int64_t pixels, Fn&& fn) {
+  if (pixels == 0) return;
+  with_float_type(t, [&](auto tag) { fn(tag, pixel_blocks(pixels), dim3(32, kPixWarps), detail::stream_of(ctx)); });
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
 }  // namespace
 
 void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, int32_t* argmax,
                              const ref::PoolDims& d) {
+  if (nhwc && pixel_kernels_fit(d))
+    return launch_pixels(ctx, t, d.n * d.oh * d.ow, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+      using T = decltype(tag);
+      max_pool_fwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, d);
+    });
   launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
     max_pool_fwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, d,
@@ -404,6 +558,12 @@ void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, vo
 
 void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax, void* dx,
                              const ref::PoolDims& d) {
+  if (nhwc && pixel_kernels_fit(d))
+    return launch_pixels(ctx, t, d.n * d.h * d.w, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+      using T = decltype(tag);
+      max_pool_bwd_gather_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), argmax,
+                                                                  static_cast<T*>(dx), d);
+    });
   launch_for_float_type(ctx, t, d.n * d.c * d.h * d.w, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
     max_pool_bwd_gather_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dy), argmax,
@@ -413,6 +573,11 @@ void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, c
 
 void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax,
                                      float* dx32, const ref::PoolDims& d) {
+  if (nhwc && pixel_kernels_fit(d))
+    return launch_pixels(ctx, t, d.n * d.oh * d.ow, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+      using T = decltype(tag);
+      max_pool_bwd_scatter_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), argmax, dx32, d);
+    });
   launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
     max_pool_bwd_scatter_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dy), argmax, dx32, d,
@@ -460,6 +625,11 @@ __global__ void avg_pool_bwd_any_kernel(const T* __restrict__ dy, T* __restrict_
 }  // namespace
 
 void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, const ref::PoolDims& d) {
+  if (nhwc && pixel_kernels_fit(d))
+    return launch_pixels(ctx, t, d.n * d.oh * d.ow, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+      using T = decltype(tag);
+      avg_pool_fwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), d);
+    });
   launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
     avg_pool_fwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), d, nhwc);
@@ -467,6 +637,11 @@ void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, 
 }
 
 void avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const void* dy, void* dx, const ref::PoolDims& d) {
+  if (nhwc && pixel_kernels_fit(d))
+    return launch_pixels(ctx, t, d.n * d.h * d.w, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+      using T = decltype(tag);
+      avg_pool_bwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx), d);
+    });
   launch_for_float_type(ctx, t, d.n * d.c * d.h * d.w, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
     avg_pool_bwd_any_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx), d, nhwc);
