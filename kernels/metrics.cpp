@@ -5,14 +5,23 @@
 #include <algorithm>
 
 #include "engine/operand_check.h"
+#include "engine/tensor_ops.h"
 #include "kernels/detail/metrics_cuda.h"
 #include "kernels/metrics_ref.h"
 
 namespace ditto {
+namespace {
+// Logits of any float dtype as f32: a classifier that hands on its native bf16 / f16 result is
+// widened exactly, so the ranking is that of the logits themselves.
+Tensor f32_logits(Context& ctx, const Tensor& logits, const char* op) {
+  check_float_any_layout_on(ctx, logits, op, "logits");
+  check_ndim(logits, 2, op, "logits");
+  return logits.dtype() == DType::F32 ? logits : to_dtype(ctx, logits, DType::F32);
+}
+}  // namespace
 
-Tensor topk(Context& ctx, const Tensor& logits, int k) {
-  check_f32_on(ctx, logits, "topk", "logits");
-  check_ndim(logits, 2, "topk", "logits");
+Tensor topk(Context& ctx, const Tensor& any_logits, int k) {
+  const Tensor logits = f32_logits(ctx, any_logits, "topk");
   const int64_t n = logits.dim(0), c = logits.dim(1);
   if (k < 1 || k > 16 || k > c) throw ShapeError(fmt::format("topk: k={} must be in 1..min(16, {})", k, c));
   Tensor out = ctx.empty({n, k}, DType::I32);
@@ -23,9 +32,8 @@ Tensor topk(Context& ctx, const Tensor& logits, int k) {
   return out;
 }
 
-void accumulate_correct(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& counts) {
-  check_f32_on(ctx, logits, "accumulate_correct", "logits");
-  check_ndim(logits, 2, "accumulate_correct", "logits");
+void accumulate_correct(Context& ctx, const Tensor& any_logits, const Tensor& labels, Tensor& counts) {
+  const Tensor logits = f32_logits(ctx, any_logits, "accumulate_correct");
   const int64_t n = logits.dim(0), c = logits.dim(1);
   if (labels.dtype() != DType::I32 || labels.numel() != n || labels.device() != ctx.device())
     throw ShapeError(fmt::format("accumulate_correct: labels must be i32 [{}] on {}", n, ctx.device().str()));

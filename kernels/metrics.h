@@ -7,7 +7,7 @@
 namespace ditto {
 
 // Indices of the k largest logits per row, largest first; ties go to the lower class index.
-// logits [N, C] f32 → [N, k] i32 on the same device.
+// logits [N, C] of any float dtype (widened exactly) → [N, k] i32 on the same device.
 Tensor topk(Context& ctx, const Tensor& logits, int k);
 
 // counts (i32 [2], on ctx's device) += (#rows whose label is the top-1 prediction,

@@ -10,6 +10,7 @@
 #include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "engine/optim.h"
+#include "engine/tensor_ops.h"
 #include "kernels/metrics.h"
 #include "support.h"
 
@@ -265,4 +266,11 @@ TEST_CASE("metrics: topk and correct counts") {
   accumulate_correct(ctx, logits, ctx.from_host(std::vector<int32_t>{2, 0}, {2}), counts);
   CHECK(counts.to_host_i32() == std::vector<int32_t>{1, 2});
   CHECK_THROWS_AS(topk(ctx, logits, 5), ShapeError);
+  // bf16 logits (a classifier's native result) are ranked as their exact widening to f32.
+  const Tensor narrow = to_dtype(ctx, logits, DType::BF16);
+  CHECK(topk(ctx, narrow, 3).to_host_i32() == t);
+  Tensor narrow_counts = ctx.zeros({2}, DType::I32);
+  accumulate_correct(ctx, narrow, ctx.from_host(std::vector<int32_t>{2, 0}, {2}), narrow_counts);
+  CHECK(narrow_counts.to_host_i32() == std::vector<int32_t>{1, 2});
+  CHECK_THROWS_AS(topk(ctx, ctx.zeros({2, 4}, DType::I32), 1), ShapeError);
 }
