@@ -391,14 +391,29 @@ __global__ void max_pool_bwd_scatter_any_kernel(const T* __restrict__ dy, const 
   }
 }
 
-
-// Channels-last: one warp per pixel (an output pixel in the forwards and the atomic scatter, an
-// input pixel in the gathers) with its lanes over the channels, so every access reads 32
-// neighbouring channels and the pixel's window, or the outputs that cover it, is worked out once
-// per warp rather than once per element by 64-bit divisions. Per element the window scan and the
-// sum orders are those of the kernels above, so the bits are theirs. Pixel counts and in-plane
-// offsets fit in int (checked where they are launched).
+// Channels-last: each pixel (an output pixel in the forwards and the atomic scatter, an input pixel
+// in the gathers) is taken by a group of L neighbouring lanes over its channels (L the power of two
+// at or above C, at most 32; a warp takes 32 / L pixels), so every access reads neighbouring
+// channels and the pixel's window, or the outputs that cover it, is worked out once per lane rather
+// than once per element by 64-bit divisions. Per element the window scan and the sum orders are
+// those of the kernels above, so the bits are theirs. Pixel counts and in-plane offsets fit in int
+// (pixel_kernels_fit).
 constexpr int kPixWarps = 8;
+
+// A lane's pixels and channels: pixel `first`, then every `step`-th; channels `ch0`, ch0 + L, ...
+struct PixelLanes {
+  int first, step, ch0, lanes;
+};
+__device__ __forceinline__ PixelLanes pixel_lanes(int log2_lanes) {
+  const int per_warp = 32 >> log2_lanes;
+  return {(int(blockIdx.x) * kPixWarps + int(threadIdx.y)) * per_warp + (int(threadIdx.x) >> log2_lanes),
+          int(gridDim.x) * kPixWarps * per_warp, int(threadIdx.x) & ((1 << log2_lanes) - 1), 1 << log2_lanes};
+}
+inline int log2_lanes_for(int64_t c) {
+  int l = 0;
+  while (l < 5 && (int64_t(1) << l) < c) ++l;
+  return l;
+}
 
 struct Pixel {
   int n, h, w;
@@ -407,11 +422,14 @@ __device__ __forceinline__ Pixel pixel_of(int p, int h, int w) {
   const int q = p / w;
   return {q / h, q - (q / h) * h, p - q * w};
 }
+// Pixel indices stay below half of INT_MAX, so a lane's last stride step cannot overflow.
 inline bool pixel_kernels_fit(const ref::PoolDims& d) {
-  return d.n * d.h * d.w < INT_MAX && d.n * d.oh * d.ow < INT_MAX && d.c < INT_MAX;
+  constexpr int64_t kMax = INT_MAX / 2;
+  return d.n * d.h * d.w < kMax && d.n * d.oh * d.ow < kMax && d.c < INT_MAX;
 }
-inline unsigned pixel_blocks(int64_t pixels) {
-  const int64_t b = (pixels + kPixWarps - 1) / kPixWarps;
+inline unsigned pixel_blocks(int64_t pixels, int log2_lanes) {
+  const int64_t per_block = int64_t(kPixWarps) * (32 >> log2_lanes);
+  const int64_t b = (pixels + per_block - 1) / per_block;
   return static_cast<unsigned>(b < (int64_t(1) << 20) ? b : (int64_t(1) << 20));
 }
 
@@ -434,13 +452,14 @@ __device__ __forceinline__ Cover cover_of(const Pixel& i, const ref::PoolDims& d
 
 template <class T>
 __global__ void __launch_bounds__(32 * kPixWarps)
-    max_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, ref::PoolDims d) {
+    max_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, ref::PoolDims d, int log2_lanes) {
   const int C = int(d.c), W = int(d.w), pixels = int(d.n * d.oh * d.ow);
-  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+  const PixelLanes pl = pixel_lanes(log2_lanes);
+  for (int p = pl.first; p < pixels; p += pl.step) {
     const Pixel o = pixel_of(p, int(d.oh), int(d.ow));
     const Window win = window_of(o, d);
     const T* xn = x + int64_t(o.n) * d.h * W * C;
-    for (int ch = threadIdx.x; ch < C; ch += 32) {
+    for (int ch = pl.ch0; ch < C; ch += pl.lanes) {
       T best = xn[(int64_t(win.hs) * W + win.ws) * C + ch];
       float fb = to_f(best);
       int best_i = win.hs * W + win.ws;
@@ -463,14 +482,15 @@ __global__ void __launch_bounds__(32 * kPixWarps)
 template <class T>
 __global__ void __launch_bounds__(32 * kPixWarps) max_pool_bwd_gather_nhwc_kernel(const T* __restrict__ dy,
                                                                                    const int32_t* __restrict__ argmax,
-                                                                                   T* __restrict__ dx, ref::PoolDims d) {
+                                                                                   T* __restrict__ dx, ref::PoolDims d, int log2_lanes) {
   const int C = int(d.c), W = int(d.w), OW = int(d.ow), pixels = int(d.n * d.h * d.w);
-  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+  const PixelLanes pl = pixel_lanes(log2_lanes);
+  for (int p = pl.first; p < pixels; p += pl.step) {
     const Pixel i = pixel_of(p, int(d.h), W);
     const Cover cv = cover_of(i, d);
     const int me = i.h * W + i.w;
     const int64_t out0 = int64_t(i.n) * d.oh * OW;
-    for (int ch = threadIdx.x; ch < C; ch += 32) {
+    for (int ch = pl.ch0; ch < C; ch += pl.lanes) {
       float s = 0.f;
       for (int oh = cv.oh_lo; oh <= cv.oh_hi; ++oh)
         for (int ow = cv.ow_lo; ow <= cv.ow_hi; ++ow) {
@@ -485,11 +505,12 @@ __global__ void __launch_bounds__(32 * kPixWarps) max_pool_bwd_gather_nhwc_kerne
 template <class T>
 __global__ void __launch_bounds__(32 * kPixWarps)
     max_pool_bwd_scatter_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax,
-                                     float* __restrict__ dx, ref::PoolDims d) {
+                                     float* __restrict__ dx, ref::PoolDims d, int log2_lanes) {
   const int C = int(d.c), pixels = int(d.n * d.oh * d.ow);
-  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+  const PixelLanes pl = pixel_lanes(log2_lanes);
+  for (int p = pl.first; p < pixels; p += pl.step) {
     const int64_t in0 = int64_t(p / int(d.oh * d.ow)) * d.h * d.w;
-    for (int ch = threadIdx.x; ch < C; ch += 32) {
+    for (int ch = pl.ch0; ch < C; ch += pl.lanes) {
       const int64_t o = int64_t(p) * C + ch;
       atomicAdd(dx + (in0 + argmax[o]) * C + ch, to_f(dy[o]));
     }
@@ -498,14 +519,15 @@ __global__ void __launch_bounds__(32 * kPixWarps)
 
 template <class T>
 __global__ void __launch_bounds__(32 * kPixWarps)
-    avg_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, ref::PoolDims d) {
+    avg_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, ref::PoolDims d, int log2_lanes) {
   const int C = int(d.c), W = int(d.w), pixels = int(d.n * d.oh * d.ow);
   const float count = float(d.kh * d.kw);
-  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+  const PixelLanes pl = pixel_lanes(log2_lanes);
+  for (int p = pl.first; p < pixels; p += pl.step) {
     const Pixel o = pixel_of(p, int(d.oh), int(d.ow));
     const Window win = window_of(o, d);
     const T* xn = x + int64_t(o.n) * d.h * W * C;
-    for (int ch = threadIdx.x; ch < C; ch += 32) {
+    for (int ch = pl.ch0; ch < C; ch += pl.lanes) {
       float s = 0.f;
       for (int ih = win.hs; ih < win.he; ++ih)
         for (int iw = win.ws; iw < win.we; ++iw) s += to_f(xn[(int64_t(ih) * W + iw) * C + ch]);
@@ -516,14 +538,15 @@ __global__ void __launch_bounds__(32 * kPixWarps)
 
 template <class T>
 __global__ void __launch_bounds__(32 * kPixWarps)
-    avg_pool_bwd_nhwc_kernel(const T* __restrict__ dy, T* __restrict__ dx, ref::PoolDims d) {
+    avg_pool_bwd_nhwc_kernel(const T* __restrict__ dy, T* __restrict__ dx, ref::PoolDims d, int log2_lanes) {
   const int C = int(d.c), W = int(d.w), OW = int(d.ow), pixels = int(d.n * d.h * d.w);
   const float count = float(d.kh * d.kw);
-  for (int p = blockIdx.x * kPixWarps + threadIdx.y; p < pixels; p += gridDim.x * kPixWarps) {
+  const PixelLanes pl = pixel_lanes(log2_lanes);
+  for (int p = pl.first; p < pixels; p += pl.step) {
     const Pixel i = pixel_of(p, int(d.h), W);
     const Cover cv = cover_of(i, d);
     const int64_t out0 = int64_t(i.n) * d.oh * OW;
-    for (int ch = threadIdx.x; ch < C; ch += 32) {
+    for (int ch = pl.ch0; ch < C; ch += pl.lanes) {
       float s = 0.f;
       for (int oh = cv.oh_lo; oh <= cv.oh_hi; ++oh)
         for (int ow = cv.ow_lo; ow <= cv.ow_hi; ++ow) s += to_f(dy[(out0 + int64_t(oh) * OW + ow) * C + ch]);
@@ -532,11 +555,13 @@ __global__ void __launch_bounds__(32 * kPixWarps)
   }
 }
 
-// Launches kernel<T> over `pixels` warps of the channels-last path.
+// Launches a channels-last kernel over `pixels` pixels of c channels: fn(T{}, blocks, block, log2 of
+// the lanes per pixel, stream).
 template <class Fn>
-void launch_pixels(Context& ctx, DType t, int64_t pixels, Fn&& fn) {
-  if (pixels == 0) return;
-  with_float_type(t, [&](auto tag) { fn(tag, pixel_blocks(pixels), dim3(32, kPixWarps), detail::stream_of(ctx)); });
+void launch_pixels(Context& ctx, DType t, int64_t pixels, int64_t c, Fn&& fn) {
+  if (pixels == 0 || c == 0) return;
+  const int l = log2_lanes_for(c);
+  with_float_type(t, [&](auto tag) { fn(tag, pixel_blocks(pixels, l), dim3(32, kPixWarps), l, detail::stream_of(ctx)); });
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -545,9 +570,9 @@ void launch_pixels(Context& ctx, DType t, int64_t pixels, Fn&& fn) {
 void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, int32_t* argmax,
                              const ref::PoolDims& d) {
   if (nhwc && pixel_kernels_fit(d))
-    return launch_pixels(ctx, t, d.n * d.oh * d.ow, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+    return launch_pixels(ctx, t, d.n * d.oh * d.ow, d.c, [&](auto tag, unsigned blocks, dim3 block, int l, cudaStream_t s) {
       using T = decltype(tag);
-      max_pool_fwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, d);
+      max_pool_fwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), argmax, d, l);
     });
   launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
@@ -559,10 +584,10 @@ void max_pool_fwd_argmax_any(Context& ctx, DType t, bool nhwc, const void* x, vo
 void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax, void* dx,
                              const ref::PoolDims& d) {
   if (nhwc && pixel_kernels_fit(d))
-    return launch_pixels(ctx, t, d.n * d.h * d.w, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+    return launch_pixels(ctx, t, d.n * d.h * d.w, d.c, [&](auto tag, unsigned blocks, dim3 block, int l, cudaStream_t s) {
       using T = decltype(tag);
       max_pool_bwd_gather_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), argmax,
-                                                                  static_cast<T*>(dx), d);
+                                                                  static_cast<T*>(dx), d, l);
     });
   launch_for_float_type(ctx, t, d.n * d.c * d.h * d.w, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
@@ -574,9 +599,9 @@ void max_pool_bwd_gather_any(Context& ctx, DType t, bool nhwc, const void* dy, c
 void max_pool_bwd_atomic_scatter_any(Context& ctx, DType t, bool nhwc, const void* dy, const int32_t* argmax,
                                      float* dx32, const ref::PoolDims& d) {
   if (nhwc && pixel_kernels_fit(d))
-    return launch_pixels(ctx, t, d.n * d.oh * d.ow, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+    return launch_pixels(ctx, t, d.n * d.oh * d.ow, d.c, [&](auto tag, unsigned blocks, dim3 block, int l, cudaStream_t s) {
       using T = decltype(tag);
-      max_pool_bwd_scatter_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), argmax, dx32, d);
+      max_pool_bwd_scatter_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), argmax, dx32, d, l);
     });
   launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
@@ -626,9 +651,9 @@ __global__ void avg_pool_bwd_any_kernel(const T* __restrict__ dy, T* __restrict_
 
 void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, const ref::PoolDims& d) {
   if (nhwc && pixel_kernels_fit(d))
-    return launch_pixels(ctx, t, d.n * d.oh * d.ow, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+    return launch_pixels(ctx, t, d.n * d.oh * d.ow, d.c, [&](auto tag, unsigned blocks, dim3 block, int l, cudaStream_t s) {
       using T = decltype(tag);
-      avg_pool_fwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), d);
+      avg_pool_fwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), d, l);
     });
   launch_for_float_type(ctx, t, d.n * d.c * d.oh * d.ow, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);
@@ -638,9 +663,9 @@ void avg_pool_fwd_any(Context& ctx, DType t, bool nhwc, const void* x, void* y, 
 
 void avg_pool_bwd_any(Context& ctx, DType t, bool nhwc, const void* dy, void* dx, const ref::PoolDims& d) {
   if (nhwc && pixel_kernels_fit(d))
-    return launch_pixels(ctx, t, d.n * d.h * d.w, [&](auto tag, unsigned blocks, dim3 block, cudaStream_t s) {
+    return launch_pixels(ctx, t, d.n * d.h * d.w, d.c, [&](auto tag, unsigned blocks, dim3 block, int l, cudaStream_t s) {
       using T = decltype(tag);
-      avg_pool_bwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx), d);
+      avg_pool_bwd_nhwc_kernel<T><<<blocks, block, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx), d, l);
     });
   launch_for_float_type(ctx, t, d.n * d.c * d.h * d.w, [&](auto tag, unsigned blocks, cudaStream_t s) {
     using T = decltype(tag);

@@ -196,6 +196,32 @@ TEST_CASE("gpu native activations: max pooling and the bias on bf16 channels-las
   }
 }
 
+TEST_CASE("gpu native activations: channels-last pooling over few and many channels matches the CPU bit for bit") {
+  // The channels-last kernels give each pixel a group of lanes sized to its channels (1 to 32, a
+  // warp holding several pixels below 32 channels): channel counts on both sides of each group
+  // size, overlapping padded windows and plain 2x2 ones, every float dtype.
+  const int64_t channels = GENERATE(as<int64_t>{}, 1, 3, 5, 16, 20, 33, 64);
+  const DType dtype = GENERATE(DType::BF16, DType::F16, DType::F32);
+  const PoolParams p = GENERATE(PoolParams{3, 3, 2, 2, 1, 1}, PoolParams{2, 2, 2, 2, 0, 0}, PoolParams{3, 3, 1, 1, 1, 1});
+  INFO("C=" << channels << " " << dtype_name(dtype) << " kernel " << p.kernel_h << " stride " << p.stride_h);
+  Context cpu;
+  Context gpu(Device::cuda(), Policy::parse({"pool1.bwd=gather"}));
+  const Shape s{3, channels, 13, 11};
+  const Tensor x = to_channels_last(cpu, cpu.from_host(test::random_vec<float>(shape_numel(s), 31), s), dtype);
+  const Shape ys = pool_output_shape(s, p);
+  const Tensor g = to_channels_last(cpu, cpu.from_host(test::random_vec<float>(shape_numel(ys), 32), ys), dtype);
+  for (const bool max : {true, false}) {
+    INFO((max ? "max" : "avg"));
+    Var xc(x, true), xg(gpu.to_device(x), true);
+    Var yc = max ? max_pool2d(cpu, "pool1", xc, p) : avg_pool2d(cpu, xc, p);
+    Var yg = max ? max_pool2d(gpu, "pool1", xg, p) : avg_pool2d(gpu, xg, p);
+    CHECK(yg.value().fingerprint() == yc.value().fingerprint());
+    cpu.tape().backward(cpu, yc, g);
+    gpu.tape().backward(gpu, yg, gpu.to_device(g));
+    CHECK(xg.grad().fingerprint() == xc.grad().fingerprint());
+  }
+}
+
 namespace {
 // Two epochs of `model` on synthetic CIFAR-shaped data, deterministic, bf16 channels-last, native.
 TrainConfig native_config(const std::string& model) {
