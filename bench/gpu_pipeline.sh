@@ -631,8 +631,8 @@ for l in open('$R/torch_ddp.jsonl'):
       precision-zoo)
         # The whole zoo in bf16 and fp16 against PyTorch's AMP (autocast, channels-last, GradScaler for
         # fp16): bench/overhead modes ZOO_MODES (fastest,deterministic) with --channels-last --native-activations,
-        # torch_overhead.py modes default and deterministic; batch PRECISION_ZOO_BATCH (64), 224 px
-        # (Inception-v3 299), 10 timed steps after 3, one profiled step (the per-op breakdown that explains
+        # torch_overhead.py modes ZOO_TORCH_MODES (default,deterministic); batch PRECISION_ZOO_BATCH (64), 224 px
+        # (Inception-v3 299), ZOO_STEPS (10) timed steps after 3, one profiled step (the per-op breakdown that explains
         # a miss). ARG: comma list of models (default the 17 of the zoo). The models are dealt over the GPUs
         # of ZOO_GPUS (comma list of indices, default every GPU), most expensive first, one process pair per
         # GPU, so each configuration has its GPU to itself. Files $R/precision-zoo/{overhead,torch_overhead}-gN.jsonl
@@ -653,11 +653,11 @@ for l in open('$R/torch_ddp.jsonl'):
           g=${gpus[i]}
           ( export CUDA_VISIBLE_DEVICES=$g
             timeout 330 $B/bench/overhead --models ${shard[i]} --modes ${ZOO_MODES:-fastest,deterministic} --precisions bf16,fp16 \
-              --channels-last --native-activations --batch $batch --warmup 3 --steps 10 --profile-steps 1 --budget-s 280 \
+              --channels-last --native-activations --batch $batch --warmup 3 --steps ${ZOO_STEPS:-10} --profile-steps 1 --budget-s 280 \
               --resume --tuning-dir $P/tuning-g$g --out $P/overhead-g$g.jsonl > /dev/null 2> $P/overhead-g$g.err
             echo "gpu $g ditto ${shard[i]} rc=$?"
-            timeout 200 python3 bench/peers/torch_overhead.py --models ${shard[i]} --modes default,deterministic \
-              --precisions bf16,fp16 --batch $batch --warmup 3 --steps 10 --budget-s 160 --resume \
+            timeout 200 python3 bench/peers/torch_overhead.py --models ${shard[i]} --modes ${ZOO_TORCH_MODES:-default,deterministic} \
+              --precisions bf16,fp16 --batch $batch --warmup 3 --steps ${ZOO_STEPS:-10} --budget-s 160 --resume \
               --out $P/torch_overhead-g$g.jsonl > /dev/null 2> $P/torch_overhead-g$g.err
             echo "gpu $g pytorch rc=$?" ) &
         done
@@ -677,7 +677,7 @@ case $cmd in
     export TOP OPNOISE_BIN OPNOISE_TAG RACECHECK_BINS FIG_S4_LRS FIG_S4_EPOCHS FIG_S4_REPLICAS FIG_S4_R18_LRS \
       FIG_S4_R18_EPOCHS FIG_S4_R18_REPLICAS FIG_S4_R18_CONCURRENT GPUS R18_ADAM_LR EXP_OPTIM_REPLICAS R18_BATCH R18_LR R18_EPOCHS R18_WARMUP EXP_R18_SETTINGS EXP_R18_REPLICAS \
       EXP_R18_CONCURRENT OVERHEAD_STEPS TASK_TRAIN TASK_TEST TASK_EPOCHS TASK_REPLICAS TASK_STEPS CTC_PIN DP_STEPS \
-      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH ZOO_GPUS ZOO_MODES PRECISION_NATIVE GRAD_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
+      STEPTIME_PRECISIONS PRECISION_STEPS PRECISION_ZOO PRECISION_ZOO_BATCH ZOO_GPUS ZOO_MODES ZOO_TORCH_MODES ZOO_STEPS PRECISION_NATIVE GRAD_NATIVE EXP_PRECISIONS EXP_PREC_NATIVE EXP_PREC_EPOCHS EXP_PREC_REPLICAS \
       EXP_PREC_CONCURRENT ATTR_PREC_REPLICAS ATTR_PREC_STEPS GRAD_MODELS DIVERGE_ZOO_STEPS COMPARE_WITH
     mkdir -p $R
     if [ ! -d $DATA/train ] && [ -f .data/cifar10-jpeg.tar.gz ]; then mkdir -p $DATA && tar xzf .data/cifar10-jpeg.tar.gz -C $DATA; fi

@@ -196,7 +196,7 @@ TEST_CASE("gpu native activations: max pooling and the bias on bf16 channels-las
   }
 }
 
-TEST_CASE("gpu native activations: channels-last pooling over few and many channels matches the CPU bit for bit") {
+TEST_CASE("gpu native activations: channels-last pooling over few and many channels against the CPU") {
   // The channels-last kernels give each pixel a group of lanes sized to its channels (1 to 32, a
   // warp holding several pixels below 32 channels): channel counts on both sides of each group
   // size, overlapping padded windows and plain 2x2 ones, every float dtype.
@@ -215,10 +215,15 @@ TEST_CASE("gpu native activations: channels-last pooling over few and many chann
     Var xc(x, true), xg(gpu.to_device(x), true);
     Var yc = max ? max_pool2d(cpu, "pool1", xc, p) : avg_pool2d(cpu, xc, p);
     Var yg = max ? max_pool2d(gpu, "pool1", xg, p) : avg_pool2d(gpu, xg, p);
-    CHECK(yg.value().fingerprint() == yc.value().fingerprint());
     cpu.tape().backward(cpu, yc, g);
     gpu.tape().backward(gpu, yg, gpu.to_device(g));
-    CHECK(xg.grad().fingerprint() == xc.grad().fingerprint());
+    if (max) {  // the max is exact, and dx the same float sums in the same order, rounded once
+      CHECK(yg.value().fingerprint() == yc.value().fingerprint());
+      CHECK(xg.grad().fingerprint() == xc.grad().fingerprint());
+    } else {  // the reference sums in double: the float sums agree to a unit of the format
+      CHECK(scaled_error(yg.value().to_host_f32(), yc.value().to_host_f32(), dtype) <= 1.0);
+      CHECK(scaled_error(xg.grad().to_host_f32(), xc.grad().to_host_f32(), dtype) <= 1.0);
+    }
   }
 }
 
