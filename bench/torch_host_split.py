@@ -76,9 +76,9 @@ def _time(case, inputs, way, calls, device):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def split(case, device, calls):
-    inputs = case.make(device, "bench")
-    row = {"op": case.name, "device": device, "calls": calls, "shape": case.shape(inputs)}
+def split(case, device, calls, scale):
+    inputs = case.make(device, scale)
+    row = {"op": case.name, "device": device, "calls": calls, "scale": scale, "shape": case.shape(inputs)}
     row["pytorch_us"] = _time(case, inputs, "pytorch", calls, device)
     row["ditto_us"] = _time(case, inputs, "ditto", calls, device)
     clock = _Clock()
@@ -103,6 +103,9 @@ def main():
                     help="comma-separated case names of bench/torch_op_cases.py")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--calls", type=int, default=200, help="timed calls per way (default 200)")
+    ap.add_argument("--scale", choices=["bench", "test"], default="bench",
+                    help="the cases' sizes: bench/op_noise's (bench), or tiny ones (test) where even a CPU run "
+                         "is host-bound, to see the host path without a GPU")
     ap.add_argument("--out", help="write the rows as JSON lines here as well")
     args = ap.parse_args()
     if args.calls < 1:
@@ -112,7 +115,7 @@ def main():
     unknown = [n for n in names if n not in cases]
     if unknown:
         ap.error(f"--only: no case {unknown}; the cases: {', '.join(cases)}")
-    rows = [split(cases[n], args.device, args.calls) for n in names]
+    rows = [split(cases[n], args.device, args.calls, args.scale) for n in names]
     print("| op | PyTorch µs | ditto µs | in ditto's C++ | _run's packing + outputs | rest of Python |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
