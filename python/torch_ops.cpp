@@ -104,11 +104,13 @@ class Call {
                          dtype_named(nb::cast<std::string>(t[2])), {});
   }
   Tensor in_opt(nb::handle h) { return h.is_none() ? Tensor() : in(h); }
-  // The outputs (None for an undefined one) and, last, the variants that ran: a list of
-  // (knob, variant, guarantee).
+  // The outputs (None for an undefined one) as DLPack capsules and, last, the variants that ran: a
+  // list of (knob, variant, guarantee). A capsule, not the array object: torch.from_dlpack takes it
+  // as it is, where an object with __dlpack__ costs it a device query, a stream object and the
+  // export call on every output (the work is on PyTorch's current stream already).
   nb::tuple done(std::initializer_list<Tensor> outs) {
     nb::list l;
-    for (const Tensor& t : outs) l.append(t.defined() ? nb::cast(share_on_stream(t)) : nb::none());
+    for (const Tensor& t : outs) l.append(t.defined() ? nb::cast(share_on_stream(t)).attr("__dlpack__")() : nb::none());
     nb::list ran;
     for (const ManifestEntry& e : r_.ctx->manifest().entries())
       if (e.layer == layer_) ran.append(nb::make_tuple(e.knob, e.variant, guarantee_name(e.guarantee)));

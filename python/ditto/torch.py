@@ -49,10 +49,16 @@ def variants() -> Dict[str, List[dict]]:
     return {op: [{"knob": k, "variant": v, "guarantee": g} for k, v, g in vs] for op, vs in _latest.items()}
 
 
+# PyTorch's current stream on a device as its raw handle. torch.cuda.current_stream() builds a Stream
+# object per call; the raw getter (what torch.compile's generated code calls) does not.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
 def _where(t: Tensor) -> Tuple[str, int]:
     if t.device.type == "cuda":
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-        return f"cuda:{index}", torch.cuda.current_stream(index).cuda_stream
+        return f"cuda:{index}", _raw_stream(index)
     if t.device.type == "cpu":
         return "cpu", 0
     raise ValueError(f"ditto.torch: tensors on {t.device}; ditto runs on the CPU and on CUDA devices")
@@ -179,11 +185,11 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     """``torch.index_add``: ``input`` plus ``source``'s slices added at ``index`` along ``dim``; the sum into
     each destination in increasing source order (``deterministic``), or by atomics."""
     dim = dim % max(input.dim(), 1)
-    src = source.movedim(dim, 0)
+    src = source.movedim(dim, 0) if dim else source  # rows along dim 0 need no moved view (nor its autograd node)
     if alpha != 1:
         src = src * alpha
     rows = _index_add_rows(src.contiguous(), index, input.shape[dim], deterministic)
-    return input + rows.movedim(0, dim)
+    return input + (rows.movedim(0, dim) if dim else rows)
 
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, deterministic: bool = True) -> Tensor:
