@@ -50,7 +50,7 @@ int key_bits(int64_t rows) {
   return b;
 }
 
-int64_t tiles_for(int64_t m) { return (m + kTile - 1) / kTile; }
+__host__ __device__ inline int64_t tiles_for(int64_t m) { return (m + kTile - 1) / kTile; }
 
 unsigned warp_blocks(int64_t warps) { return static_cast<unsigned>((warps + kWarps - 1) / kWarps); }
 
@@ -184,16 +184,26 @@ __global__ void __launch_bounds__(kWarps * 32)
   // The run holding the tile's last entry began in an earlier tile iff the whole tile is that key
   // and so is the entry before the tile: then that tile owns it.
   if (t0 > 0 && skey[t0] == key && skey[t0 - 1] == key) return;
-  // The run ends before the first entry with a larger key (upper bound in [t1, m)).
-  int64_t lo = t1, hi = p.m;
+  // The run's last tile. A tile after t holds part of the run iff its first entry is the key, and
+  // (keys sorted) those tiles are the ones right after t: gallop over tiles from t + 1, then bisect
+  // the last step. A run of a few tiles (the common case) costs one or two reads, a long one the log
+  // of its length; a bisection over all of [t1, m) cost the log of m, each read waiting on the last.
+  const int64_t tiles = tiles_for(p.m);
+  auto starts_with_key = [&](int64_t u) { return u < tiles && skey[u * kTile] == key; };
+  int64_t known = t + 1, step = 1;  // starts_with_key(t + 1): skey[t1] == key above
+  while (starts_with_key(known + step)) {
+    known += step;
+    step *= 2;
+  }
+  int64_t lo = known + 1, hi = known + step;  // the first tile not starting with the key is in [lo, hi]
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (skey[mid] <= key)
+    if (starts_with_key(mid))
       lo = mid + 1;
     else
       hi = mid;
   }
-  const int64_t pieces = (lo - 1) / kTile - t + 1;  // >= 2
+  const int64_t pieces = lo - t;  // tiles t .. lo - 1, >= 2
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   __shared__ float part[kWarps][kPassCols];
   for (int64_t c0 = 0; c0 < p.d; c0 += kPassCols) {
