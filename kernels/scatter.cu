@@ -17,6 +17,9 @@
 //   4. segment_fixup_kernel: one block per tile where a run starts and continues; its 8 warps add
 //      the run's pieces (tail of the first tile, then the heads of the following tiles): warp w
 //      takes pieces w, w+8, ... in order, then warp 0 adds the 8 warp sums in warp order.
+//   Rows of one float (d == 1) take segment_tiles_scalar_kernel and segment_fixup_scalar_kernel
+//   instead: a tile's 32 entries on the warp's lanes, each run's sum by a segmented scan, and one
+//   thread per owning tile adding the pieces in tile order.
 //   Every sum's order is a function of the sorted list and of m, never of the grid's scheduling or
 //   the GPU's SM count. No atomics.
 // gather_rows_kernel, embedding_bag_fwd_kernel (one warp per bag, rows added in position order),
@@ -171,26 +174,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Step 4 of the sorted scatter: block t finishes the run that starts in tile t and continues past
-// it, if there is one (a run starts in exactly one tile, so each run has one owner).
-__global__ void __launch_bounds__(kWarps * 32)
-    segment_fixup_kernel(const uint32_t* __restrict__ skey, ScatterRows p, float* __restrict__ out,
-                         const float* __restrict__ carry) {
-  const int64_t t = blockIdx.x;
-  const int64_t t0 = t * kTile, t1 = t0 + kTile;
-  if (t1 >= p.m) return;  // the last tile: nothing continues past it
-  const uint32_t key = skey[t1 - 1];
-  if (key >= static_cast<uint32_t>(p.rows) || skey[t1] != key) return;
-  // The run holding the tile's last entry began in an earlier tile iff the whole tile is that key
-  // and so is the entry before the tile: then that tile owns it.
-  if (t0 > 0 && skey[t0] == key && skey[t0 - 1] == key) return;
-  // The run's last tile. A tile after t holds part of the run iff its first entry is the key, and
-  // (keys sorted) those tiles are the ones right after t: gallop over tiles from t + 1, then bisect
-  // the last step. A run of a few tiles (the common case) costs one or two reads, a long one the log
-  // of its length; a bisection over all of [t1, m) cost the log of m, each read waiting on the last.
-  const int64_t tiles = tiles_for(p.m);
+// Shared by both fix-ups: the tile after the last one holding part of the run of `key` that tile t
+// owns (it starts there and continues into t + 1). A later tile holds part of the run iff its first
+// entry is the key, and (keys sorted) those tiles follow t without a gap: gallop over them from
+// t + 1, then bisect the last step. A run of a few tiles (the common case) costs one or two reads, a
+// long one the log of its length, where a bisection over all of [t1, m) cost the log of m, each
+// read waiting on the one before.
+__device__ __forceinline__ int64_t run_end_tile(const uint32_t* __restrict__ skey, int64_t m, uint32_t key, int64_t t) {
+  const int64_t tiles = tiles_for(m);
   auto starts_with_key = [&](int64_t u) { return u < tiles && skey[u * kTile] == key; };
-  int64_t known = t + 1, step = 1;  // starts_with_key(t + 1): skey[t1] == key above
+  int64_t known = t + 1, step = 1;  // starts_with_key(t + 1) holds: the owner checked skey[t1]
   while (starts_with_key(known + step)) {
     known += step;
     step *= 2;
@@ -203,7 +196,33 @@ __global__ void __launch_bounds__(kWarps * 32)
     else
       hi = mid;
   }
-  const int64_t pieces = lo - t;  // tiles t .. lo - 1, >= 2
+  return lo;
+}
+
+// Tile t owns the run of its last key when that run continues past the tile and did not begin in an
+// earlier tile that also owns it; the key, or rows (never a valid key) where t owns none.
+__device__ __forceinline__ uint32_t owned_run_key(const uint32_t* __restrict__ skey, int64_t m, int64_t rows,
+                                                  int64_t t) {
+  const uint32_t none = static_cast<uint32_t>(rows);
+  const int64_t t0 = t * kTile, t1 = t0 + kTile;
+  if (t1 >= m) return none;  // the last tile: nothing continues past it
+  const uint32_t key = skey[t1 - 1];
+  if (key >= none || skey[t1] != key) return none;
+  // The run holding the tile's last entry began in an earlier tile iff the whole tile is that key
+  // and so is the entry before the tile: then that tile owns it.
+  if (t0 > 0 && skey[t0] == key && skey[t0 - 1] == key) return none;
+  return key;
+}
+
+// Step 4 of the sorted scatter: block t finishes the run that starts in tile t and continues past
+// it, if there is one (a run starts in exactly one tile, so each run has one owner).
+__global__ void __launch_bounds__(kWarps * 32)
+    segment_fixup_kernel(const uint32_t* __restrict__ skey, ScatterRows p, float* __restrict__ out,
+                         const float* __restrict__ carry) {
+  const int64_t t = blockIdx.x;
+  const uint32_t key = owned_run_key(skey, p.m, p.rows, t);
+  if (key >= static_cast<uint32_t>(p.rows)) return;
+  const int64_t pieces = run_end_tile(skey, p.m, key, t) - t;  // tiles t .. end - 1, >= 2
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   __shared__ float part[kWarps][kPassCols];
   for (int64_t c0 = 0; c0 < p.d; c0 += kPassCols) {
@@ -231,6 +250,65 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
     __syncthreads();
+  }
+}
+
+// Rows of one float (PyTorch's scatter_add, TensorFlow's unsorted_segment_sum over scalars): the
+// lanes of a warp take a tile's 32 entries themselves instead of walking them over a single column.
+// Each run's sum within the tile is a segmented inclusive scan (lane l adds lane l - k's partial for
+// k = 1, 2, 4, 8, 16 while that lane is in its run), an order fixed by the entries' positions; the run's
+// last lane writes it where segment_tiles_kernel would (its head or tail slot, or the output).
+__global__ void __launch_bounds__(kWarps * 32)
+    segment_tiles_scalar_kernel(const uint32_t* __restrict__ skey, const int32_t* __restrict__ perm, ScatterRows p,
+                                float* __restrict__ out, float* __restrict__ carry, int64_t tiles) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (t >= tiles) return;  // uniform across the warp
+  const int64_t t0 = t * kTile;
+  const int n = static_cast<int>(p.m - t0 < kTile ? p.m - t0 : kTile);
+  const uint32_t rows = static_cast<uint32_t>(p.rows);
+  uint32_t key = 0xffffffffu;
+  float v = 0.f;
+  if (lane < n) {
+    key = skey[t0 + lane];
+    if (key < rows) {
+      const int32_t pos = perm[t0 + lane];
+      const int32_t row = p.src_row ? p.src_row[pos] : pos;
+      if (row >= 0) {
+        v = p.src[row];
+        if (p.src_scale) v = __fmul_rn(v, p.src_scale[pos]);
+      }
+    }
+  }
+  const bool valid = lane < n && key < rows;  // the valid entries are a prefix (out-of-range keys sort last)
+  const uint32_t key_before = __shfl_up_sync(kFull, key, 1);
+  const unsigned heads = __ballot_sync(kFull, valid && (lane == 0 || key_before != key));
+  const int run_start = 31 - __clz(heads & (0xffffffffu >> (31 - lane)));  // this lane's run's first lane
+#pragma unroll
+  for (int k = 1; k < 32; k *= 2) {
+    const float other = __shfl_up_sync(kFull, v, k);
+    if (lane - k >= run_start) v += other;
+  }
+  const uint32_t key_after = __shfl_down_sync(kFull, key, 1);
+  const bool run_end = valid && (lane == 31 || lane == n - 1 || key_after != key);
+  if (!run_end) return;
+  const bool began_before = run_start == 0 && t0 > 0 && key == skey[t0 - 1];
+  const bool continues = lane == n - 1 && t0 + n < p.m && key == skey[t0 + n];
+  float* dst = began_before ? carry + t * 2 : continues ? carry + t * 2 + 1 : out + key;
+  *dst = v;
+}
+
+// The scalar rows' fix-up: one thread per tile that owns a run crossing its end adds the run's pieces
+// in tile order (its tail, then the following tiles' heads).
+__global__ void segment_fixup_scalar_kernel(const uint32_t* __restrict__ skey, ScatterRows p, float* __restrict__ out,
+                                            const float* __restrict__ carry, int64_t tiles) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < tiles; t += int64_t(gridDim.x) * blockDim.x) {
+    const uint32_t key = owned_run_key(skey, p.m, p.rows, t);
+    if (key >= static_cast<uint32_t>(p.rows)) continue;
+    const int64_t end = run_end_tile(skey, p.m, key, t);
+    float s = carry[t * 2 + 1];
+    for (int64_t u = t + 1; u < end; ++u) s += carry[u * 2];
+    out[key] = s;
   }
 }
 
@@ -372,6 +450,16 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
                                                    key_bits(p.rows), st));
   DITTO_CHECK_LAUNCH(ctx);
   const int64_t tiles = tiles_for(p.m);
+  if (p.d == 1) {
+    segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out,
+                                                                             carry, tiles);
+    DITTO_CHECK_LAUNCH(ctx);
+    if (tiles > 1) {
+      segment_fixup_scalar_kernel<<<blocks_for(tiles), kThreads, 0, st>>>(keys.Current(), p, out, carry, tiles);
+      DITTO_CHECK_LAUNCH(ctx);
+    }
+    return;
+  }
   segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,
                                                                     tiles);
   DITTO_CHECK_LAUNCH(ctx);

@@ -69,6 +69,9 @@ TEST_CASE("gpu scatter_add: both variants against the double reference on the so
       {"rows wider than a pass (4 passes, the last 8 wide)", 777, 200, 50, 49},
       {"one index for everything: a run over 157 tiles", 5000, 33, 7, 0},
       {"scalar rows (TensorFlow's unsorted_segment_sum)", 100000, 1, 1000, 999},
+      {"scalar rows, one index: a run over 313 tiles", 10000, 1, 3, 0},
+      {"scalar rows, runs of about two entries", 5000, 1, 2500, 2499},
+      {"scalar rows, m not a multiple of 32", 45, 1, 5, 4},
       {"m not a multiple of 32, one row", 45, 64, 1, 0},
       {"no indices", 0, 8, 5, 4},
       {"sparse: most rows untouched", 300, 64, 100000, 99999},
@@ -102,6 +105,24 @@ TEST_CASE("gpu scatter_add: both variants against the double reference on the so
       CHECK((e->workspace_bytes > 0) == (a == ScatterAlgo::Sorted && c.m > 0));
     }
   }
+}
+
+TEST_CASE("gpu scatter_add: the sorted scalar-row kernels repeat over 10 calls, bad indices give NaN") {
+  // Rows of one float take their own tile and fix-up kernels (lanes over entries, a segmented scan).
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0), Policy::parse({"seg.scatter=sorted"}));
+  const int64_t m = 200000, rows = 3000;
+  auto index = random_index(std::size_t(m), 0, int32_t(rows) - 1, seed);
+  const Tensor src = gpu.from_host(test::random_vec(std::size_t(m), seed + 1), {m, 1});
+  const Tensor idx = gpu.from_host(index, {m});
+  CHECK(test::distinct_results(10, [&] { return scatter_add(gpu, "seg", Var(src), idx, rows).value(); }) == 1);
+  index[31] = int32_t(rows);  // past the end, at a tile's last entry
+  index[32] = -1;
+  Var y = scatter_add(gpu, "seg", Var(src), gpu.from_host(index, {m}), rows);
+  std::size_t nans = 0;
+  for (float v : y.value().to_host_f32()) nans += std::isnan(v);
+  CHECK(nans == std::size_t(rows));
 }
 
 TEST_CASE("gpu scatter_add: backward gathers; out-of-range indices make the output NaN") {
