@@ -129,10 +129,15 @@ class _Op:
         self._function = Function
 
     def __call__(self, *args):
-        if torch.compiler.is_compiling() or any(isinstance(a, Tensor) and type(a) not in _PLAIN for a in args):
-            return self.op(*args)  # traced (fake, functional or other subclassed tensors): the custom op
-        if self._function is not None and torch.is_grad_enabled() and any(
-                isinstance(a, Tensor) and a.requires_grad for a in args):
+        if torch.compiler.is_compiling():
+            return self.op(*args)
+        wants_grad = False
+        for a in args:  # one pass over the arguments: this runs on every call of every op
+            if isinstance(a, Tensor):
+                if type(a) not in _PLAIN:
+                    return self.op(*args)  # traced (fake, functional or other subclassed tensors): the custom op
+                wants_grad = wants_grad or a.requires_grad
+        if wants_grad and self._function is not None and torch.is_grad_enabled():
             return self._function.apply(*args)
         return self.raw(*args)
 
@@ -148,6 +153,8 @@ def _f32(t: Tensor, what: str) -> Tensor:
 
 
 def _i32(t: Tensor) -> Tensor:
+    """Indices and labels as ditto's kernels read them. The public functions convert before the custom
+    op, so its backward, which reads them again, gets int32 already (``to`` then returns the tensor)."""
     return t.to(torch.int32).contiguous()
 
 
@@ -174,7 +181,7 @@ def _index_add_rows_setup(ctx, inputs, output):
 
 def _index_add_rows_backward(ctx, grad):
     (index,) = ctx.saved_tensors
-    return grad.index_select(0, index.long()), None, None, None  # a gather: no collisions
+    return grad.index_select(0, index), None, None, None  # a gather: no collisions
 
 
 _index_add_rows.register_autograd(_index_add_rows_backward, setup_context=_index_add_rows_setup)
@@ -188,7 +195,7 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     src = source.movedim(dim, 0) if dim else source  # rows along dim 0 need no moved view (nor its autograd node)
     if alpha != 1:
         src = src * alpha
-    rows = _index_add_rows(src.contiguous(), index, input.shape[dim], deterministic)
+    rows = _index_add_rows(src.contiguous(), _i32(index), input.shape[dim], deterministic)
     return input + (rows.movedim(0, dim) if dim else rows)
 
 
@@ -203,7 +210,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
             shape = [1] * index.dim()
             shape[d] = index.shape[d]
             flat = flat + (torch.arange(index.shape[d], device=index.device) * input.stride(d)).view(shape)
-    rows = _index_add_rows(src.reshape(-1, 1).contiguous(), flat.reshape(-1), input.numel(), deterministic)
+    rows = _index_add_rows(src.reshape(-1, 1).contiguous(), _i32(flat.reshape(-1)), input.numel(), deterministic)
     return input + rows.view(input.shape) if input.is_contiguous() else input + rows.view(input.contiguous().shape)
 
 
@@ -303,7 +310,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
     per bag the rows' sum or mean in position order; the gradient a scatter-add as ``embedding``'s."""
     if mode not in ("sum", "mean"):
         raise ValueError(f"ditto.torch.embedding_bag: mode '{mode}'; ditto has sum and mean")
-    return _embedding_bag(weight, input, offsets, mode, deterministic)
+    return _embedding_bag(weight, _i32(input), None if offsets is None else _i32(offsets), mode, deterministic)
 
 
 # ---- interpolate (nearest, bilinear) --------------------------------------------------------------
@@ -638,7 +645,7 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduc
     log-softmax and NLL fused, the pixel sum in a fixed order (``deterministic``) or by atomics."""
     if input.dim() != 4 or reduction != "mean":
         raise ValueError("ditto.torch.cross_entropy: N,C,H,W logits with N,H,W labels and reduction 'mean'")
-    return _pixel_xent(input, target, int(ignore_index), deterministic)[0]
+    return _pixel_xent(input, _i32(target), int(ignore_index), deterministic)[0]
 
 
 @_op("ditto::pixel_nll")
@@ -687,7 +694,7 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
     element (PyTorch's nll_loss2d has no deterministic form)."""
     if input.dim() != 4 or reduction != "mean":
         raise ValueError("ditto.torch.nll_loss: N,C,H,W log-probabilities with N,H,W labels and reduction 'mean'")
-    return _pixel_nll(input, target, int(ignore_index), deterministic)[0]
+    return _pixel_nll(input, _i32(target), int(ignore_index), deterministic)[0]
 
 
 # ---- sparse x dense ------------------------------------------------------------------------------------
@@ -741,7 +748,8 @@ def sparse_mm(a: Tensor, b: Tensor, *, deterministic: bool = True) -> Tensor:
         raise ValueError(f"ditto.torch.sparse_mm: a 2-D sparse CSR (or COO) matrix, not {a.layout}")
     if a.requires_grad:
         raise ValueError("ditto.torch.sparse_mm: no gradient to the sparse matrix's values; detach it")
-    return _sparse_mm(a.crow_indices(), a.col_indices(), a.values(), a.shape[0], a.shape[1], b, deterministic)
+    return _sparse_mm(_i32(a.crow_indices()), _i32(a.col_indices()), a.values(), a.shape[0], a.shape[1], b,
+                      deterministic)
 
 
 # ---- conv2d with ditto's own deterministic backward ---------------------------------------------------
