@@ -452,7 +452,8 @@ __device__ __forceinline__ Cover cover_of(const Pixel& i, const ref::PoolDims& d
 
 template <class T>
 __global__ void __launch_bounds__(32 * kPixWarps)
-    max_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, ref::PoolDims d, int log2_lanes) {
+    max_pool_fwd_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, ref::PoolDims d,
+                             int log2_lanes) {
   const int C = int(d.c), W = int(d.w), pixels = int(d.n * d.oh * d.ow);
   const PixelLanes pl = pixel_lanes(log2_lanes);
   for (int p = pl.first; p < pixels; p += pl.step) {
@@ -480,9 +481,9 @@ __global__ void __launch_bounds__(32 * kPixWarps)
 }
 
 template <class T>
-__global__ void __launch_bounds__(32 * kPixWarps) max_pool_bwd_gather_nhwc_kernel(const T* __restrict__ dy,
-                                                                                   const int32_t* __restrict__ argmax,
-                                                                                   T* __restrict__ dx, ref::PoolDims d, int log2_lanes) {
+__global__ void __launch_bounds__(32 * kPixWarps)
+    max_pool_bwd_gather_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
+                                    ref::PoolDims d, int log2_lanes) {
   const int C = int(d.c), W = int(d.w), OW = int(d.ow), pixels = int(d.n * d.h * d.w);
   const PixelLanes pl = pixel_lanes(log2_lanes);
   for (int p = pl.first; p < pixels; p += pl.step) {
