@@ -1,5 +1,6 @@
-// Index arithmetic shared by the host and device code of the issue-18 op families (kernels/*.cu and
-// the host/device functions of kernels/upsample_ref.h). Header-only, no CUDA headers.
+// Index arithmetic shared by the host and device code of the scatter, upsampling and sampler op
+// families (kernels/*.cu and the host/device functions of kernels/upsample_ref.h). Header-only, no
+// CUDA headers.
 #pragma once
 #include <cstdint>
 

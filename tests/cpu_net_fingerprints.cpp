@@ -2,7 +2,7 @@
 // order), the initial weights (Philox streams keyed by name), and one CPU training step's forward
 // and backward — logits, loss, every gradient, the batch-norm running statistics after it — and
 // one evaluation forward. The values were recorded before the seven nets of nets/nets.cpp moved
-// onto the ZooNet builder (issue 16) and must not change: a refactor of how nets are built that
+// onto the ZooNet builder and must not change: a refactor of how nets are built that
 // moves a bit of any of them is a different network (only smallcnn-bn's knob order changed: see
 // its row). A deliberate change (a new init rule, a renamed layer) updates the table and says
 // why. DITTO_PRINT_FINGERPRINTS=1 prints the rows instead of checking them.
@@ -150,7 +150,7 @@ const std::map<std::string, std::string>& pinned() {
        "params=15722 structure=758103907cc874ea knobs=b91dc1e8a9c7940c init=85abad7e093a7880 "
        "logits=375041071cb460ac loss=ed2bc3381d18fb6e grads=7e6bc06fc7f3c0ae "
        "buffers=cbf29ce484222325 eval=375041071cb460ac"},
-      // knobs= changed once, on purpose, when SmallCNN moved onto ZooNet (issue 16): the knob
+      // knobs= changed once, on purpose, when SmallCNN moved onto ZooNet: the knob
       // layers are the same, listed in creation order (conv1, bn1, pool1, ...) where the old class
       // listed the batch norms last, after "loss". Every other value is the old class's.
       {"smallcnn-bn",
@@ -226,7 +226,7 @@ const std::map<std::string, std::string>& pinned() {
       {"inception-v3@static",
        "params=21806058 structure=7a57051e10079d20 knobs=5d553de869b1ea6b init=adaa501bd9f32932"},
       {"xception@static", "params=20827442 structure=53e5576a5ef3770d knobs=3d8e3f55dd6212b3 init=c4aae0502bdb6e5c"},
-      // Added with the models (issue 17), after the move onto ZooNet.
+      // Added with the last two models of the overhead list, after the move onto ZooNet.
       {"densenet169",
        "params=12501130 structure=55a4aac09a532978 knobs=03620c2b19043165 init=365a129303b3e2a4 "
        "logits=e06503f101d925ac loss=e38d0692c50b28f2 grads=9621183461ae9ecc "

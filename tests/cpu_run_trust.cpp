@@ -1,4 +1,4 @@
-// Runs you can trust (issue 16): each wrong or weak behaviour a hostile user found, as a test.
+// Runs you can trust: each wrong or weak behaviour a hostile user found, as a test.
 // Bad numbers name their flag; --resume continues in its folder, refuses changed settings and
 // verifies the checkpoint it reads; a finished run is never overwritten without --overwrite, and
 // then only once the new run has an epoch to show; two writers never share a folder; a run

@@ -1,4 +1,4 @@
-// The model zoo on the CPU (issue 10): torchvision's VGG-16/19 (with and without batch norm),
+// The model zoo on the CPU: torchvision's VGG-16/19 (with and without batch norm),
 // ResNet-34 and bottleneck ResNet-50/101/152, and the paper's MediumCNN(k) — parameter counts
 // against torchvision's (or, for MediumCNN, a formula), layer names and knob layers, torchvision's
 // init rules, and a forward and backward pass that reaches every parameter.

@@ -1,4 +1,4 @@
-// The model zoo's second batch on the CPU (issue 10): torchvision's DenseNet-121/201,
+// The model zoo's second batch on the CPU: torchvision's DenseNet-121/201,
 // MobileNet-v2, EfficientNet-B0 and Inception-v3, and Keras's Xception — parameter counts against
 // the references', parameter names as their state_dict / layer names, knob layers, init rules,
 // EfficientNet's replayable stochastic depth, and a forward and backward pass that reaches every

@@ -1,4 +1,4 @@
-// The overhead list's last two models on the CPU (issue 17): torchvision's DenseNet-169 and
+// The overhead list's last two models on the CPU: torchvision's DenseNet-169 and
 // Keras's MobileNet (v1) — parameter counts against the references', parameter names as their
 // state_dict / layer names, knob layers, init rules, the input check, and a forward and backward
 // pass at batch 2 on 32x32 inputs (the smallest side MobileNet takes; its last stage is then 1x1,

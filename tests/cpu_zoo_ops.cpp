@@ -1,4 +1,4 @@
-// Ops the model zoo needs (issue 10), on the CPU: sigmoid, SiLU, ReLU6, concatenation along
+// Ops the model zoo needs, on the CPU: sigmoid, SiLU, ReLU6, concatenation along
 // channels, the squeeze-and-excitation channel multiply and adaptive average pooling. For each:
 // the op's values against hand-computed numbers (forward and backward through the tape), and a
 // central-difference gradient check of the double-precision reference.

@@ -236,7 +236,7 @@ TEST_CASE("gpu grid sample and affine grid: determinism of each variant over 10 
     std::printf("DETERMINISM | affine_grid | bwd=%s | %zu/10 | %.1f us\n", name_of(v), distinct, us);
     if (v == AffineGridBwd::Deterministic) CHECK(distinct == 1);
     // atomic by construction; cuDNN's is not on its non-reproducible list, yet gave 10 results in 10
-    // calls on an H100 with cuDNN 9.14 (issue 18): a finding this test keeps watching.
+    // calls on an H100 with cuDNN 9.14: a finding this test keeps watching.
     if (v != AffineGridBwd::Deterministic) CHECK(distinct > 1);
   }
 }

@@ -1,5 +1,5 @@
-// Every network on the GPU, as make_net builds it (issue 16's one builder, issue 17's DenseNet-169
-// and Keras's MobileNet): initial weights bit-equal to the CPU's (both are drawn on the host from
+// Every network on the GPU, as make_net builds it (the one builder, DenseNet-169 and Keras's
+// MobileNet included): initial weights bit-equal to the CPU's (both are drawn on the host from
 // the same Philox streams), a training step under `*=deterministic` that two fresh contexts repeat
 // bit for bit (logits, loss, every gradient, the batch-norm statistics), every op of it promising
 // run_to_run or gpu_to_gpu in the manifest, and the input check of Net::forward refusing a wrong

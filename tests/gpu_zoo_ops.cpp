@@ -1,4 +1,4 @@
-// Ops the model zoo needs (issue 10), on the GPU: sigmoid, SiLU, ReLU6, concatenation along
+// Ops the model zoo needs, on the GPU: sigmoid, SiLU, ReLU6, concatenation along
 // channels, the squeeze-and-excitation channel multiply and adaptive average pooling. Each CUDA
 // kernel against the double-precision CPU reference on fresh random inputs, within a tolerance
 // derived below from float rounding (u = 2^-24, the unit roundoff; one ulp of v is at most

@@ -1,4 +1,4 @@
-// Internal: what the issue-18 op families (grid_sample, affine_grid, roi_align, ctc_loss, spmm)
+// Internal: what the sampler, ROI, CTC and sparse op families (grid_sample, affine_grid, roi_align, ctc_loss, spmm)
 // share: the "op (layer 'name')" prefix of their messages, the manifest entry of one knob, and the
 // error for a workspace that cannot be allocated.
 #pragma once

@@ -1,5 +1,5 @@
 // Internal: the manifest entry of a knob whose every GPU variant is one of ditto's own kernels
-// (the issue-18 op families: scatter, upsample, pixel_xent, reduction). On a CUDA context the
+// (the scatter, upsample, pixel_xent and reduction families). On a CUDA context the
 // variant that ran is recorded with its label: deterministic variants are fixed-order kernels
 // whose grids follow the tensor shape alone (gpu_to_gpu), the others add with atomics
 // (not_guaranteed). On a CPU context the double-accumulating reference ran whatever the policy
