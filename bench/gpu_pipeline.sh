@@ -13,6 +13,7 @@
 # ditto's modes run, side by side), attribute-precision[:PRECISION]
 # (the add-one attribution in a reduced precision), grad-agreement (one step's gradients against PyTorch's autocast),
 # fingerprint[:PRECISIONS] (a deterministic run's weights twice per precision, to compare across GPUs)
+# scatter-torch-recheck (the sorted scatters' and ditto.torch's GPU tests and timings, after a change to either)
 # Tracing: trace-speed (bench/trace_speed), diverge-zoo[:MODELS] (ImageNet-shape diverge runs with
 # per-layer growth), trace-record (a trace per GPU; COMPARE_WITH another host's to compare).
 # fig-s4 overhead mnist (needs .data/mnist/*.gz) celeba (needs .data-celeba/celeba64.tar.gz).
@@ -450,6 +451,20 @@ pipeline() {
         # (The sampling, CTC and sparse rows first: the order the committed tables have.)
         python3 bench/task_ops_table.py $R/task_ops/op_noise.csv $R/torch_sampler_ctc_spmm.jsonl \
           $R/torch_scatter_reduce.jsonl --out $R/task_ops.md; grep -c "differs" $R/task_ops.md ;;
+      scatter-torch-recheck)
+        # The sorted scatters and ditto.torch's host path after a change to either: their GPU tests, op_noise's
+        # scatter rows (distinct of 20, µs), and ditto.torch's scatter / index / pixel-loss rows timed call by
+        # call (bench/torch_ops.py --profile) and back to back (bench/torch_host_split.py). Needs the carried
+        # wheels (.whl) for the Python package. Wall: about 3 min (estimate).
+        local P=$R/scatter-torch-recheck; rm -rf $P; mkdir -p $P
+        (cd $B && ctest -R "gpu_scatter|gpu_python" --output-on-failure --timeout 400 > $P/tests.txt 2>&1)
+        grep -E "tests passed|tests failed|Failed|\*\*\*" $P/tests.txt
+        $B/bench/op_noise --group classic --families scatter --runs 20 --out $P/op_noise > $P/op_noise.txt 2>&1
+        echo "op_noise rc=$?"; grep -E "embedding|scatter_add" $P/op_noise.txt
+        timeout 240 python3 bench/torch_ops.py --only scatter_add,index_add,nll_loss-2d,cross_entropy-2d,embedding_bag-mean \
+          --repeats 20 --profile --out $P/torch_ops > $P/torch_ops.log 2>&1; echo "torch_ops rc=$?"
+        timeout 120 python3 bench/torch_host_split.py --calls 200 --out $P/host_split.jsonl > $P/host_split.md \
+          2> $P/host_split.err; echo "torch_host_split rc=$?"; cat $P/host_split.md ;;
       dp1)
         # Data parallelism with the one GPU lent: ResNet-18 on CIFAR-10, DP_STEPS (300) deterministic steps,
         # the plain trainer, then --gpus 1 --dp-groups 1 (the data-parallel path: one rank, one example
