@@ -3,6 +3,7 @@
 //   ditto-diverge run --model smallcnn --dataset cifar10 --data DIR --steps 300 --pin conv2.bwd_filter=algo0
 //   ditto-diverge record --steps 50 ... --trace h100.trace      (one run's trace, for another machine)
 //   ditto-diverge compare h100.trace h200.trace
+//   ditto-diverge kernels runs/h100 runs/h200                   (which layer chose another kernel)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +70,11 @@ int main(int argc, char** argv) {
       auto c = ditto::compare_trace_files(a.path_a, a.path_b);
       std::printf("%s", ditto::format_comparison(c).c_str());
       return c.first.found || c.first.structure_mismatch ? 1 : 0;
+    }
+    if (*a.kernels) {
+      const ditto::KernelChoices c = ditto::compare_kernel_choices(a.path_a, a.path_b);
+      std::printf("%s", ditto::format_kernel_choices(c).c_str());
+      return c.differ() ? 1 : 0;
     }
     if (*a.record)
       record_trace_file(a, argc, argv);

@@ -1,6 +1,6 @@
 // ditto-diverge's subcommands and flags, shared by every front end that finds where two runs part
-// (examples/ditto-diverge.cpp, the Python package's ditto.diverge): one definition of run, record
-// and compare. Header-only like experiments/cli.h (a program that includes it links CLI11).
+// (examples/ditto-diverge.cpp, the Python package's ditto.diverge): one definition of run, record,
+// compare and kernels. Header-only like experiments/cli.h (a program that includes it links CLI11).
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -19,7 +19,7 @@ struct DivergeArgs {
   std::string out = "runs/diverge", trace, path_a, path_b;
   bool measure_overhead = false;
   bool overwrite_trace = false;
-  CLI::App *run = nullptr, *record = nullptr, *compare = nullptr;
+  CLI::App *run = nullptr, *record = nullptr, *compare = nullptr, *kernels = nullptr;
 };
 
 // The subcommands and their flags (a flat table of flag definitions).
@@ -57,6 +57,11 @@ inline void add_diverge_subcommands(CLI::App& app, DivergeArgs& a) {
   auto* compare = a.compare = app.add_subcommand("compare", "compare two trace files");
   compare->add_option("trace_a", a.path_a)->required()->check(CLI::ExistingFile);
   compare->add_option("trace_b", a.path_b)->required()->check(CLI::ExistingFile);
+
+  auto* kernels = a.kernels = app.add_subcommand(
+      "kernels", "compare the kernels two runs chose (their manifests): which layer ran another variant or engine");
+  kernels->add_option("run_a", a.path_a, "a run folder or its manifest.json")->required()->check(CLI::ExistingPath);
+  kernels->add_option("run_b", a.path_b, "a run folder or its manifest.json")->required()->check(CLI::ExistingPath);
 }
 
 // The seeds a traced run takes (a given seed, else the deterministic switch's 0), without a

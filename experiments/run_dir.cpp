@@ -184,6 +184,16 @@ std::vector<ManifestEntry> parse_ops(const json& m, const std::string& path) {
     }
     e.device = text("device", false);
     e.shape = text("shape", false);
+    e.algorithm = text("algorithm", false);
+    if (const std::string g = text("guarantee", false); !g.empty()) {
+      bool known = false;
+      for (Guarantee c : {Guarantee::NotGuaranteed, Guarantee::RunToRun, Guarantee::GpuToGpu, Guarantee::Unknown})
+        if (g == guarantee_name(c)) e.guarantee = c, known = true;
+      if (!known)
+        throw DataError(fmt::format("{}: {}.guarantee is \"{}\"; expected not_guaranteed, run_to_run, gpu_to_gpu or "
+                                    "unknown",
+                                    path, where, g));
+    }
     ops.push_back(std::move(e));
   }
   return ops;
@@ -697,6 +707,10 @@ RunManifest read_run_manifest(const std::string& path) {
   r.train_fingerprint = f.fingerprint("data.train_fingerprint");
   r.test_fingerprint = f.fingerprint("data.test_fingerprint");
   r.ops = parse_ops(m, path);
+  if (const json* rt = f.find("runtime")) {
+    if (!rt->is_object()) f.fail("runtime", rt, "an object (gpu, driver, cudnn, ...)");
+    for (const auto& [key, value] : rt->items()) r.runtime[key] = value.is_string() ? value.get<std::string>() : value.dump();
+  }
   return r;
 }
 

@@ -178,6 +178,9 @@ struct RunManifest {
   Fingerprint weights_fingerprint;
   Fingerprint train_fingerprint, test_fingerprint;  // the data the run saw
   std::vector<ManifestEntry> ops;
+  // What it ran on, from "runtime": gpu, driver, cuda_runtime, cudnn, cublas, ... (strings as
+  // written; empty for a manifest without the section).
+  std::map<std::string, std::string> runtime;
 };
 // Throws IoError when the file cannot be opened, DataError naming the file and the field (or the
 // byte, for malformed JSON) otherwise; a manifest of the FNV-1a versions is refused by name.

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "experiments/cli.h"
 #include "experiments/diverge_cli.h"
 #include "experiments/experiment_cli.h"
+#include "experiments/kernel_choices.h"
 #include "experiments/report.h"
 #include "experiments/run_dir.h"
 #include "experiments/train.h"
@@ -288,6 +290,45 @@ nb::dict compare_traces(const std::string& a, const std::string& b) {
   return d;
 }
 
+// ditto-diverge kernels: the kernels two runs chose, side by side.
+nb::dict compare_kernels(const std::string& a, const std::string& b) {
+  KernelChoices c;
+  {
+    nb::gil_scoped_release released;
+    c = compare_kernel_choices(a, b);
+  }
+  auto entry = [](const std::optional<ManifestEntry>& e) -> nb::object {
+    if (!e) return nb::none();
+    nb::dict d;
+    d["variant"] = e->variant;
+    d["algorithm"] = e->algorithm;
+    d["precision"] = e->precision;
+    d["guarantee"] = guarantee_name(e->guarantee);
+    d["requested"] = e->requested;
+    return d;
+  };
+  nb::list runtime, differing;
+  for (const auto& [field, va, vb] : c.runtime) runtime.append(nb::make_tuple(field, va, vb));
+  for (const KernelChoice& k : c.differing) {
+    nb::dict d;
+    d["layer"] = k.layer;
+    d["op"] = k.op;
+    d["knob"] = k.knob;
+    d["shape"] = k.shape;
+    d["a"] = entry(k.a);
+    d["b"] = entry(k.b);
+    differing.append(d);
+  }
+  nb::dict d;
+  d["manifest_a"] = c.manifest_a;
+  d["manifest_b"] = c.manifest_b;
+  d["runtime"] = runtime;
+  d["differing"] = differing;
+  d["same"] = c.same;
+  d["text"] = format_kernel_choices(c);
+  return d;
+}
+
 }  // namespace
 }  // namespace ditto
 
@@ -394,6 +435,10 @@ NB_MODULE(_ditto, m) {
         "ditto-diverge run (argv without the program and subcommand); diverge.json written to --out.");
   m.def("compare_traces", &compare_traces, "trace_a"_a, "trace_b"_a,
         "ditto-diverge compare: where two trace files (ditto-diverge record) first part, as a dict.");
+  m.def("compare_kernels", &compare_kernels, "run_a"_a, "run_b"_a,
+        "ditto-diverge kernels: the kernels two runs chose (run folders or manifest.json files), as a dict: "
+        "'runtime' (field, a, b) where GPU, driver or libraries differ, 'differing' (layer, op, knob, shape, a, b; "
+        "a or b None where that run recorded no such entry), 'same' (entries that ran the same kernel) and 'text'.");
   m.def("experiment_help", &experiment_help, "ditto-experiment's --help: the flags experiment() takes.");
   m.def("_run_experiment", &run_experiment, "argv"_a, "on_replica"_a = nb::none(),
         "Runs a protocol with ditto-experiment's flags (argv without a program name); writes the report to --out.");

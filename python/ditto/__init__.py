@@ -45,6 +45,7 @@ from ._ditto import (  # noqa: F401  (re-exported)
     ShapeError,
     Tensor,
     attribute_help,
+    compare_kernels,
     compare_traces,
     diverge_help,
     epoch_permutation,
@@ -57,7 +58,7 @@ from . import _ditto
 __all__ = [
     "AttributionResult", "Context", "Error", "FlagError", "CudaError", "CudnnError", "CublasError", "DataError", "IoError",
     "ExperimentResult", "Policy", "PolicyError", "ShapeError", "Tensor", "TrainResult", "attribute",
-    "attribute_help", "compare_traces", "diverge", "diverge_help", "epoch_permutation", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
+    "attribute_help", "compare_kernels", "compare_traces", "diverge", "diverge_help", "epoch_permutation", "experiment", "experiment_help", "flags_to_argv", "knobs", "train", "train_help",
 ]
 
 FlagValue = Union[str, int, float, bool, List[Any], tuple]

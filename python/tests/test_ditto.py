@@ -1,6 +1,7 @@
 """The Python package on the CPU: knobs, policies, tensors shared with NumPy without copies,
 training runs with ditto-train's flags, and errors as Python exceptions with ditto's messages."""
 import json
+import os
 import sys
 
 import numpy as np
@@ -197,3 +198,18 @@ def test_deterministic_runs_do_not_part_and_the_report_says_so(tmp_path):
     assert (tmp_path / "d" / "diverge.json").exists()
     with pytest.raises(ditto.IoError, match="missing-a.trace: cannot open for reading"):
         ditto.compare_traces(str(tmp_path / "missing-a.trace"), str(tmp_path / "missing-b.trace"))
+
+
+def test_two_runs_kernel_choices_compare_by_layer(tmp_path):
+    small = dict(device="cpu", model="two-conv", synthetic_train=64, synthetic_test=32, synthetic_size=16,
+                 batch_size=32, epochs=1, kernels="deterministic")
+    a = ditto.train(out=str(tmp_path / "a"), **small)
+    b = ditto.train(out=str(tmp_path / "b"), pin="conv1.precision=bf16", **small)
+    same = ditto.compare_kernels(a.out, a.out)
+    assert same["differing"] == [] and same["runtime"] == [] and same["same"] > 0
+    c = ditto.compare_kernels(a.out, os.path.join(b.out, "manifest.json"))
+    assert {d["layer"] for d in c["differing"]} == {"conv1"}
+    assert all(d["a"]["precision"] == "" and d["b"]["precision"] == "bf16" for d in c["differing"])
+    assert c["same"] + len(c["differing"]) == same["same"] and "conv1.fwd" in c["text"]
+    with pytest.raises(ditto.IoError, match="cannot open"):
+        ditto.compare_kernels(a.out, str(tmp_path / "missing.json"))
