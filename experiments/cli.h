@@ -364,6 +364,7 @@ inline void apply_train_flags(TrainConfig& c, const TrainFlags& f, int argc, cha
     auto recorded = pins_from_ops(recorded_run.ops);
     recorded.insert(recorded.end(), c.pins.begin(), c.pins.end());
     c.pins = recorded;
+    c.pins_from = f.pins_from;
   }
   c.device = resolve_device(c.device);
   default_loss_scale(c, f, c.precision);

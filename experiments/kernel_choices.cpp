@@ -74,6 +74,20 @@ KernelChoices compare_kernel_choices(const std::string& run_a, const std::string
   return c;
 }
 
+std::vector<std::string> replay_mismatches(const std::vector<ManifestEntry>& recorded, const Manifest& now) {
+  auto on_gpu = [](const std::string& device) { return device.rfind("cuda", 0) == 0; };
+  std::vector<std::string> out;
+  for (const ManifestEntry& r : recorded) {
+    if (!on_gpu(r.device)) continue;
+    const ManifestEntry* e = now.find(r.layer, r.knob, r.shape);
+    if (!e || !on_gpu(e->device) || e->variant != r.variant || e->algorithm == r.algorithm) continue;
+    out.push_back(fmt::format("{}.{}{}: {} {} (recorded {})", r.layer, r.knob, r.shape.empty() ? "" : " @" + r.shape,
+                              e->variant, e->algorithm.empty() ? "(none)" : e->algorithm,
+                              r.algorithm.empty() ? "(none)" : r.algorithm));
+  }
+  return out;
+}
+
 std::string format_kernel_choices(const KernelChoices& c) {
   std::string out = fmt::format("kernel choices: A {}\n                B {}\n", c.manifest_a, c.manifest_b);
   if (c.runtime.empty()) {

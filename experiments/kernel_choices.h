@@ -33,4 +33,11 @@ KernelChoices compare_kernel_choices(const std::string& run_a, const std::string
 // What differs, one line per entry: "conv1.fwd @128x3x32x32 (conv2d): engine eng47[] | engine eng12[]".
 std::string format_kernel_choices(const KernelChoices& c);
 
+// A replay's kernels against the run it replays (--pins-from, --resume): the entries, on a GPU in
+// both, that ran the pinned variant in another configuration ("conv1.fwd @128x3x32x32: engine
+// eng12[] TENSOR_CORE (recorded eng47[] TENSOR_CORE)"). A variant such as `engine` names cuDNN's
+// heuristic pick, which depends on the GPU model and the library's version, so a pin alone does
+// not replay it elsewhere. Entries whose variants differ are left out (an explicit pin chose that).
+std::vector<std::string> replay_mismatches(const std::vector<ManifestEntry>& recorded, const Manifest& now);
+
 }  // namespace ditto

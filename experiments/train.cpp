@@ -27,6 +27,7 @@
 #include "engine/tracer.h"
 #include "engine/tuning.h"
 #include "experiments/data_parallel.h"
+#include "experiments/kernel_choices.h"
 #include "experiments/run_dir.h"
 #include "experiments/step.h"
 #include "experiments/task_scoring.h"
@@ -393,7 +394,17 @@ class Run {
       seed_augment_ = {resumed_->meta.seed_augment, "checkpoint"};
       // The resumed run keeps the kernels its first part ran, so choices made by timing or by a
       // heuristic cannot change half-way; explicit pins (the same, by check_resume_flags) follow.
+      // A pinned variant whose configuration cuDNN or cuBLASLt picks (the engine variant) may still
+      // differ on another GPU model or library version: checked after the first step.
       for (const auto& p : pins_from_ops(resumed_->manifest.ops)) policy_.set(p);
+      replayed_ops_ = resumed_->manifest.ops;
+      replayed_runtime_ = resumed_->manifest.runtime;
+      replayed_from_ = "--resume " + cfg_.resume;
+    } else if (!cfg_.pins_from.empty()) {
+      const RunManifest recorded = read_run_manifest(cfg_.pins_from);
+      replayed_ops_ = recorded.ops;
+      replayed_runtime_ = recorded.runtime;
+      replayed_from_ = "--pins-from " + cfg_.pins_from;
     }
     // --batchnorm VALUE is the rule *.stats=VALUE (kernels/batchnorm.h); a pin for one layer is
     // more specific and wins. local is every mode's pick already, so only sync adds a rule.
@@ -790,6 +801,7 @@ class Run {
         stepper_->run(batch.images, batch.labels, step_lr, loss_sum_, correct_, {batch.targets, batch.target_lengths});
       out.seen += batch.global_rows;
       ++result_.steps;
+      if (!replay_checked_) check_replayed_kernels();
       if (hooks_.after_step) {
         auto h0 = Clock::now();
         hooks_.after_step(StepView{step, epoch, ctx, params_, predict});
@@ -1080,6 +1092,32 @@ class Run {
     return h.digest();
   }
 
+  // After the first step every kernel of a training step is in the manifest: a replay (--resume,
+  // --pins-from) whose pinned variant ran in another configuration than the recorded run's is not the
+  // run it claims to continue or repeat. An error, before any epoch of it is published.
+  void check_replayed_kernels() {
+    replay_checked_ = true;
+    if (replayed_ops_.empty()) return;
+    const std::vector<std::string> differ = replay_mismatches(replayed_ops_, ctx_->manifest());
+    if (differ.empty()) return;
+    const RuntimeInfo now = ctx_->runtime_info();
+    auto field = [&](const char* key) {
+      auto it = replayed_runtime_.find(key);
+      return it == replayed_runtime_.end() || it->second.empty() ? std::string("?") : it->second;
+    };
+    const std::size_t shown = std::min<std::size_t>(differ.size(), 6);
+    throw Error(fmt::format(
+        "{}: {} kernel{} ran in another configuration than the recorded run's: {}{}. The recorded run ran on {} "
+        "(cuDNN {}, cuBLAS {}), this one on {} (cuDNN {}, cuBLAS {}); cuDNN's heuristic and cuBLASLt pick "
+        "configurations per GPU model and library version, so this is not the recorded run: {} on the recorded "
+        "GPU model and libraries (ditto-diverge kernels compares two runs' choices)",
+        replayed_from_, differ.size(), differ.size() == 1 ? "" : "s",
+        fmt::join(differ.begin(), differ.begin() + std::ptrdiff_t(shown), "; "),
+        differ.size() > shown ? fmt::format("; and {} more", differ.size() - shown) : "", field("gpu"), field("cudnn"),
+        field("cublas"), now.gpu_name, now.cudnn, now.cublas,
+        resumed_ ? "resume it" : "replay it"));
+  }
+
   void warn(const std::string& text) {
     warnings_.push_back(text);
     std::fprintf(stderr, "ditto: warning: %s\n", text.c_str());
@@ -1103,6 +1141,12 @@ class Run {
   Policy policy_;
   std::optional<ResumePoint> resumed_;
   std::vector<std::string> pins_not_applied_, warnings_;
+  // The run this one replays kernel for kernel (--resume's first part, --pins-from's manifest), what
+  // it ran on, and how the user named it; checked once, after the first step.
+  std::vector<ManifestEntry> replayed_ops_;
+  std::map<std::string, std::string> replayed_runtime_;
+  std::string replayed_from_;
+  bool replay_checked_ = false;
   // set_up
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Net> net_;

@@ -71,6 +71,8 @@ struct TrainConfig {
                                       // (a resumed run first pins what its manifest recorded)
   int64_t train_size = 0, test_size = 0;  // 0: all
   std::string resume;                 // run folder to continue from (into --out, or in place without one)
+  std::string pins_from;              // the manifest whose kernels the pins replay (--pins-from); after
+                                      // the first step every GPU kernel must have run as recorded
   std::string out;                    // run folder to write (experiments/run_dir.h: the rules)
   bool overwrite = false;             // --out may hold a run, replaced once this one publishes an epoch
   bool checkpoint = true;             // false: no checkpoint.safetensors in out (large sweeps)

@@ -114,3 +114,32 @@ TEST_CASE("kernel choices: a damaged manifest is an error naming the file and fi
   CHECK_THROWS_WITH(compare_kernel_choices(run, bad), Contains(bad) && Contains("ops[1].guarantee"));
   CHECK_THROWS_AS(compare_kernel_choices(run, test::scratch("kernel_choices", "nothing-here")), IoError);
 }
+
+TEST_CASE("kernel choices: a replay's mismatches are the GPU entries whose pinned variant ran in another configuration") {
+  auto entry = [](const std::string& layer, const std::string& knob, const std::string& variant,
+                  const std::string& algorithm, const std::string& device, const std::string& shape = "") {
+    ManifestEntry e;
+    e.layer = layer, e.knob = knob, e.variant = variant, e.algorithm = algorithm, e.device = device, e.shape = shape;
+    return e;
+  };
+  const std::vector<ManifestEntry> recorded = {
+      entry("conv1", "fwd", "engine", "eng47[] TENSOR_CORE", "cuda:0", "8x3x16x16"),
+      entry("conv1", "bwd_data", "engine", "eng3[]", "cuda:0", "8x3x16x16"),
+      entry("fc", "gemm", "cublaslt", "id 21 tile 128x128", "cuda:0"),
+      entry("conv2", "fwd", "algo1", "", "cuda:0", "8x16x8x8"),
+      entry("pool1", "bwd", "gather", "", "cpu"),
+  };
+  Manifest now;
+  now.record(entry("conv1", "fwd", "engine", "eng12[] TENSOR_CORE", "cuda:1", "8x3x16x16"));  // another pick
+  now.record(entry("conv1", "bwd_data", "engine", "eng3[]", "cuda:1", "8x3x16x16"));          // the same
+  now.record(entry("fc", "gemm", "cublas", "", "cuda:1"));            // another variant: an explicit pin
+  now.record(entry("conv2", "fwd", "algo1", "", "cuda:1", "8x16x8x8"));  // no configuration to differ
+  now.record(entry("pool1", "bwd", "gather", "", "cuda:1"));          // recorded on the CPU: not compared
+  const std::vector<std::string> differ = replay_mismatches(recorded, now);
+  REQUIRE(differ.size() == 1);
+  CHECK(differ[0] == "conv1.fwd @8x3x16x16: engine eng12[] TENSOR_CORE (recorded eng47[] TENSOR_CORE)");
+
+  Manifest on_cpu;  // a GPU run's pins replayed on the CPU reference: nothing to compare
+  on_cpu.record(entry("conv1", "fwd", "engine", "", "cpu", "8x3x16x16"));
+  CHECK(replay_mismatches(recorded, on_cpu).empty());
+}

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -24,6 +25,7 @@
 #include "engine/error.h"
 #include "engine/tensor_ops.h"
 #include "engine/tuning.h"
+#include "experiments/run_dir.h"
 #include "experiments/train.h"
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
@@ -35,6 +37,8 @@
 #include "nets/nets.h"
 #include "support.h"
 #include "train_support.h"
+
+#include <nlohmann/json.hpp>
 
 using namespace ditto;
 using Catch::Matchers::Contains;
@@ -339,4 +343,38 @@ TEST_CASE("gpu native activations: bf16 and fp16 ResNet-18 with a tuning file: t
       if (op.op == "conv2d" && (op.knob == "fwd" || op.knob == "bwd_data" || op.knob == "bwd_filter"))
         CHECK(op.deterministic == Determinism::Yes);
   }
+}
+
+TEST_CASE("gpu native activations: --pins-from replays cuDNN's engines, and a replay that ran other ones is refused") {
+  // The engine variant is cuDNN's heuristic pick for the problem, GPU model and cuDNN version: a pin
+  // alone replays it only where those match, so the trainer compares configurations after the first
+  // step. Here the recorded configuration of one layer is rewritten, as another GPU would have chosen.
+  TrainConfig c = native_config("smallcnn");
+  c.epochs = 1;
+  c.overwrite = true;
+  c.out = test::scratch("gpu_native_activations", "replay-source");
+  const TrainResult source = train(c);
+  const std::string manifest = c.out + "/manifest.json";
+
+  TrainConfig replay = c;
+  replay.out = test::scratch("gpu_native_activations", "replay");
+  replay.pins = pins_from_manifest(manifest);
+  replay.pins_from = manifest;
+  CHECK(train(replay).weights_fingerprint == source.weights_fingerprint);
+
+  nlohmann::json m;
+  std::ifstream(manifest) >> m;
+  std::string layer;
+  for (auto& op : m["ops"])
+    if (op.value("variant", "") == "engine" && !op.value("algorithm", "").empty()) {
+      layer = op["layer"].get<std::string>() + "." + op["knob"].get<std::string>();
+      op["algorithm"] = "eng9999[] TENSOR_CORE";
+      break;
+    }
+  REQUIRE_FALSE(layer.empty());
+  const std::string other = test::scratch("gpu_native_activations", "other-gpu-manifest.json");
+  std::ofstream(other) << m.dump(1);
+  replay.pins = pins_from_manifest(other);
+  replay.pins_from = other;
+  CHECK_THROWS_WITH(train(replay), Contains("--pins-from") && Contains(layer) && Contains("recorded eng9999[]"));
 }
