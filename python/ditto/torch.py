@@ -154,7 +154,12 @@ def _f32(t: Tensor, what: str) -> Tensor:
 
 def _i32(t: Tensor) -> Tensor:
     """Indices and labels as ditto's kernels read them. The public functions convert before the custom
-    op, so its backward, which reads them again, gets int32 already (``to`` then returns the tensor)."""
+    op, so its backward, which reads them again, gets int32 already (``to`` then returns the tensor).
+    int64 values outside int32 saturate to its limits rather than wrap (2**32 + 3 would become 3, a valid
+    row): the limits are out of range for every table and class count, so the kernels treat them as any
+    other bad index."""
+    if t.dtype == torch.int64:
+        t = t.clamp(-2**31, 2**31 - 1)
     return t.to(torch.int32).contiguous()
 
 
@@ -204,15 +209,22 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
     replaced by ``index[p]`` (over ``index``'s extent)."""
     dim = dim % max(input.dim(), 1)
     src = src[tuple(slice(0, s) for s in index.shape)]
-    flat = index.long() * input.stride(dim)
+    # A coordinate outside input's extent along dim is out of range even where its flat offset would land
+    # on another element (index 3 of a width-3 row is the next row's first element): -1 marks it.
+    bad = (index < 0) | (index >= input.shape[dim])
+    # Offsets into the row-major result, whatever input's own strides are.
+    strides = [1] * input.dim()
+    for d in range(input.dim() - 2, -1, -1):
+        strides[d] = strides[d + 1] * input.shape[d + 1]
+    flat = index.long() * strides[dim]
     for d in range(index.dim()):
         if d != dim:
             shape = [1] * index.dim()
             shape[d] = index.shape[d]
-            flat = flat + (torch.arange(index.shape[d], device=index.device) * input.stride(d)).view(shape)
+            flat = flat + (torch.arange(index.shape[d], device=index.device) * strides[d]).view(shape)
+    flat = flat.masked_fill(bad, -1)
     rows = _index_add_rows(src.reshape(-1, 1).contiguous(), _i32(flat.reshape(-1)), input.numel(), deterministic)
-    return input + rows.view(input.shape) if input.is_contiguous() else input + rows.view(input.contiguous().shape)
-
+    return input + rows.view(input.shape)
 
 # ---- embedding and embedding_bag ------------------------------------------------------------------
 

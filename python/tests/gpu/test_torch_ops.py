@@ -150,3 +150,27 @@ def test_gradients_match_directional_derivatives(name):
         else:
             change = (f(base + v) - f(base - v)) / 2
         assert change == pytest.approx(predicted, rel=2e-2, abs=1e-4 * (abs(f(base)) + 1))
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_indices_out_of_range_poison_the_result_instead_of_wrapping(deterministic):
+    """An int64 index past int32 saturates rather than wrapping onto a valid row (2**32 + 3 is not 3), and a
+    scatter coordinate past its row's width does not spill into the next row: both make the GPU output NaN,
+    as any out-of-range index does there. In-range int64 indices give the int32 result bit for bit."""
+    src = torch.ones(4, 3, device="cuda")
+    good = torch.tensor([0, 1, 3, 3], device="cuda")
+    want = dt.index_add(torch.zeros(5, 3, device="cuda"), 0, good.int(), src, deterministic=deterministic)
+    assert digest([dt.index_add(torch.zeros(5, 3, device="cuda"), 0, good, src, deterministic=deterministic)]) \
+        == digest([want])
+    for bad in (2**32 + 3, -2**32 - 2, 5, -1):
+        index = torch.tensor([0, 1, bad, 3], device="cuda")
+        out = dt.index_add(torch.zeros(5, 3, device="cuda"), 0, index, src, deterministic=deterministic)
+        assert out.isnan().all(), bad
+    grid = torch.zeros(2, 3, device="cuda")
+    index = torch.tensor([[0, 1, 3], [2, 2, 2]], device="cuda")  # 3: one past the row's last column
+    out = dt.scatter_add(grid, 1, index, torch.ones(2, 3, device="cuda"), deterministic=deterministic)
+    assert out.isnan().all()
+    ok = dt.scatter_add(grid.t(), 0, index.t().clamp(max=1), torch.ones(3, 2, device="cuda"),
+                        deterministic=deterministic)
+    assert torch.equal(ok, torch.zeros(3, 2, device="cuda").scatter_add(0, index.t().clamp(max=1),
+                                                                         torch.ones(3, 2, device="cuda")))
