@@ -201,6 +201,58 @@ Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Te
   return y;
 }
 
+Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shape& index_shape, int dim,
+                        const Shape& out_shape) {
+  const std::string op = "scatter_dim_keys";
+  check_i32_on(ctx, index, op, "index");
+  const int rank = static_cast<int>(out_shape.size());
+  if (static_cast<int>(index_shape.size()) != rank || rank < 1 || rank > cuda::kDimKeysMaxRank)
+    throw ShapeError(fmt::format("{}: index of shape {} into {}: the same rank, 1 to {}, expected", op,
+                                 shape_str(index_shape), shape_str(out_shape), cuda::kDimKeysMaxRank));
+  if (dim < 0 || dim >= rank) throw ShapeError(fmt::format("{}: dim {} of a rank-{} tensor", op, dim, rank));
+  int64_t n = 1, total = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (index_shape[d] < 0 || (d != dim && index_shape[d] > out_shape[d]))
+      throw ShapeError(fmt::format("{}: index of shape {} is larger than {} outside dim {}", op,
+                                   shape_str(index_shape), shape_str(out_shape), dim));
+    n *= index_shape[d];
+    total *= out_shape[d];
+  }
+  if (n > INT_MAX || total > INT_MAX)
+    throw ShapeError(fmt::format("{}: index {} into {}: fewer than 2^31 elements in each are supported", op,
+                                 shape_str(index_shape), shape_str(out_shape)));
+  if (index.numel() != (wide ? 2 * n : n))
+    throw ShapeError(fmt::format("{}: {} words for an index of shape {} ({} per element)", op, index.numel(),
+                                 shape_str(index_shape), wide ? 2 : 1));
+  Tensor key = ctx.empty({n}, DType::I32);
+  if (n == 0) return key;
+  if (ctx.is_cuda()) {
+    cuda::DimKeys k;
+    k.rank = rank, k.dim = dim, k.wide = wide, k.extent = out_shape[dim], k.n = n;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      k.ishape[d] = static_cast<uint32_t>(index_shape[d]);
+      k.ostride[d] = stride;
+      stride *= out_shape[d];
+    }
+    cuda::scatter_dim_keys(ctx, index.i32(), k, key.i32());
+    return key;
+  }
+  const int32_t* w = index.i32();
+  const auto value = [&](int64_t e) {
+    if (!wide) return int64_t(w[e]);
+    const uint64_t lo = static_cast<uint32_t>(w[2 * e]), hi = static_cast<uint32_t>(w[2 * e + 1]);
+    return static_cast<int64_t>(hi << 32 | lo);
+  };
+  ref::scatter_dim_keys(index_shape, out_shape, dim, value, key.i32());
+  const int32_t* k = key.i32();
+  for (int64_t e = 0; e < n; ++e)
+    if (k[e] < 0)
+      throw DataError(fmt::format("scatter along dim {}: index element {} (row-major in {}) is {}, outside [0, {})",
+                                  dim, e, shape_str(index_shape), value(e), out_shape[dim]));
+  return key;
+}
+
 Var embedding(Context& ctx, const std::string& layer, const Var& weight, const Tensor& index) {
   const std::string op = where("embedding", layer);
   check_f32_on(ctx, weight.value(), op, "weight");

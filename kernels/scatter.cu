@@ -17,8 +17,9 @@
 //   4. segment_fixup_kernel: one block per tile where a run starts and continues; its 8 warps add
 //      the run's pieces (tail of the first tile, then the heads of the following tiles): warp w
 //      takes pieces w, w+8, ... in order, then warp 0 adds the 8 warp sums in warp order.
-//   Rows of one float (d == 1) take segment_tiles_scalar_kernel and segment_fixup_scalar_kernel
-//   instead: a tile's 32 entries on the warp's lanes, each run's sum by a segmented scan, and one
+//   Rows of one float (d == 1) sort (key, contribution) pairs instead of (key, position)
+//   (sort_prep_scalar_kernel), and take segment_tiles_scalar_kernel and segment_fixup_scalar_kernel:
+//   a tile's 32 sorted values on the warp's lanes, each run's sum by a segmented scan, and one
 //   thread per owning tile adding the pieces in tile order.
 //   Every sum's order is a function of the sorted list and of m, never of the grid's scheduling or
 //   the GPU's SM count. No atomics.
@@ -91,6 +92,30 @@ __global__ void sort_prep_kernel(const int32_t* __restrict__ index, int64_t m, i
     keys[j] = ok ? static_cast<uint32_t>(k) : static_cast<uint32_t>(rows);
     positions[j] = static_cast<int32_t>(j);
     if (!ok && bad) *bad = 1;
+  }
+}
+
+// Step 1 for rows of one float: the sort carries each position's contribution itself (its source value,
+// times its scale where there is one; 0 for a position without a source row) instead of the position,
+// so that step 3 reads the sorted values in order rather than gathering them through the permutation.
+// The stable sort keeps equal keys in increasing position, so the sums' order is the same.
+__global__ void sort_prep_scalar_kernel(ScatterRows p, uint32_t* __restrict__ keys, float* __restrict__ values,
+                                        int32_t* bad) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < p.m; j += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t k = p.index[j];
+    const bool ok = in_range(k, p.rows);
+    keys[j] = ok ? static_cast<uint32_t>(k) : static_cast<uint32_t>(p.rows);
+    float v = 0.f;
+    if (ok) {
+      const int32_t row = p.src_row ? p.src_row[j] : static_cast<int32_t>(j);
+      if (row >= 0) {
+        v = p.src[row];
+        if (p.src_scale) v = __fmul_rn(v, p.src_scale[j]);
+      }
+    } else if (bad) {
+      *bad = 1;
+    }
+    values[j] = v;
   }
 }
 
@@ -254,12 +279,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Rows of one float (PyTorch's scatter_add, TensorFlow's unsorted_segment_sum over scalars): the
-// lanes of a warp take a tile's 32 entries themselves instead of walking them over a single column.
+// lanes of a warp take a tile's 32 entries themselves instead of walking them over a single column,
+// reading the values the sort carried (sort_prep_scalar_kernel).
 // Each run's sum within the tile is a segmented inclusive scan (lane l adds lane l - k's partial for
 // k = 1, 2, 4, 8, 16 while that lane is in its run), an order fixed by the entries' positions; the run's
 // last lane writes it where segment_tiles_kernel would (its head or tail slot, or the output).
 __global__ void __launch_bounds__(kWarps * 32)
-    segment_tiles_scalar_kernel(const uint32_t* __restrict__ skey, const int32_t* __restrict__ perm, ScatterRows p,
+    segment_tiles_scalar_kernel(const uint32_t* __restrict__ skey, const float* __restrict__ svalue, ScatterRows p,
                                 float* __restrict__ out, float* __restrict__ carry, int64_t tiles) {
   const int lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
@@ -271,14 +297,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float v = 0.f;
   if (lane < n) {
     key = skey[t0 + lane];
-    if (key < rows) {
-      const int32_t pos = perm[t0 + lane];
-      const int32_t row = p.src_row ? p.src_row[pos] : pos;
-      if (row >= 0) {
-        v = p.src[row];
-        if (p.src_scale) v = __fmul_rn(v, p.src_scale[pos]);
-      }
-    }
+    if (key < rows) v = svalue[t0 + lane];
   }
   const bool valid = lane < n && key < rows;  // the valid entries are a prefix (out-of-range keys sort last)
   const uint32_t key_before = __shfl_up_sync(kFull, key, 1);
@@ -309,6 +328,31 @@ __global__ void segment_fixup_scalar_kernel(const uint32_t* __restrict__ skey, S
     float s = carry[t * 2 + 1];
     for (int64_t u = t + 1; u < end; ++u) s += carry[u * 2];
     out[key] = s;
+  }
+}
+
+// One thread per index element: its coordinates by 32-bit divisions (fewer than 2^31 elements), the
+// value widened from its word(s), the offset or -1.
+__global__ void dim_keys_kernel(const int32_t* __restrict__ index, DimKeys k, int32_t* __restrict__ key) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < k.n; e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t v;
+    if (k.wide) {
+      const int2 w = reinterpret_cast<const int2*>(index)[e];
+      // A value fits int32 when its high word is its low word's sign extension.
+      v = w.y == (w.x >> 31) ? int64_t(w.x) : int64_t(-1);
+    } else {
+      v = index[e];
+    }
+    uint32_t rest = static_cast<uint32_t>(e);
+    int64_t off = 0;
+#pragma unroll
+    for (int d = kDimKeysMaxRank - 1; d >= 0; --d) {
+      if (d >= k.rank) continue;
+      const uint32_t q = rest / k.ishape[d];
+      if (d != k.dim) off += int64_t(rest - q * k.ishape[d]) * k.ostride[d];
+      rest = q;
+    }
+    key[e] = v >= 0 && v < k.extent ? static_cast<int32_t>(off + v * k.ostride[k.dim]) : -1;
   }
 }
 
@@ -403,9 +447,15 @@ SortedLayout sorted_layout(int64_t m, int64_t d, int64_t rows) {
   l.carry = l.pos1 + ints;
   l.cub = l.carry + aligned(sizeof(float) * static_cast<std::size_t>(tiles_for(m) * 2 * d));
   cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr);
-  cub::DoubleBuffer<int32_t> pos(nullptr, nullptr);
-  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, pos, static_cast<int>(m), 0,
-                                                   key_bits(rows)));
+  if (d == 1) {  // rows of one float sort their values, not positions (scatter_sorted)
+    cub::DoubleBuffer<float> vals(nullptr, nullptr);
+    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, vals, static_cast<int>(m), 0,
+                                                     key_bits(rows)));
+  } else {
+    cub::DoubleBuffer<int32_t> pos(nullptr, nullptr);
+    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, pos, static_cast<int>(m), 0,
+                                                     key_bits(rows)));
+  }
   l.total = l.cub + aligned(l.cub_bytes);
   return l;
 }
@@ -441,17 +491,18 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   auto* pos1 = reinterpret_cast<int32_t*>(ws + l.pos1);
   auto* carry = reinterpret_cast<float*>(ws + l.carry);
 
-  sort_prep_kernel<<<blocks_for(p.m), kThreads, 0, st>>>(p.index, p.m, p.rows, keys0, pos0, bad);
-  DITTO_CHECK_LAUNCH(ctx);
   cub::DoubleBuffer<uint32_t> keys(keys0, keys1);
-  cub::DoubleBuffer<int32_t> pos(pos0, pos1);
   std::size_t cub_bytes = l.cub_bytes;
-  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
-                                                   key_bits(p.rows), st));
-  DITTO_CHECK_LAUNCH(ctx);
   const int64_t tiles = tiles_for(p.m);
   if (p.d == 1) {
-    segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out,
+    // The values ride along in the positions' buffers (both 4 bytes; the scratch size is the same).
+    cub::DoubleBuffer<float> vals(reinterpret_cast<float*>(pos0), reinterpret_cast<float*>(pos1));
+    sort_prep_scalar_kernel<<<blocks_for(p.m), kThreads, 0, st>>>(p, keys0, vals.Current(), bad);
+    DITTO_CHECK_LAUNCH(ctx);
+    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, vals, static_cast<int>(p.m), 0,
+                                                     key_bits(p.rows), st));
+    DITTO_CHECK_LAUNCH(ctx);
+    segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), vals.Current(), p, out,
                                                                              carry, tiles);
     DITTO_CHECK_LAUNCH(ctx);
     if (tiles > 1) {
@@ -460,6 +511,12 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     }
     return;
   }
+  sort_prep_kernel<<<blocks_for(p.m), kThreads, 0, st>>>(p.index, p.m, p.rows, keys0, pos0, bad);
+  DITTO_CHECK_LAUNCH(ctx);
+  cub::DoubleBuffer<int32_t> pos(pos0, pos1);
+  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
+                                                   key_bits(p.rows), st));
+  DITTO_CHECK_LAUNCH(ctx);
   segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,
                                                                     tiles);
   DITTO_CHECK_LAUNCH(ctx);
@@ -467,6 +524,12 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     segment_fixup_kernel<<<static_cast<unsigned>(tiles), kWarps * 32, 0, st>>>(keys.Current(), p, out, carry);
     DITTO_CHECK_LAUNCH(ctx);
   }
+}
+
+void scatter_dim_keys(Context& ctx, const int32_t* index, const DimKeys& k, int32_t* key) {
+  if (k.n == 0) return;
+  dim_keys_kernel<<<blocks_for(k.n), kThreads, 0, detail::stream_of(ctx)>>>(index, k, key);
+  DITTO_CHECK_LAUNCH(ctx);
 }
 
 void poison_if_flagged(Context& ctx, const int32_t* bad, float* out, int64_t n) {

@@ -66,6 +66,20 @@ inline Var segment_sum(Context& ctx, const std::string& layer, const Var& data, 
   return scatter_add(ctx, layer, data, segment_ids, num_segments);
 }
 
+// The destinations of PyTorch's scatter along a dimension (torch.scatter_add(input, dim, index, src)) as
+// scatter_add's row index over input and src flattened to rows of one float: for each element of an
+// index of shape index_shape (row-major), the row-major offset into a tensor of shape out_shape whose
+// coordinate along dim is the element's value and whose other coordinates are the element's own.
+// index is i32 holding the values, or with wide = true int64 values as (low, high) i32 words (index
+// then has 2 * numel(index_shape) elements), so that int64 indices cross without a conversion; a value
+// outside int32 is outside the extent like any other. Out of range (outside [0, out_shape[dim])): -1 on
+// the GPU, so that scatter_add poisons its output as for any bad index; a DataError naming the element
+// and its value on the CPU. Needs the same rank, index_shape[d] <= out_shape[d] for d != dim, and fewer
+// than 2^31 elements in each (ShapeError otherwise). Result: {numel(index_shape)} i32. Deterministic (a
+// map, no reductions).
+Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shape& index_shape, int dim,
+                        const Shape& out_shape);
+
 // y[j...] = weight[index[j...]]: index of any shape S (i32), weight {rows, D}, y of shape S + {D}.
 // Forward: one thread per output element, deterministic. Backward: dweight = scatter_add of dy by
 // index, by the layer's `scatter` variant (op kind embedding).

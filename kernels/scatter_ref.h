@@ -23,6 +23,29 @@ void gather_rows(const T* table, const int32_t* index, T* out, int64_t m, int64_
     for (int64_t k = 0; k < d; ++k) out[j * d + k] = table[index[j] * d + k];
 }
 
+// Row-major offsets of a scatter along dim (kernels/scatter.h, scatter_dim_keys): key[e] for each of the
+// n elements of an index of shape ishape, -1 where the value is outside [0, oshape[dim]). value(e) gives
+// element e's value as int64 (already widened from one or two words).
+template <class Value>
+void scatter_dim_keys(const std::vector<int64_t>& ishape, const std::vector<int64_t>& oshape, int dim, Value value,
+                      int32_t* key) {
+  const int nd = static_cast<int>(ishape.size());
+  std::vector<int64_t> ostride(static_cast<std::size_t>(nd), 1), c(static_cast<std::size_t>(nd), 0);
+  for (int d = nd - 2; d >= 0; --d) ostride[d] = ostride[d + 1] * oshape[d + 1];
+  int64_t n = 1;
+  for (int64_t s : ishape) n *= s;
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t rest = e, off = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      c[d] = rest % ishape[d];
+      rest /= ishape[d];
+      if (d != dim) off += c[d] * ostride[d];
+    }
+    const int64_t v = value(e);
+    key[e] = v >= 0 && v < oshape[dim] ? static_cast<int32_t>(off + v * ostride[dim]) : -1;
+  }
+}
+
 // Bags of an embedding_bag: bag b holds positions [begin(b), end(b)). With offsets (PyTorch's 1-D
 // form, include_last_offset=False) begin(b) = offsets[b] and end(b) = offsets[b+1], the last bag
 // ending at m; without (offsets null) every bag holds bag_size positions.

@@ -174,6 +174,17 @@ void bind_torch_ops(nb::module_& m) {
           Tensor out = scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value();
           return c.done({out});
         });
+  m.def("_torch_scatter_dim_keys",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle index, bool wide,
+           const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {
+          Call c(dev, s, det, "scatter_add");
+          return c.done({scatter_dim_keys(c.ctx(), c.in(index), wide, shape_of(index_shape), dim, shape_of(out_shape))});
+        });
+  // The gradient of a scatter: rows of table gathered by index (NaN for an out-of-range index on the GPU).
+  m.def("_torch_gather_rows", [](const std::string& dev, std::intptr_t s, bool det, nb::handle table, nb::handle index) {
+    Call c(dev, s, det, "scatter_add");
+    return c.done({embedding(c.ctx(), c.layer(), Var(c.in(table)), c.in(index)).value()});
+  });
   m.def("_torch_embedding_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle index, int64_t rows) {
           Call c(dev, s, det, "embedding");

@@ -217,6 +217,49 @@ TEST_CASE("scatter ops: bad indices, offsets and shapes are errors naming the op
                     Contains("for 2 bags"));
 }
 
+TEST_CASE("scatter_dim_keys on the CPU: a scatter's offsets along each dimension, int64 words, errors") {
+  Context ctx;
+  // index {2, 3, 2} into out {3, 4, 3}: offsets by explicit coordinates, for each dim.
+  const Shape is = {2, 3, 2}, os = {3, 4, 3};
+  const std::vector<int32_t> vals = {0, 1, 2, 1, 0, 1, 1, 0, 1, 1, 0, 0};
+  for (int dim = 0; dim < 3; ++dim) {
+    INFO("dim " << dim);
+    std::vector<int32_t> want;
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t c = 0; c < 2; ++c) {
+          int64_t co[3] = {a, b, c};
+          co[dim] = vals[std::size_t((a * 3 + b) * 2 + c)];
+          want.push_back(int32_t((co[0] * 4 + co[1]) * 3 + co[2]));
+        }
+    Tensor narrow = ctx.from_host(vals, is);
+    CHECK(scatter_dim_keys(ctx, narrow, false, is, dim, os).to_host_i32() == want);
+    std::vector<int32_t> words;  // the same values as int64's (low, high) words
+    for (int32_t v : vals) words.insert(words.end(), {v, v < 0 ? -1 : 0});
+    CHECK(scatter_dim_keys(ctx, ctx.from_host(words, {24}), true, is, dim, os).to_host_i32() == want);
+  }
+  // Out of range: past the extent along dim, negative, and an int64 past int32 (2^32 + 3, not 3).
+  auto keys = [&](std::vector<int32_t> w, bool wide, int dim) {
+    return scatter_dim_keys(ctx, ctx.from_host(w, {int64_t(w.size())}), wide, {int64_t(w.size()) / (wide ? 2 : 1)},
+                            dim, {4});
+  };
+  CHECK(keys({3, 0, 2}, false, 0).to_host_i32() == std::vector<int32_t>{3, 0, 2});
+  CHECK_THROWS_WITH(keys({3, 4, 2}, false, 0), Contains("element 1") && Contains("is 4") && Contains("[0, 4)"));
+  CHECK_THROWS_WITH(keys({-1}, false, 0), Contains("is -1"));
+  CHECK_THROWS_WITH(keys({0, 0, 3, 1}, true, 0), Contains("element 1") && Contains("is 4294967299"));
+  CHECK_THROWS_WITH(keys({-5, -2}, true, 0), Contains("is -4294967301"));
+  // A coordinate past the width of its row does not spill into the next row.
+  CHECK_THROWS_AS(scatter_dim_keys(ctx, ctx.from_host(std::vector<int32_t>{0, 3}, {1, 2}), false, {1, 2}, 1, {2, 3}),
+                  DataError);
+  // Shapes.
+  Tensor two = ctx.from_host(std::vector<int32_t>{0, 1}, {2});
+  CHECK_THROWS_WITH(scatter_dim_keys(ctx, two, false, {2}, 0, {2, 2}), Contains("the same rank"));
+  CHECK_THROWS_WITH(scatter_dim_keys(ctx, two, false, {2}, 1, {4}), Contains("dim 1"));
+  CHECK_THROWS_WITH(scatter_dim_keys(ctx, two, false, {1, 2}, 0, {4, 1}), Contains("larger than"));
+  CHECK_THROWS_WITH(scatter_dim_keys(ctx, two, true, {2}, 0, {4}), Contains("2 per element"));
+  CHECK_THROWS_WITH(scatter_dim_keys(ctx, ctx.zeros({2}), false, {2}, 0, {4}), Contains("must be i32"));
+}
+
 TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest records the CPU reference") {
   Policy p;
   CHECK(p.variant<ScatterAlgo>("emb", op::embedding) == ScatterAlgo::Atomic);  // heuristic: what TF / JAX do

@@ -125,6 +125,43 @@ TEST_CASE("gpu scatter_add: the sorted scalar-row kernels repeat over 10 calls, 
   CHECK(nans == std::size_t(rows));
 }
 
+TEST_CASE("gpu scatter_dim_keys: the reference's offsets along each dimension, -1 outside the extent or int32") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context cpu, gpu(Device::cuda(0));
+  std::mt19937_64 g(seed);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int rank = 1 + trial % 4;
+    Shape os(std::size_t(rank), 0), is(std::size_t(rank), 0);
+    for (int d = 0; d < rank; ++d) {
+      os[std::size_t(d)] = 1 + int64_t(g() % 37);
+      is[std::size_t(d)] = 1 + int64_t(g() % uint64_t(os[std::size_t(d)]));
+    }
+    const int dim = int(g() % uint64_t(rank));
+    is[std::size_t(dim)] = 1 + int64_t(g() % 50);  // along dim the index may be longer than the output
+    const int64_t n = shape_numel(is), extent = os[std::size_t(dim)];
+    INFO("trial " << trial << " index " << shape_str(is) << " into " << shape_str(os) << " along " << dim);
+    // Values mostly in range, some just outside, some past int32 (wide only).
+    std::vector<int64_t> v(static_cast<std::size_t>(n));
+    for (auto& x : v) {
+      const uint64_t r = g() % 20;
+      x = r == 0 ? extent : r == 1 ? -1 : r == 2 ? (int64_t(1) << 32) + int64_t(g() % uint64_t(extent))
+                                                  : int64_t(g() % uint64_t(extent));
+    }
+    std::vector<int32_t> want(static_cast<std::size_t>(n));
+    ref::scatter_dim_keys(is, os, dim, [&](int64_t e) { return v[std::size_t(e)]; }, want.data());
+    std::vector<int32_t> words;
+    for (int64_t x : v) words.insert(words.end(), {int32_t(uint32_t(uint64_t(x))), int32_t(uint64_t(x) >> 32)});
+    CHECK(scatter_dim_keys(gpu, gpu.from_host(words, {2 * n}), true, is, dim, os).to_host_i32() == want);
+    // Narrow: the same values cut to int32 (2^32 + k becomes k, in range: the narrow form has no such values).
+    std::vector<int32_t> narrow(static_cast<std::size_t>(n));
+    for (int64_t e = 0; e < n; ++e) narrow[std::size_t(e)] = int32_t(uint32_t(uint64_t(v[std::size_t(e)])));
+    std::vector<int32_t> want_narrow(static_cast<std::size_t>(n));
+    ref::scatter_dim_keys(is, os, dim, [&](int64_t e) { return int64_t(narrow[std::size_t(e)]); }, want_narrow.data());
+    CHECK(scatter_dim_keys(gpu, gpu.from_host(narrow, is), false, is, dim, os).to_host_i32() == want_narrow);
+  }
+}
+
 TEST_CASE("gpu scatter_add: backward gathers; out-of-range indices make the output NaN") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);

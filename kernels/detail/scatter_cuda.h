@@ -29,6 +29,19 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
 // out[0 .. n) = NaN when *bad != 0 (read on the device).
 void poison_if_flagged(Context& ctx, const int32_t* bad, float* out, int64_t n);
 
+// scatter_dim_keys on the GPU (kernels/scatter.h): ranks up to kDimKeysMaxRank; index holds one i32
+// word per element, or two (low, high) when wide.
+constexpr int kDimKeysMaxRank = 8;
+struct DimKeys {
+  int rank = 0, dim = 0;
+  bool wide = false;
+  uint32_t ishape[kDimKeysMaxRank] = {};
+  int64_t ostride[kDimKeysMaxRank] = {};
+  int64_t extent = 0;  // out_shape[dim]
+  int64_t n = 0;       // elements of the index
+};
+void scatter_dim_keys(Context& ctx, const int32_t* index, const DimKeys& k, int32_t* key);
+
 // out[j] = table[index[j]] (rows of d), NaN where index[j] is outside [0, rows).
 void gather_rows(Context& ctx, const float* table, const int32_t* index, float* out, int64_t m, int64_t d,
                  int64_t rows);

@@ -204,26 +204,53 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     return input + (rows.movedim(0, dim) if dim else rows)
 
 
+@_op("ditto::scatter_dim_keys")
+def _scatter_dim_keys(index: Tensor, dim: int, out_shape: List[int]) -> Tensor:
+    # int64 indices cross as their two int32 words (a view, no conversion); the kernel widens them and
+    # treats a value outside int32 as out of range.
+    wide = index.dtype == torch.int64
+    words = index.contiguous().reshape(-1).view(torch.int32) if wide else _i32(index)
+    return _run("scatter_add", "_torch_scatter_dim_keys", True, index, words, wide, list(index.shape), dim,
+                list(out_shape))[0]
+
+
+@_scatter_dim_keys.register_fake
+def _(index, dim, out_shape):
+    return index.new_empty((index.numel(),), dtype=torch.int32)
+
+
+@_op("ditto::scatter_flat")
+def _scatter_flat(src: Tensor, keys: Tensor, numel: int, deterministic: bool) -> Tensor:
+    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), keys, numel)[0]
+
+
+@_scatter_flat.register_fake
+def _(src, keys, numel, deterministic):
+    return src.new_empty((numel, 1))
+
+
+def _scatter_flat_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _scatter_flat_backward(ctx, grad):
+    (keys,) = ctx.saved_tensors
+    # ditto's gather: NaN where a key is -1 (out of range), as the forward's output already is.
+    return _run("scatter_add", "_torch_gather_rows", True, grad, grad.contiguous(), keys)[0], None, None, None
+
+
+_scatter_flat.register_autograd(_scatter_flat_backward, setup_context=_scatter_flat_setup)
+
+
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, deterministic: bool = True) -> Tensor:
     """``torch.scatter_add``: ``input`` plus each ``src[p]`` added at position p with its ``dim`` coordinate
-    replaced by ``index[p]`` (over ``index``'s extent)."""
+    replaced by ``index[p]`` (over ``index``'s extent). A coordinate outside ``input``'s extent along ``dim``
+    makes the output NaN on the GPU (PyTorch's own op stops the process with a device-side assert there)
+    and raises on the CPU."""
     dim = dim % max(input.dim(), 1)
     src = src[tuple(slice(0, s) for s in index.shape)]
-    # A coordinate outside input's extent along dim is out of range even where its flat offset would land
-    # on another element (index 3 of a width-3 row is the next row's first element): -1 marks it.
-    bad = (index < 0) | (index >= input.shape[dim])
-    # Offsets into the row-major result, whatever input's own strides are.
-    strides = [1] * input.dim()
-    for d in range(input.dim() - 2, -1, -1):
-        strides[d] = strides[d + 1] * input.shape[d + 1]
-    flat = index.long() * strides[dim]
-    for d in range(index.dim()):
-        if d != dim:
-            shape = [1] * index.dim()
-            shape[d] = index.shape[d]
-            flat = flat + (torch.arange(index.shape[d], device=index.device) * strides[d]).view(shape)
-    flat = flat.masked_fill(bad, -1)
-    rows = _index_add_rows(src.reshape(-1, 1).contiguous(), _i32(flat.reshape(-1)), input.numel(), deterministic)
+    keys = _scatter_dim_keys(index, dim, list(input.shape))
+    rows = _scatter_flat(src.reshape(-1, 1), keys, input.numel(), deterministic)
     return input + rows.view(input.shape)
 
 # ---- embedding and embedding_bag ------------------------------------------------------------------
