@@ -235,6 +235,7 @@ Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shap
       k.ostride[d] = stride;
       stride *= out_shape[d];
     }
+    k.dim_stride = k.ostride[dim];
     cuda::scatter_dim_keys(ctx, index.i32(), k, key.i32());
     return key;
   }
@@ -281,6 +282,19 @@ Var embedding(Context& ctx, const std::string& layer, const Var& weight, const T
     });
   }
   return y;
+}
+
+Tensor gather_rows(Context& ctx, const Tensor& table, const Tensor& index) {
+  const std::string op = "gather_rows";
+  check_f32_on(ctx, table, op, "table");
+  check_i32_on(ctx, index, op, "index");
+  if (table.ndim() < 1) throw ShapeError(fmt::format("{}: table must have at least one dimension (the row)", op));
+  const int64_t rows = table.shape()[0], d = row_width(table.shape()), m = index.numel();
+  check_counts(op, m, rows);
+  Shape out_shape = index.shape();
+  out_shape.insert(out_shape.end(), table.shape().begin() + 1, table.shape().end());
+  if (!ctx.is_cuda()) check_range_cpu(index, rows, op);
+  return gather_of(ctx, table, index, m, d, rows, out_shape);
 }
 
 Tensor embedding_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,

@@ -352,7 +352,7 @@ __global__ void dim_keys_kernel(const int32_t* __restrict__ index, DimKeys k, in
       if (d != k.dim) off += int64_t(rest - q * k.ishape[d]) * k.ostride[d];
       rest = q;
     }
-    key[e] = v >= 0 && v < k.extent ? static_cast<int32_t>(off + v * k.ostride[k.dim]) : -1;
+    key[e] = v >= 0 && v < k.extent ? static_cast<int32_t>(off + v * k.dim_stride) : -1;
   }
 }
 

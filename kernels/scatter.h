@@ -104,6 +104,10 @@ Var embedding_bag(Context& ctx, const std::string& layer, const Var& weight, con
 // embedding: dy is index's shape + {D}; returns dweight {num_rows, D}.
 Tensor embedding_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,
                           int64_t num_rows);
+// scatter_add's: rows of table ({rows, D...}) gathered by index (i32, any shape S): {S..., D...}; NaN rows
+// for out-of-range indices on the GPU, a DataError naming the position on the CPU. No knob, nothing
+// recorded (a gather has one source per output).
+Tensor gather_rows(Context& ctx, const Tensor& table, const Tensor& index);
 // embedding_bag: dy {B, D}; index and offsets as embedding_bag took them.
 Tensor embedding_bag_backward(Context& ctx, const std::string& layer, const Tensor& dy, const Tensor& index,
                               const Tensor& offsets, BagMode mode, int64_t num_rows);

@@ -183,7 +183,7 @@ void bind_torch_ops(nb::module_& m) {
   // The gradient of a scatter: rows of table gathered by index (NaN for an out-of-range index on the GPU).
   m.def("_torch_gather_rows", [](const std::string& dev, std::intptr_t s, bool det, nb::handle table, nb::handle index) {
     Call c(dev, s, det, "scatter_add");
-    return c.done({embedding(c.ctx(), c.layer(), Var(c.in(table)), c.in(index)).value()});
+    return c.done({gather_rows(c.ctx(), c.in(table), c.in(index))});
   });
   m.def("_torch_embedding_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle index, int64_t rows) {

@@ -117,6 +117,12 @@ TEST_CASE("scatter_add on the CPU: the reference's sums, rows nothing points at 
   std::vector<float> dsrc(sv.size());
   ref::gather_rows(g.data(), index.data(), dsrc.data(), m, 6);
   CHECK(src.grad().to_host_f32() == dsrc);
+  // The gather on its own (ditto.torch's scatter gradient): same rows, index of any shape.
+  Tensor gathered = gather_rows(ctx, ctx.from_host(g, out.shape()), ctx.from_host(index, {m / 4, 4}));
+  CHECK(gathered.shape() == Shape{m / 4, 4, 2, 3});
+  CHECK(gathered.to_host_f32() == dsrc);
+  CHECK_THROWS_WITH(gather_rows(ctx, ctx.from_host(g, out.shape()), ctx.from_host(std::vector<int32_t>{0, 9}, {2})),
+                    Contains("gather_rows") && Contains("position 1") && Contains("index 9"));
   // TensorFlow's names are the same op.
   CHECK(unsorted_segment_sum(ctx, "seg", Var(src.value()), idx, rows).value().to_host_f32() == want);
   CHECK(segment_sum(ctx, "seg", Var(src.value()), idx, rows).value().to_host_f32() == want);

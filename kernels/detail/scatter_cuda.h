@@ -37,7 +37,9 @@ struct DimKeys {
   bool wide = false;
   uint32_t ishape[kDimKeysMaxRank] = {};
   int64_t ostride[kDimKeysMaxRank] = {};
-  int64_t extent = 0;  // out_shape[dim]
+  int64_t extent = 0;      // out_shape[dim]
+  int64_t dim_stride = 0;  // ostride[dim], kept apart: a kernel indexing a parameter array by a runtime
+                           // value copies the whole struct to local memory in every thread
   int64_t n = 0;       // elements of the index
 };
 void scatter_dim_keys(Context& ctx, const int32_t* index, const DimKeys& k, int32_t* key);
