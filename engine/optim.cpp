@@ -65,6 +65,29 @@ void Optimizer::step_planned(Context& ctx) {
 
 void Optimizer::count_replayed_step() { take_planned_step(); }
 
+namespace {
+// The update operands of every parameter with a gradient: its first and second state from a and b
+// where they hold one per parameter (empty: none).
+std::vector<Tensor> kNoState;
+std::vector<cuda::ParamRef> updated(const std::vector<Param>& params, std::vector<Tensor>& a,
+                                    std::vector<Tensor>& b) {
+  std::vector<cuda::ParamRef> out;
+  out.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Var& v = params[i].var;
+    if (!v.grad().defined()) continue;
+    cuda::ParamRef r;
+    r.p = v.value().f32();
+    r.grad = v.grad().f32();
+    r.a = i < a.size() ? a[i].f32() : nullptr;
+    r.b = i < b.size() ? b[i].f32() : nullptr;
+    r.n = v.value().numel();
+    out.push_back(r);
+  }
+  return out;
+}
+}  // namespace
+
 Sgd::Sgd(Context& ctx, std::vector<Param> params, SgdOptions opts) : Optimizer(std::move(params)), o_(opts) {
   if (o_.nesterov && o_.momentum <= 0) throw Error("sgd: nesterov needs momentum > 0");
   if (o_.momentum != 0)
@@ -80,34 +103,34 @@ void Sgd::step(Context& ctx, float lr) {
     ++steps_;
     return;
   }
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Var& v = params_[i].var;
-    if (!v.grad().defined()) continue;
-    float* buf = o_.momentum != 0 ? momentum_[i].f32() : nullptr;
-    if (ctx.is_cuda())
-      cuda::sgd_update(ctx, v.value().f32(), v.grad().f32(), buf, v.value().numel(), lr, o_.momentum, o_.nesterov,
-                       o_.weight_decay, skip_flag());
-    else
+  if (ctx.is_cuda()) {
+    cuda::sgd_update(ctx, updated(params_, momentum_, kNoState), lr, o_.momentum, o_.nesterov, o_.weight_decay, skip_flag());
+  } else {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const Var& v = params_[i].var;
+      if (!v.grad().defined()) continue;
+      float* buf = o_.momentum != 0 ? momentum_[i].f32() : nullptr;
       ref::sgd_update<float>(v.value().f32(), v.grad().f32(), buf, v.value().numel(), lr, o_.momentum, o_.nesterov,
                              o_.weight_decay);
+    }
   }
   ++steps_;
 }
 
 void Sgd::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
   if (skips_on_host(ctx)) return;
+  if (ctx.is_cuda()) {
+    cuda::sgd_update_table(ctx, updated(params_, momentum_, kNoState), table, cursor, width, o_.momentum, o_.nesterov,
+                           o_.weight_decay, skip_flag());
+    return;
+  }
+  const float* row = table + static_cast<int64_t>(*cursor) * width;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
     float* buf = o_.momentum != 0 ? momentum_[i].f32() : nullptr;
-    if (ctx.is_cuda()) {
-      cuda::sgd_update_table(ctx, v.value().f32(), v.grad().f32(), buf, v.value().numel(), table, cursor, width,
-                             o_.momentum, o_.nesterov, o_.weight_decay, skip_flag());
-    } else {
-      const float* row = table + static_cast<int64_t>(*cursor) * width;
-      ref::sgd_update<float>(v.value().f32(), v.grad().f32(), buf, v.value().numel(), row[0], o_.momentum, o_.nesterov,
-                             o_.weight_decay);
-    }
+    ref::sgd_update<float>(v.value().f32(), v.grad().f32(), buf, v.value().numel(), row[0], o_.momentum, o_.nesterov,
+                           o_.weight_decay);
   }
 }
 
@@ -149,32 +172,31 @@ void Adam::step(Context& ctx, float lr) {
   }
   const std::vector<float> s = step_scalars(steps_ + 1, lr);
   const float step_size = s[0], bias2_sqrt = s[1];
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Var& v = params_[i].var;
-    if (!v.grad().defined()) continue;
-    if (ctx.is_cuda())
-      cuda::adam_update(ctx, v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), step_size,
-                        o_.beta1, o_.beta2, o_.eps, bias2_sqrt, o_.weight_decay);
-    else
+  if (ctx.is_cuda()) {
+    cuda::adam_update(ctx, updated(params_, m_, v_), step_size, o_.beta1, o_.beta2, o_.eps, bias2_sqrt, o_.weight_decay);
+  } else {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const Var& v = params_[i].var;
+      if (!v.grad().defined()) continue;
       ref::adam_update<float>(v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), step_size,
                               o_.beta1, o_.beta2, o_.eps, bias2_sqrt, o_.weight_decay);
+    }
   }
   ++steps_;
 }
 
 void Adam::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
   if (updates_.defined()) return update_counted(ctx, 0.0f, table, cursor, width);
+  if (ctx.is_cuda()) {
+    cuda::adam_update_table(ctx, updated(params_, m_, v_), table, cursor, width, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
+    return;
+  }
+  const float* row = table + static_cast<int64_t>(*cursor) * width;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Var& v = params_[i].var;
     if (!v.grad().defined()) continue;
-    if (ctx.is_cuda()) {
-      cuda::adam_update_table(ctx, v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), table,
-                              cursor, width, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
-    } else {
-      const float* row = table + static_cast<int64_t>(*cursor) * width;
-      ref::adam_update<float>(v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), row[0],
-                              o_.beta1, o_.beta2, o_.eps, row[1], o_.weight_decay);
-    }
+    ref::adam_update<float>(v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), row[0],
+                            o_.beta1, o_.beta2, o_.eps, row[1], o_.weight_decay);
   }
 }
 
@@ -220,13 +242,8 @@ void Adam::update_counted(Context& ctx, float lr, const float* table, const int3
     return;
   }
   const auto* c1 = reinterpret_cast<const double*>(c1_.i32());
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Var& v = params_[i].var;
-    if (v.grad().defined())
-      cuda::adam_update_counted(ctx, v.value().f32(), v.grad().f32(), m_[i].f32(), v_[i].f32(), v.value().numel(), lr,
-                                table, cursor, width, c1, bias2_sqrt_.f32(), updates_.i32(), skip_flag(), o_.beta1,
-                                o_.beta2, o_.eps, o_.weight_decay);
-  }
+  cuda::adam_update_counted(ctx, updated(params_, m_, v_), lr, table, cursor, width, c1, bias2_sqrt_.f32(), updates_.i32(),
+                            skip_flag(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
   cuda::count_update(ctx, updates_.i32(), skip_flag());
 }
 
