@@ -62,6 +62,8 @@ CudaState::CudaState(int dev, cudaStream_t external) : device(dev), owns_stream(
   pp.location.type = cudaMemLocationTypeDevice;
   pp.location.id = dev;
   DITTO_CUDA_CHECK(cudaMemPoolCreate(&pool, &pp));
+  DITTO_CUDA_CHECK(cudaMalloc(&arrivals, sizeof(int32_t) * kArrivalSlots));
+  DITTO_CUDA_CHECK(cudaMemsetAsync(arrivals, 0, sizeof(int32_t) * kArrivalSlots, stream));  // before any kernel of the stream
   // Keep freed blocks cached: after the first step, no allocation reaches the driver.
   uint64_t keep = std::numeric_limits<uint64_t>::max();
   DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
@@ -73,6 +75,7 @@ CudaState::~CudaState() {
   DeviceSyncScope sync(device);  // the handles free memory, the pool is destroyed: not during a capture
   if (cublas) cublasDestroy(cublas);
   if (cudnn) cudnnDestroy(cudnn);
+  if (arrivals) DITTO_CUDA_CHECK_PRINT(cudaFree(arrivals));
   if (pool) DITTO_CUDA_CHECK_PRINT(cudaMemPoolDestroy(pool));
   if (stream && owns_stream) DITTO_CUDA_CHECK_PRINT(cudaStreamDestroy(stream));
 }
@@ -102,6 +105,7 @@ void CudaState::free(void* p) noexcept {
 }
 
 cudaStream_t stream_of(const Context& ctx) { return detail::cuda_state(ctx).stream; }
+int32_t* arrival_counters(const Context& ctx) { return detail::cuda_state(ctx).arrivals; }
 
 }  // namespace detail
 

@@ -10,9 +10,14 @@
 //                    deterministic (CCCL's not_guaranteed). This is what frameworks do by default.
 //   kAtomic = false: the block's 256 sums are combined by cub::BlockReduce (BlockSum, see
 //                    kernels/detail/reduce.cuh: fixed order) and written to partials[c*P + p].
-// bias_db_final_kernel: one block per channel adds its P <= 256 partials with BlockSum. P and the
-// element-to-thread map depend only on (N, C, S): the deterministic variant gives the same bits
-// for a shape on any GPU (CCCL's gpu_to_gpu).
+//                    Then the block counts itself in on the context's arrival counter of channel c
+//                    (CudaState::arrivals); the channel's last block to arrive adds its P <= 256
+//                    partials with BlockSum, as bias_db_final_kernel would, writes db[c] and resets
+//                    the counter: one launch. Which block does it varies; the sum's order does not.
+// bias_db_final_kernel: one block per channel adds its P <= 256 partials with BlockSum (the second
+// launch, for more channels than there are arrival counters). P and the element-to-thread map depend
+// only on (N, C, S): the deterministic variant gives the same bits for a shape on any GPU, in either
+// form (CCCL's gpu_to_gpu).
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/detail/bias_cuda.h"
@@ -34,8 +39,18 @@ __global__ void bias_fwd_kernel(const float* x, const float* b, float* y, int64_
     y[i] = x[i] + b[channel_of(i, s, c, narrow)];
 }
 
+// The P partials of channel ch (written by other blocks of this launch or an earlier one) added in
+// their fixed order; thread 0 holds the sum.
+__device__ __forceinline__ float sum_partials(const float* partials, int64_t ch, int64_t parts,
+                                              BlockSum<kThreads>::TempStorage& tmp) {
+  const float v = threadIdx.x < parts ? __ldcg(partials + ch * parts + threadIdx.x) : 0.f;
+  return BlockSum<kThreads>(tmp).Sum(v, static_cast<int>(parts));
+}
+
+// arrivals (deterministic form only): null for the two-launch form, else the counters by channel.
 template <bool kAtomic>
-__global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, int64_t c, int64_t s) {
+__global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, int64_t c, int64_t s,
+                                       float* db = nullptr, int32_t* arrivals = nullptr) {
   const int64_t ch = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
   const int64_t m = n * s;
   float acc = 0.f;
@@ -49,15 +64,30 @@ __global__ void bias_db_partial_kernel(const float* dy, float* out, int64_t n, i
   }
   __shared__ BlockSum<kThreads>::TempStorage tmp;
   const float v = BlockSum<kThreads>(tmp).Sum(acc);
-  if (threadIdx.x == 0) out[ch * parts + p] = v;
+  if (!arrivals) {
+    if (threadIdx.x == 0) out[ch * parts + p] = v;
+    return;
+  }
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    out[ch * parts + p] = v;
+    __threadfence();  // the partial is visible device-wide before the block counts itself in
+    last = atomicAdd(arrivals + ch, 1) == parts - 1;
+  }
+  __syncthreads();  // also: tmp is free again
+  if (!last) return;
+  __threadfence();  // every other block's partial is visible to this one
+  const float sum = sum_partials(out, ch, parts, tmp);
+  if (threadIdx.x == 0) {
+    db[ch] = sum;
+    arrivals[ch] = 0;
+  }
 }
 
 __global__ void bias_db_final_kernel(const float* partials, float* db, int64_t parts) {
-  const int64_t ch = blockIdx.x;
   __shared__ BlockSum<kThreads>::TempStorage tmp;
-  const float v = threadIdx.x < parts ? partials[ch * parts + threadIdx.x] : 0.f;
-  const float sum = BlockSum<kThreads>(tmp).Sum(v, static_cast<int>(parts));
-  if (threadIdx.x == 0) db[ch] = sum;
+  const float sum = sum_partials(partials, blockIdx.x, parts, tmp);
+  if (threadIdx.x == 0) db[blockIdx.x] = sum;
 }
 
 }  // namespace
@@ -90,6 +120,12 @@ void bias_bwd_deterministic(Context& ctx, const float* dy, float* db, float* par
   cudaStream_t st = detail::stream_of(ctx);
   const int64_t parts = bias_bwd_partials(n, s);
   dim3 grid(static_cast<unsigned>(c), static_cast<unsigned>(parts));
+  if (c <= detail::CudaState::kArrivalSlots) {
+    bias_db_partial_kernel<false><<<grid, kThreads, 0, st>>>(dy, partials, n, c, s, db,
+                                                                 detail::arrival_counters(ctx));
+    DITTO_CHECK_LAUNCH(ctx);
+    return;
+  }
   bias_db_partial_kernel<false><<<grid, kThreads, 0, st>>>(dy, partials, n, c, s);
   DITTO_CHECK_LAUNCH(ctx);
   bias_db_final_kernel<<<static_cast<unsigned>(c), kThreads, 0, st>>>(partials, db, parts);

@@ -1,6 +1,7 @@
 // Internal: the CUDA half of a Context and the storage behind tensors.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "engine/context.h"
@@ -18,6 +19,14 @@ struct CudaState {
 
   bool owns_stream = true;  // false for a borrowed stream (ContextOptions::stream)
 
+  // Arrival counters of single-launch fixed-order reductions: the blocks of a slot's reduction each
+  // count themselves in, the last one to arrive adds the partials in their fixed order and sets the
+  // counter back to zero. Zero between kernels; kernels of one context run in stream order, so one set
+  // serves them all. Allocated with the context (never during a capture) and never moved, so graphs
+  // captured against it stay valid. A reduction over more slots takes its two-launch form.
+  static constexpr int64_t kArrivalSlots = 65536;
+  int32_t* arrivals = nullptr;
+
   // external: a borrowed stream to run on; nullptr makes one of the state's own.
   explicit CudaState(int device, cudaStream_t external = nullptr);
   ~CudaState();
@@ -32,6 +41,7 @@ struct CudaState {
 };
 
 cudaStream_t stream_of(const Context& ctx);
+int32_t* arrival_counters(const Context& ctx);  // CudaState::arrivals
 
 // Device memory of one asynchronous call's workspace: released in stream order after the
 // work queued before its destruction, so it stays alive across that call.
