@@ -117,6 +117,37 @@ TEST_CASE("gpu upsample: forward and both backward variants against the double r
     }
 }
 
+TEST_CASE("gpu upsample: nearest's gather is the host's float gather bit for bit, whole scales and others") {
+  // Whole scale factors take their own kernel (no divisions); it must add the same values in the same
+  // order as ref::upsample_gather_at, which the other shapes' kernel runs.
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0), Policy::parse({"up.bwd=gather"}));
+  const Geometry geometries[] = {{16, 16, 32, 32}, {16, 16, 32, 48}, {5, 300, 15, 600}, {7, 9, 7, 9}, {3, 1, 12, 4},
+                                 {10, 14, 15, 21}, {64, 33, 128, 99}};
+  for (const Geometry& g : geometries) {
+    INFO(g.h << "x" << g.w << " -> " << g.oh << "x" << g.ow);
+    UpsampleParams p;
+    p.mode = UpsampleMode::Nearest;
+    p.out_h = g.oh;
+    p.out_w = g.ow;
+    const int64_t planes = 6;
+    const ref::UpsampleDims d = dims_of(planes, g, p);
+    auto dyv = test::random_vec(std::size_t(planes * g.oh * g.ow), seed);
+    std::vector<float> want(std::size_t(planes * g.h * g.w));
+    const ref::HostTapTables none;
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t ih = 0; ih < g.h; ++ih)
+        for (int64_t iw = 0; iw < g.w; ++iw)
+          want[std::size_t((pl * g.h + ih) * g.w + iw)] =
+              ref::upsample_gather_at<float>(dyv.data() + pl * g.oh * g.ow, ih, iw, d, none.view());
+    Var x(gpu.zeros({2, 3, g.h, g.w}), true);
+    Var y = upsample2d(gpu, "up", x, p);
+    gpu.tape().backward(gpu, y, gpu.from_host(dyv, y.shape()));
+    CHECK(x.grad().to_host_f32() == want);
+  }
+}
+
 TEST_CASE("gpu upsample: the gather is bit-identical over 10 calls, the atomic scatter is not; DETERMINISM lines") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
