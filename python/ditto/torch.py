@@ -21,6 +21,9 @@ variants the latest call ran and their guarantees. ``patch()`` routes the matchi
 
 Float32 tensors (int32 or int64 indices) on one device; anything else is refused with a
 ``ditto.Error`` (or ``ValueError`` for an argument ditto does not implement), never run otherwise.
+int64 indices past int32 are never wrapped onto a valid row: they are out of range like any other.
+In ``scatter_add`` and ``index_add`` an index out of range raises a ``ditto.DataError`` on the CPU and
+makes the result NaN on the GPU, where PyTorch's own ops stop the process with a device-side assert.
 """
 from __future__ import annotations
 
