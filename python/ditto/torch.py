@@ -23,7 +23,8 @@ Float32 tensors (int32 or int64 indices) on one device; anything else is refused
 ``ditto.Error`` (or ``ValueError`` for an argument ditto does not implement), never run otherwise.
 int64 indices past int32 are never wrapped onto a valid row: they are out of range like any other.
 In ``scatter_add`` and ``index_add`` an index out of range raises a ``ditto.DataError`` on the CPU and
-makes the result NaN on the GPU, where PyTorch's own ops stop the process with a device-side assert.
+makes the result NaN on the GPU, where PyTorch's own ops stop the process with a device-side assert
+(``index_add``'s gradient is PyTorch's ``index_select``, which then asserts as well).
 """
 from __future__ import annotations
 
