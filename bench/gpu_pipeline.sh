@@ -119,18 +119,22 @@ pipeline() {
           $B/bench/op_noise --n $1 --c $2 --hw $3 --k $4 --r $5 --stride $6 --runs 10 --out $R/op_time/n$1c$2hw$3k$4r$5s$6 > /dev/null 2>&1
           echo "op_noise $sh rc=$?"
         done
-        if command -v nsys > /dev/null; then
-          local m
-          for m in "resnet18 deterministic-tuned" "resnet18 fastest" "smallcnn deterministic-tuned" "smallcnn fastest"; do
-            set -- $m
-            nsys profile -o $R/nsys-$1-$2 -t cuda --force-overwrite true $B/bench/step_time --models $1 --modes $2 --graph eager \
-              --warmup 5 --steps 50 --tuning-dir $R/tuning > /dev/null 2>&1
-            nsys stats --report cuda_gpu_kern_sum --format csv -o $R/kern-$1-$2 $R/nsys-$1-$2.nsys-rep > /dev/null 2>&1
-            echo "nsys $m rc=$?"; rm -f $R/nsys-$1-$2.nsys-rep $R/nsys-$1-$2.sqlite
-          done
-        else
-          echo "no nsys on this host"
-        fi ;;
+        # Kernels per graphed step and their families (bench/ncu_step_table.py), ditto's modes and PyTorch's
+        # default, under Nsight Compute at the GPU's own clocks (each kernel alone: compare launch counts
+        # and families, not the sum with the wall time).
+        local m P=${PYTHON:-/opt/torch/.venv/bin/python3}
+        for m in "smallcnn deterministic-tuned" "smallcnn fastest" "resnet18 deterministic-tuned" "resnet18 fastest"; do
+          set -- $m
+          ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base $B/bench/step_time \
+            --models $1 --modes $2 --graph graph --warmup 2 --steps 3 --tuning-dir $R/tuning > $R/ncu-$1-$2.csv 2> $R/ncu.err
+          echo "ncu $m rc=$?"
+        done
+        for m in smallcnn resnet18; do
+          ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base $P bench/peers/torch_step_time.py \
+            --models $m --modes default --warmup 2 --steps 3 > $R/ncu-$m-torch-default.csv 2>> $R/ncu.err
+          echo "ncu $m torch rc=$?"
+        done
+        python3 bench/ncu_step_table.py $R/ncu-*.csv --json $R/ncu_steps.json > $R/ncu_steps.md; head -12 $R/ncu_steps.md ;;
       exp-smallcnn)
         # The paper's settings on SmallCNN CIFAR-10 (Adam 4e-4, 10 epochs, 5 replicas).
         $E --model smallcnn --dataset cifar10 --data $DATA --loader-threads 2 --epochs 10 --lr 4e-4 --optimizer adam \

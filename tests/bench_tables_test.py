@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """cpu_bench_tables: the benchmark table scripts (bench/step_time_table.py, bench/overhead_table.py,
 bench/overhead_steps.py, bench/precision_compare.py, bench/precision_noise_table.py, bench/settings_compare.py,
-bench/eval_invariance_table.py, bench/layer_kernels.py) and scripts/render_docs.py's precision region on
+bench/eval_invariance_table.py, bench/layer_kernels.py, bench/ncu_step_table.py) and scripts/render_docs.py's
+precision region on
 small JSON-lines files written here: precisions are keys of their own, lines without one read as
 fp32 (step_time's former tf32 modes as tf32), and the ratios per model and precision are the ones
 the numbers give. Standard library only (unittest)."""
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import eval_invariance_table  # noqa: E402
 import layer_kernels  # noqa: E402
+import ncu_step_table  # noqa: E402
 import overhead_steps  # noqa: E402
 import overhead_table  # noqa: E402
 import peer_common  # noqa: E402
@@ -396,6 +398,51 @@ class LayerKernelsTest(unittest.TestCase):
         self.assertIn("| `ditto::cuda::relu_kernel` |  | 0 | 1 |", text)
         self.assertEqual(summary, ["ditto pytorch: 2 of PyTorch's 3 convolution launches run the same kernel "
                                    "(3 convolution launches in all)"])
+
+
+class NcuStepTable(unittest.TestCase):
+    HEAD = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+            "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+
+    def write(self, names_us, unit="ns"):
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(self.HEAD)
+        for i, (name, us) in enumerate(names_us):
+            value = us * {"ns": 1000, "us": 1, "ms": 1e-3}[unit]
+            w.writerow([i, 1, "step_time", "h", name, 1, 7, "(256, 1, 1)", "(8, 1, 1)", 0, "9.0", "Command line profiler metrics",
+                        "gpu__time_duration.sum", unit, f"{value:,.0f}" if unit == "ns" else str(value)])
+        tmp = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+        tmp.write("==PROF== Connected to process 1\n" + buf.getvalue())
+        tmp.close()
+        self.addCleanup(Path(tmp.name).unlink)
+        return tmp.name
+
+    def test_the_replayed_step_not_a_run_of_equal_kernels(self):
+        # Set-up kernels, then four replays of a 6-kernel step whose optimizer is three equal launches,
+        # then an evaluation kernel: the step is the 6 kernels, not the period-1/2 runs of adam.
+        step = [("void conv_fwd<float>(int)", 20.0), ("relu_kernel(const float *)", 3.0)] + \
+               [("ditto::<unnamed>::adam_kernel(ParamBatch)", 4.0)] * 3 + [("correct_kernel(int *)", 2.0)]
+        path = self.write([("init_kernel(float *)", 9.0)] * 2 + step * 4 + [("eval_kernel(float *)", 5.0)])
+        s = ncu_step_table.summary(path)
+        self.assertEqual(s["kernels"], 6)
+        self.assertAlmostEqual(s["kernel_us"], 37.0)
+        fams = {f["family"]: (f["launches"], f["us"]) for f in s["families"]}
+        self.assertEqual(fams["ditto::<unnamed>::adam_kernel"], (3, 12.0))
+        self.assertEqual(fams["conv_fwd<float>"], (1, 20.0))
+        self.assertEqual(s["families"][0]["family"], "conv_fwd<float>")  # by time
+
+    def test_units_and_errors_are_named(self):
+        step = [("a(int)", 1.5), ("b(int)", 2.5)]
+        self.assertAlmostEqual(ncu_step_table.summary(self.write(step * 3, unit="us"))["kernel_us"], 4.0)
+        with self.assertRaisesRegex(ValueError, "no step repeats"):
+            ncu_step_table.summary(self.write([("a(int)", 1.0), ("b(int)", 1.0), ("c(int)", 1.0)]))
+        with self.assertRaisesRegex(ValueError, "no gpu__time_duration.sum rows"):
+            ncu_step_table.load(self.write([]))
+        err = io.StringIO()
+        with redirect_stderr(err):
+            self.assertEqual(ncu_step_table.main([self.write([("a(int)", 1.0)])]), 1)
+        self.assertIn("ncu_step_table:", err.getvalue())
 
 
 if __name__ == "__main__":
