@@ -125,3 +125,38 @@ def test_the_host_profile_names_where_a_call_spends_its_host_time(tmp_path):
     torch_ops.write(tmp_path / "t", meta, [{"op": case.name, "mode": "ditto-deterministic", "shape": "s", "host": host}])
     md = (tmp_path / "t" / "torch_ops.md").read_text()
     assert "## Host side per call" in md and f"| {case.name} | ditto-deterministic | {host['wall_us']:.0f} |" in md
+
+
+def test_scatter_and_index_add_take_int64_indices_without_wrapping():
+    """In-range int64 indices give the int32 result; one past int32 (2**32 + 3 is not 3) and a scatter
+    coordinate past its row's width (not the next row's first element) are errors naming the value."""
+    src = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    good = torch.tensor([0, 1, 3, 3])
+    want = torch.zeros(5, 3).index_add(0, good, src)
+    assert torch.equal(dt.index_add(torch.zeros(5, 3), 0, good, src), want)
+    assert torch.equal(dt.index_add(torch.zeros(5, 3), 0, good.int(), src), want)
+    with pytest.raises(ditto.DataError, match="index 2147483647"):
+        dt.index_add(torch.zeros(5, 3), 0, torch.tensor([0, 1, 2**32 + 3, 3]), src)
+    with pytest.raises(ditto.DataError, match="index -2147483648"):
+        dt.index_add(torch.zeros(5, 3), 0, torch.tensor([0, 1, -2**33, 3]), src)
+
+    index = torch.tensor([[0, 2, 1], [2, 2, 0]])
+    ones = torch.ones(2, 3)
+    assert torch.equal(dt.scatter_add(torch.zeros(2, 3), 1, index, ones),
+                       torch.zeros(2, 3).scatter_add(1, index, ones))
+    with pytest.raises(ditto.DataError, match="is 3, outside"):
+        dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 1, 3], [2, 2, 2]]), ones)
+    with pytest.raises(ditto.DataError, match="is 4294967296, outside"):
+        dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 1, 2**32], [2, 2, 2]]), ones)
+    # A strided input: the destinations follow the row-major result, not the input's strides.
+    base = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()  # (3, 2), not contiguous
+    idx = torch.tensor([[2, 0], [1, 1], [0, 2]])
+    assert torch.equal(dt.scatter_add(base, 0, idx, torch.ones(3, 2)), base.scatter_add(0, idx, torch.ones(3, 2)))
+
+
+def test_scatter_add_gradient_is_the_gather_of_the_output_gradient():
+    src = torch.rand(4, 5, dtype=torch.float32, requires_grad=True)
+    index = torch.tensor([[0, 1, 2, 0, 1], [2, 2, 2, 2, 2], [1, 0, 1, 0, 1], [0, 0, 0, 0, 0]])
+    g = torch.rand(3, 5)
+    (dt.scatter_add(torch.zeros(3, 5), 0, index, src) * g).sum().backward()
+    assert torch.equal(src.grad, g.gather(0, index))
