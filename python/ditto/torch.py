@@ -59,30 +59,38 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-def _where(t: Tensor) -> Tuple[str, int]:
-    if t.device.type == "cuda":
-        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-        return f"cuda:{index}", _raw_stream(index)
-    if t.device.type == "cpu":
+_CUDA_NAMES: Dict[int, str] = {}
+
+
+def _where(device: torch.device) -> Tuple[str, int]:
+    if device.type == "cuda":
+        index = device.index  # a tensor's CUDA device always carries its index
+        name = _CUDA_NAMES.get(index)
+        if name is None:
+            name = _CUDA_NAMES[index] = f"cuda:{index}"
+        return name, _raw_stream(index)
+    if device.type == "cpu":
         return "cpu", 0
-    raise ValueError(f"ditto.torch: tensors on {t.device}; ditto runs on the CPU and on CUDA devices")
+    raise ValueError(f"ditto.torch: tensors on {device}; ditto runs on the CPU and on CUDA devices")
 
 
 _DTYPES = {torch.float32: "f32", torch.int32: "i32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
-def _pointer(t: Tensor, like: Tensor):
+def _pointer(t: Tensor, device: torch.device):
     """A tensor as ditto's ops take it from here: (data pointer, shape, dtype). The caller holds the
     tensor for the call; ditto queues its work on PyTorch's current stream (see _ditto's notes)."""
-    if t.device != like.device:
-        raise ValueError(f"ditto.torch: tensors on {t.device} and {like.device}; one device per op")
-    if t.dtype not in _DTYPES:
+    if t.device != device:
+        raise ValueError(f"ditto.torch: tensors on {t.device} and {device}; one device per op")
+    name = _DTYPES.get(t.dtype)
+    if name is None:
         raise ValueError(f"ditto.torch: a {t.dtype} tensor; ditto holds float32, int32, bfloat16 and float16")
-    return (t.data_ptr(), tuple(t.shape), _DTYPES[t.dtype])
+    return (t.data_ptr(), tuple(t.shape), name)
 
 
 def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Optional[Tensor]]:
-    device, stream = _where(like)
+    device = like.device
+    where, stream = _where(device)
     # `held` keeps every tensor (the callers' temporaries and contiguous copies among them) alive
     # until the call has queued its work. One plain loop: this runs on every call of every op.
     held, packed = [], []
@@ -90,9 +98,9 @@ def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Opt
         if isinstance(a, Tensor):
             a = a.contiguous()
             held.append(a)
-            a = _pointer(a, like)
+            a = _pointer(a, device)
         packed.append(a)
-    *outs, ran = getattr(_ditto, fn)(device, stream, deterministic, *packed)
+    *outs, ran = getattr(_ditto, fn)(where, stream, deterministic, *packed)
     del held
     if ran:
         _latest[op] = ran
@@ -162,6 +170,8 @@ def _i32(t: Tensor) -> Tensor:
     int64 values outside int32 saturate to its limits rather than wrap (2**32 + 3 would become 3, a valid
     row): the limits are out of range for every table and class count, so the kernels treat them as any
     other bad index."""
+    if t.dtype == torch.int32:  # already converted (a backward's saved labels): no dispatch at all
+        return t if t.is_contiguous() else t.contiguous()
     if t.dtype == torch.int64:
         t = t.clamp(-2**31, 2**31 - 1)
     return t.to(torch.int32).contiguous()
