@@ -67,10 +67,9 @@ void Optimizer::count_replayed_step() { take_planned_step(); }
 
 namespace {
 // The update operands of every parameter with a gradient: its first and second state from a and b
-// where they hold one per parameter (empty: none).
-std::vector<Tensor> kNoState;
-std::vector<cuda::ParamRef> updated(const std::vector<Param>& params, std::vector<Tensor>& a,
-                                    std::vector<Tensor>& b) {
+// where they hold one per parameter (null or empty: none).
+std::vector<cuda::ParamRef> updated(const std::vector<Param>& params, std::vector<Tensor>* a,
+                                    std::vector<Tensor>* b) {
   std::vector<cuda::ParamRef> out;
   out.reserve(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -79,8 +78,8 @@ std::vector<cuda::ParamRef> updated(const std::vector<Param>& params, std::vecto
     cuda::ParamRef r;
     r.p = v.value().f32();
     r.grad = v.grad().f32();
-    r.a = i < a.size() ? a[i].f32() : nullptr;
-    r.b = i < b.size() ? b[i].f32() : nullptr;
+    r.a = a && i < a->size() ? (*a)[i].f32() : nullptr;
+    r.b = b && i < b->size() ? (*b)[i].f32() : nullptr;
     r.n = v.value().numel();
     out.push_back(r);
   }
@@ -104,7 +103,7 @@ void Sgd::step(Context& ctx, float lr) {
     return;
   }
   if (ctx.is_cuda()) {
-    cuda::sgd_update(ctx, updated(params_, momentum_, kNoState), lr, o_.momentum, o_.nesterov, o_.weight_decay, skip_flag());
+    cuda::sgd_update(ctx, updated(params_, &momentum_, nullptr), lr, o_.momentum, o_.nesterov, o_.weight_decay, skip_flag());
   } else {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const Var& v = params_[i].var;
@@ -120,7 +119,7 @@ void Sgd::step(Context& ctx, float lr) {
 void Sgd::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
   if (skips_on_host(ctx)) return;
   if (ctx.is_cuda()) {
-    cuda::sgd_update_table(ctx, updated(params_, momentum_, kNoState), table, cursor, width, o_.momentum, o_.nesterov,
+    cuda::sgd_update_table(ctx, updated(params_, &momentum_, nullptr), table, cursor, width, o_.momentum, o_.nesterov,
                            o_.weight_decay, skip_flag());
     return;
   }
@@ -173,7 +172,7 @@ void Adam::step(Context& ctx, float lr) {
   const std::vector<float> s = step_scalars(steps_ + 1, lr);
   const float step_size = s[0], bias2_sqrt = s[1];
   if (ctx.is_cuda()) {
-    cuda::adam_update(ctx, updated(params_, m_, v_), step_size, o_.beta1, o_.beta2, o_.eps, bias2_sqrt, o_.weight_decay);
+    cuda::adam_update(ctx, updated(params_, &m_, &v_), step_size, o_.beta1, o_.beta2, o_.eps, bias2_sqrt, o_.weight_decay);
   } else {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const Var& v = params_[i].var;
@@ -188,7 +187,7 @@ void Adam::step(Context& ctx, float lr) {
 void Adam::update_from_table(Context& ctx, const float* table, const int32_t* cursor, int width) {
   if (updates_.defined()) return update_counted(ctx, 0.0f, table, cursor, width);
   if (ctx.is_cuda()) {
-    cuda::adam_update_table(ctx, updated(params_, m_, v_), table, cursor, width, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
+    cuda::adam_update_table(ctx, updated(params_, &m_, &v_), table, cursor, width, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
     return;
   }
   const float* row = table + static_cast<int64_t>(*cursor) * width;
@@ -242,7 +241,7 @@ void Adam::update_counted(Context& ctx, float lr, const float* table, const int3
     return;
   }
   const auto* c1 = reinterpret_cast<const double*>(c1_.i32());
-  cuda::adam_update_counted(ctx, updated(params_, m_, v_), lr, table, cursor, width, c1, bias2_sqrt_.f32(), updates_.i32(),
+  cuda::adam_update_counted(ctx, updated(params_, &m_, &v_), lr, table, cursor, width, c1, bias2_sqrt_.f32(), updates_.i32(),
                             skip_flag(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
   cuda::count_update(ctx, updates_.i32(), skip_flag());
 }

@@ -166,7 +166,7 @@ def _f32(t: Tensor, what: str) -> Tensor:
 
 def _i32(t: Tensor) -> Tensor:
     """Indices and labels as ditto's kernels read them. The public functions convert before the custom
-    op, so its backward, which reads them again, gets int32 already (``to`` then returns the tensor).
+    op, so its backward, which reads them again, gets int32 already and passes them without a dispatch.
     int64 values outside int32 saturate to its limits rather than wrap (2**32 + 3 would become 3, a valid
     row): the limits are out of range for every table and class count, so the kernels treat them as any
     other bad index."""
