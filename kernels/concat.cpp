@@ -56,6 +56,23 @@ CopyGeometry copy_geometry(const Tensor& t, const std::vector<int64_t>& channel_
   return g;
 }
 float* words(const Tensor& t) { return static_cast<float*>(t.raw()); }
+
+// Whether concat_channels' backward may add input i's slice of dy straight into its gradient, in
+// the launch that writes the other inputs' slices: a float32 gradient is already there, with the
+// slice's dtype and layout (accumulate_grad's checks), no other input of this concatenation shares
+// its gradient (two adds to one tensor in one launch would race; concat_channels({x, x}) takes the
+// ordered path), and it is not dy's own memory.
+bool adds_in_place(const std::vector<GradRef>& refs, std::size_t i, const Tensor& dy) {
+  const Tensor& g = refs[i].grad();
+  if (!g.defined() || g.dtype() != DType::F32 || dy.dtype() != DType::F32 || g.layout() != dy.layout() ||
+      g.shape() != refs[i].shape())
+    return false;
+  for (std::size_t j = 0; j < refs.size(); ++j)
+    if (j != i && refs[j].defined() && &refs[j].slot() == &refs[i].slot()) return false;
+  const char* gb = static_cast<const char*>(g.raw());
+  const char* db = static_cast<const char*>(dy.raw());
+  return gb + g.nbytes() <= db || db + dy.nbytes() <= gb;
+}
 }  // namespace
 
 Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
@@ -110,18 +127,25 @@ Var concat_channels(Context& ctx, const std::vector<Var>& xs) {
                       [refs, outr = out.grad_ref(), total, batch, hw, unit = g.unit](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor& dy = outr.grad();
-      // Every input's slice of dy (in dy's form), copied in one launch on the GPU, then accumulated in order.
+      // Every input's slice of dy (in dy's form), in one launch on the GPU. A float32 input whose
+      // gradient already holds a sum (DenseNet's features, each read by every later layer's
+      // concatenation) gets its slice added there in the same launch, with add_inplace's rounding,
+      // so the sums keep their order and bits; the others get fresh slices, accumulated in order.
       std::vector<Tensor> dxs(refs.size());
       std::vector<cuda::ChannelCopy> copies;
       int64_t off = 0;
       for (std::size_t i = 0; i < refs.size(); ++i) {
         const int64_t ci = refs[i].shape()[1] / unit;
         if (refs[i].requires_grad()) {
-          dxs[i] = c.empty(refs[i].shape(), dy.dtype(), dy.layout());
-          if (c.is_cuda())
-            copies.push_back({words(dy), words(dxs[i]), total, off, ci, 0, ci});
-          else
-            copy_channels(c, words(dy), total, off, words(dxs[i]), ci, 0, batch, ci, hw);
+          if (c.is_cuda() && adds_in_place(refs, i, dy)) {
+            copies.push_back({words(dy), words(refs[i].grad()), total, off, ci, 0, ci, true});
+          } else {
+            dxs[i] = c.empty(refs[i].shape(), dy.dtype(), dy.layout());
+            if (c.is_cuda())
+              copies.push_back({words(dy), words(dxs[i]), total, off, ci, 0, ci});
+            else
+              copy_channels(c, words(dy), total, off, words(dxs[i]), ci, 0, batch, ci, hw);
+          }
         }
         off += ci;
       }

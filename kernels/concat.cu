@@ -30,8 +30,14 @@ struct Segments {
   ChannelCopy seg[kSegments];
 };
 
-// Block row blockIdx.y copies segment blockIdx.y, V floats per thread step (V = 4 when hw is a
-// multiple of 4, so every image's slice starts 16-byte aligned). One writer per element.
+__device__ __forceinline__ float added(float d, float s) { return __fadd_rn(d, s); }
+__device__ __forceinline__ float4 added(float4 d, float4 s) {
+  return make_float4(__fadd_rn(d.x, s.x), __fadd_rn(d.y, s.y), __fadd_rn(d.z, s.z), __fadd_rn(d.w, s.w));
+}
+
+// Block row blockIdx.y copies (or adds) segment blockIdx.y, V floats per thread step (V = 4 when
+// hw is a multiple of 4, so every image's slice starts 16-byte aligned). One writer per element;
+// a segment's mode is uniform over its blocks.
 template <int V, class I>
 __global__ void copy_segments_kernel(Segments s, I batch, I hw) {
   using T = typename std::conditional<V == 4, float4, float>::type;
@@ -40,9 +46,12 @@ __global__ void copy_segments_kernel(Segments s, I batch, I hw) {
   const I src_stride = I(g.src_c) * hw / V, dst_stride = I(g.dst_c) * hw / V;
   const T* src = reinterpret_cast<const T*>(g.src) + I(g.src_off) * hw / V;
   T* dst = reinterpret_cast<T*>(g.dst) + I(g.dst_off) * hw / V;
+  const bool accumulate = g.accumulate;
   for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * I(blockDim.x)) {
     const I n = i / row, r = i - n * row;
-    dst[n * dst_stride + r] = src[n * src_stride + r];
+    const T v = src[n * src_stride + r];
+    T& d = dst[n * dst_stride + r];
+    d = accumulate ? added(d, v) : v;
   }
 }
 

@@ -19,7 +19,11 @@
 // pairs, so each input needs an even channel count), channel_mul computes in float and rounds y and
 // dx once to x's dtype, ds to s's (one thread column per plane, 16 lanes added in lane order).
 //
-// Backward contributions are fresh tensors handed to accumulate_grad: gradients accumulate.
+// Backward contributions are fresh tensors handed to accumulate_grad (gradients accumulate), except
+// on the GPU for a float32 input whose gradient already holds a sum: its slice is added there in
+// the same launch, dst + slice rounded once as accumulate_grad's add, in the same order, so the
+// bits are those of the fresh-slice path without its copy and one add launch per input (a
+// DenseNet block's backward adds each feature's slices from every later layer).
 #pragma once
 #include <vector>
 

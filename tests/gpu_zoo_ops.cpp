@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "engine/context.h"
@@ -152,6 +153,47 @@ TEST_CASE("gpu concat_channels: exact copies and determinism") {
       gpu, "concat_channels",
       [&] { return std::vector<Var>{Var(xs[0], true), Var(xs[1], true), Var(xs[2], true)}; },
       [&](const std::vector<Var>& v) { return concat_channels(gpu, v); }, dy);
+}
+
+// DenseNet's pattern: inputs read by several concatenations, so their gradients accumulate. On the
+// GPU the backward adds a slice straight into a gradient that already holds a sum; the host
+// context copies each slice and adds it with accumulate_grad. The gradients must agree bit for bit:
+// the same float adds in the same order. Covers a launch's 32-segment table overflowing (40
+// inputs), fresh and added slices in one launch, an input given twice (the ordered path) and both
+// kernel widths (hw a multiple of 4, and not).
+TEST_CASE("gpu concat_channels: gradients accumulated in the launch equal the host's ordered sums") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0));
+  Context cpu;
+  for (const int64_t side : {7, 8}) {
+    const int64_t batch = 3;
+    std::vector<std::vector<float>> host;
+    std::vector<Shape> shapes;
+    for (int k = 0; k < 40; ++k) {
+      shapes.push_back({batch, 4 + (k % 3) * 4, side, side});
+      host.push_back(test::random_vec(std::size_t(shape_numel(shapes.back())), seed + uint64_t(k)));
+    }
+    auto run = [&](Context& ctx) {
+      std::vector<Var> xs;
+      for (int k = 0; k < 40; ++k) xs.emplace_back(ctx.from_host(host[std::size_t(k)], shapes[std::size_t(k)]), true);
+      Var y1 = concat_channels(ctx, xs);
+      Var y2 = concat_channels(ctx, {xs[0], xs[1], xs[2]});
+      Var y3 = concat_channels(ctx, {xs[0], xs[0], xs[3]});
+      Var z = concat_channels(ctx, {y1, y2, y3});
+      auto dyv = test::random_vec(std::size_t(z.value().numel()), seed + 99);
+      ctx.tape().backward(ctx, z, ctx.from_host(dyv, z.shape()));
+      std::vector<std::vector<float>> grads;
+      for (const Var& x : xs) grads.push_back(x.grad().to_host_f32());
+      return grads;
+    };
+    const auto on_gpu = run(gpu), on_cpu = run(cpu);
+    for (std::size_t k = 0; k < on_gpu.size(); ++k) {
+      INFO("side " << side << ", input " << k);
+      REQUIRE(on_gpu[k].size() == on_cpu[k].size());
+      CHECK(std::memcmp(on_gpu[k].data(), on_cpu[k].data(), on_gpu[k].size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("gpu channel_mul: reference (with the fixed-order ds reduction) and determinism") {

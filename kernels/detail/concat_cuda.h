@@ -12,11 +12,14 @@ void copy_channels(Context& ctx, const float* src, int64_t src_c, int64_t src_of
 // Many channel copies of one shape family in one launch (a concatenation's inputs into its
 // output, or its output gradient's slices into the inputs' gradients): segment i copies c[i]
 // channels of every image from src[i] (src_c[i] channels, from channel src_off[i]) to dst[i]
-// (dst_c[i] channels, from channel dst_off[i]). Each element is written by one thread.
+// (dst_c[i] channels, from channel dst_off[i]), or with `accumulate` adds them to what dst holds
+// (dst = dst + src, one rounding: the bits of add_inplace). Each element is written by one thread,
+// so no two segments of a launch may write the same memory.
 struct ChannelCopy {
   const float* src;
   float* dst;
   int64_t src_c, src_off, dst_c, dst_off, c;
+  bool accumulate = false;
 };
 void copy_channels_many(Context& ctx, const ChannelCopy* copies, int64_t count, int64_t batch, int64_t hw);
 void channel_mul_fwd(Context& ctx, const float* x, const float* s, float* y, int64_t planes, int64_t hw);
