@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "engine/context.h"
+#include "engine/graph.h"
 #include "engine/error.h"
 #include "kernels/scatter.h"
 #include "kernels/scatter_ref.h"
@@ -322,6 +323,39 @@ TEST_CASE("gpu embedding: bad indices and offsets are NaN where they land, and b
   CHECK(bag_nans({1, 3}) == std::vector<bool>{true, false});
   CHECK(bag_nans({0, 3, 2, 7}) == std::vector<bool>{false, true, true, true});
   CHECK(bag_nans({0, 6}) == std::vector<bool>{false, false});  // an empty last bag is fine
+}
+
+// The sorted variant zero-fills the table's gradient on a side stream beside its sort. Eager and
+// graphed calls (the capture takes the branch) give the host reference's sums bit for bit
+// (distinct rows: one add each) and zeros in every row no index reaches, with the fill of the last
+// call's buffer poisoned first so a segment kernel that outran the fill would show.
+TEST_CASE("gpu embedding: the sorted variant's side-stream zero fill, eager and captured") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  Context gpu(Device::cuda(0), Policy::parse({"emb.scatter=sorted"}));
+  const int64_t rows = 1 << 20, d = 16, m = 4096;
+  std::vector<int32_t> ih(static_cast<std::size_t>(m));
+  for (int64_t k = 0; k < m; ++k) ih[std::size_t(k)] = int32_t((k * 2654435761u) % uint64_t(rows));
+  const auto dyh = test::random_vec(std::size_t(m * d), seed);
+  Tensor idx = gpu.from_host(ih, {m}), dy = gpu.from_host(dyh, {m, d});
+  std::vector<float> want(std::size_t(rows * d), 0.f);
+  for (int64_t k = 0; k < m; ++k)
+    for (int64_t j = 0; j < d; ++j) want[std::size_t(ih[std::size_t(k)] * d + j)] += dyh[std::size_t(k * d + j)];
+
+  CHECK(embedding_backward(gpu, "emb", dy, idx, rows).to_host_f32() == want);
+  Tensor out = gpu.full({rows, d}, std::nanf(""));
+  StepGraph g;
+  g.capture(gpu, [&] {
+    Tensor dw = embedding_backward(gpu, "emb", dy, idx, rows);
+    gpu.copy(out, dw);
+  });
+  for (int replay = 0; replay < 3; ++replay) {
+    Tensor poison = gpu.full({rows, d}, std::nanf(""));
+    gpu.copy(out, poison);
+    g.launch(gpu);
+    INFO("replay " << replay);
+    CHECK(out.to_host_f32() == want);
+  }
 }
 
 TEST_CASE("gpu embedding: determinism of each variant over 10 calls, and DETERMINISM lines at 1M x 64") {
