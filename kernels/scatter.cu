@@ -14,9 +14,9 @@
 //      run of equal keys from 0.0f. A run wholly inside the tile is written to out[key]; the piece of
 //      a run that began in an earlier tile goes to the tile's head slot, the piece of a run that
 //      starts here and continues goes to its tail slot.
-//   4. segment_fixup_kernel: one block per tile where a run starts and continues; its 8 warps add
-//      the run's pieces (tail of the first tile, then the heads of the following tiles): warp w
-//      takes pieces w, w+8, ... in order, then warp 0 adds the 8 warp sums in warp order.
+//   4. segment_fixup_kernel: one warp per tile where a run starts and continues adds the run's
+//      pieces (tail of the first tile, then the heads of the following tiles) in eight groups (group
+//      g: pieces g, g+8, ... in order), then the eight group sums in group order.
 //   Rows of one float (d == 1) sort (key, contribution) pairs instead of (key, position)
 //   (sort_prep_scalar_kernel), and take segment_tiles_scalar_kernel and segment_fixup_scalar_kernel:
 //   a tile's 32 sorted values on the warp's lanes, each run's sum by a segmented scan, and one
@@ -239,42 +239,43 @@ __device__ __forceinline__ uint32_t owned_run_key(const uint32_t* __restrict__ s
   return key;
 }
 
-// Step 4 of the sorted scatter: block t finishes the run that starts in tile t and continues past
-// it, if there is one (a run starts in exactly one tile, so each run has one owner).
+// Step 4 of the sorted scatter: warp t finishes the run that starts in tile t and continues past it,
+// if there is one (a run starts in exactly one tile, so each run has one owner). Its pieces are
+// added in eight interleaved groups (group g: pieces g, g + 8, ..., in order, from 0.0f), then the
+// eight group sums in group order (empty groups add 0.0f): an order fixed by the run's length. One
+// warp per tile, lanes over columns, so the many tiles that own no run cost a warp each, not a block.
+constexpr int kFixupGroups = 8;
 __global__ void __launch_bounds__(kWarps * 32)
     segment_fixup_kernel(const uint32_t* __restrict__ skey, ScatterRows p, float* __restrict__ out,
-                         const float* __restrict__ carry) {
-  const int64_t t = blockIdx.x;
+                         const float* __restrict__ carry, int64_t tiles) {
+  const int64_t t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (t >= tiles) return;  // uniform across the warp
   const uint32_t key = owned_run_key(skey, p.m, p.rows, t);
   if (key >= static_cast<uint32_t>(p.rows)) return;
   const int64_t pieces = run_end_tile(skey, p.m, key, t) - t;  // tiles t .. end - 1, >= 2
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __shared__ float part[kWarps][kPassCols];
+  const int lane = threadIdx.x & 31;
   for (int64_t c0 = 0; c0 < p.d; c0 += kPassCols) {
-    float acc[kLaneCols];
+    float sum[kLaneCols];
+    for (int g = 0; g < kFixupGroups; ++g) {
+      float acc[kLaneCols];
 #pragma unroll
-    for (int c = 0; c < kLaneCols; ++c) acc[c] = 0.f;
-    for (int64_t q = warp; q < pieces; q += kWarps) {
-      const float* piece = carry + ((t + q) * 2 + (q == 0 ? 1 : 0)) * p.d;  // tail of tile t, heads after
+      for (int c = 0; c < kLaneCols; ++c) acc[c] = 0.f;
+      for (int64_t q = g; q < pieces; q += kFixupGroups) {
+        const float* piece = carry + ((t + q) * 2 + (q == 0 ? 1 : 0)) * p.d;  // tail of tile t, heads after
 #pragma unroll
-      for (int c = 0; c < kLaneCols; ++c) {
-        const int64_t col = c0 + lane + 32 * c;
-        if (col < p.d) acc[c] += piece[col];
+        for (int c = 0; c < kLaneCols; ++c) {
+          const int64_t col = c0 + lane + 32 * c;
+          if (col < p.d) acc[c] += piece[col];
+        }
       }
+#pragma unroll
+      for (int c = 0; c < kLaneCols; ++c) sum[c] = g == 0 ? acc[c] : sum[c] + acc[c];
     }
 #pragma unroll
-    for (int c = 0; c < kLaneCols; ++c) part[warp][lane + 32 * c] = acc[c];
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-      for (int c = 0; c < kLaneCols; ++c) {
-        const int64_t col = c0 + lane + 32 * c;
-        float s = part[0][lane + 32 * c];
-        for (int w = 1; w < kWarps; ++w) s += part[w][lane + 32 * c];
-        if (col < p.d) out[int64_t(key) * p.d + col] = s;
-      }
+    for (int c = 0; c < kLaneCols; ++c) {
+      const int64_t col = c0 + lane + 32 * c;
+      if (col < p.d) out[int64_t(key) * p.d + col] = sum[c];
     }
-    __syncthreads();
   }
 }
 
@@ -532,7 +533,7 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
                                                                     tiles);
   DITTO_CHECK_LAUNCH(ctx);
   if (tiles > 1) {
-    segment_fixup_kernel<<<static_cast<unsigned>(tiles), kWarps * 32, 0, st>>>(keys.Current(), p, out, carry);
+    segment_fixup_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), p, out, carry, tiles);
     DITTO_CHECK_LAUNCH(ctx);
   }
 }

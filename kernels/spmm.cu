@@ -117,38 +117,46 @@ __global__ void spmm_values_grad_kernel(int64_t rows, int64_t cols, int64_t k, i
   });
 }
 
+// The row of CSR entry e: the last r with ptr[r] <= e (a binary search over ptr), clamped to
+// [0, rows) so that pointers that are not a valid CSR structure still give an in-range row.
+__device__ __forceinline__ int32_t row_of_entry(const int32_t* __restrict__ ptr, int64_t rows, int64_t e) {
+  int64_t lo = 0, hi = rows + 1;  // first r in [0, rows + 1) with ptr[r] > e
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (ptr[mid] <= e)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const int64_t r = lo - 1;
+  return static_cast<int32_t>(r < 0 ? 0 : (r >= rows ? rows - 1 : r));
+}
+
 // Sort records for the transpose: key = the entry's column (an out-of-range one: the sentinel
-// `cols`, sorted past every real column), value = the entry's index.
-__global__ void transpose_keys_kernel(const int32_t* __restrict__ idx, int64_t nnz, int64_t cols,
-                                      uint32_t* __restrict__ keys, int32_t* __restrict__ vals) {
+// `cols`, sorted past every real column), value = the entry's index; and each entry's row, found
+// here in storage order, where neighbouring threads' searches take the same path through ptr
+// (after the sort, neighbours' entries are scattered over A and each search would miss the cache).
+__global__ void transpose_keys_kernel(const int32_t* __restrict__ ptr, int64_t rows, const int32_t* __restrict__ idx,
+                                      int64_t nnz, int64_t cols, uint32_t* __restrict__ keys,
+                                      int32_t* __restrict__ vals, int32_t* __restrict__ row_of) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < nnz; e += int64_t(gridDim.x) * blockDim.x) {
     const int32_t col = idx[e];
     keys[e] = (col >= 0 && col < cols) ? static_cast<uint32_t>(col) : static_cast<uint32_t>(cols);
     vals[e] = static_cast<int32_t>(e);
+    row_of[e] = row_of_entry(ptr, rows, e);
   }
 }
 
-// t_idx[p] = the row of A entry t_perm[p]: the last r with ptr[r] <= e (binary search).
-__global__ void transpose_rows_kernel(const int32_t* __restrict__ ptr, int64_t rows, const int32_t* __restrict__ perm,
-                                      int64_t nnz, int32_t* __restrict__ t_idx) {
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < nnz; p += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t e = perm[p];
-    int64_t lo = 0, hi = rows + 1;  // first r in [0, rows + 1) with ptr[r] > e
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (ptr[mid] <= e)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    const int64_t r = lo - 1;
-    t_idx[p] = static_cast<int32_t>(r < 0 ? 0 : (r >= rows ? rows - 1 : r));
-  }
+// t_idx[p] = the row of A entry t_perm[p].
+__global__ void transpose_rows_kernel(const int32_t* __restrict__ row_of, const int32_t* __restrict__ perm, int64_t nnz,
+                                      int32_t* __restrict__ t_idx) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < nnz; p += int64_t(gridDim.x) * blockDim.x)
+    t_idx[p] = row_of[perm[p]];
 }
 
 struct TransposeLayout {
   uint32_t *keys_in, *keys_out;
-  int32_t* vals_in;
+  int32_t *vals_in, *row_of;
   void* sort_temp;
   std::size_t sort_bytes, bytes;
   int end_bit;
@@ -162,6 +170,7 @@ TransposeLayout transpose_layout(void* base, int64_t nnz, int64_t cols) {
   l.keys_in = carve.take<uint32_t>(nnz);
   l.keys_out = carve.take<uint32_t>(nnz);
   l.vals_in = carve.take<int32_t>(nnz);
+  l.row_of = carve.take<int32_t>(nnz);
   l.sort_temp = carve.take<char>(static_cast<int64_t>(l.sort_bytes));
   l.bytes = carve.bytes;
   return l;
@@ -203,12 +212,13 @@ void csr_transpose(Context& ctx, int64_t rows, int64_t cols, int64_t nnz, const 
     return;
   }
   const TransposeLayout l = transpose_layout(workspace, nnz, cols);
-  transpose_keys_kernel<<<blocks_for(nnz), kThreads, 0, st>>>(idx, nnz, cols, l.keys_in, l.vals_in);
+  transpose_keys_kernel<<<blocks_for(nnz), kThreads, 0, st>>>(ptr, rows, idx, nnz, cols, l.keys_in, l.vals_in,
+                                                              l.row_of);
   DITTO_CHECK_LAUNCH(ctx);
   sort_pairs(l.sort_temp, l.sort_bytes, l.keys_in, l.keys_out, l.vals_in, t_perm, nnz, l.end_bit, st);
   segment_starts_kernel<<<blocks_for(cols + 1), kThreads, 0, st>>>(l.keys_out, nnz, t_ptr, cols);
   DITTO_CHECK_LAUNCH(ctx);
-  transpose_rows_kernel<<<blocks_for(nnz), kThreads, 0, st>>>(ptr, rows, t_perm, nnz, t_idx);
+  transpose_rows_kernel<<<blocks_for(nnz), kThreads, 0, st>>>(l.row_of, t_perm, nnz, t_idx);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
