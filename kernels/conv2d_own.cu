@@ -4,7 +4,7 @@
 // conv_fwd_direct: the fixed-order GEMM of kernels/detail/fixed_gemm.cuh over an implicit im2col
 // (rows: output positions n*Ho*Wo + p, columns: the group's output channels, reduction: c*r*s in
 // ascending order), one launch per convolution group. Batch-invariant.
-// im2col_kernel / dy_rearrange_kernel: copies, one thread per output element: deterministic.
+// im2col_kernel / dy_rearrange_kernel: copies, one writer per output element: deterministic.
 // col2im_gather_kernel: one thread per dX element adds its (r, s) taps in r-major order.
 // fold_kernel: one thread per element adds `count` partial arrays left to right onto acc.
 // dw_bwd_data_kernel: one thread per dX element adds (multiplier, r, s) taps in that order.
@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 
 #include <climits>
+#include <cstdint>
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
@@ -30,57 +31,114 @@ using own::ConvGeom;
 
 inline bool fits32(int64_t n) { return n < int64_t(INT_MAX); }
 
-template <class I>
+// Blocks of (tx, ty) threads: ty rows of a row-major array side by side, tx threads along each row
+// (tx a power of two up to 256, about the row's length in work items), so short rows do not leave
+// most of a block idle.
+struct RowGrid {
+  dim3 grid, block;
+};
+RowGrid row_grid(int64_t rows, int64_t items_per_row) {
+  unsigned tx = 32;
+  while (tx < unsigned(kThreads) && int64_t(tx) < items_per_row) tx *= 2;
+  const unsigned ty = unsigned(kThreads) / tx;
+  const int64_t gx = (items_per_row + tx - 1) / tx, gy = (rows + ty - 1) / ty;
+  return {dim3(unsigned(gx < 65535 ? gx : 65535), unsigned(gy < 65535 ? gy : 65535)), dim3(tx, ty)};
+}
+
+// im2col: cols is [item][crs][b*HoWo + pos]. One row of cols (an item's input channel c and tap
+// (r, s)) per thread row: its channel, tap offsets and image base are worked out once; each thread
+// fills V consecutive positions, the first one's (image, ho, wo) by division and the others by
+// stepping, and stores them as one float4 where V is 4. A copy: deterministic.
+template <class I, int V>
 __global__ void im2col_kernel(ConvGeom g, const float* __restrict__ x, float* __restrict__ cols, I n0, I images, I grp,
-                              I total) {
-  const I cols_per_row = images * I(g.Ho * g.Wo), howo = I(g.Ho * g.Wo), crsg = I(g.CRSg());
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * I(blockDim.x)) {
-    // cols is [item][crs][b*HoWo + pos] with `images` images per item.
-    const I row = i / cols_per_row, j = i - row * cols_per_row;
+                              I rows, I row_len) {
+  const I Wo = I(g.Wo), Ho = I(g.Ho), howo = Ho * Wo, crsg = I(g.CRSg()), S = I(g.S), RS = I(g.R) * S;
+  const I H = I(g.H), W = I(g.W), sh = I(g.sh), sw = I(g.sw), image = I(g.C) * H * W;
+  const I vecs = (row_len + V - 1) / V;
+  for (I row = blockIdx.y * I(blockDim.y) + threadIdx.y; row < rows; row += I(gridDim.y) * I(blockDim.y)) {
     const I item = row / crsg, crs = row - item * crsg;
-    const I b = j / howo, pos = j - b * howo;
-    const I src = own::im2col_source<I>(g, n0 + item * images + b, grp, crs, pos);
-    cols[i] = src < 0 ? 0.f : __ldg(x + src);
+    const I rs = crs % RS, r = rs / S, s = rs - r * S;
+    const I hoff = r * I(g.dh) - I(g.ph), woff = s * I(g.dw) - I(g.pw);
+    const float* xc = x + (n0 + item * images) * image + (grp * I(g.Cg()) + crs / RS) * H * W;
+    float* out = cols + row * row_len;
+    for (I v = blockIdx.x * I(blockDim.x) + threadIdx.x; v < vecs; v += I(gridDim.x) * I(blockDim.x)) {
+      const I j0 = v * V;
+      I b = j0 / howo, pos = j0 - b * howo;
+      I ho = pos / Wo, wo = pos - ho * Wo;
+      float val[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const I h = ho * sh + hoff, w = wo * sw + woff;
+        val[k] = j0 + k < row_len && h >= 0 && h < H && w >= 0 && w < W ? __ldg(xc + b * image + h * W + w) : 0.f;
+        if (++wo == Wo) {
+          wo = 0;
+          if (++ho == Ho) ho = 0, ++b;
+        }
+      }
+      if (V == 4) {
+        *reinterpret_cast<float4*>(out + j0) = make_float4(val[0], val[1 % V], val[2 % V], val[3 % V]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (j0 + k < row_len) out[j0 + k] = val[k];
+      }
+    }
   }
 }
 
-template <class I>
+// dY rearranged to [item][k][b*HoWo + pos]: one row (an item's output channel k) per thread row,
+// V consecutive positions per thread, the first one's image by division and the others by
+// stepping. A copy: deterministic.
+template <class I, int V>
 __global__ void dy_rearrange_kernel(ConvGeom g, const float* __restrict__ dy, float* __restrict__ out, I n0, I images,
-                                    I grp, I total) {
-  const I howo = I(g.Ho * g.Wo), per_row = images * howo, kg = I(g.Kg());
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * I(blockDim.x)) {
-    // out is [item][k][b*HoWo + pos].
-    const I row = i / per_row, j = i - row * per_row;
+                                    I grp, I rows, I row_len) {
+  const I howo = I(g.Ho * g.Wo), kg = I(g.Kg()), image = I(g.K) * howo;
+  const I vecs = (row_len + V - 1) / V;
+  for (I row = blockIdx.y * I(blockDim.y) + threadIdx.y; row < rows; row += I(gridDim.y) * I(blockDim.y)) {
     const I item = row / kg, k = row - item * kg;
-    const I b = j / howo, pos = j - b * howo;
-    const I n = n0 + item * images + b;
-    out[i] = __ldg(dy + ((n * I(g.K) + grp * kg + k) * howo + pos));
+    const float* src = dy + (n0 + item * images) * image + (grp * kg + k) * howo;
+    float* dst = out + row * row_len;
+    for (I v = blockIdx.x * I(blockDim.x) + threadIdx.x; v < vecs; v += I(gridDim.x) * I(blockDim.x)) {
+      const I j0 = v * V;
+      I b = j0 / howo, pos = j0 - b * howo;
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        if (j0 + q < row_len) dst[j0 + q] = __ldg(src + b * image + pos);
+        if (++pos == howo) pos = 0, ++b;
+      }
+    }
   }
 }
 
-template <class I>
+// col2im: one dX plane (an image and a channel of the group) per thread row, one pixel per thread:
+// the plane's bases are worked out once; the pixel adds its (r, s) taps in r-major order, from
+// 0.0f. With unit strides a tap's output position needs no division (UnitStride).
+template <class I, bool UnitStride>
 __global__ void col2im_gather_kernel(ConvGeom g, const float* __restrict__ cols, float* __restrict__ dx, I n0,
-                                     I images, I grp, I total) {
-  const I H = I(g.H), W = I(g.W), cg = I(g.Cg()), R = I(g.R), S = I(g.S), howo = I(g.Ho * g.Wo);
-  const I per_row = images * howo;
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * I(blockDim.x)) {
-    // i runs over the chunk's images x the group's channels x H x W.
-    I t = i;
-    const I w = t % W;
-    t /= W;
-    const I h = t % H;
-    t /= H;
-    const I c = t % cg;
-    const I nl = t / cg;
+                                     I images, I grp, I planes) {
+  const I H = I(g.H), W = I(g.W), hw = H * W, cg = I(g.Cg()), R = I(g.R), S = I(g.S), Ho = I(g.Ho), Wo = I(g.Wo);
+  const I howo = Ho * Wo, per_row = images * howo;
+  for (I pl = blockIdx.y * I(blockDim.y) + threadIdx.y; pl < planes; pl += I(gridDim.y) * I(blockDim.y)) {
+    const I nl = pl / cg, c = pl - nl * cg;
     const I item = nl / images, b = nl - item * images;
     const float* base = cols + (item * cg + c) * R * S * per_row + b * howo;
-    float acc = 0.f;
-    for (I r = 0; r < R; ++r)
-      for (I s = 0; s < S; ++s) {
-        const I pos = own::tap_target<I>(g, h, w, r, s);
-        if (pos >= 0) acc += __ldg(base + (r * S + s) * per_row + pos);
-      }
-    dx[(((n0 + nl) * I(g.C) + grp * cg + c) * H + h) * W + w] = acc;
+    float* out = dx + ((n0 + nl) * I(g.C) + grp * cg + c) * hw;
+    for (I p = blockIdx.x * I(blockDim.x) + threadIdx.x; p < hw; p += I(gridDim.x) * I(blockDim.x)) {
+      const I h = p / W, w = p - h * W;
+      float acc = 0.f;
+      for (I r = 0; r < R; ++r)
+        for (I s = 0; s < S; ++s) {
+          I pos;
+          if (UnitStride) {
+            const I ho = h + I(g.ph) - r * I(g.dh), wo = w + I(g.pw) - s * I(g.dw);
+            pos = ho >= 0 && ho < Ho && wo >= 0 && wo < Wo ? ho * Wo + wo : I(-1);
+          } else {
+            pos = own::tap_target<I>(g, h, w, r, s);
+          }
+          if (pos >= 0) acc += __ldg(base + (r * S + s) * per_row + pos);
+        }
+      out[p] = acc;
+    }
   }
 }
 
@@ -264,6 +322,44 @@ void launch_flat(Context& ctx, Kernel kernel, int64_t total, Args... args) {
   DITTO_CHECK_LAUNCH(ctx);
 }
 
+template <class I>
+void im2col(Context& ctx, const ConvGeom& g, const float* x, float* cols, int64_t n0, int64_t images, int64_t grp,
+            int64_t rows, int64_t row_len) {
+  if (rows == 0 || row_len == 0) return;
+  const bool v4 = row_len % 4 == 0 && reinterpret_cast<std::uintptr_t>(cols) % 16 == 0;
+  const RowGrid rg = row_grid(rows, v4 ? row_len / 4 : row_len);
+  cudaStream_t st = detail::stream_of(ctx);
+  if (v4)
+    im2col_kernel<I, 4><<<rg.grid, rg.block, 0, st>>>(g, x, cols, I(n0), I(images), I(grp), I(rows), I(row_len));
+  else
+    im2col_kernel<I, 1><<<rg.grid, rg.block, 0, st>>>(g, x, cols, I(n0), I(images), I(grp), I(rows), I(row_len));
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+template <class I>
+void dy_rearrange(Context& ctx, const ConvGeom& g, const float* dy, float* out, int64_t n0, int64_t images, int64_t grp,
+                  int64_t rows, int64_t row_len) {
+  if (rows == 0 || row_len == 0) return;
+  constexpr int V = 4;
+  const RowGrid rg = row_grid(rows, (row_len + V - 1) / V);
+  dy_rearrange_kernel<I, V><<<rg.grid, rg.block, 0, detail::stream_of(ctx)>>>(g, dy, out, I(n0), I(images), I(grp),
+                                                                                I(rows), I(row_len));
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+template <class I>
+void col2im(Context& ctx, const ConvGeom& g, const float* cols, float* dx, int64_t n0, int64_t images, int64_t grp,
+            int64_t planes) {
+  if (planes == 0 || g.HW() == 0) return;
+  const RowGrid rg = row_grid(planes, g.HW());
+  cudaStream_t st = detail::stream_of(ctx);
+  if (g.sh == 1 && g.sw == 1)
+    col2im_gather_kernel<I, true><<<rg.grid, rg.block, 0, st>>>(g, cols, dx, I(n0), I(images), I(grp), I(planes));
+  else
+    col2im_gather_kernel<I, false><<<rg.grid, rg.block, 0, st>>>(g, cols, dx, I(n0), I(images), I(grp), I(planes));
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
 void fold(Context& ctx, float* acc, const float* parts, int64_t count, int64_t elems, bool first) {
   fold_kernel<<<blocks_for(elems), kThreads, 0, detail::stream_of(ctx)>>>(acc, parts, count, elems, first);
   DITTO_CHECK_LAUNCH(ctx);
@@ -369,15 +465,13 @@ void conv_bwd_filter_gemm(Context& ctx, const ConvGeom& g, const float* x, const
       if (in_place) {
         q.a = x + (n0 * g.C + grp * g.Cg()) * g.HW(), q.lda = g.HW(), q.stride_a = g.C * g.HW();
       } else {
-        const int64_t total = items * crs * positions;
-        if (narrow) launch_flat<int32_t>(ctx, im2col_kernel<int32_t>, total, g, x, cols, int32_t(n0), int32_t(images), int32_t(grp));
-        else launch_flat<int64_t>(ctx, im2col_kernel<int64_t>, total, g, x, cols, n0, images, grp);
+        if (narrow) im2col<int32_t>(ctx, g, x, cols, n0, images, grp, items * crs, positions);
+        else im2col<int64_t>(ctx, g, x, cols, n0, images, grp, items * crs, positions);
         q.a = cols, q.lda = positions, q.stride_a = crs * positions;
       }
       if (images > 1) {
-        const int64_t total = items * kg * positions;
-        if (narrow) launch_flat<int32_t>(ctx, dy_rearrange_kernel<int32_t>, total, g, dy, dyt, int32_t(n0), int32_t(images), int32_t(grp));
-        else launch_flat<int64_t>(ctx, dy_rearrange_kernel<int64_t>, total, g, dy, dyt, n0, images, grp);
+        if (narrow) dy_rearrange<int32_t>(ctx, g, dy, dyt, n0, images, grp, items * kg, positions);
+        else dy_rearrange<int64_t>(ctx, g, dy, dyt, n0, images, grp, items * kg, positions);
         q.b = dyt, q.ldb = positions, q.stride_b = kg * positions;
       } else {
         q.b = dy + (n0 * g.K + grp * kg) * howo, q.ldb = howo, q.stride_b = g.K * howo;
@@ -405,9 +499,8 @@ void conv_bwd_data_gemm(Context& ctx, const ConvGeom& g, const float* w, const f
       Gemm q{CUBLAS_OP_N, CUBLAS_OP_T, positions, crs, kg, nullptr, 0, 0, w + grp * kg * crs, crs, 0, nullptr, 0, 0,
              items};
       if (images > 1) {
-        const int64_t total = items * kg * positions;
-        if (narrow) launch_flat<int32_t>(ctx, dy_rearrange_kernel<int32_t>, total, g, dy, dyt, int32_t(n0), int32_t(images), int32_t(grp));
-        else launch_flat<int64_t>(ctx, dy_rearrange_kernel<int64_t>, total, g, dy, dyt, n0, images, grp);
+        if (narrow) dy_rearrange<int32_t>(ctx, g, dy, dyt, n0, images, grp, items * kg, positions);
+        else dy_rearrange<int64_t>(ctx, g, dy, dyt, n0, images, grp, items * kg, positions);
         q.a = dyt, q.lda = positions, q.stride_a = kg * positions;
       } else {
         q.a = dy + (n0 * g.K + grp * kg) * howo, q.lda = howo, q.stride_a = g.K * howo;
@@ -419,9 +512,8 @@ void conv_bwd_data_gemm(Context& ctx, const ConvGeom& g, const float* w, const f
       }
       q.c = cols, q.ldc = positions, q.stride_c = crs * positions;
       run_gemm(ctx, q, tf32);
-      const int64_t total = items * images * g.Cg() * g.HW();
-      if (narrow) launch_flat<int32_t>(ctx, col2im_gather_kernel<int32_t>, total, g, static_cast<const float*>(cols), dx, int32_t(n0), int32_t(images), int32_t(grp));
-      else launch_flat<int64_t>(ctx, col2im_gather_kernel<int64_t>, total, g, static_cast<const float*>(cols), dx, n0, images, grp);
+      if (narrow) col2im<int32_t>(ctx, g, cols, dx, n0, images, grp, items * images * g.Cg());
+      else col2im<int64_t>(ctx, g, cols, dx, n0, images, grp, items * images * g.Cg());
     });
   }
 }
