@@ -414,12 +414,9 @@ void grid_sample_bwd_deterministic(Context& ctx, const float* x, const float* gr
                                    float* dgrid, void* workspace, const ref::GridSampleDims& d) {
   cudaStream_t st = detail::stream_of(ctx);
   const int64_t positions = d.n * d.oh * d.ow, dx_total = d.n * d.c * d.h * d.w;
-  // Pixels no record reaches keep this zero. The fill runs on the side stream beside the position
-  // kernel and the sort, which do not touch dx; the tile kernels wait for it (stream order alone
-  // decides, so the bits are those of a fill first).
-  detail::SideBranch fill(ctx);
+  // Pixels no record reaches keep this zero.
   if (dx && dx_total > 0)
-    DITTO_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * static_cast<std::size_t>(dx_total), fill.stream()));
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * static_cast<std::size_t>(dx_total), st));
   const bool records = dx && dx_total > 0 && positions > 0;
   if (positions == 0 || (!dgrid && !records)) return;
   const GatherLayout l = gather_layout(records ? workspace : nullptr, d);
@@ -431,7 +428,6 @@ void grid_sample_bwd_deterministic(Context& ctx, const float* x, const float* gr
   const int64_t spread = (kTileBlocksWanted + l.tiles - 1) / l.tiles;
   const int64_t gy = spread < 1 ? 1 : (spread > d.c ? d.c : (spread > 65535 ? 65535 : spread));
   const dim3 tiles_grid(static_cast<unsigned>(l.tiles), static_cast<unsigned>(gy));
-  fill.join();
   if (d.n * d.c * d.oh * d.ow <= int64_t(UINT32_MAX))
     grid_sample_dx_tiles_kernel<uint32_t><<<tiles_grid, kTileThreads, 0, st>>>(
         l.keys_out, l.ents_out, l.in.wts, dy, dx, l.head_part, l.tail_part, l.records, d);

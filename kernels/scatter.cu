@@ -480,20 +480,11 @@ std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows) {
 void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                     std::size_t workspace_bytes) {
   cudaStream_t st = detail::stream_of(ctx);
-  const std::size_t out_bytes = sizeof(float) * std::size_t(p.rows * p.d);
-  if (p.m == 0 || p.d == 0) {
-    if (out_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, st));
-    return;
-  }
+  if (p.rows * p.d > 0) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(p.rows * p.d), st));
+  if (p.m == 0 || p.d == 0) return;
   const SortedLayout l = sorted_layout(p.m, p.d, p.rows);
   if (workspace_bytes < l.total)
     throw Error("scatter_sorted: the workspace is smaller than scatter_sorted_workspace() says");
-  // The zero fill of the output (an embedding table's gradient: hundreds of MB, most of the atomic
-  // variant's time) runs on the side stream beside the sort, which does not touch the output; the
-  // segment kernels wait for both. Stream order alone decides what runs first, so the bits are those
-  // of a fill before the sort.
-  detail::SideBranch fill(ctx);
-  DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, fill.stream()));
   char* ws = static_cast<char*>(workspace);
   auto* keys0 = reinterpret_cast<uint32_t*>(ws + l.keys0);
   auto* keys1 = reinterpret_cast<uint32_t*>(ws + l.keys1);
@@ -512,7 +503,6 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, vals, static_cast<int>(p.m), 0,
                                                      key_bits(p.rows), st));
     DITTO_CHECK_LAUNCH(ctx);
-    fill.join();
     segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), vals.Current(), p, out,
                                                                              carry, tiles);
     DITTO_CHECK_LAUNCH(ctx);
@@ -528,7 +518,6 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
                                                    key_bits(p.rows), st));
   DITTO_CHECK_LAUNCH(ctx);
-  fill.join();
   segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,
                                                                     tiles);
   DITTO_CHECK_LAUNCH(ctx);

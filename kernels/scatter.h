@@ -13,11 +13,7 @@
 //           order. Every destination row is the sum of its contributions in increasing position
 //           order, grouped by tiles whose bounds depend on the number of positions alone: the
 //           same bits for a given input on any GPU (Determinism yes, gpu_to_gpu). The sort's
-//           result does not depend on the GPU either: a stable sort's output is unique. The
-//           output's zero fill (an embedding table's gradient: hundreds of MB) runs on the
-//           context's side stream beside the sort, which does not read it; the tile kernels wait
-//           for both, so the fill costs the step no time of its own where the atomic variant
-//           must finish it before its first add.
+//           result does not depend on the GPU either: a stable sort's output is unique.
 // The CPU runs the double-accumulating reference (kernels/scatter_ref.h) whatever the policy says;
 // the manifest then records variant "cpu-reference".
 //

@@ -393,11 +393,11 @@ TEST_CASE("gpu embedding: bad indices and offsets are NaN where they land, and b
   CHECK(bag_nans({0, 6}) == std::vector<bool>{false, false});  // an empty last bag is fine
 }
 
-// The sorted variant zero-fills the table's gradient on a side stream beside its sort. Eager and
-// graphed calls (the capture takes the branch) give the host reference's sums bit for bit
-// (distinct rows: one add each) and zeros in every row no index reaches, with the fill of the last
-// call's buffer poisoned first so a segment kernel that outran the fill would show.
-TEST_CASE("gpu embedding: the sorted variant's side-stream zero fill, eager and captured") {
+// The sorted variant's zero fill, sort and tile kernels, eager and captured in a graph: both give
+// the host's sums bit for bit (distinct rows: one add each) and zeros in every row no index
+// reaches; the graph's output buffer is poisoned before each replay, so a fill that did not reach
+// every untouched row, or a tile kernel that ran before it, would show.
+TEST_CASE("gpu embedding: the sorted variant eager and captured, untouched rows zero") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   Context gpu(Device::cuda(0), Policy::parse({"emb.scatter=sorted"}));

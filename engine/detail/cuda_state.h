@@ -27,12 +27,6 @@ struct CudaState {
   static constexpr int64_t kArrivalSlots = 65536;
   int32_t* arrivals = nullptr;
 
-  // A second stream for work that can run beside the main stream's (a large zero fill beside a
-  // sort that does not read it), between fork_side and join_side. Made with the context, so a
-  // capture can fork into it (the graph gets the branch) and no capture creates one.
-  cudaStream_t side = nullptr;
-  cudaEvent_t forked = nullptr, joined = nullptr;
-
   // external: a borrowed stream to run on; nullptr makes one of the state's own.
   explicit CudaState(int device, cudaStream_t external = nullptr);
   ~CudaState();
@@ -48,25 +42,6 @@ struct CudaState {
 
 cudaStream_t stream_of(const Context& ctx);
 int32_t* arrival_counters(const Context& ctx);  // CudaState::arrivals
-
-// Work on the context's side stream beside the main stream's: the constructor makes the side stream
-// wait for everything queued on the main stream so far; join() makes the main stream wait for
-// everything queued on the side stream since. The destructor joins a branch not yet joined (an
-// error path), so no memory the branch writes goes back to the pool while it runs, and a capture
-// never ends with an open branch. One branch per context at a time.
-class SideBranch {
- public:
-  explicit SideBranch(const Context& ctx);
-  ~SideBranch();
-  SideBranch(const SideBranch&) = delete;
-  SideBranch& operator=(const SideBranch&) = delete;
-  cudaStream_t stream() const { return s_.side; }
-  void join();
-
- private:
-  CudaState& s_;
-  bool open_ = true;
-};
 
 // Device memory of one asynchronous call's workspace: released in stream order after the
 // work queued before its destruction, so it stays alive across that call.
