@@ -110,6 +110,8 @@ TEST_CASE("gpu scatter_add: both variants against the double reference on the so
   }
 }
 
+namespace {
+
 // The sorted variant's sums, in float on the host, in the order kernels/scatter.cu states: entries
 // stably sorted by index, cut into tiles of 32; each run's piece in a tile summed from 0.0f in
 // position order; a run over several tiles finished from its pieces (first tile's, then each
@@ -120,7 +122,8 @@ std::vector<float> sorted_scatter_order(const std::vector<float>& src, const std
   const int64_t m = int64_t(index.size());
   std::vector<int64_t> order(static_cast<std::size_t>(m));
   for (int64_t j = 0; j < m; ++j) order[std::size_t(j)] = j;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return index[std::size_t(a)] < index[std::size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return index[std::size_t(a)] < index[std::size_t(b)]; });
   std::vector<float> out(std::size_t(rows * d), 0.f);
   for (int64_t c = 0; c < d; ++c) {
     int64_t i = 0;
@@ -149,6 +152,8 @@ std::vector<float> sorted_scatter_order(const std::vector<float>& src, const std
   }
   return out;
 }
+
+}  // namespace
 
 TEST_CASE("gpu scatter_add: the sorted variant's bits are the stated order's, computed on the host") {
   uint64_t seed = test::fresh_seed();
