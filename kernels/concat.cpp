@@ -187,26 +187,28 @@ Var channel_mul_any(Context& ctx, const Var& x, const Var& s, int64_t planes, in
   const bool grad = needs_grad(ctx, {&x, &s});
   Var out(std::move(y), grad);
   if (grad) {
+    // x is read only for s's gradient (see channel_mul).
     ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out,
-                      [sx = xv, ss = s_flat, xr = x.grad_ref(), sr = s.grad_ref(), outr = out.grad_ref(), planes, hw,
+                      [sx = needs_grad(ctx, {&s}) ? xv : Tensor(), xs, x_dtype = xv.dtype(), x_layout = xv.layout(),
+                       ss = s_flat, xr = x.grad_ref(), sr = s.grad_ref(), outr = out.grad_ref(), planes, hw,
                        s_layout = sv.layout()](Context& c) {
       if (!outr.grad().defined()) return;
       const Tensor& dy = outr.grad();
-      const Shape& xs = sx.shape();
       Tensor dx, ds;
       if (c.is_cuda()) {
-        if (xr.requires_grad()) dx = c.empty(xs, sx.dtype(), sx.layout());
+        if (xr.requires_grad()) dx = c.empty(xs, x_dtype, x_layout);
         Tensor ds32 = sr.requires_grad() ? c.empty({xs[0], xs[1]}) : Tensor();
-        cuda::channel_mul_bwd_any(c, sx.dtype(), sx.channels_last(), sx.raw(), ss.dtype(), ss.raw(), dy.raw(),
-                                  dx.defined() ? dx.raw() : nullptr, ds32.defined() ? ds32.f32() : nullptr, xs[0],
-                                  xs[1], hw);
+        cuda::channel_mul_bwd_any(c, x_dtype, x_layout == Layout::Nhwc, sx.defined() ? sx.raw() : nullptr, ss.dtype(),
+                                  ss.raw(), dy.raw(), dx.defined() ? dx.raw() : nullptr,
+                                  ds32.defined() ? ds32.f32() : nullptr, xs[0], xs[1], hw);
         if (ds32.defined()) ds = to_dtype(c, ds32.reshape(sr.shape()), ss.dtype());
       } else {
         Tensor dxf = xr.requires_grad() ? c.empty(xs) : Tensor(), dsf = sr.requires_grad() ? c.empty(sr.shape()) : Tensor();
-        ref::channel_mul_bwd(to_form(c, sx, DType::F32, Layout::Nchw).f32(), to_dtype(c, ss, DType::F32).f32(),
+        const Tensor xf = sx.defined() ? to_form(c, sx, DType::F32, Layout::Nchw) : Tensor();
+        ref::channel_mul_bwd(xf.defined() ? xf.f32() : nullptr, to_dtype(c, ss, DType::F32).f32(),
                              to_form(c, dy, DType::F32, Layout::Nchw).f32(), dxf.defined() ? dxf.f32() : nullptr,
                              dsf.defined() ? dsf.f32() : nullptr, planes, hw);
-        if (dxf.defined()) dx = to_form(c, dxf, sx.dtype(), sx.layout());
+        if (dxf.defined()) dx = to_form(c, dxf, x_dtype, x_layout);
         if (dsf.defined()) ds = to_dtype(c, dsf, ss.dtype());
       }
       // s's gradient in s's form (a 1x1 channels-last s gets its layout back: the same bytes).
@@ -250,18 +252,22 @@ Var channel_mul(Context& ctx, const Var& x, const Var& s) {
   const bool grad = needs_grad(ctx, {&x, &s});
   Var out(std::move(y), grad);
   if (grad) {
-    ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out, [sx = x.value(), ss = s.value(), xr = x.grad_ref(), sr = s.grad_ref(), outr = out.grad_ref(), planes,
-                       hw](Context& c) {
+    // x is read only for s's gradient: a scale that needs none (stochastic depth's mask) does not
+    // keep x alive until backward.
+    ctx.tape().record("channel_mul", "", {{"x", x}, {"s", s}}, out,
+                      [sx = needs_grad(ctx, {&s}) ? x.value() : Tensor(), ss = s.value(), xr = x.grad_ref(),
+                       sr = s.grad_ref(), outr = out.grad_ref(), planes, hw](Context& c) {
       if (!outr.grad().defined()) return;
       Tensor dx, ds;
       if (xr.requires_grad()) dx = c.empty(xr.shape());
       if (sr.requires_grad()) ds = c.empty(sr.shape());
       float* pdx = dx.defined() ? dx.f32() : nullptr;
       float* pds = ds.defined() ? ds.f32() : nullptr;
+      const float* px = sx.defined() ? sx.f32() : nullptr;  // defined whenever ds is wanted
       if (c.is_cuda())
-        cuda::channel_mul_bwd(c, sx.f32(), ss.f32(), outr.grad().f32(), pdx, pds, planes, hw);
+        cuda::channel_mul_bwd(c, px, ss.f32(), outr.grad().f32(), pdx, pds, planes, hw);
       else
-        ref::channel_mul_bwd(sx.f32(), ss.f32(), outr.grad().f32(), pdx, pds, planes, hw);
+        ref::channel_mul_bwd(px, ss.f32(), outr.grad().f32(), pdx, pds, planes, hw);
       if (dx.defined()) accumulate_grad(c, xr, std::move(dx));
       if (ds.defined()) accumulate_grad(c, sr, std::move(ds));
     });

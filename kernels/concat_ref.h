@@ -29,7 +29,7 @@ void channel_mul_bwd(const T* x, const T* s, const T* dy, T* dx, T* ds, int64_t 
     double acc = 0;
     for (int64_t i = 0; i < hw; ++i) {
       if (dx) dx[p * hw + i] = dy[p * hw + i] * s[p];
-      acc += double(dy[p * hw + i]) * double(x[p * hw + i]);
+      if (ds) acc += double(dy[p * hw + i]) * double(x[p * hw + i]);  // x may be null without ds
     }
     if (ds) ds[p] = static_cast<T>(acc);
   }

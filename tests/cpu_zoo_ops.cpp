@@ -8,6 +8,7 @@
 
 #include "engine/context.h"
 #include "engine/error.h"
+#include "engine/tensor_ops.h"
 #include "kernels/activation.h"
 #include "kernels/activation_ref.h"
 #include "kernels/concat.h"
@@ -193,6 +194,27 @@ TEST_CASE("channel_mul: values and gradients for s of shape N,C and N,C,1,1; sha
   Var x(ctx.from_host(std::vector<float>(8, 1.f), {1, 2, 2, 2}), false);
   CHECK_THROWS_AS(channel_mul(ctx, x, Var(ctx.from_host(std::vector<float>{1, 2, 3}, {1, 3}))), ShapeError);
   CHECK_THROWS_AS(channel_mul(ctx, x, Var(ctx.from_host(std::vector<float>{1, 2, 3, 4}, {1, 2, 2, 1}))), ShapeError);
+}
+
+// Stochastic depth multiplies by a mask that needs no gradient: the backward then reads only dy
+// and s, and must not keep x's memory alive until it runs (EfficientNet's residual branches).
+// Both forms (float32, and bf16 through the any-dtype path); the gradients stay right either way.
+TEST_CASE("channel_mul: x is kept for backward only when s needs a gradient") {
+  Context ctx;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (bool s_grad : {false, true}) {
+      INFO(dtype_name(dt) << ", s requires grad: " << s_grad);
+      const Tensor xt = to_dtype(ctx, ctx.from_host(std::vector<float>{1, 2, 3, 4}, {1, 2, 1, 2}), dt);
+      Var x(xt, true);
+      Var s(to_dtype(ctx, ctx.from_host(std::vector<float>{10, 100}, {1, 2, 1, 1}), dt), s_grad);
+      Var y = channel_mul(ctx, x, s);
+      // xt and x's value; a third holder is the backward closure.
+      CHECK(detail::storage_of(xt).use_count() == (s_grad ? 3 : 2));
+      ctx.tape().backward(ctx, y, to_dtype(ctx, ctx.from_host(std::vector<float>{1, 2, 3, 4}, {1, 2, 1, 2}), dt));
+      check_values(to_dtype(ctx, x.grad(), DType::F32).to_host_f32(), {10, 20, 300, 400});
+      if (s_grad) check_values(to_dtype(ctx, s.grad(), DType::F32).to_host_f32(), {5, 25});
+    }
+  }
 }
 
 TEST_CASE("channel_mul reference: gradient check in double for x and s") {
