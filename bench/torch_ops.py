@@ -224,8 +224,9 @@ def main() -> int:
     # another precision (and faster tensor-core kernels), so the peer runs in float32 too.
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    commit = os.environ.get("DITTO_COMMIT") or ditto.Context().runtime_info()["git_commit"]
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-            "ditto_commit": os.environ.get("DITTO_COMMIT", ""), "date": datetime.date.today().isoformat(),
+            "ditto_commit": commit, "date": datetime.date.today().isoformat(),
             "runs": a.runs, "repeats": a.repeats, "pytorch_tf32": False}
     print(json.dumps({"meta": meta}), flush=True)
     wanted = set(filter(None, a.only.split(",")))

@@ -413,7 +413,20 @@ NB_MODULE(_ditto, m) {
       .def("from_dlpack", &from_dlpack, "array"_a,
            "A ditto tensor sharing the array's memory (C-contiguous float32, int32, bfloat16 or float16 on this "
            "context's device); a GPU producer is asked for its data on this context's stream.")
-      .def("synchronize", &Context::synchronize, "Waits for the work queued on the context's stream.");
+      .def("synchronize", &Context::synchronize, "Waits for the work queued on the context's stream.")
+      .def(
+          "runtime_info",
+          [](const Context& c) {
+            const RuntimeInfo i = c.runtime_info();
+            nb::dict d;
+            d["device"] = i.device, d["gpu_name"] = i.gpu_name, d["driver"] = i.driver;
+            d["cuda_runtime"] = i.cuda_runtime, d["cudnn"] = i.cudnn, d["cudnn_build"] = i.cudnn_build;
+            d["cublas"] = i.cublas, d["git_commit"] = i.git_commit;
+            return d;
+          },
+          "What a run manifest records of the build and the machine: device, gpu_name and driver (empty on "
+          "the CPU), the CUDA runtime, cuDNN (loaded and built against) and cuBLAS versions, and git_commit "
+          "(the source ditto was built from).");
 
   m.def(
       "epoch_permutation",

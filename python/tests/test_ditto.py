@@ -55,6 +55,14 @@ def test_fingerprints_follow_the_bits():
     assert ta.fingerprint() != tb.fingerprint()
 
 
+def test_runtime_info_names_the_build_and_the_machine_as_manifests_do():
+    info = ditto.Context("cpu").runtime_info()
+    assert set(info) == {"device", "gpu_name", "driver", "cuda_runtime", "cudnn", "cudnn_build", "cublas",
+                         "git_commit"}
+    assert info["device"] == "cpu" and info["gpu_name"] == ""
+    assert isinstance(info["git_commit"], str) and info["git_commit"]  # "unknown" only outside a checkout
+
+
 def test_arrays_ditto_cannot_share_are_refused_not_copied():
     ctx = ditto.Context("cpu")
     with pytest.raises(ditto.ShapeError, match="C-contiguous"):
