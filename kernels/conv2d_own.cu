@@ -52,14 +52,13 @@ RowGrid row_grid(int64_t rows, int64_t items_per_row) {
 template <class I, int V>
 __global__ void im2col_kernel(ConvGeom g, const float* __restrict__ x, float* __restrict__ cols, I n0, I images, I grp,
                               I rows, I row_len) {
-  const I Wo = I(g.Wo), Ho = I(g.Ho), howo = Ho * Wo, crsg = I(g.CRSg()), S = I(g.S), RS = I(g.R) * S;
+  const I Wo = I(g.Wo), Ho = I(g.Ho), howo = Ho * Wo, crsg = I(g.CRSg());
   const I H = I(g.H), W = I(g.W), sh = I(g.sh), sw = I(g.sw), image = I(g.C) * H * W;
   const I vecs = (row_len + V - 1) / V;
   for (I row = blockIdx.y * I(blockDim.y) + threadIdx.y; row < rows; row += I(gridDim.y) * I(blockDim.y)) {
-    const I item = row / crsg, crs = row - item * crsg;
-    const I rs = crs % RS, r = rs / S, s = rs - r * S;
-    const I hoff = r * I(g.dh) - I(g.ph), woff = s * I(g.dw) - I(g.pw);
-    const float* xc = x + (n0 + item * images) * image + (grp * I(g.Cg()) + crs / RS) * H * W;
+    const I item = row / crsg;
+    const own::Im2colRow<I> tap = own::im2col_row<I>(g, grp, row - item * crsg);
+    const float* xc = x + (n0 + item * images) * image + tap.c * H * W;
     float* out = cols + row * row_len;
     for (I v = blockIdx.x * I(blockDim.x) + threadIdx.x; v < vecs; v += I(gridDim.x) * I(blockDim.x)) {
       const I j0 = v * V;
@@ -68,15 +67,15 @@ __global__ void im2col_kernel(ConvGeom g, const float* __restrict__ x, float* __
       float val[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const I h = ho * sh + hoff, w = wo * sw + woff;
+        const I h = ho * sh + tap.hoff, w = wo * sw + tap.woff;
         val[k] = j0 + k < row_len && h >= 0 && h < H && w >= 0 && w < W ? __ldg(xc + b * image + h * W + w) : 0.f;
         if (++wo == Wo) {
           wo = 0;
           if (++ho == Ho) ho = 0, ++b;
         }
       }
-      if (V == 4) {
-        *reinterpret_cast<float4*>(out + j0) = make_float4(val[0], val[1 % V], val[2 % V], val[3 % V]);
+      if constexpr (V == 4) {
+        *reinterpret_cast<float4*>(out + j0) = make_float4(val[0], val[1], val[2], val[3]);
       } else {
 #pragma unroll
         for (int k = 0; k < V; ++k)
@@ -112,12 +111,12 @@ __global__ void dy_rearrange_kernel(ConvGeom g, const float* __restrict__ dy, fl
 
 // col2im: one dX plane (an image and a channel of the group) per thread row, one pixel per thread:
 // the plane's bases are worked out once; the pixel adds its (r, s) taps in r-major order, from
-// 0.0f. With unit strides a tap's output position needs no division (UnitStride).
+// 0.0f. With unit strides a tap's output position needs no division (tap_target's UnitStride).
 template <class I, bool UnitStride>
 __global__ void col2im_gather_kernel(ConvGeom g, const float* __restrict__ cols, float* __restrict__ dx, I n0,
                                      I images, I grp, I planes) {
-  const I H = I(g.H), W = I(g.W), hw = H * W, cg = I(g.Cg()), R = I(g.R), S = I(g.S), Ho = I(g.Ho), Wo = I(g.Wo);
-  const I howo = Ho * Wo, per_row = images * howo;
+  const I H = I(g.H), W = I(g.W), hw = H * W, cg = I(g.Cg()), R = I(g.R), S = I(g.S);
+  const I howo = I(g.Ho * g.Wo), per_row = images * howo;
   for (I pl = blockIdx.y * I(blockDim.y) + threadIdx.y; pl < planes; pl += I(gridDim.y) * I(blockDim.y)) {
     const I nl = pl / cg, c = pl - nl * cg;
     const I item = nl / images, b = nl - item * images;
@@ -128,13 +127,7 @@ __global__ void col2im_gather_kernel(ConvGeom g, const float* __restrict__ cols,
       float acc = 0.f;
       for (I r = 0; r < R; ++r)
         for (I s = 0; s < S; ++s) {
-          I pos;
-          if (UnitStride) {
-            const I ho = h + I(g.ph) - r * I(g.dh), wo = w + I(g.pw) - s * I(g.dw);
-            pos = ho >= 0 && ho < Ho && wo >= 0 && wo < Wo ? ho * Wo + wo : I(-1);
-          } else {
-            pos = own::tap_target<I>(g, h, w, r, s);
-          }
+          const I pos = own::tap_target<I, UnitStride>(g, h, w, r, s);
           if (pos >= 0) acc += __ldg(base + (r * S + s) * per_row + pos);
         }
       out[p] = acc;

@@ -100,26 +100,40 @@ int64_t implicit_part_length(const ConvGeom& g);
 
 // ---- index maps shared by the CUDA kernels and the CPU tests ----------------------------------
 
-// im2col: row crs = (c, r, s) of conv group grp's channels, column pos = ho*Wo + wo of image n.
+// Row crs = (c, r, s) of conv group grp's im2col: its input channel, and the offsets that take an
+// output position (ho, wo) to the input pixel it reads, (ho*sh + hoff, wo*sw + woff). The im2col
+// kernel works this out once per row and steps the positions.
+template <class I>
+struct Im2colRow {
+  I c, hoff, woff;
+};
+template <class I>
+DITTO_HD Im2colRow<I> im2col_row(const ConvGeom& g, I grp, I crs) {
+  const I S = I(g.S), RS = I(g.R) * S;
+  const I rs = crs % RS, r = rs / S, s = rs - r * S;
+  return {grp * I(g.Cg()) + crs / RS, r * I(g.dh) - I(g.ph), s * I(g.dw) - I(g.pw)};
+}
+
+// im2col: row crs of conv group grp (im2col_row), column pos = ho*Wo + wo of image n.
 // Returns the flat x index, or -1 for a padding tap (value 0). I: the index type (32-bit in kernels
 // whose tensors allow it, 64-bit in the CPU tests).
 template <class I>
 DITTO_HD I im2col_source(const ConvGeom& g, I n, I grp, I crs, I pos) {
-  const I S = I(g.S), RS = I(g.R) * S, Wo = I(g.Wo);
-  const I c = grp * I(g.Cg()) + crs / RS, rs = crs % RS, r = rs / S, s = rs - r * S;
-  const I ho = pos / Wo, wo = pos - ho * Wo;
-  const I h = ho * I(g.sh) - I(g.ph) + r * I(g.dh), w = wo * I(g.sw) - I(g.pw) + s * I(g.dw);
+  const Im2colRow<I> row = im2col_row<I>(g, grp, crs);
+  const I Wo = I(g.Wo), ho = pos / Wo, wo = pos - ho * Wo;
+  const I h = ho * I(g.sh) + row.hoff, w = wo * I(g.sw) + row.woff;
   if (h < 0 || h >= I(g.H) || w < 0 || w >= I(g.W)) return -1;
-  return ((n * I(g.C) + c) * I(g.H) + h) * I(g.W) + w;
+  return ((n * I(g.C) + row.c) * I(g.H) + h) * I(g.W) + w;
 }
 
-// The output position (ho*Wo + wo) whose tap (r, s) lands on input pixel (h, w), or -1.
-template <class I>
+// The output position (ho*Wo + wo) whose tap (r, s) lands on input pixel (h, w), or -1. UnitStride
+// (sh == sw == 1, which the caller has checked) needs no division.
+template <class I, bool UnitStride = false>
 DITTO_HD I tap_target(const ConvGeom& g, I h, I w, I r, I s) {
   const I th = h + I(g.ph) - r * I(g.dh), tw = w + I(g.pw) - s * I(g.dw);
   if (th < 0 || tw < 0) return -1;
-  const I ho = th / I(g.sh), wo = tw / I(g.sw);
-  if (ho * I(g.sh) != th || wo * I(g.sw) != tw || ho >= I(g.Ho) || wo >= I(g.Wo)) return -1;
+  const I ho = UnitStride ? th : th / I(g.sh), wo = UnitStride ? tw : tw / I(g.sw);
+  if ((!UnitStride && (ho * I(g.sh) != th || wo * I(g.sw) != tw)) || ho >= I(g.Ho) || wo >= I(g.Wo)) return -1;
   return ho * I(g.Wo) + wo;
 }
 
