@@ -64,6 +64,11 @@ CudaState::CudaState(int dev, cudaStream_t external) : device(dev), owns_stream(
   DITTO_CUDA_CHECK(cudaMemPoolCreate(&pool, &pp));
   DITTO_CUDA_CHECK(cudaMalloc(&arrivals, sizeof(int32_t) * kArrivalSlots));
   DITTO_CUDA_CHECK(cudaMemsetAsync(arrivals, 0, sizeof(int32_t) * kArrivalSlots, stream));  // before any kernel of the stream
+  int least = 0, greatest = 0;
+  DITTO_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  DITTO_CUDA_CHECK(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest));
+  DITTO_CUDA_CHECK(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
+  DITTO_CUDA_CHECK(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming));
   // Keep freed blocks cached: after the first step, no allocation reaches the driver.
   uint64_t keep = std::numeric_limits<uint64_t>::max();
   DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
@@ -75,6 +80,10 @@ CudaState::~CudaState() {
   DeviceSyncScope sync(device);  // the handles free memory, the pool is destroyed: not during a capture
   if (cublas) cublasDestroy(cublas);
   if (cudnn) cudnnDestroy(cudnn);
+  if (side) DITTO_CUDA_CHECK_PRINT(cudaStreamSynchronize(side));
+  if (forked) DITTO_CUDA_CHECK_PRINT(cudaEventDestroy(forked));
+  if (joined) DITTO_CUDA_CHECK_PRINT(cudaEventDestroy(joined));
+  if (side) DITTO_CUDA_CHECK_PRINT(cudaStreamDestroy(side));
   if (arrivals) DITTO_CUDA_CHECK_PRINT(cudaFree(arrivals));
   if (pool) DITTO_CUDA_CHECK_PRINT(cudaMemPoolDestroy(pool));
   if (stream && owns_stream) DITTO_CUDA_CHECK_PRINT(cudaStreamDestroy(stream));
@@ -106,6 +115,24 @@ void CudaState::free(void* p) noexcept {
 
 cudaStream_t stream_of(const Context& ctx) { return detail::cuda_state(ctx).stream; }
 int32_t* arrival_counters(const Context& ctx) { return detail::cuda_state(ctx).arrivals; }
+
+SideBranch::SideBranch(const Context& ctx) : s_(detail::cuda_state(ctx)) {
+  DITTO_CUDA_CHECK(cudaEventRecord(s_.forked, s_.stream));
+  DITTO_CUDA_CHECK(cudaStreamWaitEvent(s_.side, s_.forked, 0));
+}
+
+void SideBranch::join() {
+  if (!open_) return;
+  open_ = false;
+  DITTO_CUDA_CHECK(cudaEventRecord(s_.joined, s_.side));
+  DITTO_CUDA_CHECK(cudaStreamWaitEvent(s_.stream, s_.joined, 0));
+}
+
+SideBranch::~SideBranch() {
+  if (!open_) return;
+  DITTO_CUDA_CHECK_PRINT(cudaEventRecord(s_.joined, s_.side));
+  DITTO_CUDA_CHECK_PRINT(cudaStreamWaitEvent(s_.stream, s_.joined, 0));
+}
 
 }  // namespace detail
 

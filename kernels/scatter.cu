@@ -28,6 +28,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cmath>
+#include <optional>
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/launch.cuh"
@@ -477,14 +478,43 @@ std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows) {
   return sorted_layout(m, d, rows).total;
 }
 
+namespace {
+
+// Outputs at least this large get their zero fill beside the sort (scatter_sorted).
+constexpr std::size_t kFillBesideSortBytes = std::size_t(16) << 20;
+
+// The output's zero fill on the main stream, queued after the sort's launches on the side stream
+// (when it has a branch), so the sort's first blocks are not queued behind every block of the fill;
+// then the main stream waits for the sort.
+void fill_then_join(Context& ctx, float* out, std::size_t out_bytes, std::optional<detail::SideBranch>& beside) {
+  if (out_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, detail::stream_of(ctx)));
+  if (beside) beside->join();
+}
+
+}  // namespace
+
 void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                     std::size_t workspace_bytes) {
   cudaStream_t st = detail::stream_of(ctx);
-  if (p.rows * p.d > 0) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(p.rows * p.d), st));
-  if (p.m == 0 || p.d == 0) return;
+  const std::size_t out_bytes = sizeof(float) * std::size_t(p.rows * p.d);
+  if (p.m == 0 || p.d == 0) {
+    if (out_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, st));
+    return;
+  }
   const SortedLayout l = sorted_layout(p.m, p.d, p.rows);
   if (workspace_bytes < l.total)
     throw Error("scatter_sorted: the workspace is smaller than scatter_sorted_workspace() says");
+  // The key preparation and the sort read the indices (and values), never the output: with a large
+  // output (an embedding table's gradient, 256 MB in op_noise's row: a fill of ~80 us against a sort
+  // of ~40) they run on the context's high-priority side stream beside the output's zero fill, and
+  // the segment kernels wait for both. Stream order alone decides what each kernel sees, so the bits
+  // are those of the fill before the sort. A small fill is not worth the branch's four API calls.
+  std::optional<detail::SideBranch> beside;
+  cudaStream_t sort_st = st;
+  if (out_bytes >= kFillBesideSortBytes) {
+    beside.emplace(ctx);
+    sort_st = beside->stream();
+  }
   char* ws = static_cast<char*>(workspace);
   auto* keys0 = reinterpret_cast<uint32_t*>(ws + l.keys0);
   auto* keys1 = reinterpret_cast<uint32_t*>(ws + l.keys1);
@@ -498,11 +528,12 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   if (p.d == 1) {
     // The values ride along in the positions' buffers (both 4 bytes; the scratch size is the same).
     cub::DoubleBuffer<float> vals(reinterpret_cast<float*>(pos0), reinterpret_cast<float*>(pos1));
-    sort_prep_scalar_kernel<<<blocks_for(p.m), kThreads, 0, st>>>(p, keys0, vals.Current(), bad);
+    sort_prep_scalar_kernel<<<blocks_for(p.m), kThreads, 0, sort_st>>>(p, keys0, vals.Current(), bad);
     DITTO_CHECK_LAUNCH(ctx);
     DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, vals, static_cast<int>(p.m), 0,
-                                                     key_bits(p.rows), st));
+                                                     key_bits(p.rows), sort_st));
     DITTO_CHECK_LAUNCH(ctx);
+    fill_then_join(ctx, out, out_bytes, beside);
     segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), vals.Current(), p, out,
                                                                              carry, tiles);
     DITTO_CHECK_LAUNCH(ctx);
@@ -512,12 +543,13 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     }
     return;
   }
-  sort_prep_kernel<<<blocks_for(p.m), kThreads, 0, st>>>(p.index, p.m, p.rows, keys0, pos0, bad);
+  sort_prep_kernel<<<blocks_for(p.m), kThreads, 0, sort_st>>>(p.index, p.m, p.rows, keys0, pos0, bad);
   DITTO_CHECK_LAUNCH(ctx);
   cub::DoubleBuffer<int32_t> pos(pos0, pos1);
   DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
-                                                   key_bits(p.rows), st));
+                                                   key_bits(p.rows), sort_st));
   DITTO_CHECK_LAUNCH(ctx);
+  fill_then_join(ctx, out, out_bytes, beside);
   segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,
                                                                     tiles);
   DITTO_CHECK_LAUNCH(ctx);

@@ -401,7 +401,8 @@ TEST_CASE("gpu embedding: bad indices and offsets are NaN where they land, and b
 // The sorted variant's zero fill, sort and tile kernels, eager and captured in a graph: both give
 // the host's sums bit for bit (distinct rows: one add each) and zeros in every row no index
 // reaches; the graph's output buffer is poisoned before each replay, so a fill that did not reach
-// every untouched row, or a tile kernel that ran before it, would show.
+// every untouched row, or a tile kernel that ran before it, would show. The 64 MB output is over
+// the size whose fill runs beside the sort on the side stream: the capture holds that branch.
 TEST_CASE("gpu embedding: the sorted variant eager and captured, untouched rows zero") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);

@@ -27,6 +27,14 @@ struct CudaState {
   static constexpr int64_t kArrivalSlots = 65536;
   int32_t* arrivals = nullptr;
 
+  // A second stream, of the device's highest priority, for short latency-bound work that can run
+  // beside a long bandwidth-bound pass of the main stream (a sort beside a large zero fill that it
+  // does not read): the block scheduler gives it an SM whenever one frees, so it is not queued behind
+  // every block of the fill. Made with the context, so no capture creates one; a capture forks into it
+  // (SideBranch), and the graph gets the branch.
+  cudaStream_t side = nullptr;
+  cudaEvent_t forked = nullptr, joined = nullptr;
+
   // external: a borrowed stream to run on; nullptr makes one of the state's own.
   explicit CudaState(int device, cudaStream_t external = nullptr);
   ~CudaState();
@@ -42,6 +50,25 @@ struct CudaState {
 
 cudaStream_t stream_of(const Context& ctx);
 int32_t* arrival_counters(const Context& ctx);  // CudaState::arrivals
+
+// Work on the context's side stream beside the main stream's: the constructor makes the side stream
+// wait for everything queued on the main stream so far; join() makes the main stream wait for
+// everything queued on the side stream since. The destructor joins a branch not yet joined (an
+// error path), so no memory the branch uses goes back to the pool while it runs, and a capture
+// never ends with an open branch. One branch per context at a time.
+class SideBranch {
+ public:
+  explicit SideBranch(const Context& ctx);
+  ~SideBranch();
+  SideBranch(const SideBranch&) = delete;
+  SideBranch& operator=(const SideBranch&) = delete;
+  cudaStream_t stream() const { return s_.side; }
+  void join();
+
+ private:
+  CudaState& s_;
+  bool open_ = true;
+};
 
 // Device memory of one asynchronous call's workspace: released in stream order after the
 // work queued before its destruction, so it stays alive across that call.
