@@ -20,7 +20,8 @@
 # Sanitizers and per-op noise: memcheck[:SECONDS] racecheck[:SECONDS] racecheck-ditto[:SECONDS]
 # racecheck-cases[:SECONDS] (RACECHECK_BINS) opnoise (OPNOISE_BIN, OPNOISE_TAG) opnoise-amp (conv and
 # linear rows in every precision and layout).
-# The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS].
+# The cost of determinism per zoo model, ditto and PyTorch: zoo-overhead[:MODELS]. Every row with a goal
+# of free determinism in one session (bench/free_det_table.py): free-det, then free-det-ncu (per-kernel profiles).
 # Reduced precision, ditto against PyTorch's AMP: precision (fp32, bf16, fp16; CIFAR shapes and a few
 # zoo models; under $R/precision); precision-zoo[:MODELS] (the whole zoo in bf16 and fp16, models dealt over ZOO_GPUS).
 # The paper's figure S4 and main table: fig-s4[:MOMENTUM[/KERNELS]] fig-s4-resnet18[:MOMENTUM] recipe-resnet18
@@ -582,6 +583,48 @@ for l in open('$R/torch_ddp.jsonl'):
           local l=$R/$step-$(basename $t).log
           echo "$(basename $t): $(grep -h 'ERROR SUMMARY' $l | tail -1) $(grep -hE 'tests? passed|failed' $l | tail -1)"
         done ;;
+      free-det)
+        # Every row measured against a goal of free determinism, in one session on one GPU: the zoo's
+        # deterministic-tuned step beside PyTorch's default (DenseNet time; VGG with a 4 GiB tuning
+        # budget and EfficientNet-B0 peak memory), SmallCNN and ResNet-18 graphed (bench/step_time and
+        # its peer), and op_noise's deterministic scatter, ROI-align and SpMM rows against their
+        # atomic ones. bench/free_det_table.py renders the rows; about 5 minutes.
+        local F=$R/free-det P=${PYTHON:-/opt/torch/.venv/bin/python3}; rm -rf $F; mkdir -p $F
+        timeout 300 $B/bench/overhead --models densenet169,densenet201,efficientnet-b0 --modes deterministic-tuned \
+          --warmup 3 --steps 20 --profile-steps 0 --tuning-dir $F/tuning --out $F/overhead.jsonl > /dev/null 2> $F/overhead.err
+        echo "overhead rc=$?"
+        timeout 200 $B/bench/overhead --models vgg16,vgg19 --modes deterministic-tuned --tuning-workspace-mb 4096 \
+          --warmup 3 --steps 20 --profile-steps 0 --tuning-dir $F/tuning-4g --out $F/overhead.jsonl > /dev/null 2>> $F/overhead.err
+        echo "overhead vgg rc=$?"
+        timeout 300 $P bench/peers/torch_overhead.py --models densenet169,densenet201,efficientnet-b0,vgg16,vgg19 \
+          --modes default --warmup 3 --steps 20 --out $F/torch_overhead.jsonl > /dev/null 2> $F/torch_overhead.err
+        echo "torch_overhead rc=$?"
+        $B/bench/step_time --models smallcnn,resnet18 --modes deterministic-tuned --graph graph --precisions fp32 \
+          --warmup 20 --steps 200 --tuning-dir $F/tuning --out $F/step_time.jsonl > /dev/null 2> $F/step_time.err
+        echo "step_time rc=$?"; grep -E "^BITS" $F/step_time.err
+        $P bench/peers/torch_step_time.py --models smallcnn,resnet18 --modes default --precisions fp32 --warmup 20 \
+          --steps 200 --out $F/torch_step_time.jsonl > /dev/null 2> $F/torch_step_time.err
+        echo "torch_step_time rc=$?"
+        $B/bench/op_noise --group all --families scatter --runs 20 --out $F/op_noise > $F/op_noise.txt 2>&1
+        echo "op_noise rc=$?"
+        python3 bench/free_det_table.py --overhead $F/overhead.jsonl --torch-overhead $F/torch_overhead.jsonl \
+          --step-time $F/step_time.jsonl --torch-step-time $F/torch_step_time.jsonl --op-noise $F/op_noise/op_noise.csv \
+          --out $F/free_det.md --json $F/free_det.json ;;
+      free-det-ncu)
+        # Per-kernel profiles of the rows free-det found short of their goal (Nsight Compute, each kernel
+        # alone at the GPU's own clocks): ResNet-18's graphed step, ditto deterministic-tuned and PyTorch's
+        # default (bench/ncu_step_table.py), and op_noise's scatter, ROI-align and SpMM calls, 3 each.
+        local F=$R/free-det P=${PYTHON:-/opt/torch/.venv/bin/python3}; mkdir -p $F
+        local ncu="ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base"
+        $ncu $B/bench/step_time --models resnet18 --modes deterministic-tuned --graph graph --warmup 2 --steps 3 \
+          --tuning-dir $F/tuning > $F/ncu-resnet18-ditto.csv 2> $F/ncu.err; echo "ncu resnet18 ditto rc=$?"
+        $ncu $P bench/peers/torch_step_time.py --models resnet18 --modes default --warmup 2 --steps 3 \
+          > $F/ncu-resnet18-torch.csv 2>> $F/ncu.err; echo "ncu resnet18 torch rc=$?"
+        python3 bench/ncu_step_table.py $F/ncu-resnet18-*.csv --json $F/ncu_resnet18.json > $F/ncu_resnet18.md
+        head -4 $F/ncu_resnet18.md
+        $ncu $B/bench/op_noise --group all --families scatter --runs 3 --out $F/op_noise-ncu > $F/ncu-op_noise.csv \
+          2>> $F/ncu.err; echo "ncu op_noise rc=$?"
+        gzip -f $F/ncu-*.csv ;;
       zoo-overhead)
         # The paper's figure 6: ms/step, peak memory and per-op-kind breakdown per zoo
         # model and kernel mode (batch 128, 224x224 / 299x299, 1000 classes), PyTorch's peer, the

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "bench" / "peers"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import eval_invariance_table  # noqa: E402
+import free_det_table  # noqa: E402
 import layer_kernels  # noqa: E402
 import ncu_step_table  # noqa: E402
 import overhead_steps  # noqa: E402
@@ -443,6 +444,73 @@ class NcuStepTable(unittest.TestCase):
         with redirect_stderr(err):
             self.assertEqual(ncu_step_table.main([self.write([("a(int)", 1.0)])]), 1)
         self.assertIn("ncu_step_table:", err.getvalue())
+
+
+class FreeDetTable(unittest.TestCase):
+    """The goal rows from one session's files: ratios, goals, what is missing or failed."""
+
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp())
+
+    def lines(self, name, records):
+        path = self.dir / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return str(path)
+
+    def files(self, drop_model=None, spmm_rows=True):
+        zoo = [("densenet169", 165.0, 180.0, 19, 20), ("densenet201", 230.0, 220.0, 24, 25),
+               ("vgg16", 180.0, 227.0, 11, 13), ("vgg19", 206.0, 270.0, 11, 13), ("efficientnet-b0", 90.0, 100.0, 21, 20)]
+        ov = [{"model": m, "mode": "deterministic-tuned", "precision": "fp32", "ms_median": d, "peak_mem_bytes": gd * 2**30,
+               "tuning_workspace_mb": 4096 if m.startswith("vgg") else 0, "gpu": "G", "commit": "abc"}
+              for m, d, _, gd, _ in zoo if m != drop_model]
+        tov = [{"model": m, "mode": "default", "precision": "fp32", "ms_median": t, "peak_mem_bytes": gt * 2**30}
+               for m, _, t, _, gt in zoo]
+        st = [{"model": "smallcnn", "mode": "deterministic-tuned", "graph": True, "precision": "fp32", "ms_median": 0.45},
+              {"model": "resnet18", "mode": "deterministic-tuned", "graph": True, "precision": "fp32", "ms_median": 12.0,
+               "flops_per_step": 4.2e11}]
+        tst = [{"model": m, "mode": "default", "graph": True, "precision": "fp32", "ms_median": v}
+               for m, v in (("smallcnn", 0.5), ("resnet18", 17.0))]
+        ops = [("roi_align", "bwd", "atomic", 100), ("roi_align", "bwd", "deterministic", 80),
+               ("embedding", "scatter", "atomic", 94), ("embedding", "scatter", "sorted", 130),
+               ("embedding_bag", "scatter", "atomic", 100), ("embedding_bag", "scatter", "sorted", 110),
+               ("scatter_add", "scatter", "atomic", 120), ("scatter_add", "scatter", "sorted", 115),
+               ("spmm", "fwd", "ditto", 10)]
+        if spmm_rows:
+            ops += [("spmm", "bwd", "atomic", 300), ("spmm", "bwd", "deterministic", 400),
+                    ("spmm", "bwd", "deterministic+plan", 290)]
+        csv_path = self.dir / "op_noise.csv"
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["op", "knob", "variant", "shape", "distinct", "runs", "max_abs_diff", "us_per_call"])
+            for op, knob, v, us in ops:
+                w.writerow([op, knob, v, "s", 1 if v != "atomic" else 20, 20, 0, us])
+        return ["--overhead", self.lines("o.jsonl", ov), "--torch-overhead", self.lines("t.jsonl", tov),
+                "--step-time", self.lines("s.jsonl", st), "--torch-step-time", self.lines("ts.jsonl", tst),
+                "--op-noise", str(csv_path), "--out", str(self.dir / "t.md"), "--json", str(self.dir / "t.json")]
+
+    def test_rows_ratios_and_goals(self):
+        with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+            self.assertEqual(free_det_table.main(self.files()), 0)
+        rows = {r["row"].split(",")[0]: r for r in json.loads((self.dir / "t.json").read_text())["rows"]}
+        self.assertEqual(len(rows), 12)
+        self.assertAlmostEqual(rows["DenseNet-169 step"]["ratio"], 165 / 180)
+        self.assertTrue(rows["DenseNet-169 step"]["met"])
+        self.assertFalse(rows["DenseNet-201 step"]["met"])
+        self.assertFalse(rows["EfficientNet-B0 peak memory"]["met"])  # 21 vs 20 GiB
+        self.assertIn("4096 MiB", rows["VGG-16 peak memory"]["row"])
+        self.assertAlmostEqual(rows["ResNet-18 CIFAR fp32 graphed step"]["ratio"], 12.0 / 9.6)
+        self.assertFalse(rows["embedding backward"]["met"])     # 130 / 94 > 1.2
+        self.assertTrue(rows["embedding_bag backward"]["met"])  # 1.1
+        self.assertIn("with a plan 290.0", rows["spmm backward"]["also"])
+        self.assertIn("7 of 12 rows", (self.dir / "t.md").read_text())
+
+    def test_a_missing_row_is_an_error_not_a_blank(self):
+        for kwargs, message in (({"drop_model": "vgg19"}, "overhead vgg19"), ({"spmm_rows": False}, "spmm deterministic")):
+            err = io.StringIO()
+            with redirect_stderr(err):
+                self.assertEqual(free_det_table.main(self.files(**kwargs)), 1)
+            self.assertIn(message, err.getvalue())
+            self.assertFalse((self.dir / "t.md").exists())
 
 
 if __name__ == "__main__":
