@@ -478,20 +478,8 @@ std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows) {
   return sorted_layout(m, d, rows).total;
 }
 
-namespace {
-
 // Outputs at least this large get their zero fill beside the sort (scatter_sorted).
 constexpr std::size_t kFillBesideSortBytes = std::size_t(16) << 20;
-
-// The output's zero fill on the main stream, queued after the sort's launches on the side stream
-// (when it has a branch), so the sort's first blocks are not queued behind every block of the fill;
-// then the main stream waits for the sort.
-void fill_then_join(Context& ctx, float* out, std::size_t out_bytes, std::optional<detail::SideBranch>& beside) {
-  if (out_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, detail::stream_of(ctx)));
-  if (beside) beside->join();
-}
-
-}  // namespace
 
 void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                     std::size_t workspace_bytes) {
@@ -507,14 +495,17 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   // The key preparation and the sort read the indices (and values), never the output: with a large
   // output (an embedding table's gradient, 256 MB in op_noise's row: a fill of ~80 us against a sort
   // of ~40) they run on the context's high-priority side stream beside the output's zero fill, and
-  // the segment kernels wait for both. Stream order alone decides what each kernel sees, so the bits
-  // are those of the fill before the sort. A small fill is not worth the branch's four API calls.
+  // the segment kernels wait for both. The fill is queued first, so the GPU starts it while the host
+  // is still queuing the sort's launches; the sort's higher priority gets its blocks SMs as the
+  // fill's retire. Stream order alone decides what each kernel sees: the bits are those of the fill
+  // before the sort. A small fill is not worth the branch's four API calls.
   std::optional<detail::SideBranch> beside;
   cudaStream_t sort_st = st;
   if (out_bytes >= kFillBesideSortBytes) {
-    beside.emplace(ctx);
+    beside.emplace(ctx);  // the side stream waits for what the main stream holds so far, not the fill
     sort_st = beside->stream();
   }
+  if (out_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, st));
   char* ws = static_cast<char*>(workspace);
   auto* keys0 = reinterpret_cast<uint32_t*>(ws + l.keys0);
   auto* keys1 = reinterpret_cast<uint32_t*>(ws + l.keys1);
@@ -533,7 +524,7 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, vals, static_cast<int>(p.m), 0,
                                                      key_bits(p.rows), sort_st));
     DITTO_CHECK_LAUNCH(ctx);
-    fill_then_join(ctx, out, out_bytes, beside);
+    if (beside) beside->join();
     segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), vals.Current(), p, out,
                                                                              carry, tiles);
     DITTO_CHECK_LAUNCH(ctx);
@@ -549,7 +540,7 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
                                                    key_bits(p.rows), sort_st));
   DITTO_CHECK_LAUNCH(ctx);
-  fill_then_join(ctx, out, out_bytes, beside);
+  if (beside) beside->join();
   segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,
                                                                     tiles);
   DITTO_CHECK_LAUNCH(ctx);
