@@ -2,7 +2,8 @@
 // op family (each conv direction with every algorithm cuDNN supports, max-pool backward, bias
 // gradient, batch-norm backward, loss reduction) `--runs` times on the same inputs and reports,
 // per variant: how many distinct results (bitwise, by fingerprint), the largest elementwise
-// difference from the first result (how big the noise is), and microseconds per call.
+// difference from the first result (how big the noise is), and microseconds per call (each call alone, and
+// `--runs` calls back to back).
 // The scatter and reduction families (scatter-add / embedding backward, upsampling backward,
 // pixel-wise loss, sum reduction) run at realistic sizes of their own, fixed below, not at the
 // conv shape.
@@ -52,7 +53,10 @@ struct Row {
   std::string form = "fp32";  // the precision, and "+nhwc" for a channels-last convolution
   std::size_t distinct = 0;
   int runs = 0;
-  double max_abs_diff = 0, us_per_call = 0;
+  // us_per_call: each call alone (queued, then waited for: its host work and launch latency show);
+  // us_back_to_back: `runs` calls queued one after another and one wait (as a training loop queues
+  // them: the host's work overlaps the GPU's).
+  double max_abs_diff = 0, us_per_call = 0, us_back_to_back = 0;
 };
 
 const std::vector<std::string> kFamilies = {"conv", "linear", "bias", "pool", "bn", "loss", "scatter", "upsample",
@@ -92,7 +96,12 @@ Row measure(Context& ctx, int runs, const std::function<Tensor()>& fn) {
     if (first.empty()) first = v;
     for (std::size_t j = 0; j < v.size(); ++j) max_diff = std::max(max_diff, double(std::fabs(v[j] - first[j])));
   }
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < runs; ++i) fn();
+  ctx.synchronize();
+  const double back_to_back = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   Row r;
+  r.us_back_to_back = back_to_back / runs;
   r.distinct = prints.size();
   r.runs = runs;
   r.max_abs_diff = max_diff;
@@ -148,8 +157,9 @@ struct Rows {
     row.variant = std::move(variant);
     row.shape = std::move(sh);
     row.form = std::move(form);
-    std::printf("%-13s %-11s %-22s %-9s %4zu/%-4d  max|diff| %-10.3g %9.1f us\n", row.op.c_str(), row.knob.c_str(),
-                row.variant.c_str(), row.form.c_str(), row.distinct, row.runs, row.max_abs_diff, row.us_per_call);
+    std::printf("%-13s %-11s %-22s %-9s %4zu/%-4d  max|diff| %-10.3g %9.1f us %9.1f us back to back\n",
+                row.op.c_str(), row.knob.c_str(), row.variant.c_str(), row.form.c_str(), row.distinct, row.runs,
+                row.max_abs_diff, row.us_per_call, row.us_back_to_back);
     std::fflush(stdout);
     rows.push_back(row);
   }
@@ -397,14 +407,14 @@ void reduce_rows(const Device& dev, int runs, Rows& out) {
 
 // op_noise.csv and op_noise.json (the rows, with the GPU, cuDNN and commit) in `out`.
 void write_rows(const Device& dev, const std::string& out, const std::vector<Row>& rows) {
-  std::string csv = "op,knob,variant,form,shape,distinct,runs,max_abs_diff,us_per_call\n";
+  std::string csv = "op,knob,variant,form,shape,distinct,runs,max_abs_diff,us_per_call,us_back_to_back\n";
   nlohmann::json j = nlohmann::json::array();
   for (const auto& row : rows) {
-    csv += fmt::format("{},{},{},{},\"{}\",{},{},{:.6g},{:.2f}\n", row.op, row.knob, row.variant, row.form, row.shape,
-                       row.distinct, row.runs, row.max_abs_diff, row.us_per_call);
+    csv += fmt::format("{},{},{},{},\"{}\",{},{},{:.6g},{:.2f},{:.2f}\n", row.op, row.knob, row.variant, row.form,
+                       row.shape, row.distinct, row.runs, row.max_abs_diff, row.us_per_call, row.us_back_to_back);
     j.push_back({{"op", row.op}, {"knob", row.knob}, {"variant", row.variant}, {"form", row.form}, {"shape", row.shape},
                  {"distinct", row.distinct}, {"runs", row.runs}, {"max_abs_diff", row.max_abs_diff},
-                 {"us_per_call", row.us_per_call}});
+                 {"us_per_call", row.us_per_call}, {"us_back_to_back", row.us_back_to_back}});
   }
   Context info_ctx(dev);
   auto info = info_ctx.runtime_info();

@@ -472,6 +472,7 @@ class FreeDetTable(unittest.TestCase):
                for m, v in (("smallcnn", 0.5), ("resnet18", 17.0))]
         ops = [("roi_align", "bwd", "atomic", 100), ("roi_align", "bwd", "deterministic", 80),
                ("embedding", "scatter", "atomic", 94), ("embedding", "scatter", "sorted", 130),
+               ("embedding", "scatter", "atomic", 90, "hot"), ("embedding", "scatter", "sorted", 99, "hot"),
                ("embedding_bag", "scatter", "atomic", 100), ("embedding_bag", "scatter", "sorted", 110),
                ("scatter_add", "scatter", "atomic", 120), ("scatter_add", "scatter", "sorted", 115),
                ("spmm", "fwd", "ditto", 10)]
@@ -481,9 +482,10 @@ class FreeDetTable(unittest.TestCase):
         csv_path = self.dir / "op_noise.csv"
         with open(csv_path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["op", "knob", "variant", "shape", "distinct", "runs", "max_abs_diff", "us_per_call"])
-            for op, knob, v, us in ops:
-                w.writerow([op, knob, v, "s", 1 if v != "atomic" else 20, 20, 0, us])
+            w.writerow(["op", "knob", "variant", "shape", "distinct", "runs", "max_abs_diff", "us_per_call",
+                        "us_back_to_back"])
+            for op, knob, v, us, *shape in ops:
+                w.writerow([op, knob, v, shape[0] if shape else "s", 1 if v != "atomic" else 20, 20, 0, us, us / 2])
         return ["--overhead", self.lines("o.jsonl", ov), "--torch-overhead", self.lines("t.jsonl", tov),
                 "--step-time", self.lines("s.jsonl", st), "--torch-step-time", self.lines("ts.jsonl", tst),
                 "--op-noise", str(csv_path), "--out", str(self.dir / "t.md"), "--json", str(self.dir / "t.json")]
@@ -491,8 +493,13 @@ class FreeDetTable(unittest.TestCase):
     def test_rows_ratios_and_goals(self):
         with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
             self.assertEqual(free_det_table.main(self.files()), 0)
-        rows = {r["row"].split(",")[0]: r for r in json.loads((self.dir / "t.json").read_text())["rows"]}
-        self.assertEqual(len(rows), 12)
+        listed = json.loads((self.dir / "t.json").read_text())["rows"]
+        self.assertEqual(len(listed), 13)  # embedding at two shapes
+        rows = {r["row"].split(",")[0]: r for r in listed if not r.get("also", "").startswith("hot")}
+        hot = [r for r in listed if r.get("also", "").startswith("hot")]
+        self.assertEqual(len(hot), 1)
+        self.assertTrue(hot[0]["met"])  # 99 / 90
+        self.assertIn("back to back 65.0 vs 47.0 µs (1.38×)", rows["embedding backward"]["also"])
         self.assertAlmostEqual(rows["DenseNet-169 step"]["ratio"], 165 / 180)
         self.assertTrue(rows["DenseNet-169 step"]["met"])
         self.assertFalse(rows["DenseNet-201 step"]["met"])
@@ -502,10 +509,10 @@ class FreeDetTable(unittest.TestCase):
         self.assertFalse(rows["embedding backward"]["met"])     # 130 / 94 > 1.2
         self.assertTrue(rows["embedding_bag backward"]["met"])  # 1.1
         self.assertIn("with a plan 290.0", rows["spmm backward"]["also"])
-        self.assertIn("7 of 12 rows", (self.dir / "t.md").read_text())
+        self.assertIn("8 of 13 rows", (self.dir / "t.md").read_text())
 
     def test_a_missing_row_is_an_error_not_a_blank(self):
-        for kwargs, message in (({"drop_model": "vgg19"}, "overhead vgg19"), ({"spmm_rows": False}, "spmm deterministic")):
+        for kwargs, message in (({"drop_model": "vgg19"}, "overhead vgg19"), ({"spmm_rows": False}, "spmm has deterministic rows for []")):
             err = io.StringIO()
             with redirect_stderr(err):
                 self.assertEqual(free_det_table.main(self.files(**kwargs)), 1)
