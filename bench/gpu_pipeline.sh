@@ -624,6 +624,7 @@ for l in open('$R/torch_ddp.jsonl'):
         head -4 $F/ncu_resnet18.md
         $ncu $B/bench/op_noise --group all --families scatter --runs 3 --out $F/op_noise-ncu > $F/ncu-op_noise.csv \
           2>> $F/ncu.err; echo "ncu op_noise rc=$?"
+        python3 bench/ncu_step_table.py --blocks $F/ncu-op_noise.csv > $F/ncu_op_noise_blocks.md
         gzip -f $F/ncu-*.csv ;;
       zoo-overhead)
         # The paper's figure 6: ms/step, peak memory and per-op-kind breakdown per zoo

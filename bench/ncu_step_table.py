@@ -11,6 +11,11 @@ argument list) by time. Each kernel ran alone under the profiler, so the sum is 
 the launch count and the families are what compare across tools and commits.
 
   python3 bench/ncu_step_table.py A.csv [B.csv ...] [--json OUT]
+
+With --blocks, a file is read as a sequence of repeated calls instead (a micro-benchmark such as
+bench/op_noise under ncu, each variant called several times): every run of back-to-back repeats of a
+kernel sequence becomes one row with the sequence, its repeat count and each kernel's mean time, in
+launch order, so one call of each variant can be read off.
 """
 import argparse
 import csv
@@ -61,6 +66,37 @@ def last_step(kernels, min_period=2):
     return kernels[end + neg_p:end]
 
 
+def blocks(kernels, max_period=64):
+    """The kernel sequence as runs of repeated blocks, in launch order: at each position the block
+    (period p <= max_period, the shortest on a tie) whose back-to-back repeats cover the most kernels,
+    or the single kernel when nothing repeats. Each: (names of one block, repeats, mean µs per kernel
+    of the block over its repeats)."""
+    names = [n for n, _ in kernels]
+    out, i, n = [], 0, len(kernels)
+    while i < n:
+        best_p, best_r = 1, 1
+        for p in range(1, min(max_period, (n - i) // 2) + 1):
+            r = 1
+            while i + (r + 1) * p <= n and names[i + r * p:i + (r + 1) * p] == names[i:i + p]:
+                r += 1
+            if r > 1 and r * p > best_r * best_p:
+                best_p, best_r = p, r
+        span = kernels[i:i + best_p * best_r]
+        means = [sum(span[k + j * best_p][1] for j in range(best_r)) / best_r for k in range(best_p)]
+        out.append((names[i:i + best_p], best_r, means))
+        i += best_p * best_r
+    return out
+
+
+def blocks_report(path):
+    lines = [f"### {Path(path).name}: repeated blocks in launch order", "",
+             "| block | repeats | kernels of one repeat: mean µs each | µs per repeat |", "|---:|---:|---|---:|"]
+    for b, (names, reps, means) in enumerate(blocks(load(path)), 1):
+        ks = ", ".join(f"`{family(nm)[:60]}` {us:.1f}" for nm, us in zip(names, means))
+        lines.append(f"| {b} | {reps} | {ks} | {sum(means):.1f} |")
+    return "\n".join(lines)
+
+
 def family(name):
     """A kernel's name without its argument list and return type, as Nsight prints demangled names."""
     base = re.sub(r"\(.*$", "", name)
@@ -97,7 +133,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", nargs="+", help="Nsight Compute CSV files (ncu --csv --metrics gpu__time_duration.sum)")
     ap.add_argument("--json", help="also write the summaries here as JSON")
+    ap.add_argument("--blocks", action="store_true", help="each file as repeated calls: its runs of repeated blocks")
     args = ap.parse_args(argv)
+    if args.blocks:
+        try:
+            print("\n\n".join(blocks_report(p) for p in args.csv))
+        except (OSError, ValueError) as e:
+            print(f"ncu_step_table: {e}", file=sys.stderr)
+            return 1
+        return 0
     try:
         summaries = [summary(p) for p in args.csv]
     except (OSError, ValueError) as e:

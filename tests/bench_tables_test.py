@@ -433,6 +433,20 @@ class NcuStepTable(unittest.TestCase):
         self.assertEqual(fams["conv_fwd<float>"], (1, 20.0))
         self.assertEqual(s["families"][0]["family"], "conv_fwd<float>")  # by time
 
+    def test_blocks_read_repeated_calls_in_launch_order(self):
+        # A set-up kernel, three calls of a two-kernel variant, two of a three-kernel one, a last kernel.
+        a = [("fill(int)", 2.0), ("scatter(int)", 30.0)]
+        b = [("sort(int)", 10.0), ("sort(int)", 12.0), ("segment(int)", 14.0)]
+        path = self.write([("init(int)", 1.0)] + a * 3 + b * 2 + [("tail(int)", 5.0)])
+        got = [(names, reps, means) for names, reps, means in ncu_step_table.blocks(ncu_step_table.load(path))]
+        self.assertEqual([(len(n), r) for n, r, _ in got], [(1, 1), (2, 3), (3, 2), (1, 1)])
+        self.assertEqual(got[2][0], ["sort(int)", "sort(int)", "segment(int)"])  # not a run of the equal sorts
+        self.assertEqual(got[2][2], [10.0, 12.0, 14.0])
+        out = io.StringIO()
+        with redirect_stdout(out):
+            self.assertEqual(ncu_step_table.main(["--blocks", path]), 0)
+        self.assertIn("| 2 | 3 | `fill` 2.0, `scatter` 30.0 | 32.0 |", out.getvalue())
+
     def test_units_and_errors_are_named(self):
         step = [("a(int)", 1.5), ("b(int)", 2.5)]
         self.assertAlmostEqual(ncu_step_table.summary(self.write(step * 3, unit="us"))["kernel_us"], 4.0)
