@@ -168,10 +168,16 @@ void bind_torch_ops(nb::module_& m) {
   // Every function takes (device, stream, deterministic) first: the tensors' device ("cpu" or
   // "cuda:N"), PyTorch's current stream there (its cuda_stream handle; 0 on the CPU) and the
   // policy. Tensors are C-contiguous DLPack arrays on that device; results share ditto's memory.
+  // wide: index holds int64 values as (low, high) i32 words (a view of PyTorch's int64 index, no
+  // conversion there); they are narrowed here, a value outside [0, rows) to -1 on the GPU (the
+  // scatter's bad index: NaN output) and to a DataError naming it on the CPU.
   m.def("_torch_scatter_add",
-        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index, int64_t rows) {
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index, int64_t rows,
+           bool wide) {
           Call c(dev, s, det, "scatter_add");
-          Tensor out = scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value();
+          Tensor idx = c.in(index);
+          if (wide) idx = scatter_dim_keys(c.ctx(), idx, true, {idx.numel() / 2}, 0, {rows});
+          Tensor out = scatter_add(c.ctx(), c.layer(), Var(c.in(src)), idx, rows).value();
           return c.done({out});
         });
   m.def("_torch_scatter_dim_keys",

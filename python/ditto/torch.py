@@ -185,8 +185,12 @@ def _empty(like: Tensor) -> Tensor:
 
 @_op("ditto::index_add_rows")
 def _index_add_rows(src: Tensor, index: Tensor, num_rows: int, deterministic: bool) -> Tensor:
-    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _i32(index),
-                num_rows)[0]
+    # An int64 index crosses as its two int32 words (views, no kernel), narrowed in ditto's call; a
+    # value outside [0, num_rows) is a bad row there, whatever its width.
+    wide = index.dtype == torch.int64
+    words = index.contiguous().view(-1).view(torch.int32) if wide else _i32(index)
+    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), words, num_rows,
+                wide)[0]
 
 
 @_index_add_rows.register_fake
@@ -214,7 +218,7 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     src = source.movedim(dim, 0) if dim else source  # rows along dim 0 need no moved view (nor its autograd node)
     if alpha != 1:
         src = src * alpha
-    rows = _index_add_rows(src.contiguous(), _i32(index), input.shape[dim], deterministic)
+    rows = _index_add_rows(src.contiguous(), index, input.shape[dim], deterministic)
     return input + (rows.movedim(0, dim) if dim else rows)
 
 
@@ -235,7 +239,7 @@ def _(index, dim, out_shape):
 
 @_op("ditto::scatter_flat")
 def _scatter_flat(src: Tensor, keys: Tensor, numel: int, deterministic: bool) -> Tensor:
-    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), keys, numel)[0]
+    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), keys, numel, False)[0]
 
 
 @_scatter_flat.register_fake
