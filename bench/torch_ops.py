@@ -1,5 +1,6 @@
 """ditto.torch's ops against PyTorch's own, at bench/op_noise's sizes, on one GPU: per op one forward
-and backward timed (CUDA events, after warm-up) for PyTorch's default mode, PyTorch's deterministic
+and backward timed (CUDA events, after warm-up; each call alone, and calls queued back to back) for
+PyTorch's default mode, PyTorch's deterministic
 mode (or the error it raises), ditto deterministic and ditto nondeterministic; and, over 20 calls,
 how many distinct results (output and gradients hashed) each gives.
 
@@ -64,6 +65,21 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def timed_back_to_back(fn, repeats: int) -> float:
+    """Microseconds per call of fn over `repeats` calls queued one after another between two CUDA events
+    (after warm-up): the host's work of a call overlaps the GPU's work of the one before, as in a
+    training loop. Each call alone (timed) leaves the GPU idle while the host prepares the call."""
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0 / repeats
+
+
 def kernel_profile(fn, steps: int = 3) -> dict:
     """GPU kernel time per call of fn (summed over its kernels, memsets and copies) and the largest."""
     from torch.profiler import ProfilerActivity, profile
@@ -118,6 +134,7 @@ def measure(case, inputs, dy, mode: str, runs: int, repeats: int, profile: bool,
             row["distinct"] = len({digest(fn()) for _ in range(runs)})
             row["runs"] = runs
             row["us"] = timed(fn, repeats)
+            row["us_back_to_back"] = timed_back_to_back(fn, repeats)
         if profile:
             row["profile"] = kernel_profile(fn)
             row["host"] = host_profile(fn)
@@ -148,16 +165,21 @@ def _write_files(tmp: pathlib.Path, meta: dict, records: list) -> None:
     (tmp / "torch_ops.json").write_text(json.dumps({"meta": meta, "rows": records}, indent=1) + "\n")
     lines = [f"# ditto.torch against PyTorch ({meta['gpu']}, PyTorch {meta['torch']}, ditto {meta['ditto_commit']}, "
              f"{meta['date']})", "",
-             "One forward and backward per call; median of the timed calls (CUDA events, host time included); "
+             "One forward and backward per call; µs = median of the calls timed alone (CUDA events around each: "
+             "the GPU waits for the call's host work); back to back = the calls queued one after another between two "
+             "events, per call (the host's work overlaps the GPU's, as in a training loop); "
              f"distinct = different results (output and gradients hashed) over {meta['runs']} calls; GPU µs = kernel "
              "time per call (torch.profiler), where profiled.", "",
-             "| op | shape | mode | µs | × PyTorch default | GPU µs | distinct | max abs diff vs PyTorch | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| op | shape | mode | µs | × PyTorch default | back to back µs | × PyTorch default | GPU µs | distinct "
+             "| max abs diff vs PyTorch | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         note = r.get("error", "") or ", ".join(f"{v['knob']}={v['variant']}" for v in r.get("variants", []))
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             r["op"], r["shape"], r["mode"], f"{r['us']:.0f}" if "us" in r else "—",
             f"{r['vs_pytorch_default']:.2f}" if "vs_pytorch_default" in r else "—",
+            f"{r['us_back_to_back']:.0f}" if "us_back_to_back" in r else "—",
+            f"{r['back_to_back_vs_pytorch_default']:.2f}" if "back_to_back_vs_pytorch_default" in r else "—",
             f"{r['profile']['gpu_us']:.0f}" if "profile" in r else "—",
             f"{r['distinct']}/{r['runs']}" if "distinct" in r else "—",
             f"{r['max_abs_diff_vs_pytorch']:.2e}" if "max_abs_diff_vs_pytorch" in r else "—", note.replace("|", "/")))
@@ -251,6 +273,8 @@ def main() -> int:
                 r["max_abs_diff_vs_pytorch"] = max(float((u - v).abs().max()) for u, v in zip(got, ref))
             if "us" in r and "us" in rows[0]:
                 r["vs_pytorch_default"] = r["us"] / rows[0]["us"]
+            if "us_back_to_back" in r and "us_back_to_back" in rows[0]:
+                r["back_to_back_vs_pytorch_default"] = r["us_back_to_back"] / rows[0]["us_back_to_back"]
             records.append(r)
             print(json.dumps(r), flush=True)
         del inputs

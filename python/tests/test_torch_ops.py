@@ -127,6 +127,22 @@ def test_the_host_profile_names_where_a_call_spends_its_host_time(tmp_path):
     assert "## Host side per call" in md and f"| {case.name} | ditto-deterministic | {host['wall_us']:.0f} |" in md
 
 
+def test_the_table_gives_both_timings_and_their_ratios(tmp_path):
+    # Each call alone and calls back to back, each with its ratio to PyTorch's default; a row without
+    # a timing (a mode PyTorch refuses) shows dashes, not zeros.
+    import torch_ops
+    rows = [{"op": "nll_loss-2d", "mode": "pytorch-default", "shape": "s", "us": 200.0, "vs_pytorch_default": 1.0,
+             "us_back_to_back": 100.0, "back_to_back_vs_pytorch_default": 1.0, "distinct": 2, "runs": 20},
+            {"op": "nll_loss-2d", "mode": "pytorch-deterministic", "shape": "s", "error": "raises"},
+            {"op": "nll_loss-2d", "mode": "ditto-deterministic", "shape": "s", "us": 500.0, "vs_pytorch_default": 2.5,
+             "us_back_to_back": 110.0, "back_to_back_vs_pytorch_default": 1.1, "distinct": 1, "runs": 20}]
+    meta = {"gpu": "g", "torch": torch.__version__, "ditto_commit": "test", "date": "today", "runs": 20}
+    torch_ops.write(tmp_path / "t", meta, rows)
+    md = (tmp_path / "t" / "torch_ops.md").read_text()
+    assert "| nll_loss-2d | s | ditto-deterministic | 500 | 2.50 | 110 | 1.10 | — | 1/20 |" in md
+    assert "| nll_loss-2d | s | pytorch-deterministic | — | — | — | — | — | — |" in md
+
+
 def test_scatter_and_index_add_take_int64_indices_without_wrapping():
     """In-range int64 indices give the int32 result; one past int32 (2**32 + 3 is not 3) and a scatter
     coordinate past its row's width (not the next row's first element) are errors naming the value
