@@ -159,6 +159,13 @@ void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution) {
     add_inplace(ctx, g, contribution);
 }
 
+Tensor* grad_to_add_into(const GradRef& v, DType dtype, Layout layout) {
+  if (!v.requires_grad() || dtype != DType::F32) return nullptr;
+  Tensor& g = v.grad();
+  if (!g.defined() || g.dtype() != DType::F32 || g.layout() != layout || g.shape() != v.shape()) return nullptr;
+  return &g;
+}
+
 void accumulate_grad(Context& ctx, const Var& v, Tensor contribution) {
   if (!v.defined()) return;
   accumulate_grad(ctx, v.grad_ref(), std::move(contribution));

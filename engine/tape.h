@@ -117,6 +117,15 @@ bool needs_grad(const Context& ctx, std::initializer_list<const Var*> inputs);
 void accumulate_grad(Context& ctx, const GradRef& v, Tensor contribution);
 void accumulate_grad(Context& ctx, const Var& v, Tensor contribution);
 
+// The gradient into which a backward kernel may add a contribution of this dtype and layout itself
+// (in the launch that computes it) instead of handing a fresh tensor to accumulate_grad: v's gradient
+// when v requires one and it is already there, float32, of v's shape and of that layout. For float32,
+// the kernel's `g + c` rounded once per element is what accumulate_grad's add_inplace computes, so the
+// bits are the same. nullptr otherwise (no gradient yet: accumulate_grad moves the contribution in;
+// bf16 or fp16; another layout): the caller accumulates through accumulate_grad. What the kernel must
+// still ensure is its own: no two adds into one gradient in one launch, no read of memory it writes.
+Tensor* grad_to_add_into(const GradRef& v, DType dtype, Layout layout);
+
 // The upstream gradient of an op whose backward hands it on unchanged to one input (add, bias,
 // flatten): moved out of `out` — its producer's closure is the last reader of it, and nothing
 // later may alias the tensor it passes on — or copied while a tracer is set (it reports dy after

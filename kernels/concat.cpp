@@ -58,20 +58,18 @@ CopyGeometry copy_geometry(const Tensor& t, const std::vector<int64_t>& channel_
 float* words(const Tensor& t) { return static_cast<float*>(t.raw()); }
 
 // Whether concat_channels' backward may add input i's slice of dy straight into its gradient, in
-// the launch that writes the other inputs' slices: a float32 gradient is already there, with the
-// slice's dtype and layout (accumulate_grad's checks), no other input of this concatenation shares
+// the launch that writes the other inputs' slices: the tape allows it (grad_to_add_into: a float32
+// gradient of the slice's layout is already there), no other input of this concatenation shares
 // its gradient (two adds to one tensor in one launch would race; concat_channels({x, x}) takes the
 // ordered path), and it is not dy's own memory.
 bool adds_in_place(const std::vector<GradRef>& refs, std::size_t i, const Tensor& dy) {
-  const Tensor& g = refs[i].grad();
-  if (!g.defined() || g.dtype() != DType::F32 || dy.dtype() != DType::F32 || g.layout() != dy.layout() ||
-      g.shape() != refs[i].shape())
-    return false;
+  const Tensor* g = grad_to_add_into(refs[i], dy.dtype(), dy.layout());
+  if (!g) return false;
   for (std::size_t j = 0; j < refs.size(); ++j)
     if (j != i && refs[j].defined() && &refs[j].slot() == &refs[i].slot()) return false;
-  const char* gb = static_cast<const char*>(g.raw());
+  const char* gb = static_cast<const char*>(g->raw());
   const char* db = static_cast<const char*>(dy.raw());
-  return gb + g.nbytes() <= db || db + dy.nbytes() <= gb;
+  return gb + g->nbytes() <= db || db + dy.nbytes() <= gb;
 }
 }  // namespace
 

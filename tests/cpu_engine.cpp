@@ -115,6 +115,26 @@ TEST_CASE("tape: a forward value no backward reads is freed during the forward, 
   CHECK(relu_out.expired());
 }
 
+TEST_CASE("tape: a kernel may add into a gradient in place only where accumulate_grad would add the same") {
+  Context ctx;
+  Var x(ctx.full({1, 2, 2, 2}, 1.0f), true);
+  CHECK(grad_to_add_into(x.grad_ref(), DType::F32, Layout::Nchw) == nullptr);  // none yet: moved in, not added
+  accumulate_grad(ctx, x, ctx.full({1, 2, 2, 2}, 0.5f));
+  Tensor* g = grad_to_add_into(x.grad_ref(), DType::F32, Layout::Nchw);
+  REQUIRE(g == &x.grad());
+  // An in-place add through it is the accumulation: the next contribution lands on top of it.
+  ctx.copy(*g, ctx.full({1, 2, 2, 2}, 2.0f));
+  accumulate_grad(ctx, x, ctx.full({1, 2, 2, 2}, 0.25f));
+  CHECK(x.grad().to_host_f32() == std::vector<float>(8, 2.25f));
+  CHECK(grad_to_add_into(x.grad_ref(), DType::BF16, Layout::Nchw) == nullptr);  // another rounding
+  CHECK(grad_to_add_into(x.grad_ref(), DType::F32, Layout::Nhwc) == nullptr);   // another element order
+  Var frozen(ctx.full({2}, 1.0f), false);
+  CHECK(grad_to_add_into(frozen.grad_ref(), DType::F32, Layout::Nchw) == nullptr);
+  Var b(ctx.zeros({2}, DType::BF16), true);
+  accumulate_grad(ctx, b, ctx.zeros({2}, DType::BF16));
+  CHECK(grad_to_add_into(b.grad_ref(), DType::F32, Layout::Nchw) == nullptr);  // a bf16 gradient
+}
+
 TEST_CASE("tape: variables without requires_grad get no gradient; seeds are checked") {
   Context ctx;
   Var x(ctx.from_host(std::vector<float>{1, -2}, {2}), true);
