@@ -116,7 +116,7 @@ void CudaState::free(void* p) noexcept {
 cudaStream_t stream_of(const Context& ctx) { return detail::cuda_state(ctx).stream; }
 int32_t* arrival_counters(const Context& ctx) { return detail::cuda_state(ctx).arrivals; }
 
-SideBranch::SideBranch(const Context& ctx) : s_(detail::cuda_state(ctx)) {
+SideBranch::SideBranch(const Context& ctx) : s_(detail::cuda_state(ctx)), debug_sync_(ctx.debug_sync()) {
   DITTO_CUDA_CHECK(cudaEventRecord(s_.forked, s_.stream));
   DITTO_CUDA_CHECK(cudaStreamWaitEvent(s_.side, s_.forked, 0));
 }
@@ -124,6 +124,7 @@ SideBranch::SideBranch(const Context& ctx) : s_(detail::cuda_state(ctx)) {
 void SideBranch::join() {
   if (!open_) return;
   open_ = false;
+  if (debug_sync_) DITTO_CUDA_CHECK(cudaStreamSynchronize(s_.side));
   DITTO_CUDA_CHECK(cudaEventRecord(s_.joined, s_.side));
   DITTO_CUDA_CHECK(cudaStreamWaitEvent(s_.stream, s_.joined, 0));
 }

@@ -55,7 +55,9 @@ int32_t* arrival_counters(const Context& ctx);  // CudaState::arrivals
 // wait for everything queued on the main stream so far; join() makes the main stream wait for
 // everything queued on the side stream since. The destructor joins a branch not yet joined (an
 // error path), so no memory the branch uses goes back to the pool while it runs, and a capture
-// never ends with an open branch. One branch per context at a time.
+// never ends with an open branch. One branch per context at a time. Under the context's debug switch
+// (DITTO_CHECK_LAUNCH synchronizes the main stream after each launch) join() also synchronizes the
+// side stream, so a fault there is reported at the branch's end, not at a later main-stream launch.
 class SideBranch {
  public:
   explicit SideBranch(const Context& ctx);
@@ -67,6 +69,7 @@ class SideBranch {
 
  private:
   CudaState& s_;
+  bool debug_sync_;
   bool open_ = true;
 };
 
