@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "engine/operand_check.h"
 #include "engine/detail/half_bits.h"
 #include "engine/detail/tensor_ops_cuda.h"
@@ -145,6 +148,33 @@ Tensor to_dtype(Context& ctx, const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   if (dtype == DType::F32) return widen(ctx, t);
   return narrow(ctx, t.dtype() == DType::F32 ? t : widen(ctx, t), dtype);
+}
+
+Tensor narrow_int64_words(Context& ctx, const Tensor& words, const Shape& shape) {
+  check_i32_on(ctx, words, "narrow_int64_words", "words");
+  const int64_t n = shape_numel(shape);
+  if (words.numel() != 2 * n)
+    throw ShapeError(fmt::format("narrow_int64_words: {} i32 words for int64 values of shape {}; two words per value, "
+                                 "{} expected",
+                                 words.numel(), shape_str(shape), 2 * n));
+  Tensor out = ctx.empty(shape, DType::I32);
+  if (ctx.is_cuda()) {
+    cuda::narrow_int64_words(ctx, words.i32(), out.i32(), n);
+    return out;
+  }
+  const int32_t* w = words.i32();
+  int32_t* o = out.i32();
+  for (int64_t i = 0; i < n; ++i) {
+    // The pair as the int64 it holds (little-endian words: low first), then clamped.
+    const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(w[2 * i])) |
+                                           (static_cast<uint64_t>(static_cast<uint32_t>(w[2 * i + 1])) << 32));
+    if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+      throw DataError(fmt::format("narrow_int64_words: element {} is {}, outside int32 (no index, label or length an "
+                                  "op takes can be)",
+                                  i, v));
+    o[i] = static_cast<int32_t>(v);
+  }
+  return out;
 }
 
 }  // namespace ditto

@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/tensor_ops_cuda.h"
 #include "engine/detail/launch.cuh"
@@ -28,6 +31,14 @@ __global__ void widen_bf16_kernel(const __nv_bfloat16* src, float* dst, int64_t 
 }
 __global__ void widen_f16_kernel(const __half* src, float* dst, int64_t n) {
   DITTO_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
+}
+// A pair's int64 value saturated to int32: the high word is the low word's sign extension exactly
+// when the value fits; otherwise the high word's sign picks the limit.
+__global__ void narrow_int64_words_kernel(const int2* __restrict__ words, int32_t* __restrict__ out, int64_t n) {
+  DITTO_GRID_STRIDE(i, n) {
+    const int2 w = words[i];
+    out[i] = w.y == (w.x >> 31) ? w.x : (w.y < 0 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max());
+  }
 }
 
 // One 32x32 tile of a batched transpose through shared memory, so that both the reads and the
@@ -111,6 +122,12 @@ void narrow(Context& ctx, const float* src, uint16_t* dst, int64_t n, bool bf16)
     narrow_bf16_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(src, reinterpret_cast<__nv_bfloat16*>(dst), n);
   else
     narrow_f16_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(src, reinterpret_cast<__half*>(dst), n);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+void narrow_int64_words(Context& ctx, const int32_t* words, int32_t* out, int64_t n) {
+  if (n == 0) return;
+  narrow_int64_words_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(
+      reinterpret_cast<const int2*>(words), out, n);
   DITTO_CHECK_LAUNCH(ctx);
 }
 void widen(Context& ctx, const uint16_t* src, float* dst, int64_t n, bool bf16) {

@@ -33,4 +33,13 @@ Tensor from_channels_last(Context& ctx, const Tensor& t, DType dtype);
 // t in dtype and layout: whichever of the three above applies (none when t already is).
 Tensor to_form(Context& ctx, const Tensor& t, DType dtype, Layout layout);
 
+// int64 values held as (low, high) pairs of i32 words, how another framework's int64 indices and
+// labels cross into ditto without a conversion pass of their own, as an i32 tensor of `shape`
+// (words holds 2 * numel(shape) i32 elements on the context's device). A value outside int32 is
+// never wrapped (2^32 + 3 would become 3, a valid row): the CPU raises a DataError naming the
+// element and its value; the GPU, which cannot raise, saturates it to int32's limits, out of range
+// for every table, class count and length the ops take, so the ops' own device checks meet it like
+// any other bad value. One thread per element; a map, deterministic.
+Tensor narrow_int64_words(Context& ctx, const Tensor& words, const Shape& shape);
+
 }  // namespace ditto

@@ -22,6 +22,7 @@
 #include "engine/manifest.h"
 #include "engine/policy.h"
 #include "engine/tape.h"
+#include "engine/tensor_ops.h"
 #include "kernels/conv2d.h"
 #include "kernels/ctc.h"
 #include "kernels/grid_sample.h"
@@ -100,8 +101,15 @@ class Call {
     nb::tuple t = nb::borrow<nb::tuple>(h);
     const auto ptr = nb::cast<std::uintptr_t>(t[0]);
     const auto dims = nb::cast<std::vector<int64_t>>(t[1]);
-    return wrap_external(*r_.ctx, reinterpret_cast<void*>(ptr), Shape(dims.begin(), dims.end()),
-                         dtype_named(nb::cast<std::string>(t[2])), {});
+    const Shape shape(dims.begin(), dims.end());
+    const std::string dtype = nb::cast<std::string>(t[2]);
+    // int64 indices and labels (PyTorch's default) arrive as their words and are narrowed here, in one
+    // kernel queued before the op's own: a conversion in Python costs two dispatches of host time.
+    if (dtype == "i64")
+      return narrow_int64_words(*r_.ctx, wrap_external(*r_.ctx, reinterpret_cast<void*>(ptr), {2 * shape_numel(shape)},
+                                                       DType::I32, {}),
+                                shape);
+    return wrap_external(*r_.ctx, reinterpret_cast<void*>(ptr), shape, dtype_named(dtype), {});
   }
   Tensor in_opt(nb::handle h) { return h.is_none() ? Tensor() : in(h); }
   // The outputs (None for an undefined one) as DLPack capsules and, last, the variants that ran: a
@@ -171,15 +179,11 @@ void bind_torch_ops(nb::module_& m) {
   // wide: index holds int64 values as (low, high) i32 words (a view of PyTorch's int64 index, no
   // conversion there); they are narrowed here, a value outside [0, rows) to -1 on the GPU (the
   // scatter's bad index: NaN output) and to a DataError naming it on the CPU.
-  m.def("_torch_scatter_add",
-        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index, int64_t rows,
-           bool wide) {
-          Call c(dev, s, det, "scatter_add");
-          Tensor idx = c.in(index);
-          if (wide) idx = scatter_dim_keys(c.ctx(), idx, true, {idx.numel() / 2}, 0, {rows});
-          Tensor out = scatter_add(c.ctx(), c.layer(), Var(c.in(src)), idx, rows).value();
-          return c.done({out});
-        });
+  m.def("_torch_scatter_add", [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index,
+                                  int64_t rows) {
+    Call c(dev, s, det, "scatter_add");
+    return c.done({scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value()});
+  });
   m.def("_torch_scatter_dim_keys",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle index, bool wide,
            const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cuda_runtime.h>
+#include <cstdint>
+#include <vector>
 
 #include "engine/context.h"
 #include "engine/digest.h"
@@ -38,6 +40,22 @@ TEST_CASE("gpu tensor: round trip and fingerprint identical to the CPU's") {
               info.driver.c_str(), info.cuda_runtime.c_str(), info.cudnn.c_str(), info.cudnn_build.c_str(),
               info.cublas.c_str());
   CHECK_FALSE(info.gpu_name.empty());
+}
+
+TEST_CASE("gpu narrow_int64_words: int32-sized values exactly, others saturated to int32's limits") {
+  Context gpu(Device::cuda(0));
+  const std::vector<int64_t> v = {0, 1, -1, -100, INT32_MAX, INT32_MIN, (int64_t(1) << 32) + 3, -(int64_t(1) << 33),
+                                  INT64_MAX, INT64_MIN, int64_t(INT32_MAX) + 1, int64_t(INT32_MIN) - 1};
+  std::vector<int32_t> words;
+  for (int64_t x : v) {
+    const auto u = static_cast<uint64_t>(x);
+    words.push_back(static_cast<int32_t>(static_cast<uint32_t>(u)));
+    words.push_back(static_cast<int32_t>(static_cast<uint32_t>(u >> 32)));
+  }
+  Tensor t = narrow_int64_words(gpu, gpu.from_host(words, {24}), {3, 4});
+  CHECK(t.shape() == Shape{3, 4});
+  CHECK(t.to_host_i32() == std::vector<int32_t>{0, 1, -1, -100, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX,
+                                                INT32_MIN, INT32_MAX, INT32_MIN});
 }
 
 TEST_CASE("gpu tape: relu + add with fan-out, bit-equal to the CPU path") {

@@ -74,7 +74,7 @@ def _where(device: torch.device) -> Tuple[str, int]:
     raise ValueError(f"ditto.torch: tensors on {device}; ditto runs on the CPU and on CUDA devices")
 
 
-_DTYPES = {torch.float32: "f32", torch.int32: "i32", torch.bfloat16: "bf16", torch.float16: "f16"}
+_DTYPES = {torch.float32: "f32", torch.int32: "i32", torch.int64: "i64", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 def _pointer(t: Tensor, device: torch.device):
@@ -84,7 +84,7 @@ def _pointer(t: Tensor, device: torch.device):
         raise ValueError(f"ditto.torch: tensors on {t.device} and {device}; one device per op")
     name = _DTYPES.get(t.dtype)
     if name is None:
-        raise ValueError(f"ditto.torch: a {t.dtype} tensor; ditto holds float32, int32, bfloat16 and float16")
+        raise ValueError(f"ditto.torch: a {t.dtype} tensor; ditto takes float32, int32, int64 (as indices), bfloat16 and float16")
     return (t.data_ptr(), tuple(t.shape), name)
 
 
@@ -164,16 +164,15 @@ def _f32(t: Tensor, what: str) -> Tensor:
     return t.contiguous()
 
 
-def _i32(t: Tensor) -> Tensor:
-    """Indices and labels as ditto's kernels read them. The public functions convert before the custom
-    op, so its backward, which reads them again, gets int32 already and passes them without a dispatch.
-    int64 values outside int32 saturate to its limits rather than wrap (2**32 + 3 would become 3, a valid
-    row): the limits are out of range for every table and class count, so the kernels treat them as any
-    other bad index."""
-    if t.dtype == torch.int32:  # already converted (a backward's saved labels): no dispatch at all
+def _idx(t: Tensor) -> Tensor:
+    """Indices and labels as they cross into ditto: int32 as they are, int64 as they are too (its words
+    cross and ditto's call narrows them on the device in one kernel, where a conversion here would cost
+    two dispatches), any other integer dtype converted to int32 here. An int64 value outside int32 is
+    never wrapped onto a valid row (2**32 + 3 is not 3): a ``ditto.DataError`` naming it on the CPU; on
+    the GPU it saturates to int32's limits, out of range for every table and class count, so the
+    kernels treat it as any other bad index."""
+    if t.dtype == torch.int32 or t.dtype == torch.int64:
         return t if t.is_contiguous() else t.contiguous()
-    if t.dtype == torch.int64:
-        t = t.clamp(-2**31, 2**31 - 1)
     return t.to(torch.int32).contiguous()
 
 
@@ -185,12 +184,8 @@ def _empty(like: Tensor) -> Tensor:
 
 @_op("ditto::index_add_rows")
 def _index_add_rows(src: Tensor, index: Tensor, num_rows: int, deterministic: bool) -> Tensor:
-    # An int64 index crosses as its two int32 words (views, no kernel), narrowed in ditto's call; a
-    # value outside [0, num_rows) is a bad row there, whatever its width.
-    wide = index.dtype == torch.int64
-    words = index.contiguous().view(-1).view(torch.int32) if wide else _i32(index)
-    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), words, num_rows,
-                wide)[0]
+    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _idx(index),
+                num_rows)[0]
 
 
 @_index_add_rows.register_fake
@@ -227,7 +222,7 @@ def _scatter_dim_keys(index: Tensor, dim: int, out_shape: List[int]) -> Tensor:
     # int64 indices cross as their two int32 words (a view, no conversion); the kernel widens them and
     # treats a value outside int32 as out of range.
     wide = index.dtype == torch.int64
-    words = index.contiguous().reshape(-1).view(torch.int32) if wide else _i32(index)
+    words = index.contiguous().reshape(-1).view(torch.int32) if wide else _idx(index)
     return _run("scatter_add", "_torch_scatter_dim_keys", True, index, words, wide, list(index.shape), dim,
                 list(out_shape))[0]
 
@@ -239,7 +234,7 @@ def _(index, dim, out_shape):
 
 @_op("ditto::scatter_flat")
 def _scatter_flat(src: Tensor, keys: Tensor, numel: int, deterministic: bool) -> Tensor:
-    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), keys, numel, False)[0]
+    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), keys, numel)[0]
 
 
 @_scatter_flat.register_fake
@@ -289,7 +284,7 @@ def _(weight, index, padding_idx, deterministic):
 def _embedding_backward(grad: Tensor, index: Tensor, num_rows: int, padding_idx: int, deterministic: bool) -> Tensor:
     if padding_idx >= 0:
         grad = grad.masked_fill((index == padding_idx).unsqueeze(-1), 0)
-    return _run("embedding", "_torch_embedding_backward", deterministic, grad, _f32(grad, "grad"), _i32(index),
+    return _run("embedding", "_torch_embedding_backward", deterministic, grad, _f32(grad, "grad"), _idx(index),
                 num_rows)[0]
 
 
@@ -324,8 +319,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None, 
 @_op("ditto::embedding_bag")
 def _embedding_bag(weight: Tensor, index: Tensor, offsets: Optional[Tensor], mode: str,
                    deterministic: bool) -> Tensor:
-    return _run("embedding_bag", "_torch_embedding_bag", deterministic, weight, _f32(weight, "weight"), _i32(index),
-                None if offsets is None else _i32(offsets), mode)[0]
+    return _run("embedding_bag", "_torch_embedding_bag", deterministic, weight, _f32(weight, "weight"), _idx(index),
+                None if offsets is None else _idx(offsets), mode)[0]
 
 
 @_embedding_bag.register_fake
@@ -338,7 +333,7 @@ def _(weight, index, offsets, mode, deterministic):
 def _embedding_bag_backward(grad: Tensor, index: Tensor, offsets: Optional[Tensor], mode: str, num_rows: int,
                             deterministic: bool) -> Tensor:
     return _run("embedding_bag", "_torch_embedding_bag_backward", deterministic, grad, _f32(grad, "grad"),
-                _i32(index), None if offsets is None else _i32(offsets), mode, num_rows)[0]
+                _idx(index), None if offsets is None else _idx(offsets), mode, num_rows)[0]
 
 
 @_embedding_bag_backward.register_fake
@@ -367,7 +362,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
     per bag the rows' sum or mean in position order; the gradient a scatter-add as ``embedding``'s."""
     if mode not in ("sum", "mean"):
         raise ValueError(f"ditto.torch.embedding_bag: mode '{mode}'; ditto has sum and mean")
-    return _embedding_bag(weight, _i32(input), None if offsets is None else _i32(offsets), mode, deterministic)
+    return _embedding_bag(weight, _idx(input), None if offsets is None else _idx(offsets), mode, deterministic)
 
 
 # ---- interpolate (nearest, bilinear) --------------------------------------------------------------
@@ -602,7 +597,7 @@ def roi_align(input: Tensor, boxes: Tensor, output_size, spatial_scale: float = 
 def _ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_lengths: Tensor, want_grad: bool,
               deterministic: bool) -> Tuple[Tensor, Tensor]:
     cost, grad = _run("ctc_loss", "_torch_ctc_loss", deterministic, log_probs, _f32(log_probs, "log_probs"),
-                      _i32(targets), _i32(target_lengths), _i32(input_lengths), want_grad)
+                      _idx(targets), _idx(target_lengths), _idx(input_lengths), want_grad)
     return cost, (grad if grad is not None else _empty(log_probs))
 
 
@@ -657,7 +652,7 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Tensor, target_l
 @_op("ditto::pixel_cross_entropy")
 def _pixel_xent(logits: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     loss, lse, count = _run("pixel_xent", "_torch_pixel_cross_entropy", deterministic, logits,
-                            _f32(logits, "input"), _i32(labels), ignore_index)
+                            _f32(logits, "input"), _idx(labels), ignore_index)
     return loss.view(()), lse, count
 
 
@@ -672,7 +667,7 @@ def _(logits, labels, ignore_index, deterministic):
 def _pixel_xent_backward(grad: Tensor, logits: Tensor, labels: Tensor, lse: Tensor, count: Tensor, ignore_index: int,
                          deterministic: bool) -> Tensor:
     return _run("pixel_xent", "_torch_pixel_cross_entropy_backward", deterministic, logits,
-                _f32(grad, "grad").reshape(1), _f32(logits, "input"), _i32(labels), lse, count, ignore_index)[0]
+                _f32(grad, "grad").reshape(1), _f32(logits, "input"), _idx(labels), lse, count, ignore_index)[0]
 
 
 @_pixel_xent_backward.register_fake
@@ -702,13 +697,13 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100, reduc
     log-softmax and NLL fused, the pixel sum in a fixed order (``deterministic``) or by atomics."""
     if input.dim() != 4 or reduction != "mean":
         raise ValueError("ditto.torch.cross_entropy: N,C,H,W logits with N,H,W labels and reduction 'mean'")
-    return _pixel_xent(input, _i32(target), int(ignore_index), deterministic)[0]
+    return _pixel_xent(input, _idx(target), int(ignore_index), deterministic)[0]
 
 
 @_op("ditto::pixel_nll")
 def _pixel_nll(log_probs: Tensor, labels: Tensor, ignore_index: int, deterministic: bool) -> Tuple[Tensor, Tensor]:
     loss, count = _run("pixel_xent", "_torch_pixel_nll", deterministic, log_probs, _f32(log_probs, "input"),
-                       _i32(labels), ignore_index)
+                       _idx(labels), ignore_index)
     return loss.view(()), count
 
 
@@ -721,7 +716,7 @@ def _(log_probs, labels, ignore_index, deterministic):
 def _pixel_nll_backward(grad: Tensor, log_probs: Tensor, labels: Tensor, count: Tensor, ignore_index: int,
                         deterministic: bool) -> Tensor:
     return _run("pixel_xent", "_torch_pixel_nll_backward", deterministic, log_probs, _f32(grad, "grad").reshape(1),
-                _f32(log_probs, "input"), _i32(labels), count, ignore_index)[0]
+                _f32(log_probs, "input"), _idx(labels), count, ignore_index)[0]
 
 
 @_pixel_nll_backward.register_fake
@@ -751,7 +746,7 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
     element (PyTorch's nll_loss2d has no deterministic form)."""
     if input.dim() != 4 or reduction != "mean":
         raise ValueError("ditto.torch.nll_loss: N,C,H,W log-probabilities with N,H,W labels and reduction 'mean'")
-    return _pixel_nll(input, _i32(target), int(ignore_index), deterministic)[0]
+    return _pixel_nll(input, _idx(target), int(ignore_index), deterministic)[0]
 
 
 # ---- sparse x dense ------------------------------------------------------------------------------------
@@ -759,7 +754,7 @@ def nll_loss(input: Tensor, target: Tensor, ignore_index: int = -100, reduction:
 @_op("ditto::sparse_mm")
 def _sparse_mm(row_ptr: Tensor, col_idx: Tensor, values: Tensor, rows: int, cols: int, b: Tensor,
                deterministic: bool) -> Tensor:
-    return _run("spmm", "_torch_spmm", deterministic, b, _i32(row_ptr), _i32(col_idx), _f32(values, "values"),
+    return _run("spmm", "_torch_spmm", deterministic, b, _idx(row_ptr), _idx(col_idx), _f32(values, "values"),
                 rows, cols, _f32(b, "dense operand"))[0]
 
 
@@ -771,8 +766,8 @@ def _(row_ptr, col_idx, values, rows, cols, b, deterministic):
 @_op("ditto::sparse_mm_backward")
 def _sparse_mm_backward(grad: Tensor, row_ptr: Tensor, col_idx: Tensor, values: Tensor, rows: int, cols: int,
                         deterministic: bool) -> Tensor:
-    return _run("spmm", "_torch_spmm_backward", deterministic, grad, _f32(grad, "grad"), _i32(row_ptr),
-                _i32(col_idx), _f32(values, "values"), rows, cols, [cols, grad.shape[1]])[0]
+    return _run("spmm", "_torch_spmm_backward", deterministic, grad, _f32(grad, "grad"), _idx(row_ptr),
+                _idx(col_idx), _f32(values, "values"), rows, cols, [cols, grad.shape[1]])[0]
 
 
 @_sparse_mm_backward.register_fake
@@ -805,7 +800,7 @@ def sparse_mm(a: Tensor, b: Tensor, *, deterministic: bool = True) -> Tensor:
         raise ValueError(f"ditto.torch.sparse_mm: a 2-D sparse CSR (or COO) matrix, not {a.layout}")
     if a.requires_grad:
         raise ValueError("ditto.torch.sparse_mm: no gradient to the sparse matrix's values; detach it")
-    return _sparse_mm(_i32(a.crow_indices()), _i32(a.col_indices()), a.values(), a.shape[0], a.shape[1], b,
+    return _sparse_mm(_idx(a.crow_indices()), _idx(a.col_indices()), a.values(), a.shape[0], a.shape[1], b,
                       deterministic)
 
 

@@ -145,16 +145,15 @@ def test_the_table_gives_both_timings_and_their_ratios(tmp_path):
 
 def test_scatter_and_index_add_take_int64_indices_without_wrapping():
     """In-range int64 indices give the int32 result; one past int32 (2**32 + 3 is not 3) and a scatter
-    coordinate past its row's width (not the next row's first element) are errors naming the value
-    (index_add's saturated to int32's limits where an int32 index crossed; its int64 value now)."""
+    coordinate past its row's width (not the next row's first element) are errors naming the value."""
     src = torch.arange(12, dtype=torch.float32).reshape(4, 3)
     good = torch.tensor([0, 1, 3, 3])
     want = torch.zeros(5, 3).index_add(0, good, src)
     assert torch.equal(dt.index_add(torch.zeros(5, 3), 0, good, src), want)
     assert torch.equal(dt.index_add(torch.zeros(5, 3), 0, good.int(), src), want)
-    with pytest.raises(ditto.DataError, match="index element 2 .* is 4294967299, outside"):
+    with pytest.raises(ditto.DataError, match="element 2 is 4294967299, outside int32"):
         dt.index_add(torch.zeros(5, 3), 0, torch.tensor([0, 1, 2**32 + 3, 3]), src)
-    with pytest.raises(ditto.DataError, match="is -8589934592, outside"):
+    with pytest.raises(ditto.DataError, match="element 2 is -8589934592, outside int32"):
         dt.index_add(torch.zeros(5, 3), 0, torch.tensor([0, 1, -2**33, 3]), src)
     with pytest.raises(ditto.DataError, match="index 7"):  # an int32 index: scatter_add's own check
         dt.index_add(torch.zeros(5, 3), 0, torch.tensor([0, 1, 7, 3], dtype=torch.int32), src)
