@@ -2,7 +2,9 @@
 and backward timed (CUDA events, after warm-up; each call alone, and calls queued back to back) for
 PyTorch's default mode, PyTorch's deterministic
 mode (or the error it raises), ditto deterministic and ditto nondeterministic; and, over 20 calls,
-how many distinct results (output and gradients hashed) each gives.
+how many distinct results (output and gradients hashed) each gives. The modes' timed calls are
+interleaved (--rounds rounds, mode after mode): these calls are mostly host time, and the host's
+speed drifts over seconds, which timing one mode after the other would book to whichever came last.
 
     python bench/torch_ops.py --out bench/results/DATE-torch-ops [--runs 20] [--only grid_sample] [--profile]
     python bench/torch_ops.py --merge LOG... --out DIR    # the table from earlier runs' printed records
@@ -50,8 +52,8 @@ def digest(tensors) -> str:
     return ",".join(_gpu.from_dlpack(t.detach().contiguous()).fingerprint() for t in tensors)
 
 
-def timed(fn, repeats: int) -> float:
-    """Median microseconds of fn over `repeats` timed calls, each bracketed by CUDA events."""
+def timed(fn, repeats: int) -> list:
+    """Microseconds of each of `repeats` calls of fn (after warm-up), each bracketed by CUDA events."""
     for _ in range(3):
         fn()
     times = []
@@ -62,7 +64,7 @@ def timed(fn, repeats: int) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
+    return times
 
 
 def timed_back_to_back(fn, repeats: int) -> float:
@@ -78,6 +80,27 @@ def timed_back_to_back(fn, repeats: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1000.0 / repeats
+
+
+def time_modes(fns: dict, repeats: int, rounds: int) -> dict:
+    """Each mode's calls timed in `rounds` interleaved rounds (mode after mode, the order rotating from
+    round to round), so that a slow spell of the host (another process, a clock change) falls on every
+    mode alike rather than on whichever was measuring then: per mode the median of all its single
+    calls, and the median over rounds of its back-to-back time per call."""
+    names = list(fns)
+    alone = {m: [] for m in names}
+    queued = {m: [] for m in names}
+    per_round = max(1, repeats // rounds)
+    for r in range(rounds):
+        for m in names[r % len(names):] + names[:r % len(names)]:
+            fn, det = fns[m]
+            torch.use_deterministic_algorithms(det)
+            try:
+                alone[m] += timed(fn, per_round)
+                queued[m].append(timed_back_to_back(fn, per_round))
+            finally:
+                torch.use_deterministic_algorithms(False)
+    return {m: (statistics.median(alone[m]), statistics.median(queued[m])) for m in names}
 
 
 def kernel_profile(fn, steps: int = 3) -> dict:
@@ -120,21 +143,23 @@ def host_profile(fn, steps: int = 10, top: int = 6) -> dict:
     return {"wall_us": wall, "events": rows[:top]}
 
 
-def measure(case, inputs, dy, mode: str, runs: int, repeats: int, profile: bool, timing: bool = True) -> dict:
+def mode_fn(case, inputs, dy, mode: str):
+    """One forward and backward of the case in a mode, and whether PyTorch's deterministic mode is on for it."""
+    if mode.startswith("pytorch"):
+        return (lambda: tc.step(case, inputs, "torch", dy)), mode == "pytorch-deterministic"  # noqa: E731
+    return (lambda: tc.step(case, inputs, "ditto", dy, mode == "ditto-deterministic")), False  # noqa: E731
+
+
+def measure(case, inputs, dy, mode: str, runs: int, profile: bool, timing: bool = True) -> dict:
+    """A mode's result, distinct results over `runs` calls and profiles; its times come from time_modes."""
     row = {"op": case.name, "mode": mode, "shape": case.shape(inputs)}
-    det_mode = mode == "pytorch-deterministic"
+    fn, det_mode = mode_fn(case, inputs, dy, mode)
     torch.use_deterministic_algorithms(det_mode)
     try:
-        if mode.startswith("pytorch"):
-            fn = lambda: tc.step(case, inputs, "torch", dy)  # noqa: E731
-        else:
-            fn = lambda: tc.step(case, inputs, "ditto", dy, mode == "ditto-deterministic")  # noqa: E731
         out = fn()
         if timing:
             row["distinct"] = len({digest(fn()) for _ in range(runs)})
             row["runs"] = runs
-            row["us"] = timed(fn, repeats)
-            row["us_back_to_back"] = timed_back_to_back(fn, repeats)
         if profile:
             row["profile"] = kernel_profile(fn)
             row["host"] = host_profile(fn)
@@ -167,7 +192,8 @@ def _write_files(tmp: pathlib.Path, meta: dict, records: list) -> None:
              f"{meta['date']})", "",
              "One forward and backward per call; µs = median of the calls timed alone (CUDA events around each: "
              "the GPU waits for the call's host work); back to back = the calls queued one after another between two "
-             "events, per call (the host's work overlaps the GPU's, as in a training loop); "
+             "events, per call (the host's work overlaps the GPU's, as in a training loop), the median over "
+             f"{meta.get('rounds', 1)} rounds in which the modes take turns; "
              f"distinct = different results (output and gradients hashed) over {meta['runs']} calls; GPU µs = kernel "
              "time per call (torch.profiler), where profiled.", "",
              "| op | shape | mode | µs | × PyTorch default | back to back µs | × PyTorch default | GPU µs | distinct "
@@ -228,7 +254,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for torch_ops.json and torch_ops.md (must not exist)")
     ap.add_argument("--runs", type=int, default=20, help="calls hashed per op and mode (default 20)")
-    ap.add_argument("--repeats", type=int, default=20, help="timed calls per op and mode (default 20)")
+    ap.add_argument("--repeats", type=int, default=40, help="timed calls per op and mode (default 40)")
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="interleaved rounds the timed calls are split into, mode after mode (default 4)")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--profile", action="store_true", help="also each way's GPU kernel time (torch.profiler)")
     ap.add_argument("--profile-only", action="store_true", help="only the kernel profiles, no timing or hashing")
@@ -249,7 +277,7 @@ def main() -> int:
     commit = os.environ.get("DITTO_COMMIT") or ditto.Context().runtime_info()["git_commit"]
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "ditto_commit": commit, "date": datetime.date.today().isoformat(),
-            "runs": a.runs, "repeats": a.repeats, "pytorch_tf32": False}
+            "runs": a.runs, "repeats": a.repeats, "rounds": a.rounds, "pytorch_tf32": False}
     print(json.dumps({"meta": meta}), flush=True)
     wanted = set(filter(None, a.only.split(",")))
     unknown = wanted - {c.name for c in tc.CASES}
@@ -264,8 +292,13 @@ def main() -> int:
         modes = ["pytorch-default", "pytorch-deterministic", "ditto-deterministic", "ditto-nondeterministic"]
         if a.profile_only:
             modes = ["pytorch-default", "ditto-deterministic"]
-        rows = [measure(case, inputs, dy, m, a.runs, a.repeats, a.profile or a.profile_only, not a.profile_only)
-                for m in modes]
+        rows = [measure(case, inputs, dy, m, a.runs, a.profile or a.profile_only, not a.profile_only) for m in modes]
+        if not a.profile_only:
+            runnable = {r["mode"]: mode_fn(case, inputs, dy, r["mode"]) for r in rows if "error" not in r}
+            times = time_modes(runnable, a.repeats, a.rounds)
+            for r in rows:
+                if r["mode"] in times:
+                    r["us"], r["us_back_to_back"] = times[r["mode"]]
         ref = rows[0].get("outputs")
         for r in rows:
             got = r.pop("outputs", None)
