@@ -172,6 +172,34 @@ def test_scatter_and_index_add_take_int64_indices_without_wrapping():
     assert torch.equal(dt.scatter_add(base, 0, idx, torch.ones(3, 2)), base.scatter_add(0, idx, torch.ones(3, 2)))
 
 
+def test_int64_labels_and_indices_cross_as_they_are_and_are_never_wrapped():
+    """int64 labels give the int32 result bit for bit (ditto narrows their words in its call); a value
+    past int32 is an error naming it, not a wrapped class or row (2**32 + 1 is not 1)."""
+    torch.manual_seed(3)
+    logits = torch.randn(2, 4, 3, 3, requires_grad=True)
+    labels = torch.randint(0, 4, (2, 3, 3))
+    labels[0, 0, 0] = -100  # ignored
+    got = {}
+    for kind in (torch.int64, torch.int32):
+        logits.grad = None
+        loss = dt.cross_entropy(logits, labels.to(kind))
+        loss.backward()
+        got[kind] = (loss.detach().clone(), logits.grad.clone())
+    assert torch.equal(got[torch.int64][0], got[torch.int32][0])
+    assert torch.equal(got[torch.int64][1], got[torch.int32][1])
+    bad = labels.clone()
+    bad[1, 2, 2] = 2**32 + 1
+    with pytest.raises(ditto.DataError, match="element 17 is 4294967297, outside int32"):
+        dt.nll_loss(logits.log_softmax(1), bad)
+    table = torch.randn(6, 3, requires_grad=True)
+    idx = torch.tensor([[0, 5], [5, 2]])
+    dt.embedding(idx, table).sum().backward()
+    g64 = table.grad.clone()
+    table.grad = None
+    dt.embedding(idx.int(), table).sum().backward()
+    assert torch.equal(g64, table.grad)
+
+
 def test_scatter_add_gradient_is_the_gather_of_the_output_gradient():
     src = torch.rand(4, 5, dtype=torch.float32, requires_grad=True)
     index = torch.tensor([[0, 1, 2, 0, 1], [2, 2, 2, 2, 2], [1, 0, 1, 0, 1], [0, 0, 0, 0, 0]])
