@@ -67,7 +67,7 @@ void run_scatter(Context& ctx, const std::string& layer, const char* op, OpKind 
   if (algo == ScatterAlgo::Atomic) {
     cuda::scatter_atomic(ctx, p, out, bad);
   } else {
-    ws_bytes = cuda::scatter_sorted_workspace(p.m, p.d, p.rows);
+    ws_bytes = cuda::scatter_sorted_workspace(p);
     detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
       throw PolicyError(fmt::format("{}: scatter=sorted needs a workspace of {} bytes for {} indices into {} rows of "
@@ -155,24 +155,33 @@ Tensor gather_of(Context& ctx, const Tensor& table, const Tensor& index, int64_t
   return out;
 }
 
-}  // namespace
+// The checks a scatter along a dimension shares (scatter_dim_keys, scatter_dim_add): ranks, extents and
+// counts; returns the index's element count.
+int64_t check_dim_geometry(const std::string& op, const Shape& index_shape, int dim, const Shape& out_shape) {
+  const int rank = static_cast<int>(out_shape.size());
+  if (static_cast<int>(index_shape.size()) != rank || rank < 1 || rank > cuda::kDimKeysMaxRank)
+    throw ShapeError(fmt::format("{}: index of shape {} into {}: the same rank, 1 to {}, expected", op,
+                                 shape_str(index_shape), shape_str(out_shape), cuda::kDimKeysMaxRank));
+  if (dim < 0 || dim >= rank) throw ShapeError(fmt::format("{}: dim {} of a rank-{} tensor", op, dim, rank));
+  int64_t n = 1, total = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (index_shape[d] < 0 || (d != dim && index_shape[d] > out_shape[d]))
+      throw ShapeError(fmt::format("{}: index of shape {} is larger than {} outside dim {}", op,
+                                   shape_str(index_shape), shape_str(out_shape), dim));
+    n *= index_shape[d];
+    total *= out_shape[d];
+  }
+  if (n > INT_MAX || total > INT_MAX)
+    throw ShapeError(fmt::format("{}: index {} into {}: fewer than 2^31 elements in each are supported", op,
+                                 shape_str(index_shape), shape_str(out_shape)));
+  return n;
+}
 
-const char* bag_mode_name(BagMode m) { return m == BagMode::Sum ? "sum" : "mean"; }
-
-Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, int64_t num_rows) {
-  const std::string op = where("scatter_add", layer);
-  check_f32_on(ctx, src.value(), op, "src");
-  check_i32_on(ctx, index, op, "index");
-  const Shape& ss = src.shape();
-  if (ss.empty()) throw ShapeError(fmt::format("{}: src must have at least one dimension (the row)", op));
-  if (index.ndim() != 1 || index.shape()[0] != ss[0])
-    throw ShapeError(fmt::format("{}: index has shape {} but src has {} rows: one index per row of src expected", op,
-                                 shape_str(index.shape()), ss[0]));
-  const int64_t m = ss[0], d = row_width(ss);
-  check_counts(op, m, num_rows);
-  Shape out_shape = ss;
-  out_shape[0] = num_rows;
-
+// out (out_shape: num_rows rows of d) = the scatter-add of src's m rows by index, under the layer's
+// `scatter` knob; recorded on the tape with the gather as its backward. key_period_log2: see
+// cuda::ScatterRows (scatter_dim_add's promise about its keys; 0 for none).
+Var scatter_rows(Context& ctx, const std::string& layer, const std::string& op, const Var& src, const Tensor& index,
+                 int64_t m, int64_t d, int64_t num_rows, const Shape& out_shape, int key_period_log2) {
   Tensor out = ctx.empty(out_shape);
   if (ctx.is_cuda()) {
     Tensor bad = ctx.zeros({1}, DType::I32);
@@ -182,6 +191,7 @@ Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Te
     p.m = m;
     p.d = d;
     p.rows = num_rows;
+    p.key_period_log2 = key_period_log2;
     run_scatter(ctx, layer, "scatter_add", op::scatter_add, p, out.f32(), bad.i32());
     cuda::poison_if_flagged(ctx, bad.i32(), out.f32(), out.numel());
   } else {
@@ -201,26 +211,54 @@ Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Te
   return y;
 }
 
+}  // namespace
+
+const char* bag_mode_name(BagMode m) { return m == BagMode::Sum ? "sum" : "mean"; }
+
+Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, int64_t num_rows) {
+  const std::string op = where("scatter_add", layer);
+  check_f32_on(ctx, src.value(), op, "src");
+  check_i32_on(ctx, index, op, "index");
+  const Shape& ss = src.shape();
+  if (ss.empty()) throw ShapeError(fmt::format("{}: src must have at least one dimension (the row)", op));
+  if (index.ndim() != 1 || index.shape()[0] != ss[0])
+    throw ShapeError(fmt::format("{}: index has shape {} but src has {} rows: one index per row of src expected", op,
+                                 shape_str(index.shape()), ss[0]));
+  const int64_t m = ss[0], d = row_width(ss);
+  check_counts(op, m, num_rows);
+  Shape out_shape = ss;
+  out_shape[0] = num_rows;
+  return scatter_rows(ctx, layer, op, src, index, m, d, num_rows, out_shape, 0);
+}
+
+Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& keys,
+                    const Shape& index_shape, int dim, const Shape& out_shape) {
+  const std::string op = where("scatter_add", layer);
+  const int64_t n = check_dim_geometry(op, index_shape, dim, out_shape);
+  check_f32_on(ctx, src.value(), op, "src");
+  check_i32_on(ctx, keys, op, "keys");
+  if (src.value().numel() != n || keys.numel() != n)
+    throw ShapeError(fmt::format("{}: src {} and keys {} for an index of shape {}: one of each per index element", op,
+                                 shape_str(src.shape()), shape_str(keys.shape()), shape_str(index_shape)));
+  // Keys repeat their positions' coordinates after dim (index and output agree there), so their low bits
+  // agree modulo the largest power of two dividing that inner extent (cuda::ScatterRows).
+  int64_t inner = 1;
+  bool same_inner = true;
+  for (std::size_t d = static_cast<std::size_t>(dim) + 1; d < out_shape.size(); ++d) {
+    inner *= out_shape[d];
+    same_inner = same_inner && index_shape[d] == out_shape[d];
+  }
+  int period_log2 = 0;
+  while (same_inner && inner > 0 && period_log2 < 30 && inner % (int64_t(2) << period_log2) == 0) ++period_log2;
+  return scatter_rows(ctx, layer, op, src, keys, n, 1, shape_numel(out_shape), out_shape, period_log2);
+}
+
 Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shape& index_shape, int dim,
                         const Shape& out_shape) {
   const std::string op = "scatter_dim_keys";
   check_i32_on(ctx, index, op, "index");
   const int rank = static_cast<int>(out_shape.size());
-  if (static_cast<int>(index_shape.size()) != rank || rank < 1 || rank > cuda::kDimKeysMaxRank)
-    throw ShapeError(fmt::format("{}: index of shape {} into {}: the same rank, 1 to {}, expected", op,
-                                 shape_str(index_shape), shape_str(out_shape), cuda::kDimKeysMaxRank));
-  if (dim < 0 || dim >= rank) throw ShapeError(fmt::format("{}: dim {} of a rank-{} tensor", op, dim, rank));
-  int64_t n = 1, total = 1;
-  for (int d = 0; d < rank; ++d) {
-    if (index_shape[d] < 0 || (d != dim && index_shape[d] > out_shape[d]))
-      throw ShapeError(fmt::format("{}: index of shape {} is larger than {} outside dim {}", op,
-                                   shape_str(index_shape), shape_str(out_shape), dim));
-    n *= index_shape[d];
-    total *= out_shape[d];
-  }
-  if (n > INT_MAX || total > INT_MAX)
-    throw ShapeError(fmt::format("{}: index {} into {}: fewer than 2^31 elements in each are supported", op,
-                                 shape_str(index_shape), shape_str(out_shape)));
+  const int64_t n = check_dim_geometry(op, index_shape, dim, out_shape);
   if (index.numel() != (wide ? 2 * n : n))
     throw ShapeError(fmt::format("{}: {} words for an index of shape {} ({} per element)", op, index.numel(),
                                  shape_str(index_shape), wide ? 2 : 1));

@@ -20,13 +20,18 @@
 //   Rows of one float (d == 1) sort (key, contribution) pairs instead of (key, position)
 //   (sort_prep_scalar_kernel), and take segment_tiles_scalar_kernel and segment_fixup_scalar_kernel:
 //   a tile's 32 sorted values on the warp's lanes, each run's sum by a segmented scan, and one
-//   thread per owning tile adding the pieces in tile order.
+//   thread per owning tile adding the pieces in tile order. A scatter along a dimension whose keys
+//   repeat their positions' low s bits (ScatterRows::key_period_log2) writes the pairs transposed
+//   (sort_prep_scalar_transposed_kernel) and sorts the key bits from s up: the same sorted list in
+//   fewer radix passes (16.7M keys of 19 bits into a [4096, 64] output: 2 passes, not 3), so the
+//   same sums.
 //   Every sum's order is a function of the sorted list and of m, never of the grid's scheduling or
 //   the GPU's SM count. No atomics.
 // gather_rows_kernel, embedding_bag_fwd_kernel (one warp per bag, rows added in position order),
 // embedding_bag_sources_kernel: no cross-thread reductions, deterministic.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -96,6 +101,15 @@ __global__ void sort_prep_kernel(const int32_t* __restrict__ index, int64_t m, i
   }
 }
 
+// Position j's contribution to a row of one float: its source value, times its scale where there is
+// one; 0 for a position without a source row.
+__device__ __forceinline__ float scalar_contribution(const ScatterRows& p, int64_t j) {
+  const int32_t row = p.src_row ? p.src_row[j] : static_cast<int32_t>(j);
+  if (row < 0) return 0.f;
+  const float v = p.src[row];
+  return p.src_scale ? __fmul_rn(v, p.src_scale[j]) : v;
+}
+
 // Step 1 for rows of one float: the sort carries each position's contribution itself (its source value,
 // times its scale where there is one; 0 for a position without a source row) instead of the position,
 // so that step 3 reads the sorted values in order rather than gathering them through the permutation.
@@ -106,17 +120,49 @@ __global__ void sort_prep_scalar_kernel(ScatterRows p, uint32_t* __restrict__ ke
     const int32_t k = p.index[j];
     const bool ok = in_range(k, p.rows);
     keys[j] = ok ? static_cast<uint32_t>(k) : static_cast<uint32_t>(p.rows);
-    float v = 0.f;
-    if (ok) {
-      const int32_t row = p.src_row ? p.src_row[j] : static_cast<int32_t>(j);
-      if (row >= 0) {
-        v = p.src[row];
-        if (p.src_scale) v = __fmul_rn(v, p.src_scale[j]);
-      }
-    } else if (bad) {
-      *bad = 1;
+    if (!ok && bad) *bad = 1;
+    values[j] = ok ? scalar_contribution(p, j) : 0.f;
+  }
+}
+
+// Step 1 for rows of one float with a key period 2^s (ScatterRows::key_period_log2): the positions as an
+// [R = m / 2^s, 2^s] matrix, written transposed (position j = r * 2^s + c goes to c * R + r), through
+// 32 x 32 tiles in shared memory so that reads and writes are both contiguous. The sort then orders the
+// key bits from s up: entries whose keys agree there keep this order, which is (low bits c, then r), and
+// for equal keys (equal c) that is position order, so the sorted list is the one the full sort gives.
+// Out-of-range entries get `marker` (rows rounded up to a multiple of 2^s: after every valid key in the
+// sorted bits); an in-range key whose low bits are not its position's breaks the period and is flagged.
+constexpr int kPrepTile = 32;
+__global__ void __launch_bounds__(kPrepTile * 8)
+    sort_prep_scalar_transposed_kernel(ScatterRows p, int64_t r_count, uint32_t marker, uint32_t* __restrict__ keys,
+                                       float* __restrict__ values, int32_t* bad) {
+  __shared__ uint32_t ktile[kPrepTile][kPrepTile + 1];
+  __shared__ float vtile[kPrepTile][kPrepTile + 1];
+  const int64_t period = int64_t(1) << p.key_period_log2;
+  const int64_t tiles_c = (period + kPrepTile - 1) / kPrepTile, tiles_r = (r_count + kPrepTile - 1) / kPrepTile;
+  const int tx = threadIdx.x % kPrepTile, ty = threadIdx.x / kPrepTile;
+  for (int64_t tile = blockIdx.x; tile < tiles_c * tiles_r; tile += gridDim.x) {
+    const int64_t c0 = (tile % tiles_c) * kPrepTile, r0 = (tile / tiles_c) * kPrepTile;
+    for (int i = ty; i < kPrepTile; i += 8) {
+      const int64_t r = r0 + i, c = c0 + tx;
+      if (r >= r_count || c >= period) continue;
+      const int64_t j = r * period + c;
+      const int32_t k = p.index[j];
+      // Out of range, or in range without the promised period (never summed out of order): flagged.
+      const bool ok = in_range(k, p.rows) && (int64_t(k) & (period - 1)) == c;
+      if (!ok && bad) *bad = 1;
+      ktile[i][tx] = ok ? static_cast<uint32_t>(k) : marker;
+      vtile[i][tx] = ok ? scalar_contribution(p, j) : 0.f;
     }
-    values[j] = v;
+    __syncthreads();
+    for (int i = ty; i < kPrepTile; i += 8) {
+      const int64_t c = c0 + i, r = r0 + tx;
+      if (c < period && r < r_count) {
+        keys[c * r_count + r] = ktile[tx][i];
+        values[c * r_count + r] = vtile[tx][i];
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -439,7 +485,32 @@ struct SortedLayout {
   std::size_t keys0 = 0, keys1 = 0, pos0 = 0, pos1 = 0, carry = 0, cub = 0, cub_bytes = 0, total = 0;
 };
 
-SortedLayout sorted_layout(int64_t m, int64_t d, int64_t rows) {
+// The key bits the sort orders and the out-of-range marker: bits [0, key_bits(rows)) and rows, or with a
+// key period 2^s (rows of one float), bits [s, key_bits(marker)) and marker = rows rounded up to a
+// multiple of 2^s, so that the marker's sorted bits exceed every valid key's. s is capped below the
+// key's width (at least one bit is sorted), and a period that does not divide m is not used: both leave
+// the sorted list what the full sort gives.
+struct SortBits {
+  int begin = 0, end = 0;
+  uint32_t marker = 0;
+  int64_t r_count = 0;  // m / 2^s: the rows of the transposed list (begin > 0)
+};
+SortBits sort_bits(const ScatterRows& p) {
+  SortBits b;
+  b.end = key_bits(p.rows);
+  b.marker = static_cast<uint32_t>(p.rows);
+  const int s = std::min(p.key_period_log2, b.end - 1);
+  if (p.d != 1 || s <= 0 || p.m % (int64_t(1) << s) != 0) return b;
+  const int64_t period = int64_t(1) << s;
+  const int64_t marker = (p.rows + period - 1) / period * period;
+  b.begin = s;
+  b.end = key_bits(marker);
+  b.marker = static_cast<uint32_t>(marker);
+  b.r_count = p.m >> s;
+  return b;
+}
+
+SortedLayout sorted_layout(int64_t m, int64_t d, const SortBits& bits) {
   SortedLayout l;
   const std::size_t ints = aligned(sizeof(int32_t) * static_cast<std::size_t>(m));
   l.keys0 = 0;
@@ -451,12 +522,12 @@ SortedLayout sorted_layout(int64_t m, int64_t d, int64_t rows) {
   cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr);
   if (d == 1) {  // rows of one float sort their values, not positions (scatter_sorted)
     cub::DoubleBuffer<float> vals(nullptr, nullptr);
-    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, vals, static_cast<int>(m), 0,
-                                                     key_bits(rows)));
+    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, vals, static_cast<int>(m), bits.begin,
+                                                     bits.end));
   } else {
     cub::DoubleBuffer<int32_t> pos(nullptr, nullptr);
-    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, pos, static_cast<int>(m), 0,
-                                                     key_bits(rows)));
+    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.cub_bytes, keys, pos, static_cast<int>(m), bits.begin,
+                                                     bits.end));
   }
   l.total = l.cub + aligned(l.cub_bytes);
   return l;
@@ -473,9 +544,9 @@ void scatter_atomic(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   DITTO_CHECK_LAUNCH(ctx);
 }
 
-std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows) {
-  if (m == 0) return 0;
-  return sorted_layout(m, d, rows).total;
+std::size_t scatter_sorted_workspace(const ScatterRows& p) {
+  if (p.m == 0) return 0;
+  return sorted_layout(p.m, p.d, sort_bits(p)).total;
 }
 
 // Outputs at least this large get their zero fill beside the sort (scatter_sorted).
@@ -489,7 +560,8 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     if (out_bytes) DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, out_bytes, st));
     return;
   }
-  const SortedLayout l = sorted_layout(p.m, p.d, p.rows);
+  const SortBits bits = sort_bits(p);
+  const SortedLayout l = sorted_layout(p.m, p.d, bits);
   if (workspace_bytes < l.total)
     throw Error("scatter_sorted: the workspace is smaller than scatter_sorted_workspace() says");
   // The key preparation and the sort read the indices (and values), never the output: with a large
@@ -519,10 +591,19 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   if (p.d == 1) {
     // The values ride along in the positions' buffers (both 4 bytes; the scratch size is the same).
     cub::DoubleBuffer<float> vals(reinterpret_cast<float*>(pos0), reinterpret_cast<float*>(pos1));
-    sort_prep_scalar_kernel<<<blocks_for(p.m), kThreads, 0, sort_st>>>(p, keys0, vals.Current(), bad);
+    if (bits.begin > 0) {
+      const int64_t period = int64_t(1) << bits.begin;
+      const int64_t prep_tiles = (period + kPrepTile - 1) / kPrepTile * ((bits.r_count + kPrepTile - 1) / kPrepTile);
+      sort_prep_scalar_transposed_kernel<<<static_cast<unsigned>(std::min<int64_t>(prep_tiles, 65535)), kPrepTile * 8, 0,
+                                           sort_st>>>(ScatterRows{p.src, p.index, p.src_row, p.src_scale, p.m, p.d,
+                                                                  p.rows, bits.begin},
+                                                      bits.r_count, bits.marker, keys0, vals.Current(), bad);
+    } else {
+      sort_prep_scalar_kernel<<<blocks_for(p.m), kThreads, 0, sort_st>>>(p, keys0, vals.Current(), bad);
+    }
     DITTO_CHECK_LAUNCH(ctx);
-    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, vals, static_cast<int>(p.m), 0,
-                                                     key_bits(p.rows), sort_st));
+    DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, vals, static_cast<int>(p.m),
+                                                     bits.begin, bits.end, sort_st));
     DITTO_CHECK_LAUNCH(ctx);
     if (beside) beside->join();
     segment_tiles_scalar_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), vals.Current(), p, out,
@@ -537,8 +618,8 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
   sort_prep_kernel<<<blocks_for(p.m), kThreads, 0, sort_st>>>(p.index, p.m, p.rows, keys0, pos0, bad);
   DITTO_CHECK_LAUNCH(ctx);
   cub::DoubleBuffer<int32_t> pos(pos0, pos1);
-  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), 0,
-                                                   key_bits(p.rows), sort_st));
+  DITTO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.cub, cub_bytes, keys, pos, static_cast<int>(p.m), bits.begin,
+                                                   bits.end, sort_st));
   DITTO_CHECK_LAUNCH(ctx);
   if (beside) beside->join();
   segment_tiles_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), pos.Current(), p, out, carry,

@@ -80,6 +80,16 @@ inline Var segment_sum(Context& ctx, const std::string& layer, const Var& data, 
 Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shape& index_shape, int dim,
                         const Shape& out_shape);
 
+// PyTorch's scatter_add along dim, given scatter_dim_keys' keys for (index_shape, dim, out_shape): out
+// (out_shape) = the sum into each key's element of src's values (src of any shape with one value per index
+// element, row-major). The same result, bit for bit, as scatter_add of src as rows of one float by keys
+// into numel(out_shape) rows, under the same knob (kind scatter_add, backward the gather): where the index
+// covers the output's whole extent after dim, keys repeat their positions' low bits, and the sorted
+// variant sorts fewer key bits (cuda::ScatterRows::key_period_log2). A key that breaks that (not from
+// scatter_dim_keys for this geometry) or is -1 (out of range) makes the GPU's output NaN; the CPU raises.
+Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& keys,
+                    const Shape& index_shape, int dim, const Shape& out_shape);
+
 // y[j...] = weight[index[j...]]: index of any shape S (i32), weight {rows, D}, y of shape S + {D}.
 // Forward: one thread per output element, deterministic. Backward: dweight = scatter_add of dy by
 // index, by the layer's `scatter` variant (op kind embedding).

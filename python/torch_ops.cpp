@@ -184,6 +184,14 @@ void bind_torch_ops(nb::module_& m) {
     Call c(dev, s, det, "scatter_add");
     return c.done({scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value()});
   });
+  m.def("_torch_scatter_dim_add",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle keys,
+           const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {
+          Call c(dev, s, det, "scatter_add");
+          return c.done({scatter_dim_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(keys), shape_of(index_shape), dim,
+                                         shape_of(out_shape))
+                             .value()});
+        });
   m.def("_torch_scatter_dim_keys",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle index, bool wide,
            const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {

@@ -266,6 +266,40 @@ TEST_CASE("scatter_dim_keys on the CPU: a scatter's offsets along each dimension
   CHECK_THROWS_WITH(scatter_dim_keys(ctx, ctx.zeros({2}), false, {2}, 0, {4}), Contains("must be i32"));
 }
 
+TEST_CASE("scatter_dim_add on the CPU: the flat scatter_add's result in the output's shape, its gather backward") {
+  Context ctx;
+  const Shape is = {2, 3, 2}, os = {3, 4, 3};
+  const std::vector<int32_t> vals = {0, 1, 2, 1, 0, 1, 1, 0, 1, 1, 0, 0};
+  const std::vector<float> src = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  for (int dim = 0; dim < 3; ++dim) {
+    INFO("dim " << dim);
+    const Tensor keys = scatter_dim_keys(ctx, ctx.from_host(vals, is), false, is, dim, os);
+    Var x(ctx.from_host(src, is), true);
+    Var y = scatter_dim_add(ctx, "seg", x, keys, is, dim, os);
+    CHECK(y.shape() == os);
+    const Var flat = scatter_add(ctx, "seg", Var(ctx.from_host(src, {12, 1})), keys, 36);
+    CHECK(y.value().to_host_f32() == flat.value().to_host_f32());
+    // Backward: each source element gets the output gradient at its destination.
+    std::vector<float> dy(36);
+    std::iota(dy.begin(), dy.end(), 1.f);
+    ctx.tape().backward(ctx, y, ctx.from_host(dy, os));
+    std::vector<float> want;
+    for (int32_t k : keys.to_host_i32()) want.push_back(dy[std::size_t(k)]);
+    CHECK(x.grad().to_host_f32() == want);
+    CHECK(x.grad().shape() == is);
+    ctx.tape().clear();
+  }
+  const Tensor keys = scatter_dim_keys(ctx, ctx.from_host(vals, is), false, is, 0, os);
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.from_host(src, {3, 4})), ctx.from_host(vals, {12}), is, 0,
+                                    {3, 4}),
+                    Contains("the same rank"));
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.zeros({11})), keys, is, 0, os), Contains("one of each"));
+  std::vector<int32_t> bad_keys = keys.to_host_i32();
+  bad_keys[5] = -1;  // what scatter_dim_keys gives an out-of-range element on the GPU
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.from_host(src, is)), ctx.from_host(bad_keys, {12}), is, 0, os),
+                    Contains("position 5 has index -1"));
+}
+
 TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest records the CPU reference") {
   Policy p;
   CHECK(p.variant<ScatterAlgo>("emb", op::embedding) == ScatterAlgo::Atomic);  // heuristic: what TF / JAX do

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "engine/context.h"
 #include "engine/graph.h"
@@ -233,6 +234,59 @@ TEST_CASE("gpu scatter_dim_keys: the reference's offsets along each dimension, -
     std::vector<int32_t> want_narrow(static_cast<std::size_t>(n));
     ref::scatter_dim_keys(is, os, dim, [&](int64_t e) { return int64_t(narrow[std::size_t(e)]); }, want_narrow.data());
     CHECK(scatter_dim_keys(gpu, gpu.from_host(narrow, is), false, is, dim, os).to_host_i32() == want_narrow);
+  }
+}
+
+TEST_CASE("gpu scatter_dim_add: the flat scatter_add's bits, its keys' low bits sorted away; bad keys give NaN") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  struct Geometry {
+    const char* what;
+    Shape is, os;
+    int dim;
+  };
+  const Geometry shapes[] = {
+      {"dim 0, inner 64 (ditto.torch's scatter_add, fewer rows): runs over many tiles", {20000, 64}, {4096, 64}, 0},
+      {"dim 1, inner 12: a period of 4", {3, 5000, 12}, {3, 37, 12}, 1},
+      {"inner extents differ: no period", {100, 40, 6}, {100, 50, 8}, 1},
+      {"rank 1: no period", {50000}, {700}, 0},
+      {"period capped below the key's width: one bit sorted", {16, 1024}, {1, 1024}, 0},
+      {"inner 2^12 over 3 rows", {40, 4096}, {3, 4096}, 0},
+  };
+  Context gpu(Device::cuda(0), Policy::parse({"seg.scatter=sorted"}));
+  std::mt19937_64 g(seed);
+  for (const auto& sh : shapes) {
+    INFO(sh.what);
+    const int64_t n = shape_numel(sh.is), total = shape_numel(sh.os);
+    std::vector<int32_t> vals(static_cast<std::size_t>(n));
+    for (auto& v : vals) v = int32_t(g() % uint64_t(sh.os[std::size_t(sh.dim)]));
+    const Tensor keys = scatter_dim_keys(gpu, gpu.from_host(vals, sh.is), false, sh.is, sh.dim, sh.os);
+    const auto src = test::random_vec(std::size_t(n), seed + 1);
+    const Var y = scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), keys, sh.is, sh.dim, sh.os);
+    const Var flat = scatter_add(gpu, "seg", Var(gpu.from_host(src, {n, 1})), keys, total);
+    CHECK(y.shape() == sh.os);
+    const auto got = y.value().to_host_f32(), want = flat.value().to_host_f32();
+    REQUIRE(got.size() == want.size());
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    std::size_t nans = 0;
+    for (float v : got) nans += std::isnan(v);
+    CHECK(nans == 0);
+  }
+  // dim 0 of {20000, 64}: a key of another position's low bits (broken period) and an out-of-range
+  // element (key -1) each make the whole output NaN rather than a sum in the wrong order.
+  const Shape is = {20000, 64}, os = {4096, 64};
+  std::vector<int32_t> vals(20000 * 64);
+  for (auto& v : vals) v = int32_t(g() % 4096);
+  std::vector<int32_t> keys = scatter_dim_keys(gpu, gpu.from_host(vals, is), false, is, 0, os).to_host_i32();
+  const Tensor src = gpu.from_host(test::random_vec(std::size_t(20000 * 64), seed + 2), is);
+  for (int broken = 0; broken < 2; ++broken) {
+    std::vector<int32_t> k = keys;
+    k[1] = broken == 0 ? k[0] : -1;
+    const auto got = scatter_dim_add(gpu, "seg", Var(src), gpu.from_host(k, {20000 * 64}), is, 0, os).value()
+                         .to_host_f32();
+    std::size_t nans = 0;
+    for (float v : got) nans += std::isnan(v);
+    CHECK(nans == got.size());
   }
 }
 

@@ -11,19 +11,26 @@ namespace ditto::cuda {
 // src_row[j] when src_row is set (a negative row contributes nothing), and scale_j = 1, or
 // src_scale[j] when src_scale is set (the product is rounded before it is added). Positions whose
 // index is outside [0, rows) contribute nothing and set *bad = 1 where bad is not null.
+//
+// key_period_log2 = s > 0 (rows of one float only; scatter_dim_add sets it): the caller promises that
+// every in-range index[j] equals j modulo 2^s (a scatter along a dimension whose inner extent 2^s
+// divides: the key's and the position's low bits are the same inner coordinate) and that 2^s divides m.
+// The sorted variant then sorts bits [s, ...) only, of the [m / 2^s, 2^s] list transposed: the same
+// sorted list, in fewer radix passes. An in-range index that breaks the promise sets *bad.
 struct ScatterRows {
   const float* src = nullptr;
   const int32_t* index = nullptr;
   const int32_t* src_row = nullptr;
   const float* src_scale = nullptr;
   int64_t m = 0, d = 0, rows = 0;
+  int key_period_log2 = 0;
 };
 
 // Both variants overwrite out (rows x d) entirely: zeros where no index points.
 void scatter_atomic(Context& ctx, const ScatterRows& p, float* out, int32_t* bad);
 // Workspace bytes scatter_sorted needs for this problem (keys, positions, the sort's scratch and the
-// pieces of runs that cross tiles); a function of (m, d, rows) only. No device work.
-std::size_t scatter_sorted_workspace(int64_t m, int64_t d, int64_t rows);
+// pieces of runs that cross tiles); a function of (m, d, rows, key_period_log2) only. No device work.
+std::size_t scatter_sorted_workspace(const ScatterRows& p);
 void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                     std::size_t workspace_bytes);
 // out[0 .. n) = NaN when *bad != 0 (read on the device).

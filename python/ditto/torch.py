@@ -232,27 +232,32 @@ def _(index, dim, out_shape):
     return index.new_empty((index.numel(),), dtype=torch.int32)
 
 
-@_op("ditto::scatter_flat")
-def _scatter_flat(src: Tensor, keys: Tensor, numel: int, deterministic: bool) -> Tensor:
-    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), keys, numel)[0]
+@_op("ditto::scatter_dim_add")
+def _scatter_dim_add(src: Tensor, keys: Tensor, index_shape: List[int], dim: int, out_shape: List[int],
+                     deterministic: bool) -> Tensor:
+    return _run("scatter_add", "_torch_scatter_dim_add", deterministic, src, _f32(src, "source"), keys,
+                list(index_shape), dim, list(out_shape))[0]
 
 
-@_scatter_flat.register_fake
-def _(src, keys, numel, deterministic):
-    return src.new_empty((numel, 1))
+@_scatter_dim_add.register_fake
+def _(src, keys, index_shape, dim, out_shape, deterministic):
+    return src.new_empty(tuple(out_shape))
 
 
-def _scatter_flat_setup(ctx, inputs, output):
+def _scatter_dim_add_setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[1])
+    ctx.src_shape = inputs[0].shape
 
 
-def _scatter_flat_backward(ctx, grad):
+def _scatter_dim_add_backward(ctx, grad):
     (keys,) = ctx.saved_tensors
-    # ditto's gather: NaN where a key is -1 (out of range), as the forward's output already is.
-    return _run("scatter_add", "_torch_gather_rows", True, grad, grad.contiguous(), keys)[0], None, None, None
+    # ditto's gather of the output's elements as rows of one float: NaN where a key is -1 (out of
+    # range), as the forward's output already is.
+    rows = _run("scatter_add", "_torch_gather_rows", True, grad, grad.contiguous().view(-1, 1), keys)[0]
+    return rows.view(ctx.src_shape), None, None, None, None, None
 
 
-_scatter_flat.register_autograd(_scatter_flat_backward, setup_context=_scatter_flat_setup)
+_scatter_dim_add.register_autograd(_scatter_dim_add_backward, setup_context=_scatter_dim_add_setup)
 
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, deterministic: bool = True) -> Tensor:
@@ -263,8 +268,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
     dim = dim % max(input.dim(), 1)
     src = src[tuple(slice(0, s) for s in index.shape)]
     keys = _scatter_dim_keys(index, dim, list(input.shape))
-    rows = _scatter_flat(src.reshape(-1, 1), keys, input.numel(), deterministic)
-    return input + rows.view(input.shape)
+    return input + _scatter_dim_add(src.contiguous(), keys, list(index.shape), dim, list(input.shape), deterministic)
 
 # ---- embedding and embedding_bag ------------------------------------------------------------------
 
