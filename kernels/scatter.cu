@@ -166,6 +166,20 @@ __global__ void __launch_bounds__(kPrepTile * 8)
   }
 }
 
+// The tile of the sorted list a warp of the tile kernels takes: one tile per warp, kWarps per block;
+// its first entry and its entry count (kTile, fewer in the last tile). t may be past the last tile.
+struct WarpTile {
+  int64_t t, t0;
+  int n;
+};
+__device__ __forceinline__ WarpTile warp_tile(int64_t m) {
+  WarpTile w;
+  w.t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  w.t0 = w.t * kTile;
+  w.n = static_cast<int>(m - w.t0 < kTile ? m - w.t0 : kTile);
+  return w;
+}
+
 // Step 3 of the sorted scatter (see the file comment). carry holds two rows of d per tile: slot 0
 // the head piece (a run that began in an earlier tile), slot 1 the tail piece (a run that starts in
 // this tile and continues).
@@ -173,10 +187,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     segment_tiles_kernel(const uint32_t* __restrict__ skey, const int32_t* __restrict__ perm, ScatterRows p,
                          float* __restrict__ out, float* __restrict__ carry, int64_t tiles) {
   const int lane = threadIdx.x & 31;
-  const int64_t t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
-  if (t >= tiles) return;  // uniform across the warp
-  const int64_t t0 = t * kTile;
-  const int n = static_cast<int>(p.m - t0 < kTile ? p.m - t0 : kTile);
+  const WarpTile w = warp_tile(p.m);
+  if (w.t >= tiles) return;  // uniform across the warp
+  const int64_t t = w.t, t0 = w.t0;
+  const int n = w.n;
   const uint32_t rows = static_cast<uint32_t>(p.rows);
 
   // Lane e holds entry e's key, source row and scale; the walk below broadcasts them.
@@ -336,10 +350,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     segment_tiles_scalar_kernel(const uint32_t* __restrict__ skey, const float* __restrict__ svalue, ScatterRows p,
                                 float* __restrict__ out, float* __restrict__ carry, int64_t tiles) {
   const int lane = threadIdx.x & 31;
-  const int64_t t = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
-  if (t >= tiles) return;  // uniform across the warp
-  const int64_t t0 = t * kTile;
-  const int n = static_cast<int>(p.m - t0 < kTile ? p.m - t0 : kTile);
+  const WarpTile w = warp_tile(p.m);
+  if (w.t >= tiles) return;  // uniform across the warp
+  const int64_t t = w.t, t0 = w.t0;
+  const int n = w.n;
   const uint32_t rows = static_cast<uint32_t>(p.rows);
   uint32_t key = 0xffffffffu;
   float v = 0.f;
