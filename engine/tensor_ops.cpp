@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <limits>
 
 #include "engine/operand_check.h"
 #include "engine/detail/half_bits.h"
+#include "engine/detail/int64_words.h"
 #include "engine/detail/tensor_ops_cuda.h"
 
 namespace ditto {
@@ -165,14 +165,11 @@ Tensor narrow_int64_words(Context& ctx, const Tensor& words, const Shape& shape)
   const int32_t* w = words.i32();
   int32_t* o = out.i32();
   for (int64_t i = 0; i < n; ++i) {
-    // The pair as the int64 it holds (little-endian words: low first), then clamped.
-    const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(w[2 * i])) |
-                                           (static_cast<uint64_t>(static_cast<uint32_t>(w[2 * i + 1])) << 32));
-    if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    if (!detail::int64_words_fit_int32(w[2 * i], w[2 * i + 1]))
       throw DataError(fmt::format("narrow_int64_words: element {} is {}, outside int32 (no index, label or length an "
                                   "op takes can be)",
-                                  i, v));
-    o[i] = static_cast<int32_t>(v);
+                                  i, detail::int64_of_words(w[2 * i], w[2 * i + 1])));
+    o[i] = w[2 * i];
   }
   return out;
 }

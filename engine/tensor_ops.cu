@@ -10,6 +10,7 @@
 #include "engine/detail/tensor_ops_cuda.h"
 #include "engine/detail/launch.cuh"
 #include "engine/detail/float_map.cuh"
+#include "engine/detail/int64_words.h"
 
 namespace ditto::cuda {
 namespace {
@@ -32,12 +33,14 @@ __global__ void widen_bf16_kernel(const __nv_bfloat16* src, float* dst, int64_t 
 __global__ void widen_f16_kernel(const __half* src, float* dst, int64_t n) {
   DITTO_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
 }
-// A pair's int64 value saturated to int32: the high word is the low word's sign extension exactly
-// when the value fits; otherwise the high word's sign picks the limit.
+// A pair's int64 value saturated to int32: the low word where it fits, else the limit on the high
+// word's side.
 __global__ void narrow_int64_words_kernel(const int2* __restrict__ words, int32_t* __restrict__ out, int64_t n) {
   DITTO_GRID_STRIDE(i, n) {
     const int2 w = words[i];
-    out[i] = w.y == (w.x >> 31) ? w.x : (w.y < 0 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max());
+    out[i] = detail::int64_words_fit_int32(w.x, w.y)
+                 ? w.x
+                 : (w.y < 0 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max());
   }
 }
 

@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/int64_words.h"
 #include "engine/error.h"
 #include "engine/operand_check.h"
 #include "kernels/detail/own_knob.h"
@@ -278,11 +279,7 @@ Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shap
     return key;
   }
   const int32_t* w = index.i32();
-  const auto value = [&](int64_t e) {
-    if (!wide) return int64_t(w[e]);
-    const uint64_t lo = static_cast<uint32_t>(w[2 * e]), hi = static_cast<uint32_t>(w[2 * e + 1]);
-    return static_cast<int64_t>(hi << 32 | lo);
-  };
+  const auto value = [&](int64_t e) { return wide ? detail::int64_of_words(w[2 * e], w[2 * e + 1]) : int64_t(w[e]); };
   ref::scatter_dim_keys(index_shape, out_shape, dim, value, key.i32());
   const int32_t* k = key.i32();
   for (int64_t e = 0; e < n; ++e)

@@ -36,6 +36,7 @@
 #include <optional>
 
 #include "engine/detail/cuda_state.h"
+#include "engine/detail/int64_words.h"
 #include "engine/detail/launch.cuh"
 #include "kernels/index_math.h"
 #include "kernels/detail/scatter_cuda.h"
@@ -125,7 +126,8 @@ __global__ void sort_prep_scalar_kernel(ScatterRows p, uint32_t* __restrict__ ke
   }
 }
 
-// Step 1 for rows of one float with a key period 2^s (ScatterRows::key_period_log2): the positions as an
+// Step 1 for rows of one float with a key period 2^s (sort_bits: ScatterRows::key_period_log2, capped): the
+// positions as an
 // [R = m / 2^s, 2^s] matrix, written transposed (position j = r * 2^s + c goes to c * R + r), through
 // 32 x 32 tiles in shared memory so that reads and writes are both contiguous. The sort then orders the
 // key bits from s up: entries whose keys agree there keep this order, which is (low bits c, then r), and
@@ -134,11 +136,11 @@ __global__ void sort_prep_scalar_kernel(ScatterRows p, uint32_t* __restrict__ ke
 // sorted bits); an in-range key whose low bits are not its position's breaks the period and is flagged.
 constexpr int kPrepTile = 32;
 __global__ void __launch_bounds__(kPrepTile * 8)
-    sort_prep_scalar_transposed_kernel(ScatterRows p, int64_t r_count, uint32_t marker, uint32_t* __restrict__ keys,
-                                       float* __restrict__ values, int32_t* bad) {
+    sort_prep_scalar_transposed_kernel(ScatterRows p, int period_log2, int64_t r_count, uint32_t marker,
+                                       uint32_t* __restrict__ keys, float* __restrict__ values, int32_t* bad) {
   __shared__ uint32_t ktile[kPrepTile][kPrepTile + 1];
   __shared__ float vtile[kPrepTile][kPrepTile + 1];
-  const int64_t period = int64_t(1) << p.key_period_log2;
+  const int64_t period = int64_t(1) << period_log2;
   const int64_t tiles_c = (period + kPrepTile - 1) / kPrepTile, tiles_r = (r_count + kPrepTile - 1) / kPrepTile;
   const int tx = threadIdx.x % kPrepTile, ty = threadIdx.x / kPrepTile;
   for (int64_t tile = blockIdx.x; tile < tiles_c * tiles_r; tile += gridDim.x) {
@@ -400,8 +402,7 @@ __global__ void dim_keys_kernel(const int32_t* __restrict__ index, DimKeys k, in
     int64_t v;
     if (k.wide) {
       const int2 w = reinterpret_cast<const int2*>(index)[e];
-      // A value fits int32 when its high word is its low word's sign extension.
-      v = w.y == (w.x >> 31) ? int64_t(w.x) : int64_t(-1);
+      v = detail::int64_words_fit_int32(w.x, w.y) ? int64_t(w.x) : int64_t(-1);  // past int32: out of range
     } else {
       v = index[e];
     }
@@ -609,9 +610,8 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
       const int64_t period = int64_t(1) << bits.begin;
       const int64_t prep_tiles = (period + kPrepTile - 1) / kPrepTile * ((bits.r_count + kPrepTile - 1) / kPrepTile);
       sort_prep_scalar_transposed_kernel<<<static_cast<unsigned>(std::min<int64_t>(prep_tiles, 65535)), kPrepTile * 8, 0,
-                                           sort_st>>>(ScatterRows{p.src, p.index, p.src_row, p.src_scale, p.m, p.d,
-                                                                  p.rows, bits.begin},
-                                                      bits.r_count, bits.marker, keys0, vals.Current(), bad);
+                                           sort_st>>>(p, bits.begin, bits.r_count, bits.marker, keys0, vals.Current(),
+                                                      bad);
     } else {
       sort_prep_scalar_kernel<<<blocks_for(p.m), kThreads, 0, sort_st>>>(p, keys0, vals.Current(), bad);
     }

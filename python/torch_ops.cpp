@@ -176,9 +176,6 @@ void bind_torch_ops(nb::module_& m) {
   // Every function takes (device, stream, deterministic) first: the tensors' device ("cpu" or
   // "cuda:N"), PyTorch's current stream there (its cuda_stream handle; 0 on the CPU) and the
   // policy. Tensors are C-contiguous DLPack arrays on that device; results share ditto's memory.
-  // wide: index holds int64 values as (low, high) i32 words (a view of PyTorch's int64 index, no
-  // conversion there); they are narrowed here, a value outside [0, rows) to -1 on the GPU (the
-  // scatter's bad index: NaN output) and to a DataError naming it on the CPU.
   m.def("_torch_scatter_add", [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index,
                                   int64_t rows) {
     Call c(dev, s, det, "scatter_add");
@@ -192,6 +189,9 @@ void bind_torch_ops(nb::module_& m) {
                                          shape_of(out_shape))
                              .value()});
         });
+  // wide: index holds int64 values as (low, high) i32 words (a view of PyTorch's int64 index), read by
+  // the keys' own kernel rather than narrowed first (one pass over the index, not two); a value outside
+  // the extent is -1 on the GPU (the scatter's bad key: NaN output) and a DataError naming it on the CPU.
   m.def("_torch_scatter_dim_keys",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle index, bool wide,
            const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {

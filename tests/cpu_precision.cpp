@@ -89,30 +89,19 @@ TEST_CASE("to_dtype: narrowing rounds, widening is exact, the same dtype is the 
   CHECK_THROWS_WITH(to_dtype(ctx, t, DType::BF16).f32(), Contains("tensor is bf16, f32 access requested"));
 }
 
-// int64 values as the (low, high) i32 words another framework's array holds them in.
-static std::vector<int32_t> int64_words(const std::vector<int64_t>& v) {
-  std::vector<int32_t> w;
-  for (int64_t x : v) {
-    const auto u = static_cast<uint64_t>(x);
-    w.push_back(static_cast<int32_t>(static_cast<uint32_t>(u)));
-    w.push_back(static_cast<int32_t>(static_cast<uint32_t>(u >> 32)));
-  }
-  return w;
-}
-
 TEST_CASE("narrow_int64_words: int32-sized values exactly, others an error naming the element on the CPU") {
   Context ctx;
   const std::vector<int64_t> fit = {0, 1, -1, 255, -100, INT32_MAX, INT32_MIN, 123456789};
-  Tensor t = narrow_int64_words(ctx, ctx.from_host(int64_words(fit), {16}), {2, 4});
+  Tensor t = narrow_int64_words(ctx, ctx.from_host(test::int64_words(fit), {16}), {2, 4});
   CHECK(t.dtype() == DType::I32);
   CHECK(t.shape() == Shape{2, 4});
   CHECK(t.to_host_i32() == std::vector<int32_t>(fit.begin(), fit.end()));
   // 2^32 + 3 is not 3, and -2^33 is not 0: never a wrapped, valid-looking value.
-  CHECK_THROWS_WITH(narrow_int64_words(ctx, ctx.from_host(int64_words({0, (int64_t(1) << 32) + 3}), {4}), {2}),
+  CHECK_THROWS_WITH(narrow_int64_words(ctx, ctx.from_host(test::int64_words({0, (int64_t(1) << 32) + 3}), {4}), {2}),
                     Contains("element 1 is 4294967299, outside int32"));
-  CHECK_THROWS_WITH(narrow_int64_words(ctx, ctx.from_host(int64_words({-(int64_t(1) << 33)}), {2}), {1}),
+  CHECK_THROWS_WITH(narrow_int64_words(ctx, ctx.from_host(test::int64_words({-(int64_t(1) << 33)}), {2}), {1}),
                     Contains("element 0 is -8589934592, outside int32"));
-  CHECK_THROWS_AS(narrow_int64_words(ctx, ctx.from_host(int64_words({1, 2}), {4}), {3}), ShapeError);
+  CHECK_THROWS_AS(narrow_int64_words(ctx, ctx.from_host(test::int64_words({1, 2}), {4}), {3}), ShapeError);
   CHECK_THROWS_AS(narrow_int64_words(ctx, ctx.zeros({4}), {2}), ShapeError);  // f32, not words
 }
 

@@ -46,13 +46,7 @@ TEST_CASE("gpu narrow_int64_words: int32-sized values exactly, others saturated 
   Context gpu(Device::cuda(0));
   const std::vector<int64_t> v = {0, 1, -1, -100, INT32_MAX, INT32_MIN, (int64_t(1) << 32) + 3, -(int64_t(1) << 33),
                                   INT64_MAX, INT64_MIN, int64_t(INT32_MAX) + 1, int64_t(INT32_MIN) - 1};
-  std::vector<int32_t> words;
-  for (int64_t x : v) {
-    const auto u = static_cast<uint64_t>(x);
-    words.push_back(static_cast<int32_t>(static_cast<uint32_t>(u)));
-    words.push_back(static_cast<int32_t>(static_cast<uint32_t>(u >> 32)));
-  }
-  Tensor t = narrow_int64_words(gpu, gpu.from_host(words, {24}), {3, 4});
+  Tensor t = narrow_int64_words(gpu, gpu.from_host(test::int64_words(v), {24}), {3, 4});
   CHECK(t.shape() == Shape{3, 4});
   CHECK(t.to_host_i32() == std::vector<int32_t>{0, 1, -1, -100, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX,
                                                 INT32_MIN, INT32_MAX, INT32_MIN});

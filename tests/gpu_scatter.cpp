@@ -225,9 +225,7 @@ TEST_CASE("gpu scatter_dim_keys: the reference's offsets along each dimension, -
     }
     std::vector<int32_t> want(static_cast<std::size_t>(n));
     ref::scatter_dim_keys(is, os, dim, [&](int64_t e) { return v[std::size_t(e)]; }, want.data());
-    std::vector<int32_t> words;
-    for (int64_t x : v) words.insert(words.end(), {int32_t(uint32_t(uint64_t(x))), int32_t(uint64_t(x) >> 32)});
-    CHECK(scatter_dim_keys(gpu, gpu.from_host(words, {2 * n}), true, is, dim, os).to_host_i32() == want);
+    CHECK(scatter_dim_keys(gpu, gpu.from_host(test::int64_words(v), {2 * n}), true, is, dim, os).to_host_i32() == want);
     // Narrow: the same values cut to int32 (2^32 + k becomes k, in range: the narrow form has no such values).
     std::vector<int32_t> narrow(static_cast<std::size_t>(n));
     for (int64_t e = 0; e < n; ++e) narrow[std::size_t(e)] = int32_t(uint32_t(uint64_t(v[std::size_t(e)])));

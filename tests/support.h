@@ -18,6 +18,17 @@ namespace ditto::test {
 
 // Fresh random inputs on every run; the seed is printed when a check fails, so a failure can be
 // replayed with DITTO_TEST_SEED=<seed>.
+// int64 values as the (low, high) i32 words another framework's int64 array holds them in.
+inline std::vector<int32_t> int64_words(const std::vector<int64_t>& v) {
+  std::vector<int32_t> w;
+  for (int64_t x : v) {
+    const auto u = static_cast<uint64_t>(x);
+    w.push_back(static_cast<int32_t>(static_cast<uint32_t>(u)));
+    w.push_back(static_cast<int32_t>(static_cast<uint32_t>(u >> 32)));
+  }
+  return w;
+}
+
 inline uint64_t fresh_seed() {
   if (const char* s = std::getenv("DITTO_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   return std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
