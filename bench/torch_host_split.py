@@ -1,9 +1,10 @@
 """Where a ditto.torch call's host time goes: per op (a case of bench/torch_op_cases.py), one forward and
 backward timed on the host in a loop, split into the time inside ditto's C++ functions (the binding:
 argument conversion, the op's host code, kernel launches), the rest of ditto.torch's `_run` (packing the
-tensors, handing the outputs to PyTorch by DLPack) and everything else in Python (the autograd
-function, argument preparation such as label conversions, PyTorch's autograd engine). PyTorch's own op is
-timed the same way beside it.
+tensors, handing the outputs to PyTorch by DLPack), the forward of an op that runs as one of ditto's C++
+operators (ditto.torch.native_ops(): its autograd node made in C++, its backward inside PyTorch's engine)
+and everything else (the autograd function, argument preparation such as label conversions, PyTorch's
+autograd engine and the backward work it runs). PyTorch's own op is timed the same way beside it.
 
 Host time per call: `--calls` calls back to back, the clock read before the first and after a device
 synchronization following the last, divided by the calls. Where the GPU work of a call is shorter than
@@ -83,17 +84,25 @@ def split(case, device, calls, scale):
     row["ditto_us"] = _time(case, inputs, "ditto", calls, device)
     clock = _Clock()
     real_module, real_run = dt._ditto, dt._run
+    real_native = [(op, op.native) for op in dt._OPS if op.native is not None]
     dt._ditto = _TimedModule(real_module, clock)
     dt._run = clock.wrap("run", real_run)
+    for op, fn in real_native:
+        op.native = clock.wrap("native", fn)
     try:
         timed_us = _time(case, inputs, "ditto", calls, device)
     finally:
         dt._ditto, dt._run = real_module, real_run
+        for op, fn in real_native:
+            op.native = fn
     per_call = {k: v / (calls + 5) * 1e6 for k, v in clock.spent.items()}
     row["ditto_instrumented_us"] = timed_us
     row["binding_us"] = per_call.get("binding", 0.0)
     row["run_packing_and_outputs_us"] = per_call.get("run", 0.0) - row["binding_us"]
-    row["python_rest_us"] = timed_us - per_call.get("run", 0.0)
+    # A C++ operator's forward, with its autograd node; its backward runs inside PyTorch's engine (in
+    # "rest" below, as PyTorch's own backward nodes do).
+    row["native_forward_us"] = per_call.get("native", 0.0)
+    row["python_rest_us"] = timed_us - per_call.get("run", 0.0) - row["native_forward_us"]
     return row
 
 
@@ -116,11 +125,11 @@ def main():
     if unknown:
         ap.error(f"--only: no case {unknown}; the cases: {', '.join(cases)}")
     rows = [split(cases[n], args.device, args.calls, args.scale) for n in names]
-    print("| op | PyTorch µs | ditto µs | in ditto's C++ | _run's packing + outputs | rest of Python |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| op | PyTorch µs | ditto µs | in ditto's C++ | _run's packing + outputs | C++ operator's forward | rest |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['op']} | {r['pytorch_us']:.0f} | {r['ditto_us']:.0f} | {r['binding_us']:.0f} | "
-              f"{r['run_packing_and_outputs_us']:.0f} | {r['python_rest_us']:.0f} |")
+              f"{r['run_packing_and_outputs_us']:.0f} | {r['native_forward_us']:.0f} | {r['python_rest_us']:.0f} |")
     if args.out:
         with open(args.out + ".tmp", "w") as f:
             for r in rows:

@@ -195,7 +195,8 @@ def _write_files(tmp: pathlib.Path, meta: dict, records: list) -> None:
              "events, per call (the host's work overlaps the GPU's, as in a training loop), the median over "
              f"{meta.get('rounds', 1)} rounds in which the modes take turns; "
              f"distinct = different results (output and gradients hashed) over {meta['runs']} calls; GPU µs = kernel "
-             "time per call (torch.profiler), where profiled.", "",
+             "time per call (torch.profiler), where profiled. Ops through ditto's C++ operators (autograd in C++): "
+             f"{', '.join(meta.get('native_ops', [])) or 'none'}; the others through their Python autograd function.", "",
              "| op | shape | mode | µs | × PyTorch default | back to back µs | × PyTorch default | GPU µs | distinct "
              "| max abs diff vs PyTorch | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -277,7 +278,8 @@ def main() -> int:
     commit = os.environ.get("DITTO_COMMIT") or ditto.Context().runtime_info()["git_commit"]
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
             "ditto_commit": commit, "date": datetime.date.today().isoformat(),
-            "runs": a.runs, "repeats": a.repeats, "rounds": a.rounds, "pytorch_tf32": False}
+            "runs": a.runs, "repeats": a.repeats, "rounds": a.rounds, "pytorch_tf32": False,
+            "native_ops": dt.native_ops()}
     print(json.dumps({"meta": meta}), flush=True)
     wanted = set(filter(None, a.only.split(",")))
     unknown = wanted - {c.name for c in tc.CASES}

@@ -7,20 +7,15 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "engine/context.h"
-#include "engine/detail/cuda_state.h"
 #include "engine/error.h"
 #include "engine/external.h"
 #include "engine/manifest.h"
-#include "engine/policy.h"
 #include "engine/tape.h"
 #include "engine/tensor_ops.h"
 #include "kernels/conv2d.h"
@@ -32,47 +27,12 @@
 #include "kernels/spmm.h"
 #include "kernels/upsample.h"
 #include "python/bridge.h"
+#include "python/torch_runner.h"
 
 namespace ditto::py {
 namespace {
 
 using namespace nb::literals;
-
-// Each op runs under a context that borrows the caller's stream (PyTorch's current stream), so
-// its kernels are ordered with PyTorch's work and its outputs are ready for PyTorch without a
-// wait. Contexts are made once per (device, stream, deterministic) and kept for the process: a
-// cuDNN and a cuBLAS handle each, and a memory pool that serves the outputs handed to PyTorch.
-// They are never destroyed: at exit the CUDA runtime may already be gone.
-struct Runner {
-  std::unique_ptr<Context> ctx;
-  std::mutex mu;  // PyTorch's autograd runs backward on a thread of its own
-};
-
-// deterministic=True: every knob by the mode word `deterministic` (gather and sorted scatters,
-// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form.
-// deterministic=False: what frameworks run (atomics, cuDNN's heuristics).
-Policy torch_policy(bool deterministic) {
-  if (!deterministic) return Policy::parse({"*=heuristic"});
-  return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm"});
-}
-
-Runner& runner(const std::string& device, std::intptr_t stream, bool deterministic) {
-  static std::mutex mu;
-  static auto* cache = new std::map<std::tuple<std::string, std::intptr_t, bool>, std::unique_ptr<Runner>>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto& r = (*cache)[{device, stream, deterministic}];
-  if (!r) {
-    auto fresh = std::make_unique<Runner>();
-    ContextOptions o;
-    const Device d = Device::parse(device);
-    // PyTorch's default stream is the legacy one, handle 0, which ContextOptions reads as "make a
-    // stream"; its named handle orders ditto's work with it instead.
-    if (d.is_cuda()) o.stream = stream == 0 ? static_cast<void*>(cudaStreamLegacy) : reinterpret_cast<void*>(stream);
-    fresh->ctx = std::make_unique<Context>(d, torch_policy(deterministic), o);
-    r = std::move(fresh);
-  }
-  return *r;
-}
 
 Shape shape_of(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }
 
@@ -86,7 +46,7 @@ DType dtype_named(const std::string& name) {
 class Call {
  public:
   Call(const std::string& device, std::intptr_t stream, bool deterministic, std::string layer)
-      : r_(runner(device, stream, deterministic)), lock_(r_.mu), layer_(std::move(layer)) {
+      : r_(torch_runner(device, stream, deterministic)), lock_(r_.mu), layer_(std::move(layer)) {
     r_.ctx->manifest().clear();
   }
   Context& ctx() { return *r_.ctx; }

@@ -19,6 +19,11 @@ False what frameworks run (atomics, cuDNN's heuristics). ``variants()`` says, pe
 variants the latest call ran and their guarantees. ``patch()`` routes the matching
 ``torch.nn.functional`` calls here.
 
+Where ditto was built against this PyTorch (the configuring interpreter had it), the host-bound ops
+(``nll_loss``, ``cross_entropy``, ``index_add``: their kernels take less time than the Python around
+them) run eagerly as C++ operators with their autograd in C++: one dispatch per call, the same kernels
+and bits as the Python path (``native_ops()`` lists them; ``DITTO_TORCH_NATIVE=0`` turns them off).
+
 Float32 tensors (int32 or int64 indices) on one device; anything else is refused with a
 ``ditto.Error`` (or ``ValueError`` for an argument ditto does not implement), never run otherwise.
 int64 indices past int32 are never wrapped onto a valid row: they are out of range like any other.
@@ -30,6 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import re
+import time
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -37,20 +46,64 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _ditto
+from ._ditto import CublasError, CudaError, CudnnError, DataError, Error, IoError, PolicyError, ShapeError
 
 __all__ = [
     "affine_grid", "conv2d", "cross_entropy", "ctc_loss", "embedding", "embedding_bag", "grid_sample",
-    "index_add", "interpolate", "nll_loss", "patch", "roi_align", "scatter_add", "sparse_mm", "variants",
+    "index_add", "interpolate", "native_ops", "nll_loss", "patch", "roi_align", "scatter_add", "sparse_mm", "variants",
 ]
 
-_latest: Dict[str, List[Tuple[str, str, str]]] = {}  # per op: (knob, variant, guarantee) of its latest call
+# Per op: when its latest call on the Python path ran (time.monotonic_ns) and its (knob, variant,
+# guarantee) list; the C++ operators keep their own record, stamped by the same clock.
+_latest: Dict[str, Tuple[int, List[Tuple[str, str, str]]]] = {}
 
 
 def variants() -> Dict[str, List[dict]]:
     """Per op, the variants its latest call ran: ``[{"knob", "variant", "guarantee"}, ...]``. A call that
     chooses no variant (the pixel-wise cross-entropy's backward: one fixed kernel) leaves the record of
     the call before it (its forward's)."""
-    return {op: [{"knob": k, "variant": v, "guarantee": g} for k, v, g in vs] for op, vs in _latest.items()}
+    records = dict(_latest)
+    if _native is not None:
+        for row in _native.latest_variants():
+            op, stamp, *flat = row.split("\t")
+            if op not in records or int(stamp) > records[op][0]:
+                records[op] = (int(stamp), [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)])
+    return {op: [{"knob": k, "variant": v, "guarantee": g} for k, v, g in vs] for op, (_, vs) in records.items()}
+
+
+def _load_native():
+    """ditto's C++ operators (python/torch_native.cpp) where this package was built with them, for this
+    PyTorch version; None otherwise (then every op runs its Python path: the same kernels and bits).
+    DITTO_TORCH_NATIVE=0 keeps them unloaded."""
+    if os.environ.get("DITTO_TORCH_NATIVE", "1") == "0":
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    library, built_for = os.path.join(here, "_torch_native.so"), os.path.join(here, "_torch_native.txt")
+    if not (os.path.exists(library) and os.path.exists(built_for)):
+        return None
+    with open(built_for) as f:
+        version = f.read().strip()
+    if version != torch.__version__:
+        warnings.warn(f"ditto.torch: its C++ operators were built for PyTorch {version}, this is {torch.__version__}; "
+                      "the ops run their Python path (same results, more host time per call). Rebuild ditto to "
+                      "load them.", RuntimeWarning, stacklevel=3)
+        return None
+    torch.ops.load_library(library)
+    return torch.ops.ditto_native
+
+
+_native = _load_native()
+
+# ditto's exceptions from the C++ operators arrive as RuntimeErrors tagged with their type.
+_NATIVE_ERROR = re.compile(r"\[ditto\.(\w+)\] (.*)", re.S)
+_ERROR_TYPES = {cls.__name__: cls for cls in (Error, DataError, ShapeError, PolicyError, IoError, CudaError,
+                                               CudnnError, CublasError)}
+
+
+def native_ops() -> List[str]:
+    """The ops whose eager calls run as C++ operators (autograd in C++, one dispatch per call); empty
+    where ditto was built without PyTorch or for another PyTorch version, or under DITTO_TORCH_NATIVE=0."""
+    return sorted(op.name for op in _OPS if op.native is not None)
 
 
 # PyTorch's current stream on a device as its raw handle. torch.cuda.current_stream() builds a Stream
@@ -103,10 +156,11 @@ def _run(op: str, fn: str, deterministic: bool, like: Tensor, *args) -> List[Opt
     *outs, ran = getattr(_ditto, fn)(where, stream, deterministic, *packed)
     del held
     if ran:
-        _latest[op] = ran
+        _latest[op] = (time.monotonic_ns(), ran)
     return [None if o is None else torch.from_dlpack(o) for o in outs]
 
 
+_OPS: List["_Op"] = []
 _PLAIN = (Tensor, torch.nn.Parameter)  # a Parameter is a plain tensor to every op (no __torch_function__)
 
 
@@ -118,10 +172,16 @@ class _Op:
     microseconds cannot hide."""
 
     def __init__(self, name: str, fn):
+        self.name = name
         self.raw = fn
         self.op = torch.library.custom_op(name, mutates_args=())(fn)
         self.register_fake = self.op.register_fake
         self._function = None
+        # The C++ operator of the same schema, where there is one: eager calls on plain tensors go there
+        # (the raw builtin, not the OpOverload's Python __call__ around it).
+        short = name.split("::")[1]
+        self.native = getattr(_native, short).default._op if _native is not None and hasattr(_native, short) else None
+        _OPS.append(self)
 
     def register_autograd(self, backward, setup_context):
         self.op.register_autograd(backward, setup_context=setup_context)
@@ -149,6 +209,14 @@ class _Op:
                 if type(a) not in _PLAIN:
                     return self.op(*args)  # traced (fake, functional or other subclassed tensors): the custom op
                 wants_grad = wants_grad or a.requires_grad
+        if self.native is not None:
+            try:
+                return self.native(*args)
+            except RuntimeError as e:
+                tagged = _NATIVE_ERROR.match(str(e))
+                if tagged is None:
+                    raise
+                raise _ERROR_TYPES.get(tagged.group(1), Error)(tagged.group(2)) from None
         if wants_grad and self._function is not None and torch.is_grad_enabled():
             return self._function.apply(*args)
         return self.raw(*args)
@@ -182,39 +250,40 @@ def _empty(like: Tensor) -> Tensor:
 
 # ---- scatter_add / index_add: rows added into a table --------------------------------------------
 
-@_op("ditto::index_add_rows")
-def _index_add_rows(src: Tensor, index: Tensor, num_rows: int, deterministic: bool) -> Tensor:
-    return _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _idx(index),
-                num_rows)[0]
+@_op("ditto::index_add")
+def _index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, alpha: float, deterministic: bool) -> Tensor:
+    src = source.movedim(dim, 0) if dim else source  # rows along dim 0 need no moved view
+    if alpha != 1:
+        src = src * alpha
+    rows = _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _idx(index),
+                input.shape[dim])[0]
+    return input + (rows.movedim(0, dim) if dim else rows)
 
 
-@_index_add_rows.register_fake
-def _(src, index, num_rows, deterministic):
-    return src.new_empty((num_rows,) + tuple(src.shape[1:]))
+@_index_add.register_fake
+def _(input, dim, index, source, alpha, deterministic):
+    return input.new_empty(input.shape)
 
 
-def _index_add_rows_setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
+def _index_add_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[2])
+    ctx.dim, ctx.alpha = inputs[1], inputs[4]
 
 
-def _index_add_rows_backward(ctx, grad):
+def _index_add_backward(ctx, grad):
     (index,) = ctx.saved_tensors
-    return grad.index_select(0, index), None, None, None  # a gather: no collisions
+    dsource = grad.index_select(ctx.dim, index)  # a gather: no collisions
+    return grad, None, None, dsource * ctx.alpha if ctx.alpha != 1 else dsource, None, None
 
 
-_index_add_rows.register_autograd(_index_add_rows_backward, setup_context=_index_add_rows_setup)
+_index_add.register_autograd(_index_add_backward, setup_context=_index_add_setup)
 
 
 def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: float = 1,
               deterministic: bool = True) -> Tensor:
     """``torch.index_add``: ``input`` plus ``source``'s slices added at ``index`` along ``dim``; the sum into
     each destination in increasing source order (``deterministic``), or by atomics."""
-    dim = dim % max(input.dim(), 1)
-    src = source.movedim(dim, 0) if dim else source  # rows along dim 0 need no moved view (nor its autograd node)
-    if alpha != 1:
-        src = src * alpha
-    rows = _index_add_rows(src.contiguous(), index, input.shape[dim], deterministic)
-    return input + (rows.movedim(0, dim) if dim else rows)
+    return _index_add(input, dim % max(input.dim(), 1), _idx(index), source, float(alpha), deterministic)
 
 
 @_op("ditto::scatter_dim_keys")

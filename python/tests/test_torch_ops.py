@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import tempfile
 import sys
+import time
 
 # torch.compile's caches are per process here: two test processes (the build tree's package and the
 # installed one) may compile the same graphs at once, and must not read each other's half-written files.
@@ -206,3 +207,56 @@ def test_scatter_add_gradient_is_the_gather_of_the_output_gradient():
     g = torch.rand(3, 5)
     (dt.scatter_add(torch.zeros(3, 5), 0, index, src) * g).sum().backward()
     assert torch.equal(src.grad, g.gather(0, index))
+
+
+def _both_paths(op, args, wrt):
+    """An op's outputs and the gradients of their float sum through its C++ operator and through its
+    Python autograd function (the path without the operator)."""
+    got = []
+    for run in (op.native, op._function.apply):
+        for t in wrt:
+            t.grad = None
+        out = run(*args)
+        out = out if isinstance(out, tuple) else (out,)
+        sum(o.sum() * (i + 1) for i, o in enumerate(out) if o.is_floating_point() and o.requires_grad).backward()
+        got.append([o.detach().clone() for o in out] + [t.grad.clone() for t in wrt])
+    return got
+
+
+@pytest.mark.skipif(not dt.native_ops(), reason="ditto was built without PyTorch's C++ operators")
+@pytest.mark.parametrize("labels", [torch.int64, torch.int32])
+def test_the_cpp_operators_give_the_python_paths_bits(labels):
+    torch.manual_seed(5)
+    assert dt.native_ops() == ["ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll"]
+    logits = torch.randn(2, 5, 4, 3, requires_grad=True)
+    target = torch.randint(0, 5, (2, 4, 3)).to(labels)
+    target[1, 0, 2] = 3  # an ignored pixel
+    cases = [(dt._pixel_nll, (logits, target, 3, True), [logits]),
+             (dt._pixel_xent, (logits, target, 3, True), [logits])]
+    base, source = torch.randn(4, 6, 5, requires_grad=True), torch.randn(4, 9, 5, requires_grad=True)
+    index = torch.randint(0, 6, (9,)).to(labels)
+    cases += [(dt._index_add, (base, 1, index, source, 2.5, True), [base, source]),
+              (dt._index_add, (base.detach(), 1, index, source, 1.0, False), [source])]
+    for op, args, wrt in cases:
+        native, python = _both_paths(op, args, wrt)
+        assert len(native) == len(python)
+        for u, v in zip(native, python):
+            assert u.dtype == v.dtype and u.shape == v.shape and torch.equal(u, v), op.name
+
+
+@pytest.mark.skipif(not dt.native_ops(), reason="ditto was built without PyTorch's C++ operators")
+def test_the_cpp_operators_raise_dittos_errors_and_record_their_variants():
+    with pytest.raises(ditto.DataError, match="outside \\[0, 3\\)"):
+        dt.nll_loss(torch.rand(1, 3, 2, 2), torch.full((1, 2, 2), 4))
+    with pytest.raises(ValueError, match="input is torch.float64; ditto's ops here take float32"):
+        dt.nll_loss(torch.rand(1, 3, 2, 2, dtype=torch.float64), torch.zeros(1, 2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="source is torch.float64"):
+        dt.index_add(torch.zeros(3, 2), 0, torch.tensor([0, 2]), torch.rand(2, 2, dtype=torch.float64))
+    dt._latest.pop("scatter_add", None)
+    dt.index_add(torch.zeros(3, 2), 0, torch.tensor([0, 2]), torch.rand(2, 2), deterministic=False)
+    assert dt.variants()["scatter_add"] == [{"knob": "scatter", "variant": "cpu-reference", "guarantee": "run_to_run"}]
+    # The two paths stamp their records by one clock: a later call on the Python path (scatter_add's)
+    # is the newer record.
+    native = {row.split("\t")[0]: int(row.split("\t")[1]) for row in dt._native.latest_variants()}
+    dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 2, 1]]), torch.ones(1, 3))
+    assert native["scatter_add"] < dt._latest["scatter_add"][0] < time.monotonic_ns()

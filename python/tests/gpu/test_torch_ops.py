@@ -92,13 +92,16 @@ def test_runs_under_pytorch_deterministic_mode_where_pytorch_raises():
     assert F.grid_sample.__module__ == "torch.nn.functional", "leaving the with block restores PyTorch's function"
 
 
-def test_work_is_ordered_on_the_callers_non_default_stream():
-    case = CASES["grid_sample"]
+# grid_sample runs through the Python path, the others through ditto's C++ operators (where built).
+@pytest.mark.parametrize("name", ["grid_sample", "nll_loss-2d", "cross_entropy-2d", "index_add"])
+def test_work_is_ordered_on_the_callers_non_default_stream(name):
+    case = CASES[name]
     inputs = case.make("cuda", "test")
     want = digest(tc.step(case, inputs, "ditto"))
     # The input is written on a side stream at the end of a long queue; an op that ran on another
     # stream would read the 7s it held before.
-    x = torch.full_like(inputs["x"], 7.0)
+    key = case.grads[0]
+    x = torch.full_like(inputs[key], 7.0)
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -106,12 +109,29 @@ def test_work_is_ordered_on_the_callers_non_default_stream():
         busy = torch.rand(2048, 2048, device="cuda")
         for _ in range(30):
             busy = torch.tanh(busy @ busy)
-        x.copy_(inputs["x"].detach())
-        got = tc.step(case, dict(inputs, x=x.requires_grad_()), "ditto")
+        x.copy_(inputs[key].detach())
+        got = tc.step(case, dict(inputs, **{key: x.requires_grad_()}), "ditto")
         done = torch.cuda.Event()
         done.record()
     done.synchronize()
     assert digest(got) == want
+
+
+@pytest.mark.skipif(not dt.native_ops(), reason="ditto was built without PyTorch's C++ operators")
+@pytest.mark.parametrize("name", ["nll_loss-2d", "cross_entropy-2d", "index_add"])
+def test_the_cpp_operators_give_the_python_paths_bits(name):
+    case = CASES[name]
+    inputs = case.make("cuda", "test")
+    native = digest(tc.step(case, inputs, "ditto"))
+    saved = [(op, op.native) for op in dt._OPS]
+    try:
+        for op, _ in saved:
+            op.native = None  # every op on its Python path
+        python = digest(tc.step(case, inputs, "ditto"))
+    finally:
+        for op, fn in saved:
+            op.native = fn
+    assert native == python
 
 
 def test_traces_under_torch_compile():

@@ -1,0 +1,316 @@
+// ditto.torch's eager path in C++: PyTorch operators (namespace ditto_native) over the same ditto
+// calls as the torch.library custom ops of ditto/torch.py, with the same autograd formulas as C++
+// autograd functions. A Python autograd.Function and the Python around each ditto call cost more
+// host time than the whole of PyTorch's own op for the losses and row scatters of segmentation and
+// graph models (the call, not the kernels, is the bottleneck there); here a call is one dispatch.
+//
+// Built only when the configuring interpreter has PyTorch, and tied to that PyTorch's version (its
+// C++ ABI): ditto.torch loads it when the versions match, and otherwise runs the Python path (the
+// same kernels, the same bits). The custom ops stay what torch.compile and other tracers see.
+//
+// Each operator's schema is its custom op's, so ditto.torch calls either with the same arguments.
+// ditto's errors cross as RuntimeErrors whose message starts "[ditto.<Type>] ", which ditto.torch
+// raises again as that ditto exception; argument errors are ValueErrors, as in the Python path.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+#ifdef DITTO_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/external.h"
+#include "engine/manifest.h"
+#include "engine/tensor_ops.h"
+#include "kernels/pixel_xent.h"
+#include "kernels/scatter.h"
+#include "python/torch_runner.h"
+
+namespace ditto::py {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// PyTorch's Python name of a dtype, for messages that read as the Python path's.
+std::string python_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
+// The latest variants per op key (ditto.torch's record names: "pixel_xent", "scatter_add"), stamped
+// with the monotonic clock that Python's time.monotonic_ns reads, so that ditto.torch.variants() can
+// tell which of its two paths ran an op last.
+struct Latest {
+  std::mutex mu;
+  std::map<std::string, std::pair<int64_t, std::vector<std::string>>> by_op;
+};
+Latest& latest() {
+  static auto* l = new Latest();
+  return *l;
+}
+
+// One operator call: the runner of the tensors' device, PyTorch's current stream there and the
+// policy, locked, its manifest cleared so that what it records is this call's.
+class Call {
+ public:
+  Call(const at::Tensor& like, bool deterministic, std::string op, std::string layer)
+      : r_(runner_of(like, deterministic)), lock_(r_.mu), device_(like.device()), op_(std::move(op)),
+        layer_(std::move(layer)) {
+    r_.ctx->manifest().clear();
+  }
+  Context& ctx() { return *r_.ctx; }
+  const std::string& layer() const { return layer_; }
+
+  // A PyTorch tensor as a ditto tensor over its memory (contiguous; `held` keeps a contiguous copy
+  // alive for the call). int64 indices and labels cross as their words, narrowed in one kernel.
+  Tensor in(const at::Tensor& t, const char* what) {
+    TORCH_CHECK_VALUE(t.device() == device_, "ditto.torch: tensors on ", t.device(), " and ", device_,
+                      "; one device per op");
+    const at::Tensor& c = held_.emplace_back(t.contiguous());
+    const Shape shape(c.sizes().begin(), c.sizes().end());
+    switch (c.scalar_type()) {
+      case at::kFloat: return wrap_external(*r_.ctx, c.data_ptr(), shape, DType::F32, {});
+      case at::kInt: return wrap_external(*r_.ctx, c.data_ptr(), shape, DType::I32, {});
+      case at::kLong:
+        return narrow_int64_words(*r_.ctx, wrap_external(*r_.ctx, c.data_ptr(), {2 * c.numel()}, DType::I32, {}),
+                                  shape);
+      default:
+        C10_THROW_ERROR(ValueError, c10::str("ditto.torch: ", what, " is ", python_dtype(c.scalar_type()),
+                                             "; ditto takes float32, int32 and int64 (as indices)"));
+    }
+  }
+  Tensor in_f32(const at::Tensor& t, const char* what) {
+    TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat, "ditto.torch: ", what, " is ", python_dtype(t.scalar_type()),
+                      "; ditto's ops here take float32");
+    return in(t, what);
+  }
+
+  // ditto's output as a PyTorch tensor of `sizes` sharing its memory: the storage is released (to
+  // the context's stream-ordered pool) when PyTorch drops the tensor.
+  at::Tensor out(const Tensor& t, at::IntArrayRef sizes) {
+    auto* keep = new Tensor(t);
+    const auto dtype = t.dtype() == DType::I32 ? at::kInt : at::kFloat;
+    return at::from_blob(
+        t.raw(), sizes, [keep](void*) { delete keep; }, at::TensorOptions().dtype(dtype).device(device_));
+  }
+
+  // The variants this call ran, if it chose any, as the op's latest record.
+  void record() {
+    std::vector<std::string> flat;
+    for (const ManifestEntry& e : r_.ctx->manifest().entries())
+      if (e.layer == layer_) flat.insert(flat.end(), {e.knob, e.variant, guarantee_name(e.guarantee)});
+    if (flat.empty()) return;
+    const int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    Latest& l = latest();
+    std::lock_guard<std::mutex> lock(l.mu);
+    l.by_op[op_] = {now, std::move(flat)};
+  }
+
+ private:
+  static Runner& runner_of(const at::Tensor& like, bool deterministic) {
+    const c10::Device d = like.device();
+    if (d.is_cpu()) return torch_runner("cpu", 0, deterministic);
+#ifdef DITTO_TORCH_CUDA
+    if (d.is_cuda()) {
+      const auto stream = reinterpret_cast<std::intptr_t>(c10::cuda::getCurrentCUDAStream(d.index()).stream());
+      return torch_runner("cuda:" + std::to_string(d.index()), stream, deterministic);
+    }
+#endif
+    C10_THROW_ERROR(ValueError, c10::str("ditto.torch: tensors on ", d, "; ditto runs on the CPU and on CUDA devices"));
+  }
+
+  Runner& r_;
+  std::unique_lock<std::mutex> lock_;
+  c10::Device device_;
+  std::string op_, layer_;
+  std::vector<at::Tensor> held_;
+};
+
+// ditto's exceptions as RuntimeErrors tagged with their type (ditto.torch raises the ditto type).
+template <class F>
+auto rethrowing(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const Error& e) {
+    const char* type = dynamic_cast<const DataError*>(&e)     ? "DataError"
+                       : dynamic_cast<const ShapeError*>(&e)  ? "ShapeError"
+                       : dynamic_cast<const PolicyError*>(&e) ? "PolicyError"
+                       : dynamic_cast<const IoError*>(&e)     ? "IoError"
+                       : dynamic_cast<const CudnnError*>(&e)  ? "CudnnError"
+                       : dynamic_cast<const CublasError*>(&e) ? "CublasError"
+                       : dynamic_cast<const CudaError*>(&e)   ? "CudaError"
+                                                              : "Error";
+    C10_THROW_ERROR(Error, std::string("[ditto.") + type + "] " + e.what());
+  }
+}
+
+// ---- pixel-wise NLL and cross-entropy (mean over the counted pixels) -------------------------------
+
+// Both losses: the forward returns the loss and what the backward reads (cross-entropy's per-pixel
+// log-sum-exp, the counted pixels), which are kept, non-differentiable, beside the input and labels.
+// Loss supplies forward(c, input, labels, ignore_index) -> (loss, its kept ditto tensors) and
+// backward(c, dloss, input, labels, kept, ignore_index) -> dinput.
+template <class Loss>
+struct PixelLoss : torch::autograd::Function<PixelLoss<Loss>> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& labels,
+                               int64_t ignore_index, bool deterministic) {
+    return rethrowing([&] {
+      Call c(input, deterministic, "pixel_xent", "pixel_xent");
+      const auto [loss, kept] = Loss::forward(c, c.in_f32(input, "input"), c.in(labels, "target"),
+                                              static_cast<int>(ignore_index));
+      c.record();
+      variable_list out{c.out(loss, {})}, aux;
+      for (const Tensor& t : kept) aux.push_back(c.out(t, {t.numel()}));
+      variable_list saved{input, labels};
+      saved.insert(saved.end(), aux.begin(), aux.end());
+      ctx->save_for_backward(saved);
+      ctx->saved_data["ignore_index"] = ignore_index;
+      ctx->saved_data["deterministic"] = deterministic;
+      ctx->mark_non_differentiable(aux);
+      ctx->set_materialize_grads(false);
+      out.insert(out.end(), aux.begin(), aux.end());
+      return out;
+    });
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return rethrowing([&] {
+      Call c(s[0], ctx->saved_data["deterministic"].toBool(), "pixel_xent", "pixel_xent");
+      std::vector<Tensor> kept;
+      for (size_t i = 2; i < s.size(); ++i) kept.push_back(c.in(s[i], "kept"));
+      const Tensor dx = Loss::backward(c, c.in_f32(grads[0], "grad").reshape({1}), c.in_f32(s[0], "input"),
+                                       c.in(s[1], "target"), kept, static_cast<int>(ctx->saved_data["ignore_index"].toInt()));
+      c.record();
+      return variable_list{c.out(dx, s[0].sizes()), at::Tensor(), at::Tensor(), at::Tensor()};
+    });
+  }
+};
+
+struct Nll {
+  static std::pair<Tensor, std::vector<Tensor>> forward(Call& c, const Tensor& x, const Tensor& y, int ignore_index) {
+    const PixelXentForward f = pixel_nll_forward(c.ctx(), c.layer(), x, y, ignore_index);
+    return {f.loss, {f.count}};
+  }
+  static Tensor backward(Call& c, const Tensor& dloss, const Tensor& x, const Tensor& y, const std::vector<Tensor>& kept,
+                         int ignore_index) {
+    return pixel_nll_backward(c.ctx(), c.layer(), dloss, x, y, PixelXentForward{Tensor(), c.ctx().empty({0}), kept[0]},
+                              ignore_index);
+  }
+};
+
+struct CrossEntropy {
+  static std::pair<Tensor, std::vector<Tensor>> forward(Call& c, const Tensor& x, const Tensor& y, int ignore_index) {
+    const PixelXentForward f = pixel_cross_entropy_forward(c.ctx(), c.layer(), x, y, ignore_index);
+    return {f.loss, {f.lse, f.count}};
+  }
+  static Tensor backward(Call& c, const Tensor& dloss, const Tensor& x, const Tensor& y, const std::vector<Tensor>& kept,
+                         int ignore_index) {
+    return pixel_cross_entropy_backward(c.ctx(), c.layer(), dloss, x, y, PixelXentForward{Tensor(), kept[0], kept[1]},
+                                        ignore_index);
+  }
+};
+
+// ---- index_add: source's slices summed into input's at index (the gradient a gather) ---------------
+
+struct IndexAdd : torch::autograd::Function<IndexAdd> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t dim, const at::Tensor& index,
+                            const at::Tensor& source, double alpha, bool deterministic) {
+    return rethrowing([&] {
+      // Rows along dim 0 (a moved view otherwise), scaled first as torch.index_add scales them.
+      at::Tensor src = dim ? source.movedim(dim, 0) : source;
+      if (alpha != 1) src = src * alpha;
+      Call c(src, deterministic, "scatter_add", "scatter_add");
+      const Tensor rows = scatter_add(c.ctx(), c.layer(), Var(c.in_f32(src, "source")), c.in(index, "index"),
+                                      input.size(dim))
+                              .value();
+      c.record();
+      const std::vector<int64_t> sizes(rows.shape().begin(), rows.shape().end());
+      const at::Tensor summed = c.out(rows, sizes);
+      ctx->save_for_backward({index});
+      ctx->saved_data["dim"] = dim;
+      ctx->saved_data["alpha"] = alpha;
+      return input + (dim ? summed.movedim(0, dim) : summed);
+    });
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor index = ctx->get_saved_variables()[0];
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    at::Tensor dsource;  // needs_input_grad counts the tensor arguments: input 0, index 1, source 2
+    if (ctx->needs_input_grad(2)) {
+      dsource = grads[0].index_select(ctx->saved_data["dim"].toInt(), index);  // a gather: no collisions
+      if (alpha != 1) dsource = dsource * alpha;
+    }
+    return {ctx->needs_input_grad(0) ? grads[0] : at::Tensor(), at::Tensor(), at::Tensor(), dsource, at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> pixel_nll(const at::Tensor& log_probs, const at::Tensor& labels,
+                                             int64_t ignore_index, bool deterministic) {
+  const variable_list out = PixelLoss<Nll>::apply(log_probs, labels, ignore_index, deterministic);
+  return {out[0], out[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> pixel_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
+                                                                   int64_t ignore_index, bool deterministic) {
+  const variable_list out = PixelLoss<CrossEntropy>::apply(logits, labels, ignore_index, deterministic);
+  return {out[0], out[1], out[2]};
+}
+
+at::Tensor index_add(const at::Tensor& input, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                     double alpha, bool deterministic) {
+  return IndexAdd::apply(input, dim, index, source, alpha, deterministic);
+}
+
+// Every op's latest record: "op\tnanoseconds\tknob\tvariant\tguarantee[\tknob\tvariant\tguarantee...]".
+std::vector<std::string> latest_variants() {
+  Latest& l = latest();
+  std::lock_guard<std::mutex> lock(l.mu);
+  std::vector<std::string> rows;
+  for (const auto& [op, record] : l.by_op) {
+    std::string row = op + "\t" + std::to_string(record.first);
+    for (const std::string& f : record.second) row += "\t" + f;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
+}  // namespace ditto::py
+
+TORCH_LIBRARY(ditto_native, m) {
+  m.def("pixel_nll(Tensor log_probs, Tensor labels, int ignore_index, bool deterministic) -> (Tensor, Tensor)");
+  m.def("pixel_cross_entropy(Tensor logits, Tensor labels, int ignore_index, bool deterministic) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("index_add(Tensor input, int dim, Tensor index, Tensor source, float alpha, bool deterministic) -> Tensor");
+  m.def("latest_variants() -> str[]", &ditto::py::latest_variants);
+}
+
+// CompositeImplicitAutograd: one kernel for every device, whose autograd function records the graph.
+TORCH_LIBRARY_IMPL(ditto_native, CompositeImplicitAutograd, m) {
+  m.impl("pixel_nll", &ditto::py::pixel_nll);
+  m.impl("pixel_cross_entropy", &ditto::py::pixel_cross_entropy);
+  m.impl("index_add", &ditto::py::index_add);
+}

@@ -1,0 +1,31 @@
+// The contexts ditto.torch's ops run under, shared by the nanobind functions (torch_ops.cpp) and the
+// libtorch operators (torch_native.cpp): one per (device, stream, deterministic), made on first use
+// and kept for the process. Each borrows the caller's stream (PyTorch's current stream), so its
+// kernels are ordered with PyTorch's work and its outputs are ready for PyTorch without a wait; each
+// holds a cuDNN and a cuBLAS handle and the memory pool that serves the outputs handed to PyTorch.
+// They are never destroyed: at exit the CUDA runtime may already be gone.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/context.h"
+
+namespace ditto::py {
+
+struct Runner {
+  std::unique_ptr<Context> ctx;
+  std::mutex mu;  // PyTorch's autograd runs backward on a thread of its own
+};
+
+// deterministic=True: every knob by the mode word `deterministic` (gather and sorted scatters,
+// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form.
+// deterministic=False: what frameworks run (atomics, cuDNN's heuristics).
+Policy torch_policy(bool deterministic);
+
+// The runner of `device` ("cpu" or "cuda:N"), `stream` (a cudaStream_t as an integer; 0 is the legacy
+// default stream) and the policy. Each library that links this file keeps its own runners.
+Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deterministic);
+
+}  // namespace ditto::py
