@@ -177,12 +177,13 @@ struct PixelLoss : torch::autograd::Function<PixelLoss<Loss>> {
                                int64_t ignore_index, bool deterministic) {
     return rethrowing([&] {
       Call c(input, deterministic, "pixel_xent", "pixel_xent");
-      const auto [loss, kept] = Loss::forward(c, c.in_f32(input, "input"), c.in(labels, "target"),
-                                              static_cast<int>(ignore_index));
+      const Tensor y = c.in(labels, "target");
+      const auto [loss, kept] = Loss::forward(c, c.in_f32(input, "input"), y, static_cast<int>(ignore_index));
       c.record();
       variable_list out{c.out(loss, {})}, aux;
       for (const Tensor& t : kept) aux.push_back(c.out(t, {t.numel()}));
-      variable_list saved{input, labels};
+      // int64 labels are kept as the int32 labels ditto narrowed them to: the backward reads them as they are.
+      variable_list saved{input, labels.scalar_type() == at::kLong ? c.out(y, labels.sizes()) : labels};
       saved.insert(saved.end(), aux.begin(), aux.end());
       ctx->save_for_backward(saved);
       ctx->saved_data["ignore_index"] = ignore_index;
