@@ -88,7 +88,11 @@ def _load_native():
                       "the ops run their Python path (same results, more host time per call). Rebuild ditto to "
                       "load them.", RuntimeWarning, stacklevel=3)
         return None
-    torch.ops.load_library(library)
+    try:
+        torch.ops.load_library(library)
+    except OSError as e:
+        raise ImportError(f"ditto.torch: {library} (built for PyTorch {version}) does not load: {e}. Rebuild ditto "
+                          "against this PyTorch, or set DITTO_TORCH_NATIVE=0 to run every op's Python path") from e
     return torch.ops.ditto_native
 
 

@@ -260,3 +260,12 @@ def test_the_cpp_operators_raise_dittos_errors_and_record_their_variants():
     native = {row.split("\t")[0]: int(row.split("\t")[1]) for row in dt._native.latest_variants()}
     dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 2, 1]]), torch.ones(1, 3))
     assert native["scatter_add"] < dt._latest["scatter_add"][0] < time.monotonic_ns()
+
+
+@pytest.mark.skipif(not dt.native_ops(), reason="ditto was built without PyTorch's C++ operators")
+def test_the_cpp_operators_load_only_under_the_pytorch_they_were_built_for(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "0.0.0+elsewhere")
+    with pytest.warns(RuntimeWarning, match="built for PyTorch .*, this is 0.0.0\\+elsewhere"):
+        assert dt._load_native() is None
+    monkeypatch.setenv("DITTO_TORCH_NATIVE", "0")
+    assert dt._load_native() is None
