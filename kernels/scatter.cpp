@@ -21,9 +21,16 @@ constexpr Impl kLib = Impl::Library, kOwn = Impl::Ditto;
 const std::vector<VariantSpec> kScatterVariants = {
     {"atomic", kNot, kOwn, "atomicAdd per element (TensorFlow's, JAX's and PyTorch's scatter-add)"},
     {"sorted", kGpu, kOwn, "stable radix sort by row, fixed-order segment sums"}};
+// scatter_add's own knob adds the privatized scatter along a dimension: faster than the sort where its
+// bins fit shared memory, refused elsewhere, so no mode picks it (the sort runs every problem).
+const std::vector<VariantSpec> kScatterAddVariants = {
+    kScatterVariants[0], kScatterVariants[1],
+    {"privatized", kGpu, kOwn,
+     "scatter along a dimension: per-chunk sums in shared memory in position order, chunks added in order",
+     false, /*by_name_only=*/true}};
 }  // namespace
 
-DITTO_KNOB(scatter_add_knob, {op::scatter_add, "scatter", kScatterVariants, "atomic", false, "the scatter's sums"})
+DITTO_KNOB(scatter_add_knob, {op::scatter_add, "scatter", kScatterAddVariants, "atomic", false, "the scatter's sums"})
 DITTO_KNOB(embedding_scatter_knob, {op::embedding, "scatter", kScatterVariants, "atomic", false,
                                     "the weight gradient's scatter",
                                     // PyTorch's embedding backward sorts the indices and sums segments.
@@ -58,6 +65,28 @@ void check_range_cpu(const Tensor& index, int64_t rows, const std::string& op) {
       throw DataError(fmt::format("{}: position {} has index {}, outside [0, {})", op, j, idx[j], rows));
 }
 
+// Why the privatized variant cannot run this problem on ctx's device (empty where it can).
+std::string privatized_refusal(const Context& ctx, const cuda::DimScatter& g) {
+  if (g.outer == 0 && g.extent == 0 && g.inner == 0 && g.rows == 0)
+    return "runs a scatter along a dimension only (scatter_dim_add, its index of the output's shape outside dim)";
+  if (g.inner % cuda::kPrivatizedCols != 0)
+    return fmt::format("needs the extent after dim ({}) to be a multiple of {}", g.inner, cuda::kPrivatizedCols);
+  int limit = 0;
+  DITTO_CUDA_CHECK(
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, detail::cuda_state(ctx).device));
+  const std::size_t need = cuda::scatter_privatized_smem(g.rows);
+  if (need > static_cast<std::size_t>(limit))
+    return fmt::format("needs {} bytes of shared memory per block for {} destinations along dim; this GPU has {} "
+                       "(at most {} destinations)",
+                       need, g.rows, limit,
+                       (limit - static_cast<int64_t>(cuda::scatter_privatized_smem(0))) /
+                           static_cast<int64_t>(sizeof(float) * cuda::kPrivatizedCols));
+  cuda::ScatterRows p;
+  p.dim = g;
+  if (cuda::scatter_privatized_blocks(p) > INT_MAX) return "needs more blocks than one launch holds";
+  return "";
+}
+
 // Runs the layer's `scatter` variant for one problem into out (rows x d, overwritten) and records
 // what ran. bad (device, zeroed) is set where an index is out of range; may be null.
 void run_scatter(Context& ctx, const std::string& layer, const char* op, OpKind kind, const cuda::ScatterRows& p,
@@ -68,15 +97,24 @@ void run_scatter(Context& ctx, const std::string& layer, const char* op, OpKind 
   if (algo == ScatterAlgo::Atomic) {
     cuda::scatter_atomic(ctx, p, out, bad);
   } else {
-    ws_bytes = cuda::scatter_sorted_workspace(p);
+    if (algo == ScatterAlgo::Privatized) {
+      const std::string why = privatized_refusal(ctx, p.dim);
+      if (!why.empty())
+        throw PolicyError(fmt::format("{}: scatter=privatized {}; scatter=sorted and scatter=atomic run every "
+                                      "scatter", where(op, layer), why));
+    }
+    ws_bytes = algo == ScatterAlgo::Sorted ? cuda::scatter_sorted_workspace(p) : cuda::scatter_privatized_workspace(p);
     detail::Workspace ws(detail::cuda_state(ctx), ws_bytes);
     if (!ws.ok())
-      throw PolicyError(fmt::format("{}: scatter=sorted needs a workspace of {} bytes for {} indices into {} rows of "
+      throw PolicyError(fmt::format("{}: scatter={} needs a workspace of {} bytes for {} indices into {} rows of "
                                     "{}, which could not be allocated; scatter=atomic needs none",
-                                    where(op, layer), ws_bytes, p.m, p.rows, p.d));
-    cuda::scatter_sorted(ctx, p, out, bad, ws.get(), ws_bytes);
+                                    where(op, layer), name_of(algo), ws_bytes, p.m, p.rows, p.d));
+    if (algo == ScatterAlgo::Sorted)
+      cuda::scatter_sorted(ctx, p, out, bad, ws.get(), ws_bytes);
+    else
+      cuda::scatter_privatized(ctx, p, out, bad, ws.get(), ws_bytes);
   }
-  detail::record_own_knob(ctx, layer, op, kKnob, name_of(algo), requested, algo == ScatterAlgo::Sorted, ws_bytes);
+  detail::record_own_knob(ctx, layer, op, kKnob, name_of(algo), requested, algo != ScatterAlgo::Atomic, ws_bytes);
 }
 
 // Resolves (and so validates) the layer's knob on any device and records it; on the GPU the
@@ -178,11 +216,26 @@ int64_t check_dim_geometry(const std::string& op, const Shape& index_shape, int 
   return n;
 }
 
+// The privatized variant's view of a scatter along dim: [outer, extent, inner] positions into [outer, rows,
+// inner], where the index has the output's shape outside dim; all zero (not such a scatter) otherwise.
+cuda::DimScatter dim_scatter(const Shape& index_shape, int dim, const Shape& out_shape) {
+  cuda::DimScatter g;
+  for (std::size_t d = 0; d < out_shape.size(); ++d)
+    if (static_cast<int>(d) != dim && index_shape[d] != out_shape[d]) return g;
+  g.outer = g.inner = 1;
+  for (int d = 0; d < dim; ++d) g.outer *= out_shape[d];
+  for (std::size_t d = static_cast<std::size_t>(dim) + 1; d < out_shape.size(); ++d) g.inner *= out_shape[d];
+  g.extent = index_shape[dim];
+  g.rows = out_shape[dim];
+  return g;
+}
+
 // out (out_shape: num_rows rows of d) = the scatter-add of src's m rows by index, under the layer's
 // `scatter` knob; recorded on the tape with the gather as its backward. key_period_log2: see
 // cuda::ScatterRows (scatter_dim_add's promise about its keys; 0 for none).
 Var scatter_rows(Context& ctx, const std::string& layer, const std::string& op, const Var& src, const Tensor& index,
-                 int64_t m, int64_t d, int64_t num_rows, const Shape& out_shape, int key_period_log2) {
+                 int64_t m, int64_t d, int64_t num_rows, const Shape& out_shape, int key_period_log2,
+                 const cuda::DimScatter& dim = {}) {
   Tensor out = ctx.empty(out_shape);
   if (ctx.is_cuda()) {
     Tensor bad = ctx.zeros({1}, DType::I32);
@@ -193,6 +246,7 @@ Var scatter_rows(Context& ctx, const std::string& layer, const std::string& op, 
     p.d = d;
     p.rows = num_rows;
     p.key_period_log2 = key_period_log2;
+    p.dim = dim;
     run_scatter(ctx, layer, "scatter_add", op::scatter_add, p, out.f32(), bad.i32());
     cuda::poison_if_flagged(ctx, bad.i32(), out.f32(), out.numel());
   } else {
@@ -251,7 +305,14 @@ Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, cons
   }
   int period_log2 = 0;
   while (same_inner && inner > 0 && period_log2 < 30 && inner % (int64_t(2) << period_log2) == 0) ++period_log2;
-  return scatter_rows(ctx, layer, op, src, keys, n, 1, shape_numel(out_shape), out_shape, period_log2);
+  return scatter_rows(ctx, layer, op, src, keys, n, 1, shape_numel(out_shape), out_shape, period_log2,
+                      dim_scatter(index_shape, dim, out_shape));
+}
+
+std::string scatter_dim_privatized_refusal(const Context& ctx, const Shape& index_shape, int dim,
+                                           const Shape& out_shape) {
+  check_dim_geometry("scatter_dim_privatized_refusal", index_shape, dim, out_shape);
+  return ctx.is_cuda() ? privatized_refusal(ctx, dim_scatter(index_shape, dim, out_shape)) : std::string();
 }
 
 Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shape& index_shape, int dim,

@@ -27,6 +27,9 @@
 //   same sums.
 //   Every sum's order is a function of the sorted list and of m, never of the grid's scheduling or
 //   the GPU's SM count. No atomics.
+// The privatized scatter along a dimension (deterministic, gpu_to_gpu; scatter_privatized_kernel says
+//   how): per chunk of positions, per destination, a sum in position order in shared memory; then the
+//   chunk sums in chunk order. Chunks depend on the shape alone. No atomics, no sort.
 // gather_rows_kernel, embedding_bag_fwd_kernel (one warp per bag, rows added in position order),
 // embedding_bag_sources_kernel: no cross-thread reductions, deterministic.
 #include <cub/device/device_radix_sort.cuh>
@@ -548,6 +551,104 @@ SortedLayout sorted_layout(int64_t m, int64_t d, const SortBits& bits) {
   return l;
 }
 
+// ---- the privatized scatter along a dimension -------------------------------------------------------
+
+constexpr int kPrivThreads = kPrivatizedCols * 32;  // one warp per column of the block's group
+constexpr int kStagePitch = kPrivatizedCols + 1;    // a staged row's words: odd, so a warp's column reads
+                                                    // (32 rows, one word each) fall in 32 banks
+// Blocks wanted over the whole grid: chunks along dim are added until the columns fill about this many.
+constexpr int64_t kPrivBlocksWanted = 256;
+
+struct PrivatizedGrid {
+  int64_t chunks = 1, chunk_rows = 0, groups = 0;
+};
+
+// A function of the shape alone (never of the GPU): the chunk bounds decide the sums' grouping.
+PrivatizedGrid privatized_grid(const DimScatter& g) {
+  PrivatizedGrid pg;
+  pg.groups = g.inner / kPrivatizedCols;
+  const int64_t columns = std::max<int64_t>(1, g.outer * pg.groups);
+  const int64_t most = std::max<int64_t>(1, (g.extent + kPrivatizedStageRows - 1) / kPrivatizedStageRows);
+  pg.chunks = std::min(most, std::max<int64_t>(1, (kPrivBlocksWanted + columns - 1) / columns));
+  pg.chunk_rows = (g.extent + pg.chunks - 1) / pg.chunks;
+  return pg;
+}
+
+// One block per (chunk, outer coordinate a, group of kPrivatizedCols inner columns); warp c owns column
+// b0 + c. Per stage the block loads kPrivatizedStageRows positions of its columns (coalesced: a row's
+// columns are adjacent), then each warp walks its column 32 positions at a time: lanes whose positions
+// name the same destination (__match_any_sync) are summed by the group's first lane in lane order, which
+// adds the sum to the destination's bin. The steps, stages and lanes follow position order, so each bin is
+// its destination's sum over the chunk in position order (grouped by 32-position steps). A key that is
+// not (a * rows + r) * inner + b0 + c for some r in [0, rows) flags bad and adds nothing.
+__global__ void __launch_bounds__(kPrivThreads)
+    scatter_privatized_kernel(const float* __restrict__ src, const int32_t* __restrict__ keys, DimScatter g,
+                              PrivatizedGrid pg, float* __restrict__ partials, int32_t* bad) {
+  extern __shared__ float smem[];
+  const int rows = static_cast<int>(g.rows);
+  float* bins = smem;  // [rows][kPrivatizedCols]
+  float* sval = bins + static_cast<int64_t>(rows) * kPrivatizedCols;
+  int32_t* skey = reinterpret_cast<int32_t*>(sval + kPrivatizedStageRows * kStagePitch);
+  const int64_t group = blockIdx.x % pg.groups;
+  const int64_t a = (blockIdx.x / pg.groups) % g.outer;
+  const int64_t chunk = blockIdx.x / (pg.groups * g.outer);
+  const int lane = threadIdx.x & 31, col = threadIdx.x >> 5;
+  for (int e = threadIdx.x; e < rows * kPrivatizedCols; e += kPrivThreads) bins[e] = 0.0f;
+  const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
+  const int64_t b0 = group * kPrivatizedCols;
+  const int64_t first = a * g.extent * g.inner + b0;                                  // position (a, 0, b0)
+  const int32_t key_base = static_cast<int32_t>(a * g.rows * g.inner + b0 + col);     // key of (a, 0, b0 + col)
+  const uint32_t inner = static_cast<uint32_t>(g.inner);
+  bool flagged = false;
+  for (int64_t s0 = i0; s0 < i1; s0 += kPrivatizedStageRows) {
+    const int n = static_cast<int>(min(int64_t(kPrivatizedStageRows), i1 - s0));
+    __syncthreads();  // the bins are zeroed, or the previous stage is consumed
+    for (int e = threadIdx.x; e < n * kPrivatizedCols; e += kPrivThreads) {
+      const int r = e / kPrivatizedCols, c = e % kPrivatizedCols;
+      const int64_t pos = first + (s0 + r) * g.inner + c;
+      sval[r * kStagePitch + c] = src[pos];
+      skey[r * kStagePitch + c] = keys[pos];
+    }
+    __syncthreads();
+    for (int r0 = 0; r0 < n; r0 += 32) {
+      const int r = r0 + lane;
+      int bin = -1 - lane;  // past the stage, or a bad key: a group of its own that adds nothing
+      if (r < n) {
+        const int32_t off = skey[r * kStagePitch + col] - key_base;  // r_dest * inner for a good key
+        const uint32_t dest = off >= 0 ? static_cast<uint32_t>(off) / inner : 0u;
+        if (off >= 0 && dest < static_cast<uint32_t>(rows) && dest * inner == static_cast<uint32_t>(off))
+          bin = static_cast<int>(dest);
+        else
+          flagged = true;
+      }
+      const unsigned same = __match_any_sync(kFull, bin);
+      if (bin >= 0 && (same & ((1u << lane) - 1u)) == 0u) {
+        float sum = sval[r * kStagePitch + col];
+        for (unsigned rest = same & (same - 1u); rest != 0u; rest &= rest - 1u)
+          sum += sval[(r0 + __ffs(rest) - 1) * kStagePitch + col];
+        bins[bin * kPrivatizedCols + col] += sum;
+      }
+      __syncwarp();  // this step's bin updates before the next step's reads
+    }
+  }
+  if (flagged && bad) *bad = 1;
+  __syncthreads();
+  float* dst = partials + (chunk * g.outer + a) * g.rows * g.inner + b0;
+  for (int e = threadIdx.x; e < rows * kPrivatizedCols; e += kPrivThreads)
+    dst[int64_t(e / kPrivatizedCols) * g.inner + e % kPrivatizedCols] = bins[e];
+}
+
+// out[e] = the chunks' sums of e in chunk order; NaN everywhere when a key was flagged.
+__global__ void privatized_combine_kernel(const float* __restrict__ partials, int64_t chunks, int64_t n,
+                                          const int32_t* bad, float* __restrict__ out) {
+  const bool poisoned = bad && *bad != 0;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    float s = partials[e];
+    for (int64_t t = 1; t < chunks; ++t) s += partials[t * n + e];
+    out[e] = poisoned ? nanf("") : s;
+  }
+}
+
 }  // namespace
 
 void scatter_atomic(Context& ctx, const ScatterRows& p, float* out, int32_t* bad) {
@@ -643,6 +744,41 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
     segment_fixup_kernel<<<warp_blocks(tiles), kWarps * 32, 0, st>>>(keys.Current(), p, out, carry, tiles);
     DITTO_CHECK_LAUNCH(ctx);
   }
+}
+
+PrivatizedChunks scatter_privatized_chunks(const DimScatter& g) {
+  const PrivatizedGrid pg = privatized_grid(g);
+  return {pg.chunks, pg.chunk_rows};
+}
+
+int64_t scatter_privatized_blocks(const ScatterRows& p) {
+  const PrivatizedGrid pg = privatized_grid(p.dim);
+  return pg.chunks * p.dim.outer * pg.groups;
+}
+
+std::size_t scatter_privatized_workspace(const ScatterRows& p) {
+  const PrivatizedGrid pg = privatized_grid(p.dim);
+  return sizeof(float) * std::size_t(pg.chunks * p.dim.outer * p.dim.rows * p.dim.inner);
+}
+
+void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
+                        std::size_t workspace_bytes) {
+  const DimScatter& g = p.dim;
+  const int64_t n = g.outer * g.rows * g.inner;
+  if (n == 0) return;
+  if (workspace_bytes < scatter_privatized_workspace(p))
+    throw Error("scatter_privatized: the workspace is smaller than scatter_privatized_workspace() says");
+  cudaStream_t st = detail::stream_of(ctx);
+  const PrivatizedGrid pg = privatized_grid(g);
+  const std::size_t smem = scatter_privatized_smem(g.rows);
+  DITTO_CUDA_CHECK(cudaFuncSetAttribute(scatter_privatized_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  auto* partials = static_cast<float*>(workspace);
+  scatter_privatized_kernel<<<static_cast<unsigned>(scatter_privatized_blocks(p)), kPrivThreads, smem, st>>>(
+      p.src, p.index, g, pg, partials, bad);
+  DITTO_CHECK_LAUNCH(ctx);
+  privatized_combine_kernel<<<blocks_for(n), kThreads, 0, st>>>(partials, pg.chunks, n, bad, out);
+  DITTO_CHECK_LAUNCH(ctx);
 }
 
 void scatter_dim_keys(Context& ctx, const int32_t* index, const DimKeys& k, int32_t* key) {

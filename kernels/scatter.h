@@ -14,6 +14,14 @@
 //           order, grouped by tiles whose bounds depend on the number of positions alone: the
 //           same bits for a given input on any GPU (Determinism yes, gpu_to_gpu). The sort's
 //           result does not depend on the GPU either: a stable sort's output is unique.
+//   privatized  (scatter_add's knob, scatter_dim_add only; no mode picks it, a rule names it) the
+//           positions along dim are cut into chunks fixed by the shape; a block per (chunk, column
+//           group) sums each destination's contributions in position order in shared memory, and
+//           each output adds its chunk sums in chunk order: no sort, no atomics, the same bits on any
+//           GPU where it runs (gpu_to_gpu). It runs a scatter along a dimension whose index has the
+//           output's shape outside dim, with the extent after dim a multiple of 8 and the block's
+//           destinations along dim in shared memory (4096 float32 bins per column take 128 KB:
+//           about 6,900 destinations on an H100); elsewhere pinning it is a PolicyError that says so.
 // The CPU runs the double-accumulating reference (kernels/scatter_ref.h) whatever the policy says;
 // the manifest then records variant "cpu-reference".
 //
@@ -43,7 +51,7 @@ inline constexpr OpKind embedding{"embedding"};
 
 // Knob `scatter` of scatter_add and embedding layers (kernels/scatter.cpp): atomicAdd per
 // element, or a stable radix sort by destination row and fixed-order segment sums.
-enum class ScatterAlgo { Atomic, Sorted };
+enum class ScatterAlgo { Atomic, Sorted, Privatized };
 const KnobSpec& scatter_add_knob();
 const KnobSpec& embedding_scatter_knob();
 const char* name_of(ScatterAlgo s);
@@ -89,6 +97,11 @@ Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shap
 // scatter_dim_keys for this geometry) or is -1 (out of range) makes the GPU's output NaN; the CPU raises.
 Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& keys,
                     const Shape& index_shape, int dim, const Shape& out_shape);
+
+// Why scatter=privatized cannot run scatter_dim_add for this geometry on ctx's device: empty where it
+// can (a CPU context runs its reference whatever the variant: empty there too).
+std::string scatter_dim_privatized_refusal(const Context& ctx, const Shape& index_shape, int dim,
+                                           const Shape& out_shape);
 
 // y[j...] = weight[index[j...]]: index of any shape S (i32), weight {rows, D}, y of shape S + {D}.
 // Forward: one thread per output element, deterministic. Backward: dweight = scatter_add of dy by

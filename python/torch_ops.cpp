@@ -51,6 +51,7 @@ class Call {
   }
   Context& ctx() { return *r_.ctx; }
   const std::string& layer() const { return layer_; }
+  void set_layer(std::string layer) { layer_ = std::move(layer); }
   // A tensor argument: (data pointer, shape, dtype name) of a contiguous PyTorch tensor on this
   // context's device, or any DLPack array. The pointer form skips DLPack's per-tensor Python calls
   // (most of a small op's host time); the caller holds the tensor for the call, and the work is
@@ -145,6 +146,10 @@ void bind_torch_ops(nb::module_& m) {
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle keys,
            const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {
           Call c(dev, s, det, "scatter_add");
+          // Layer "scatter_dim" (the policy pins the privatized scatter there) where that scatter runs this
+          // geometry on this GPU; the sorted scatter of layer "scatter_add" elsewhere.
+          if (scatter_dim_privatized_refusal(c.ctx(), shape_of(index_shape), dim, shape_of(out_shape)).empty())
+            c.set_layer("scatter_dim");
           return c.done({scatter_dim_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(keys), shape_of(index_shape), dim,
                                          shape_of(out_shape))
                              .value()});

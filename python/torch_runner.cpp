@@ -9,7 +9,8 @@ namespace ditto::py {
 
 Policy torch_policy(bool deterministic) {
   if (!deterministic) return Policy::parse({"*=heuristic"});
-  return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm"});
+  return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm",
+                        "scatter_dim.scatter=privatized"});
 }
 
 Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deterministic) {

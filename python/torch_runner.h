@@ -20,7 +20,8 @@ struct Runner {
 };
 
 // deterministic=True: every knob by the mode word `deterministic` (gather and sorted scatters,
-// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form.
+// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form, and for layer
+// "scatter_dim" (scatter_add along a dimension where the privatized scatter runs it) that scatter.
 // deterministic=False: what frameworks run (atomics, cuDNN's heuristics).
 Policy torch_policy(bool deterministic);
 

@@ -337,6 +337,22 @@ TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest
   REQUIRE(ctx.manifest().find("seg", "scatter") != nullptr);
   CHECK(ctx.manifest().find("seg", "scatter")->requested == "heuristic");
   CHECK(ctx.manifest().find("seg", "scatter")->op == "scatter_add");
+
+  // privatized: scatter_add's alone (embedding's knob has no such variant), pinned by name only (the mode
+  // `deterministic` keeps the sort, which runs every scatter); a CPU context runs its reference.
+  Policy pinned = Policy::parse({"seg.scatter=privatized"});
+  CHECK(pinned.variant<ScatterAlgo>("seg", op::scatter_add) == ScatterAlgo::Privatized);
+  CHECK_THROWS_WITH(Policy::parse({"emb.scatter=privatized"}).variant<ScatterAlgo>("emb", op::embedding),
+                    Contains("privatized") && Contains("sorted"));
+  Context cpu(Device::cpu(), pinned);
+  const Shape is = {6, 8}, os = {3, 8};
+  std::vector<int32_t> rows(48);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i % 3);
+  const Tensor keys = scatter_dim_keys(cpu, cpu.from_host(rows, is), false, is, 0, os);
+  CHECK(scatter_dim_privatized_refusal(cpu, is, 0, os).empty());
+  const Var y = scatter_dim_add(cpu, "seg", Var(cpu.from_host(std::vector<float>(48, 1.0f), is)), keys, is, 0, os);
+  CHECK(y.value().to_host_f32() == std::vector<float>(24, 2.0f));
+  CHECK(cpu.manifest().find("seg", "scatter")->variant == "cpu-reference");
 }
 
 TEST_CASE("Embedding and EmbeddingBag layers: named weights, normal(0, 1) init from Philox, summary rows") {

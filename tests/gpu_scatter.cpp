@@ -17,6 +17,7 @@
 #include "engine/graph.h"
 #include "engine/error.h"
 #include "kernels/scatter.h"
+#include "kernels/detail/scatter_cuda.h"
 #include "kernels/scatter_ref.h"
 #include "support.h"
 
@@ -62,6 +63,26 @@ struct ScatterCase {
   int64_t m, d, rows;
   int32_t max_index;  // indices drawn from [0, max_index]
 };
+
+// scatter_dim_add along dim 0 of {20000, 64} into {4096, 64} under layer "seg" of gpu: position 1 given
+// position 0's key (another inner column), then given -1 (out of range); each output must be all NaN.
+void check_broken_keys_poison(Context& gpu, std::mt19937_64& g, uint64_t seed) {
+  const Shape is = {20000, 64}, os = {4096, 64};
+  std::vector<int32_t> vals(20000 * 64);
+  for (auto& v : vals) v = int32_t(g() % 4096);
+  std::vector<int32_t> keys = scatter_dim_keys(gpu, gpu.from_host(vals, is), false, is, 0, os).to_host_i32();
+  const Tensor src = gpu.from_host(test::random_vec(std::size_t(20000 * 64), seed), is);
+  for (int broken = 0; broken < 2; ++broken) {
+    INFO((broken == 0 ? "another column's key" : "key -1"));
+    std::vector<int32_t> k = keys;
+    k[1] = broken == 0 ? k[0] : -1;
+    const auto got = scatter_dim_add(gpu, "seg", Var(src), gpu.from_host(k, {20000 * 64}), is, 0, os).value()
+                         .to_host_f32();
+    std::size_t nans = 0;
+    for (float v : got) nans += std::isnan(v);
+    CHECK(nans == got.size());
+  }
+}
 
 }  // namespace
 
@@ -272,20 +293,7 @@ TEST_CASE("gpu scatter_dim_add: the flat scatter_add's bits, its keys' low bits 
   }
   // dim 0 of {20000, 64}: a key of another position's low bits (broken period) and an out-of-range
   // element (key -1) each make the whole output NaN rather than a sum in the wrong order.
-  const Shape is = {20000, 64}, os = {4096, 64};
-  std::vector<int32_t> vals(20000 * 64);
-  for (auto& v : vals) v = int32_t(g() % 4096);
-  std::vector<int32_t> keys = scatter_dim_keys(gpu, gpu.from_host(vals, is), false, is, 0, os).to_host_i32();
-  const Tensor src = gpu.from_host(test::random_vec(std::size_t(20000 * 64), seed + 2), is);
-  for (int broken = 0; broken < 2; ++broken) {
-    std::vector<int32_t> k = keys;
-    k[1] = broken == 0 ? k[0] : -1;
-    const auto got = scatter_dim_add(gpu, "seg", Var(src), gpu.from_host(k, {20000 * 64}), is, 0, os).value()
-                         .to_host_f32();
-    std::size_t nans = 0;
-    for (float v : got) nans += std::isnan(v);
-    CHECK(nans == got.size());
-  }
+  check_broken_keys_poison(gpu, g, seed + 2);
 }
 
 TEST_CASE("gpu scatter_add: backward gathers; out-of-range indices make the output NaN") {
@@ -530,4 +538,104 @@ TEST_CASE("gpu embedding: determinism of each variant over 10 calls, and DETERMI
     }
     std::printf("COST | embedding bwd 1000000x64 | sorted / atomic = %.2f (goal <= 1.2)\n", us[1] / us[0]);
   }
+}
+
+// The privatized scatter's stated order, on the host: per chunk (scatter_privatized_chunks' bounds), each
+// destination's bin starts at 0 and adds, per 32-position step from the chunk's start, the sum of that
+// step's values for it in position order; the output adds the chunk sums in chunk order.
+namespace {
+
+std::vector<float> privatized_order(const std::vector<float>& src, const std::vector<int32_t>& keys,
+                                    const cuda::DimScatter& g) {
+  const cuda::PrivatizedChunks ch = cuda::scatter_privatized_chunks(g);
+  const int64_t n = g.outer * g.rows * g.inner;
+  std::vector<float> out(static_cast<std::size_t>(n), 0.0f), bin(static_cast<std::size_t>(n));
+  for (int64_t t = 0; t < ch.chunks; ++t) {
+    std::fill(bin.begin(), bin.end(), 0.0f);
+    const int64_t i0 = t * ch.rows_per_chunk, i1 = std::min(g.extent, i0 + ch.rows_per_chunk);
+    for (int64_t a = 0; a < g.outer; ++a)
+      for (int64_t b = 0; b < g.inner; ++b)
+        for (int64_t s0 = i0; s0 < i1; s0 += 32) {
+          std::vector<std::pair<int32_t, float>> step;  // (key, running sum) in first-seen order
+          for (int64_t i = s0; i < std::min(i1, s0 + 32); ++i) {
+            const std::size_t pos = std::size_t((a * g.extent + i) * g.inner + b);
+            auto it = std::find_if(step.begin(), step.end(), [&](const auto& e) { return e.first == keys[pos]; });
+            if (it == step.end())
+              step.emplace_back(keys[pos], src[pos]);
+            else
+              it->second += src[pos];
+          }
+          for (const auto& [key, sum] : step) bin[std::size_t(key)] += sum;
+        }
+    for (int64_t e = 0; e < n; ++e) out[std::size_t(e)] = t == 0 ? bin[std::size_t(e)] : out[std::size_t(e)] + bin[std::size_t(e)];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN, refusals that name the limit") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  struct Geometry {
+    const char* what;
+    Shape is, os;
+    int dim;
+  };
+  const Geometry shapes[] = {
+      {"dim 0, inner 64 (ditto.torch's scatter_add, fewer positions): chunks of 625", {20000, 64}, {4096, 64}, 0},
+      {"dim 1 of 3, inner 16: 20 chunks of 250", {3, 5000, 16}, {3, 37, 16}, 1},
+      {"one destination: every step one group", {3000, 8}, {1, 8}, 0},
+      {"no positions: zeros", {2, 0, 8}, {2, 5, 8}, 1},
+  };
+  Context gpu(Device::cuda(0), Policy::parse({"seg.scatter=privatized"}));
+  std::mt19937_64 g(seed);
+  for (const auto& sh : shapes) {
+    INFO(sh.what);
+    const int64_t n = shape_numel(sh.is);
+    REQUIRE(scatter_dim_privatized_refusal(gpu, sh.is, sh.dim, sh.os).empty());
+    std::vector<int32_t> vals(static_cast<std::size_t>(n));
+    for (auto& v : vals) v = int32_t(g() % uint64_t(sh.os[std::size_t(sh.dim)]));
+    const Tensor keys = scatter_dim_keys(gpu, gpu.from_host(vals, sh.is), false, sh.is, sh.dim, sh.os);
+    const auto src = test::random_vec(std::size_t(n), seed + 3);
+    cuda::DimScatter geo;
+    geo.outer = shape_numel(Shape(sh.os.begin(), sh.os.begin() + sh.dim));
+    geo.inner = shape_numel(Shape(sh.os.begin() + sh.dim + 1, sh.os.end()));
+    geo.extent = sh.is[std::size_t(sh.dim)];
+    geo.rows = sh.os[std::size_t(sh.dim)];
+    const auto want = privatized_order(src, keys.to_host_i32(), geo);
+    std::vector<float> first;
+    for (int call = 0; call < 3; ++call) {
+      const auto got =
+          scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), keys, sh.is, sh.dim, sh.os).value().to_host_f32();
+      REQUIRE(got.size() == want.size());
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      if (call == 0) first = got;
+      CHECK(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
+    }
+    const auto& e = gpu.manifest().entries().back();
+    CHECK(e.knob == "scatter");
+    CHECK(e.variant == "privatized");
+    CHECK(e.guarantee == Guarantee::GpuToGpu);
+  }
+  // A key of another column (position 1 given position 0's key) and an out-of-range element (key -1)
+  // each make the whole output NaN.
+  check_broken_keys_poison(gpu, g, seed + 4);
+  // Where it cannot run, pinning it is an error that says why and names the variants that run everything.
+  const auto refused = [&](const Shape& ish, int dim, const Shape& osh, const char* why) {
+    INFO(why);
+    const std::string said = scatter_dim_privatized_refusal(gpu, ish, dim, osh);
+    CHECK_THAT(said, Catch::Contains(why));
+    std::vector<int32_t> v(static_cast<std::size_t>(shape_numel(ish)), 0);
+    const Tensor k = scatter_dim_keys(gpu, gpu.from_host(v, ish), false, ish, dim, osh);
+    const Tensor s = gpu.zeros(ish);
+    CHECK_THROWS_WITH(scatter_dim_add(gpu, "seg", Var(s), k, ish, dim, osh),
+                      Catch::Contains("scatter=privatized") && Catch::Contains(why) &&
+                          Catch::Contains("scatter=sorted and scatter=atomic run every scatter"));
+  };
+  refused({100, 12}, 0, {40, 12}, "multiple of 8");
+  refused({100, 8}, 0, {9000, 8}, "destinations along dim");
+  refused({100, 40, 8}, 1, {100, 50, 16}, "along a dimension only");
+  CHECK_THROWS_WITH(scatter_add(gpu, "seg", Var(gpu.zeros({10, 8})), gpu.zeros({10}, DType::I32), 4),
+                    Catch::Contains("along a dimension only"));
 }

@@ -17,6 +17,14 @@ namespace ditto::cuda {
 // divides: the key's and the position's low bits are the same inner coordinate) and that 2^s divides m.
 // The sorted variant then sorts bits [s, ...) only, of the [m / 2^s, 2^s] list transposed: the same
 // sorted list, in fewer radix passes. An in-range index that breaks the promise sets *bad.
+//
+// dim (scatter_dim_add sets it where the index has the output's shape outside dim): the problem is a
+// scatter along a dimension, positions [outer, extent, inner] row-major into an output [outer, rows,
+// inner], and index[j] (its key) is the output offset of position j's element. Only the privatized
+// variant reads it.
+struct DimScatter {
+  int64_t outer = 0, extent = 0, inner = 0, rows = 0;  // all zero: not a scatter along a dimension
+};
 struct ScatterRows {
   const float* src = nullptr;
   const int32_t* index = nullptr;
@@ -24,6 +32,7 @@ struct ScatterRows {
   const float* src_scale = nullptr;
   int64_t m = 0, d = 0, rows = 0;
   int key_period_log2 = 0;
+  DimScatter dim;
 };
 
 // Both variants overwrite out (rows x d) entirely: zeros where no index points.
@@ -33,6 +42,34 @@ void scatter_atomic(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
 std::size_t scatter_sorted_workspace(const ScatterRows& p);
 void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                     std::size_t workspace_bytes);
+// The privatized variant (a scatter along a dimension only, p.dim set): the positions along dim are cut
+// into chunks whose count depends on the shape alone; one block per (chunk, outer, group of
+// kPrivatizedCols inner columns) sums each destination's contributions in position order into shared
+// memory, and one pass adds each destination's chunk sums in chunk order. No atomics, no sort: the same
+// bits on any GPU where it runs. It runs where p.dim.inner is a multiple of kPrivatizedCols and the
+// block's bins (p.dim.rows x kPrivatizedCols floats) and staging fit the device's shared memory per
+// block; scatter_privatized_refusal says why not (empty where it runs).
+constexpr int kPrivatizedCols = 8;
+constexpr int kPrivatizedStageRows = 256;  // positions per column staged in shared memory at a time
+// Shared memory per block for `rows` destinations along dim: the bins, and the staged values and keys
+// (rows padded by one column against bank conflicts).
+inline std::size_t scatter_privatized_smem(int64_t rows) {
+  return sizeof(float) * std::size_t(rows * kPrivatizedCols + 2 * kPrivatizedStageRows * (kPrivatizedCols + 1));
+}
+// The chunks along dim (a function of the shape alone: the bounds decide the sums' grouping): chunk t
+// holds positions [t * rows_per_chunk, min(extent, (t + 1) * rows_per_chunk)).
+struct PrivatizedChunks {
+  int64_t chunks = 1, rows_per_chunk = 0;
+};
+PrivatizedChunks scatter_privatized_chunks(const DimScatter& g);
+// Blocks of the privatized kernel for p.dim (chunks x outer x inner / kPrivatizedCols).
+int64_t scatter_privatized_blocks(const ScatterRows& p);
+// Workspace bytes (the chunk sums: chunks x outer x rows x inner floats); a function of p.dim only.
+std::size_t scatter_privatized_workspace(const ScatterRows& p);
+// Overwrites out (outer x rows x inner) entirely; NaN everywhere when a key is out of range or is not
+// the output offset of its position's coordinates outside dim (*bad is set too).
+void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
+                        std::size_t workspace_bytes);
 // out[0 .. n) = NaN when *bad != 0 (read on the device).
 void poison_if_flagged(Context& ctx, const int32_t* bad, float* out, int64_t n);
 

@@ -194,3 +194,16 @@ def test_indices_out_of_range_poison_the_result_instead_of_wrapping(deterministi
                         deterministic=deterministic)
     assert torch.equal(ok, torch.zeros(3, 2, device="cuda").scatter_add(0, index.t().clamp(max=1),
                                                                          torch.ones(3, 2, device="cuda")))
+
+
+def test_scatter_add_runs_the_privatized_scatter_where_it_fits_and_the_sort_elsewhere():
+    g = torch.Generator(device="cuda").manual_seed(8)
+    src = torch.rand(5000, 64, device="cuda", generator=g)
+    index = torch.randint(0, 300, (5000, 64), device="cuda", generator=g)
+    base = torch.rand(300, 64, device="cuda", generator=g)
+    got = {digest([dt.scatter_add(base, 0, index, src)]) for _ in range(5)}
+    assert len(got) == 1
+    assert dt.variants()["scatter_add"] == [{"knob": "scatter", "variant": "privatized", "guarantee": "gpu_to_gpu"}]
+    torch.testing.assert_close(dt.scatter_add(base, 0, index, src), base.scatter_add(0, index, src))
+    dt.scatter_add(base[:, :6], 0, index[:, :6], src[:, :6])  # 6 inner columns: not a multiple of 8
+    assert dt.variants()["scatter_add"][0]["variant"] == "sorted"
