@@ -574,31 +574,42 @@ PrivatizedGrid privatized_grid(const DimScatter& g) {
   return pg;
 }
 
+// Steps of 32 positions a warp sorts at once: independent shuffle chains that hide each other's latency.
+constexpr int kPrivSteps = kPrivatizedSortSteps;
+static_assert(kPrivatizedStageRows % (32 * kPrivSteps) == 0, "a stage holds whole groups of steps");
+
 // One block per (chunk, outer coordinate a, group of kPrivatizedCols inner columns); warp c owns column
-// b0 + c. Per stage the block loads kPrivatizedStageRows positions of its columns (coalesced: a row's
-// columns are adjacent), then each warp walks its column 32 positions at a time: lanes whose positions
-// name the same destination (__match_any_sync) are summed by the group's first lane in lane order, which
-// adds the sum to the destination's bin. The steps, stages and lanes follow position order, so each bin is
-// its destination's sum over the chunk in position order (grouped by 32-position steps). A key that is
-// not (a * rows + r) * inner + b0 + c for some r in [0, rows) flags bad and adds nothing.
+// b0 + c and its bins. Per stage the block loads kPrivatizedStageRows positions of its columns (coalesced:
+// a row's columns are adjacent); then each warp takes its column 32 positions (a step) at a time: the
+// lanes' (destination, lane) pairs are sorted across the warp (a bitonic network of shuffles), so each
+// destination's lanes are adjacent and in lane order, and the last lane of each run adds the run's values
+// in lane order and adds that sum to the destination's bin. Steps, stages and lanes follow position order,
+// so each bin is its destination's sum over the chunk in position order, grouped by 32-position steps
+// (the bits scatter_privatized promises; gpu_scatter computes them on the host). A key that is not
+// (a * rows + r) * inner + b0 + c for some r in [0, rows) flags bad and adds nothing.
 __global__ void __launch_bounds__(kPrivThreads)
     scatter_privatized_kernel(const float* __restrict__ src, const int32_t* __restrict__ keys, DimScatter g,
                               PrivatizedGrid pg, float* __restrict__ partials, int32_t* bad) {
   extern __shared__ float smem[];
   const int rows = static_cast<int>(g.rows);
-  float* bins = smem;  // [rows][kPrivatizedCols]
-  float* sval = bins + static_cast<int64_t>(rows) * kPrivatizedCols;
+  const int pitch = rows + 1;  // a column's bins; odd-ish pitch spreads the final copy over the banks
+  float* bins = smem;          // [kPrivatizedCols][pitch]
+  float* sval = bins + kPrivatizedCols * pitch;
   int32_t* skey = reinterpret_cast<int32_t*>(sval + kPrivatizedStageRows * kStagePitch);
+  const int lane = threadIdx.x & 31, col = threadIdx.x >> 5;
+  // Per warp, per step: the sorted lanes (which staged position each sorted entry is).
+  int32_t* order = skey + kPrivatizedStageRows * kStagePitch + col * 32 * kPrivSteps;
   const int64_t group = blockIdx.x % pg.groups;
   const int64_t a = (blockIdx.x / pg.groups) % g.outer;
   const int64_t chunk = blockIdx.x / (pg.groups * g.outer);
-  const int lane = threadIdx.x & 31, col = threadIdx.x >> 5;
-  for (int e = threadIdx.x; e < rows * kPrivatizedCols; e += kPrivThreads) bins[e] = 0.0f;
+  for (int e = threadIdx.x; e < kPrivatizedCols * pitch; e += kPrivThreads) bins[e] = 0.0f;
+  float* my_bins = bins + col * pitch;
   const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
   const int64_t b0 = group * kPrivatizedCols;
-  const int64_t first = a * g.extent * g.inner + b0;                                  // position (a, 0, b0)
-  const int32_t key_base = static_cast<int32_t>(a * g.rows * g.inner + b0 + col);     // key of (a, 0, b0 + col)
+  const int64_t first = a * g.extent * g.inner + b0;                               // position (a, 0, b0)
+  const int32_t key_base = static_cast<int32_t>(a * g.rows * g.inner + b0 + col);  // key of (a, 0, b0 + col)
   const uint32_t inner = static_cast<uint32_t>(g.inner);
+  constexpr uint32_t kNoBin = 0x07ffffffu;  // sorts after every destination (rows < 2^27)
   bool flagged = false;
   for (int64_t s0 = i0; s0 < i1; s0 += kPrivatizedStageRows) {
     const int n = static_cast<int>(min(int64_t(kPrivatizedStageRows), i1 - s0));
@@ -610,32 +621,68 @@ __global__ void __launch_bounds__(kPrivThreads)
       skey[r * kStagePitch + c] = keys[pos];
     }
     __syncthreads();
-    for (int r0 = 0; r0 < n; r0 += 32) {
-      const int r = r0 + lane;
-      int bin = -1 - lane;  // past the stage, or a bad key: a group of its own that adds nothing
-      if (r < n) {
-        const int32_t off = skey[r * kStagePitch + col] - key_base;  // r_dest * inner for a good key
-        const uint32_t dest = off >= 0 ? static_cast<uint32_t>(off) / inner : 0u;
-        if (off >= 0 && dest < static_cast<uint32_t>(rows) && dest * inner == static_cast<uint32_t>(off))
-          bin = static_cast<int>(dest);
-        else
-          flagged = true;
+    for (int r0 = 0; r0 < n; r0 += 32 * kPrivSteps) {
+      uint32_t k[kPrivSteps];
+#pragma unroll
+      for (int u = 0; u < kPrivSteps; ++u) {
+        const int r = r0 + u * 32 + lane;
+        uint32_t bin = kNoBin;
+        if (r < n) {
+          const int32_t off = skey[r * kStagePitch + col] - key_base;  // r_dest * inner for a good key
+          const uint32_t dest = off >= 0 ? static_cast<uint32_t>(off) / inner : 0u;
+          if (off >= 0 && dest < static_cast<uint32_t>(rows) && dest * inner == static_cast<uint32_t>(off))
+            bin = dest;
+          else
+            flagged = true;
+        }
+        k[u] = (bin << 5) | static_cast<uint32_t>(lane);
       }
-      const unsigned same = __match_any_sync(kFull, bin);
-      if (bin >= 0 && (same & ((1u << lane) - 1u)) == 0u) {
-        float sum = sval[r * kStagePitch + col];
-        for (unsigned rest = same & (same - 1u); rest != 0u; rest &= rest - 1u)
-          sum += sval[(r0 + __ffs(rest) - 1) * kStagePitch + col];
-        bins[bin * kPrivatizedCols + col] += sum;
+      // Bitonic sort of each step's 32 keys across the lanes, ascending: (destination, lane) order.
+#pragma unroll
+      for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+          const bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
+#pragma unroll
+          for (int u = 0; u < kPrivSteps; ++u) {
+            const uint32_t other = __shfl_xor_sync(kFull, k[u], stride);
+            k[u] = keep_min ? min(k[u], other) : max(k[u], other);
+          }
+        }
+      float sum[kPrivSteps];
+      bool tail[kPrivSteps];
+#pragma unroll
+      for (int u = 0; u < kPrivSteps; ++u) {
+        const uint32_t bin = k[u] >> 5;
+        const uint32_t prev = __shfl_up_sync(kFull, bin, 1), next = __shfl_down_sync(kFull, bin, 1);
+        const bool head = lane == 0 || prev != bin;
+        tail[u] = bin != kNoBin && (lane == 31 || next != bin);
+        const unsigned heads = __ballot_sync(kFull, head);
+        order[u * 32 + lane] = static_cast<int32_t>(k[u] & 31u);
+        __syncwarp();
+        sum[u] = 0.0f;
+        if (tail[u]) {
+          const int from = 31 - __clz(heads & (kFull >> (31 - lane)));  // the run's first sorted entry
+          const int base = r0 + u * 32;
+          sum[u] = sval[(base + order[u * 32 + from]) * kStagePitch + col];
+          for (int j = from + 1; j <= lane; ++j) sum[u] += sval[(base + order[u * 32 + j]) * kStagePitch + col];
+        }
       }
-      __syncwarp();  // this step's bin updates before the next step's reads
+      // The steps' sums into the bins in step order (a step's runs name distinct destinations).
+#pragma unroll
+      for (int u = 0; u < kPrivSteps; ++u) {
+        if (tail[u]) my_bins[k[u] >> 5] += sum[u];
+        __syncwarp();
+      }
     }
   }
   if (flagged && bad) *bad = 1;
   __syncthreads();
   float* dst = partials + (chunk * g.outer + a) * g.rows * g.inner + b0;
-  for (int e = threadIdx.x; e < rows * kPrivatizedCols; e += kPrivThreads)
-    dst[int64_t(e / kPrivatizedCols) * g.inner + e % kPrivatizedCols] = bins[e];
+  for (int e = threadIdx.x; e < rows * kPrivatizedCols; e += kPrivThreads) {
+    const int r = e / kPrivatizedCols, c = e % kPrivatizedCols;
+    dst[int64_t(r) * g.inner + c] = bins[c * pitch + r];
+  }
 }
 
 // out[e] = the chunks' sums of e in chunk order; NaN everywhere when a key was flagged.
