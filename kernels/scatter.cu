@@ -611,16 +611,37 @@ __global__ void __launch_bounds__(kPrivThreads)
   const uint32_t inner = static_cast<uint32_t>(g.inner);
   constexpr uint32_t kNoBin = 0x07ffffffu;  // sorts after every destination (rows < 2^27)
   bool flagged = false;
+  // Each thread moves kLoads (value, key) pairs of a stage; the next stage's are loaded into registers
+  // while the warps work on this one, so the loads' latency hides behind the sorting.
+  constexpr int kLoads = kPrivatizedStageRows * kPrivatizedCols / kPrivThreads;
+  float next_val[kLoads];
+  int32_t next_key[kLoads];
+  const auto load_stage = [&](int64_t s0) {
+    const int n = static_cast<int>(min(int64_t(kPrivatizedStageRows), i1 - s0));
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+      const int e = threadIdx.x + q * kPrivThreads, r = e / kPrivatizedCols, c = e % kPrivatizedCols;
+      if (r < n) {
+        const int64_t pos = first + (s0 + r) * g.inner + c;
+        next_val[q] = src[pos];
+        next_key[q] = keys[pos];
+      }
+    }
+  };
+  if (i0 < i1) load_stage(i0);
   for (int64_t s0 = i0; s0 < i1; s0 += kPrivatizedStageRows) {
     const int n = static_cast<int>(min(int64_t(kPrivatizedStageRows), i1 - s0));
     __syncthreads();  // the bins are zeroed, or the previous stage is consumed
-    for (int e = threadIdx.x; e < n * kPrivatizedCols; e += kPrivThreads) {
-      const int r = e / kPrivatizedCols, c = e % kPrivatizedCols;
-      const int64_t pos = first + (s0 + r) * g.inner + c;
-      sval[r * kStagePitch + c] = src[pos];
-      skey[r * kStagePitch + c] = keys[pos];
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+      const int e = threadIdx.x + q * kPrivThreads, r = e / kPrivatizedCols, c = e % kPrivatizedCols;
+      if (r < n) {
+        sval[r * kStagePitch + c] = next_val[q];
+        skey[r * kStagePitch + c] = next_key[q];
+      }
     }
     __syncthreads();
+    if (s0 + kPrivatizedStageRows < i1) load_stage(s0 + kPrivatizedStageRows);
     for (int r0 = 0; r0 < n; r0 += 32 * kPrivSteps) {
       uint32_t k[kPrivSteps];
 #pragma unroll
