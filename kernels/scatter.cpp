@@ -75,12 +75,13 @@ std::string privatized_refusal(const Context& ctx, const cuda::DimScatter& g) {
   DITTO_CUDA_CHECK(
       cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, detail::cuda_state(ctx).device));
   const std::size_t need = cuda::scatter_privatized_smem(g.rows);
-  if (need > static_cast<std::size_t>(limit))
+  if (need > static_cast<std::size_t>(limit)) {
+    int64_t most = (limit - static_cast<int64_t>(cuda::scatter_privatized_smem(0))) / (5 * cuda::kPrivatizedCols);
+    while (most > 0 && cuda::scatter_privatized_smem(most) > static_cast<std::size_t>(limit)) --most;
     return fmt::format("needs {} bytes of shared memory per block for {} destinations along dim; this GPU has {} "
                        "(at most {} destinations)",
-                       need, g.rows, limit,
-                       (limit - static_cast<int64_t>(cuda::scatter_privatized_smem(0))) /
-                           static_cast<int64_t>(sizeof(float) * cuda::kPrivatizedCols));
+                       need, g.rows, limit, most);
+  }
   cuda::ScatterRows p;
   p.dim = g;
   if (cuda::scatter_privatized_blocks(p) > INT_MAX) return "needs more blocks than one launch holds";

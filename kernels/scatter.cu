@@ -574,16 +574,13 @@ PrivatizedGrid privatized_grid(const DimScatter& g) {
   return pg;
 }
 
-// Steps of 32 positions a warp sorts at once: independent shuffle chains that hide each other's latency.
-constexpr int kPrivSteps = kPrivatizedSortSteps;
-static_assert(kPrivatizedStageRows % (32 * kPrivSteps) == 0, "a stage holds whole groups of steps");
-
 // One block per (chunk, outer coordinate a, group of kPrivatizedCols inner columns); warp c owns column
 // b0 + c and its bins. Per stage the block loads kPrivatizedStageRows positions of its columns (coalesced:
-// a row's columns are adjacent); then each warp takes its column 32 positions (a step) at a time: the
-// lanes' (destination, lane) pairs are sorted across the warp (a bitonic network of shuffles), so each
-// destination's lanes are adjacent and in lane order, and the last lane of each run adds the run's values
-// in lane order and adds that sum to the destination's bin. Steps, stages and lanes follow position order,
+// a row's columns are adjacent); then each warp takes its column 32 positions (a step) at a time. Where
+// the step's lanes name distinct destinations (stamps in shared memory tell), each adds its value to its
+// bin; otherwise the lanes' (destination, lane) pairs are sorted across the warp (a bitonic network of
+// shuffles), so each destination's lanes are adjacent and in lane order, and the last lane of each run
+// adds the run's values in lane order and adds that sum to the destination's bin. Steps, stages and lanes follow position order,
 // so each bin is its destination's sum over the chunk in position order, grouped by 32-position steps
 // (the bits scatter_privatized promises; gpu_scatter computes them on the host). A key that is not
 // (a * rows + r) * inner + b0 + c for some r in [0, rows) flags bad and adds nothing.
@@ -597,8 +594,11 @@ __global__ void __launch_bounds__(kPrivThreads)
   float* sval = bins + kPrivatizedCols * pitch;
   int32_t* skey = reinterpret_cast<int32_t*>(sval + kPrivatizedStageRows * kStagePitch);
   const int lane = threadIdx.x & 31, col = threadIdx.x >> 5;
-  // Per warp, per step: the sorted lanes (which staged position each sorted entry is).
-  int32_t* order = skey + kPrivatizedStageRows * kStagePitch + col * 32 * kPrivSteps;
+  // Per warp: a step's sorted lanes (which staged position each sorted entry is), and a stamp per
+  // destination (the lane that last named it).
+  int32_t* order = skey + kPrivatizedStageRows * kStagePitch + col * 32;
+  uint8_t* stamp = reinterpret_cast<uint8_t*>(skey + kPrivatizedStageRows * kStagePitch + kPrivatizedCols * 32) +
+                   col * ((rows + 3) / 4 * 4);
   const int64_t group = blockIdx.x % pg.groups;
   const int64_t a = (blockIdx.x / pg.groups) % g.outer;
   const int64_t chunk = blockIdx.x / (pg.groups * g.outer);
@@ -642,59 +642,49 @@ __global__ void __launch_bounds__(kPrivThreads)
     }
     __syncthreads();
     if (s0 + kPrivatizedStageRows < i1) load_stage(s0 + kPrivatizedStageRows);
-    for (int r0 = 0; r0 < n; r0 += 32 * kPrivSteps) {
-      uint32_t k[kPrivSteps];
-#pragma unroll
-      for (int u = 0; u < kPrivSteps; ++u) {
-        const int r = r0 + u * 32 + lane;
-        uint32_t bin = kNoBin;
-        if (r < n) {
-          const int32_t off = skey[r * kStagePitch + col] - key_base;  // r_dest * inner for a good key
-          const uint32_t dest = off >= 0 ? static_cast<uint32_t>(off) / inner : 0u;
-          if (off >= 0 && dest < static_cast<uint32_t>(rows) && dest * inner == static_cast<uint32_t>(off))
-            bin = dest;
-          else
-            flagged = true;
-        }
-        k[u] = (bin << 5) | static_cast<uint32_t>(lane);
+    for (int r0 = 0; r0 < n; r0 += 32) {
+      const int r = r0 + lane;
+      uint32_t bin = kNoBin;
+      if (r < n) {
+        const int32_t off = skey[r * kStagePitch + col] - key_base;  // r_dest * inner for a good key
+        const uint32_t dest = off >= 0 ? static_cast<uint32_t>(off) / inner : 0u;
+        if (off >= 0 && dest < static_cast<uint32_t>(rows) && dest * inner == static_cast<uint32_t>(off))
+          bin = dest;
+        else
+          flagged = true;
       }
-      // Bitonic sort of each step's 32 keys across the lanes, ascending: (destination, lane) order.
+      // Most steps name 32 distinct destinations: each lane stamps its destination's slot and reads it
+      // back; a lane that reads another lane's stamp shares its destination with it.
+      if (bin != kNoBin) stamp[bin] = static_cast<uint8_t>(lane);
+      __syncwarp();
+      const bool shared_dest = bin != kNoBin && stamp[bin] != lane;
+      if (__ballot_sync(kFull, shared_dest) == 0u) {
+        if (bin != kNoBin) my_bins[bin] += sval[r * kStagePitch + col];  // a run of one
+        __syncwarp();
+        continue;
+      }
+      // Bitonic sort of the (destination, lane) pairs across the lanes, ascending, so each destination's
+      // lanes are adjacent and in lane order; the last lane of each run sums the run in that order.
+      uint32_t k = (bin << 5) | static_cast<uint32_t>(lane);
 #pragma unroll
       for (int size = 2; size <= 32; size <<= 1)
 #pragma unroll
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-          const bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
-#pragma unroll
-          for (int u = 0; u < kPrivSteps; ++u) {
-            const uint32_t other = __shfl_xor_sync(kFull, k[u], stride);
-            k[u] = keep_min ? min(k[u], other) : max(k[u], other);
-          }
+          const uint32_t other = __shfl_xor_sync(kFull, k, stride);
+          k = ((lane & stride) == 0) == ((lane & size) == 0) ? min(k, other) : max(k, other);
         }
-      float sum[kPrivSteps];
-      bool tail[kPrivSteps];
-#pragma unroll
-      for (int u = 0; u < kPrivSteps; ++u) {
-        const uint32_t bin = k[u] >> 5;
-        const uint32_t prev = __shfl_up_sync(kFull, bin, 1), next = __shfl_down_sync(kFull, bin, 1);
-        const bool head = lane == 0 || prev != bin;
-        tail[u] = bin != kNoBin && (lane == 31 || next != bin);
-        const unsigned heads = __ballot_sync(kFull, head);
-        order[u * 32 + lane] = static_cast<int32_t>(k[u] & 31u);
-        __syncwarp();
-        sum[u] = 0.0f;
-        if (tail[u]) {
-          const int from = 31 - __clz(heads & (kFull >> (31 - lane)));  // the run's first sorted entry
-          const int base = r0 + u * 32;
-          sum[u] = sval[(base + order[u * 32 + from]) * kStagePitch + col];
-          for (int j = from + 1; j <= lane; ++j) sum[u] += sval[(base + order[u * 32 + j]) * kStagePitch + col];
-        }
+      const uint32_t sorted_bin = k >> 5;
+      const uint32_t prev = __shfl_up_sync(kFull, sorted_bin, 1), next = __shfl_down_sync(kFull, sorted_bin, 1);
+      const unsigned heads = __ballot_sync(kFull, lane == 0 || prev != sorted_bin);
+      order[lane] = static_cast<int32_t>(k & 31u);
+      __syncwarp();
+      if (sorted_bin != kNoBin && (lane == 31 || next != sorted_bin)) {
+        const int from = 31 - __clz(heads & (kFull >> (31 - lane)));  // the run's first sorted entry
+        float sum = sval[(r0 + order[from]) * kStagePitch + col];
+        for (int j = from + 1; j <= lane; ++j) sum += sval[(r0 + order[j]) * kStagePitch + col];
+        my_bins[sorted_bin] += sum;
       }
-      // The steps' sums into the bins in step order (a step's runs name distinct destinations).
-#pragma unroll
-      for (int u = 0; u < kPrivSteps; ++u) {
-        if (tail[u]) my_bins[k[u] >> 5] += sum[u];
-        __syncwarp();
-      }
+      __syncwarp();
     }
   }
   if (flagged && bad) *bad = 1;

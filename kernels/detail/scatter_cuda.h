@@ -51,13 +51,13 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
 // block; scatter_privatized_refusal says why not (empty where it runs).
 constexpr int kPrivatizedCols = 8;
 constexpr int kPrivatizedStageRows = 256;  // positions per column staged in shared memory at a time
-constexpr int kPrivatizedSortSteps = 4;    // steps of 32 positions a warp sorts at once
 // Shared memory per block for `rows` destinations along dim: each column's bins (rows + 1 floats), the
-// staged values and keys (rows of kPrivatizedCols + 1 words against bank conflicts), and per warp the
-// sorted order of kPrivatizedSortSteps steps of 32 positions.
+// staged values and keys (rows of kPrivatizedCols + 1 words against bank conflicts), and per warp a
+// step's sorted order (32 words) and a one-byte stamp per destination.
 inline std::size_t scatter_privatized_smem(int64_t rows) {
   return sizeof(float) * std::size_t((rows + 1) * kPrivatizedCols + 2 * kPrivatizedStageRows * (kPrivatizedCols + 1) +
-                                     kPrivatizedCols * 32 * kPrivatizedSortSteps);
+                                     kPrivatizedCols * 32) +
+         std::size_t(kPrivatizedCols) * std::size_t((rows + 3) / 4 * 4);
 }
 // The chunks along dim (a function of the shape alone: the bounds decide the sums' grouping): chunk t
 // holds positions [t * rows_per_chunk, min(extent, (t + 1) * rows_per_chunk)).
