@@ -20,9 +20,8 @@
 //           each output adds its chunk sums in chunk order: no sort, no atomics, the same bits on any
 //           GPU where it runs (gpu_to_gpu). It runs a scatter along a dimension whose index has the
 //           output's shape outside dim, with the extent after dim a multiple of 8 and the block's
-//           destinations along dim in shared memory (40 bytes each beside 37 KB of staging: 4096
-//           take 197 KB, an H100 or H200 holds about 4,800); elsewhere pinning it is a PolicyError
-//           that says so.
+//           destinations along dim in shared memory (40 bytes each: 4096 take 160 KB, an H100 or
+//           H200 holds about 5,300); elsewhere pinning it is a PolicyError that says so.
 // The CPU runs the double-accumulating reference (kernels/scatter_ref.h) whatever the policy says;
 // the manifest then records variant "cpu-reference".
 //

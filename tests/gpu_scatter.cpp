@@ -584,7 +584,7 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
   };
   const Geometry shapes[] = {
       {"dim 0, inner 64 (ditto.torch's scatter_add, fewer positions): chunks of 625", {20000, 64}, {4096, 64}, 0},
-      {"dim 1 of 3, inner 16: 10 chunks of 500", {3, 5000, 16}, {3, 37, 16}, 1},
+      {"dim 1 of 3, inner 16: 20 chunks of 250", {3, 5000, 16}, {3, 37, 16}, 1},
       {"one destination: every step one group", {3000, 8}, {1, 8}, 0},
       {"no positions: zeros", {2, 0, 8}, {2, 5, 8}, 1},
   };

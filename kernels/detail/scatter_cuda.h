@@ -50,7 +50,7 @@ void scatter_sorted(Context& ctx, const ScatterRows& p, float* out, int32_t* bad
 // block's bins (p.dim.rows x kPrivatizedCols floats) and staging fit the device's shared memory per
 // block; scatter_privatized_refusal says why not (empty where it runs).
 constexpr int kPrivatizedCols = 8;
-constexpr int kPrivatizedStageRows = 512;  // positions per column staged in shared memory at a time
+constexpr int kPrivatizedStageRows = 256;  // positions per column staged in shared memory at a time
 // Shared memory per block for `rows` destinations along dim: each column's bins (rows + 1 floats), the
 // staged values and keys (rows of kPrivatizedCols + 1 words against bank conflicts), and per warp a
 // step's sorted order (32 words) and a one-byte stamp per destination.
