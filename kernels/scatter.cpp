@@ -312,7 +312,12 @@ Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, cons
 
 std::string scatter_dim_privatized_refusal(const Context& ctx, const Shape& index_shape, int dim,
                                            const Shape& out_shape) {
-  check_dim_geometry("scatter_dim_privatized_refusal", index_shape, dim, out_shape);
+  // A geometry no scatter takes is scatter_dim_add's error to raise, with its own words.
+  try {
+    check_dim_geometry("scatter_add", index_shape, dim, out_shape);
+  } catch (const ShapeError& e) {
+    return e.what();
+  }
   return ctx.is_cuda() ? privatized_refusal(ctx, dim_scatter(index_shape, dim, out_shape)) : std::string();
 }
 

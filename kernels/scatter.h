@@ -99,7 +99,8 @@ Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, cons
                     const Shape& index_shape, int dim, const Shape& out_shape);
 
 // Why scatter=privatized cannot run scatter_dim_add for this geometry on ctx's device: empty where it
-// can (a CPU context runs its reference whatever the variant: empty there too).
+// can (a CPU context runs its reference whatever the variant: empty there too). A geometry that no
+// scatter takes is answered with scatter_dim_add's ShapeError message, not thrown.
 std::string scatter_dim_privatized_refusal(const Context& ctx, const Shape& index_shape, int dim,
                                            const Shape& out_shape);
 

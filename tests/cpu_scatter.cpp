@@ -350,6 +350,7 @@ TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i % 3);
   const Tensor keys = scatter_dim_keys(cpu, cpu.from_host(rows, is), false, is, 0, os);
   CHECK(scatter_dim_privatized_refusal(cpu, is, 0, os).empty());
+  CHECK_THAT(scatter_dim_privatized_refusal(cpu, {6, 9}, 0, os), Contains("larger than"));
   const Var y = scatter_dim_add(cpu, "seg", Var(cpu.from_host(std::vector<float>(48, 1.0f), is)), keys, is, 0, os);
   CHECK(y.value().to_host_f32() == std::vector<float>(24, 2.0f));
   CHECK(cpu.manifest().find("seg", "scatter")->variant == "cpu-reference");
