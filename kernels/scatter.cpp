@@ -71,9 +71,7 @@ std::string privatized_refusal(const Context& ctx, const cuda::DimScatter& g) {
     return "runs a scatter along a dimension only (scatter_dim_add, its index of the output's shape outside dim)";
   if (g.inner % cuda::kPrivatizedCols != 0)
     return fmt::format("needs the extent after dim ({}) to be a multiple of {}", g.inner, cuda::kPrivatizedCols);
-  int limit = 0;
-  DITTO_CUDA_CHECK(
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, detail::cuda_state(ctx).device));
+  const int64_t limit = static_cast<int64_t>(detail::cuda_state(ctx).props.sharedMemPerBlockOptin);
   const std::size_t need = cuda::scatter_privatized_smem(g.rows);
   if (need > static_cast<std::size_t>(limit)) {
     int64_t most = (limit - static_cast<int64_t>(cuda::scatter_privatized_smem(0))) / (5 * cuda::kPrivatizedCols);

@@ -696,14 +696,13 @@ __global__ void __launch_bounds__(kPrivThreads)
   }
 }
 
-// out[e] = the chunks' sums of e in chunk order; NaN everywhere when a key was flagged.
+// out[e] = the chunks' sums of e in chunk order.
 __global__ void privatized_combine_kernel(const float* __restrict__ partials, int64_t chunks, int64_t n,
-                                          const int32_t* bad, float* __restrict__ out) {
-  const bool poisoned = bad && *bad != 0;
+                                          float* __restrict__ out) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     float s = partials[e];
     for (int64_t t = 1; t < chunks; ++t) s += partials[t * n + e];
-    out[e] = poisoned ? nanf("") : s;
+    out[e] = s;
   }
 }
 
@@ -835,7 +834,7 @@ void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t*
   scatter_privatized_kernel<<<static_cast<unsigned>(scatter_privatized_blocks(p)), kPrivThreads, smem, st>>>(
       p.src, p.index, g, pg, partials, bad);
   DITTO_CHECK_LAUNCH(ctx);
-  privatized_combine_kernel<<<blocks_for(n), kThreads, 0, st>>>(partials, pg.chunks, n, bad, out);
+  privatized_combine_kernel<<<blocks_for(n), kThreads, 0, st>>>(partials, pg.chunks, n, out);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

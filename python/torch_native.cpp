@@ -30,7 +30,6 @@
 #include "engine/error.h"
 #include "engine/external.h"
 #include "engine/manifest.h"
-#include "engine/tensor_ops.h"
 #include "kernels/pixel_xent.h"
 #include "kernels/scatter.h"
 #include "python/torch_runner.h"
@@ -89,8 +88,7 @@ class Call {
       case at::kFloat: return wrap_external(*r_.ctx, c.data_ptr(), shape, DType::F32, {});
       case at::kInt: return wrap_external(*r_.ctx, c.data_ptr(), shape, DType::I32, {});
       case at::kLong:
-        return narrow_int64_words(*r_.ctx, wrap_external(*r_.ctx, c.data_ptr(), {2 * c.numel()}, DType::I32, {}),
-                                  shape);
+        return borrow_int64(*r_.ctx, c.data_ptr(), shape);
       default:
         C10_THROW_ERROR(ValueError, c10::str("ditto.torch: ", what, " is ", python_dtype(c.scalar_type()),
                                              "; ditto takes float32, int32 and int64 (as indices)"));

@@ -67,9 +67,7 @@ class Call {
     // int64 indices and labels (PyTorch's default) arrive as their words and are narrowed here, in one
     // kernel queued before the op's own: a conversion in Python costs two dispatches of host time.
     if (dtype == "i64")
-      return narrow_int64_words(*r_.ctx, wrap_external(*r_.ctx, reinterpret_cast<void*>(ptr), {2 * shape_numel(shape)},
-                                                       DType::I32, {}),
-                                shape);
+      return borrow_int64(*r_.ctx, reinterpret_cast<void*>(ptr), shape);
     return wrap_external(*r_.ctx, reinterpret_cast<void*>(ptr), shape, dtype_named(dtype), {});
   }
   Tensor in_opt(nb::handle h) { return h.is_none() ? Tensor() : in(h); }

@@ -5,6 +5,9 @@
 #include <map>
 #include <tuple>
 
+#include "engine/external.h"
+#include "engine/tensor_ops.h"
+
 namespace ditto::py {
 
 Policy torch_policy(bool deterministic) {
@@ -29,6 +32,10 @@ Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deter
     r = std::move(fresh);
   }
   return *r;
+}
+
+Tensor borrow_int64(Context& ctx, void* data, const Shape& shape) {
+  return narrow_int64_words(ctx, wrap_external(ctx, data, {2 * shape_numel(shape)}, DType::I32, {}), shape);
 }
 
 }  // namespace ditto::py

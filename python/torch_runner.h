@@ -29,4 +29,9 @@ Policy torch_policy(bool deterministic);
 // default stream) and the policy. Each library that links this file keeps its own runners.
 Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deterministic);
 
+// An int64 tensor of PyTorch's (indices, labels) at `data` as ditto's int32 tensor of `shape`: its
+// (low, high) words narrowed in one kernel queued on ctx's stream (engine/tensor_ops.h,
+// narrow_int64_words: out-of-int32 values saturate on the GPU and are a DataError on the CPU).
+Tensor borrow_int64(Context& ctx, void* data, const Shape& shape);
+
 }  // namespace ditto::py

@@ -64,13 +64,25 @@ struct ScatterCase {
   int32_t max_index;  // indices drawn from [0, max_index]
 };
 
+// A scatter along a dimension: an index of shape `is` into an output of shape `os` along `dim`.
+struct DimGeometry {
+  const char* what;
+  Shape is, os;
+  int dim;
+};
+
+// scatter_dim_keys of a random index for `sh` (values uniform over the output's extent along dim).
+Tensor random_dim_keys(Context& gpu, std::mt19937_64& g, const DimGeometry& sh) {
+  std::vector<int32_t> vals(static_cast<std::size_t>(shape_numel(sh.is)));
+  for (auto& v : vals) v = int32_t(g() % uint64_t(sh.os[std::size_t(sh.dim)]));
+  return scatter_dim_keys(gpu, gpu.from_host(vals, sh.is), false, sh.is, sh.dim, sh.os);
+}
+
 // scatter_dim_add along dim 0 of {20000, 64} into {4096, 64} under layer "seg" of gpu: position 1 given
 // position 0's key (another inner column), then given -1 (out of range); each output must be all NaN.
 void check_broken_keys_poison(Context& gpu, std::mt19937_64& g, uint64_t seed) {
   const Shape is = {20000, 64}, os = {4096, 64};
-  std::vector<int32_t> vals(20000 * 64);
-  for (auto& v : vals) v = int32_t(g() % 4096);
-  std::vector<int32_t> keys = scatter_dim_keys(gpu, gpu.from_host(vals, is), false, is, 0, os).to_host_i32();
+  const std::vector<int32_t> keys = random_dim_keys(gpu, g, {"", is, os, 0}).to_host_i32();
   const Tensor src = gpu.from_host(test::random_vec(std::size_t(20000 * 64), seed), is);
   for (int broken = 0; broken < 2; ++broken) {
     INFO((broken == 0 ? "another column's key" : "key -1"));
@@ -259,12 +271,7 @@ TEST_CASE("gpu scatter_dim_keys: the reference's offsets along each dimension, -
 TEST_CASE("gpu scatter_dim_add: the flat scatter_add's bits, its keys' low bits sorted away; bad keys give NaN") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
-  struct Geometry {
-    const char* what;
-    Shape is, os;
-    int dim;
-  };
-  const Geometry shapes[] = {
+  const DimGeometry shapes[] = {
       {"dim 0, inner 64 (ditto.torch's scatter_add, fewer rows): runs over many tiles", {20000, 64}, {4096, 64}, 0},
       {"dim 1, inner 12: a period of 4", {3, 5000, 12}, {3, 37, 12}, 1},
       {"inner extents differ: no period", {100, 40, 6}, {100, 50, 8}, 1},
@@ -277,9 +284,7 @@ TEST_CASE("gpu scatter_dim_add: the flat scatter_add's bits, its keys' low bits 
   for (const auto& sh : shapes) {
     INFO(sh.what);
     const int64_t n = shape_numel(sh.is), total = shape_numel(sh.os);
-    std::vector<int32_t> vals(static_cast<std::size_t>(n));
-    for (auto& v : vals) v = int32_t(g() % uint64_t(sh.os[std::size_t(sh.dim)]));
-    const Tensor keys = scatter_dim_keys(gpu, gpu.from_host(vals, sh.is), false, sh.is, sh.dim, sh.os);
+    const Tensor keys = random_dim_keys(gpu, g, sh);
     const auto src = test::random_vec(std::size_t(n), seed + 1);
     const Var y = scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), keys, sh.is, sh.dim, sh.os);
     const Var flat = scatter_add(gpu, "seg", Var(gpu.from_host(src, {n, 1})), keys, total);
@@ -577,12 +582,7 @@ std::vector<float> privatized_order(const std::vector<float>& src, const std::ve
 TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN, refusals that name the limit") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
-  struct Geometry {
-    const char* what;
-    Shape is, os;
-    int dim;
-  };
-  const Geometry shapes[] = {
+  const DimGeometry shapes[] = {
       {"dim 0, inner 64 (ditto.torch's scatter_add, fewer positions): chunks of 625", {20000, 64}, {4096, 64}, 0},
       {"dim 1 of 3, inner 16: 20 chunks of 250", {3, 5000, 16}, {3, 37, 16}, 1},
       {"one destination: every step one group", {3000, 8}, {1, 8}, 0},
@@ -594,9 +594,7 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
     INFO(sh.what);
     const int64_t n = shape_numel(sh.is);
     REQUIRE(scatter_dim_privatized_refusal(gpu, sh.is, sh.dim, sh.os).empty());
-    std::vector<int32_t> vals(static_cast<std::size_t>(n));
-    for (auto& v : vals) v = int32_t(g() % uint64_t(sh.os[std::size_t(sh.dim)]));
-    const Tensor keys = scatter_dim_keys(gpu, gpu.from_host(vals, sh.is), false, sh.is, sh.dim, sh.os);
+    const Tensor keys = random_dim_keys(gpu, g, sh);
     const auto src = test::random_vec(std::size_t(n), seed + 3);
     cuda::DimScatter geo;
     geo.outer = shape_numel(Shape(sh.os.begin(), sh.os.begin() + sh.dim));

@@ -69,8 +69,9 @@ PrivatizedChunks scatter_privatized_chunks(const DimScatter& g);
 int64_t scatter_privatized_blocks(const ScatterRows& p);
 // Workspace bytes (the chunk sums: chunks x outer x rows x inner floats); a function of p.dim only.
 std::size_t scatter_privatized_workspace(const ScatterRows& p);
-// Overwrites out (outer x rows x inner) entirely; NaN everywhere when a key is out of range or is not
-// the output offset of its position's coordinates outside dim (*bad is set too).
+// Overwrites out (outer x rows x inner) entirely. A key that is out of range or is not the output offset
+// of its position's coordinates outside dim adds nothing and sets *bad (poison_if_flagged then makes the
+// output NaN, as for the other variants).
 void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                         std::size_t workspace_bytes);
 // out[0 .. n) = NaN when *bad != 0 (read on the device).

@@ -259,7 +259,7 @@ def _index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, alpha: fl
     src = source.movedim(dim, 0) if dim else source  # rows along dim 0 need no moved view
     if alpha != 1:
         src = src * alpha
-    rows = _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), _idx(index),
+    rows = _run("scatter_add", "_torch_scatter_add", deterministic, src, _f32(src, "source"), index,
                 input.shape[dim])[0]
     return input + (rows.movedim(0, dim) if dim else rows)
 
