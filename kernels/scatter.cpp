@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/int64_words.h"
@@ -229,12 +230,16 @@ cuda::DimScatter dim_scatter(const Shape& index_shape, int dim, const Shape& out
   return g;
 }
 
+// dsrc from dout, as a scatter's tape closure computes it (a gather: deterministic).
+using GatherBack = std::function<Tensor(Context&, const Tensor& dout)>;
+
 // out (out_shape: num_rows rows of d) = the scatter-add of src's m rows by index, under the layer's
-// `scatter` knob; recorded on the tape with the gather as its backward. key_period_log2: see
-// cuda::ScatterRows (scatter_dim_add's promise about its keys; 0 for none).
+// `scatter` knob; recorded on the tape with `back` as its backward. key_period_log2, dim and wide: see
+// cuda::ScatterRows (scatter_dim_add's promise about its keys, or the privatized scatter's geometry and
+// index words).
 Var scatter_rows(Context& ctx, const std::string& layer, const std::string& op, const Var& src, const Tensor& index,
                  int64_t m, int64_t d, int64_t num_rows, const Shape& out_shape, int key_period_log2,
-                 const cuda::DimScatter& dim = {}) {
+                 GatherBack back, const cuda::DimScatter& dim = {}, bool wide = false) {
   Tensor out = ctx.empty(out_shape);
   if (ctx.is_cuda()) {
     Tensor bad = ctx.zeros({1}, DType::I32);
@@ -246,6 +251,7 @@ Var scatter_rows(Context& ctx, const std::string& layer, const std::string& op, 
     p.rows = num_rows;
     p.key_period_log2 = key_period_log2;
     p.dim = dim;
+    p.wide = wide;
     run_scatter(ctx, layer, "scatter_add", op::scatter_add, p, out.f32(), bad.i32());
     cuda::poison_if_flagged(ctx, bad.i32(), out.f32(), out.numel());
   } else {
@@ -257,9 +263,9 @@ Var scatter_rows(Context& ctx, const std::string& layer, const std::string& op, 
   const bool grad = needs_grad(ctx, {&src});
   Var y(std::move(out), grad);
   if (grad) {
-    ctx.tape().record("scatter_add", layer, {{"src", src}, {"index", Var(index)}}, y, [src, index, y, m, d, num_rows](Context& c) {
+    ctx.tape().record("scatter_add", layer, {{"src", src}, {"index", Var(index)}}, y, [src, y, back](Context& c) {
       if (!y.grad().defined()) return;
-      accumulate_grad(c, src, gather_of(c, y.grad(), index, m, d, num_rows, src.shape()));
+      accumulate_grad(c, src, back(c, y.grad()));
     });
   }
   return y;
@@ -282,18 +288,34 @@ Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Te
   check_counts(op, m, num_rows);
   Shape out_shape = ss;
   out_shape[0] = num_rows;
-  return scatter_rows(ctx, layer, op, src, index, m, d, num_rows, out_shape, 0);
+  const Shape src_shape = ss;
+  return scatter_rows(ctx, layer, op, src, index, m, d, num_rows, out_shape, 0,
+                      [index, m, d, num_rows, src_shape](Context& c, const Tensor& dout) {
+                        return gather_of(c, dout, index, m, d, num_rows, src_shape);
+                      });
 }
 
-Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& keys,
+Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, bool wide,
                     const Shape& index_shape, int dim, const Shape& out_shape) {
   const std::string op = where("scatter_add", layer);
   const int64_t n = check_dim_geometry(op, index_shape, dim, out_shape);
   check_f32_on(ctx, src.value(), op, "src");
-  check_i32_on(ctx, keys, op, "keys");
-  if (src.value().numel() != n || keys.numel() != n)
-    throw ShapeError(fmt::format("{}: src {} and keys {} for an index of shape {}: one of each per index element", op,
-                                 shape_str(src.shape()), shape_str(keys.shape()), shape_str(index_shape)));
+  check_i32_on(ctx, index, op, "index");
+  if (src.value().numel() != n || index.numel() != (wide ? 2 * n : n))
+    throw ShapeError(fmt::format("{}: src {} and index {} ({} words per element) for an index of shape {}: one "
+                                 "value of each per index element",
+                                 op, shape_str(src.shape()), shape_str(index.shape()), wide ? 2 : 1,
+                                 shape_str(index_shape)));
+  const int64_t total = shape_numel(out_shape);
+  const Shape src_shape = src.shape();
+  // The privatized scatter reads the index's values itself; run_scatter raises where it cannot run.
+  if (ctx.is_cuda() && ctx.policy().variant<ScatterAlgo>(layer, op::scatter_add) == ScatterAlgo::Privatized)
+    return scatter_rows(ctx, layer, op, src, index, n, 1, total, out_shape, 0,
+                        [index, wide, index_shape, dim, src_shape](Context& c, const Tensor& dout) {
+                          return gather_dim(c, dout, index, wide, index_shape, dim).reshape(src_shape);
+                        },
+                        dim_scatter(index_shape, dim, out_shape), wide);
+  const Tensor keys = scatter_dim_keys(ctx, index, wide, index_shape, dim, out_shape);
   // Keys repeat their positions' coordinates after dim (index and output agree there), so their low bits
   // agree modulo the largest power of two dividing that inner extent (cuda::ScatterRows).
   int64_t inner = 1;
@@ -304,8 +326,29 @@ Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, cons
   }
   int period_log2 = 0;
   while (same_inner && inner > 0 && period_log2 < 30 && inner % (int64_t(2) << period_log2) == 0) ++period_log2;
-  return scatter_rows(ctx, layer, op, src, keys, n, 1, shape_numel(out_shape), out_shape, period_log2,
-                      dim_scatter(index_shape, dim, out_shape));
+  return scatter_rows(ctx, layer, op, src, keys, n, 1, total, out_shape, period_log2,
+                      [keys, n, total, src_shape](Context& c, const Tensor& dout) {
+                        return gather_of(c, dout, keys, n, 1, total, src_shape);
+                      });
+}
+
+Tensor gather_dim(Context& ctx, const Tensor& table, const Tensor& index, bool wide, const Shape& index_shape,
+                  int dim) {
+  const std::string op = "gather_dim";
+  const Shape& ts = table.shape();
+  const int64_t n = check_dim_geometry(op, index_shape, dim, ts);
+  check_f32_on(ctx, table, op, "table");
+  check_i32_on(ctx, index, op, "index");
+  if (index.numel() != (wide ? 2 * n : n))
+    throw ShapeError(fmt::format("{}: {} words for an index of shape {} ({} per element)", op, index.numel(),
+                                 shape_str(index_shape), wide ? 2 : 1));
+  if (ctx.is_cuda() && privatized_refusal(ctx, dim_scatter(index_shape, dim, ts)).empty()) {
+    Tensor out = ctx.empty(index_shape);
+    cuda::gather_dim(ctx, table.f32(), index.i32(), wide, dim_scatter(index_shape, dim, ts), out.f32());
+    return out;
+  }
+  const Tensor keys = scatter_dim_keys(ctx, index, wide, index_shape, dim, ts);
+  return gather_of(ctx, table, keys, n, 1, table.numel(), index_shape);
 }
 
 std::string scatter_dim_privatized_refusal(const Context& ctx, const Shape& index_shape, int dim,

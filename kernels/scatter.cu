@@ -29,7 +29,8 @@
 //   the GPU's SM count. No atomics.
 // The privatized scatter along a dimension (deterministic, gpu_to_gpu; scatter_privatized_kernel says
 //   how): per chunk of positions, per destination, a sum in position order in shared memory; then the
-//   chunk sums in chunk order. Chunks depend on the shape alone. No atomics, no sort.
+//   chunk sums in chunk order. Chunks depend on the shape alone. No atomics, no sort. It reads the
+//   index's values along dim (no keys); gather_dim_kernel, its backward, too.
 // gather_rows_kernel, embedding_bag_fwd_kernel (one warp per bag, rows added in position order),
 // embedding_bag_sources_kernel: no cross-thread reductions, deterministic.
 #include <cub/device/device_radix_sort.cuh>
@@ -558,6 +559,7 @@ constexpr int kStagePitch = kPrivatizedCols + 1;    // a staged row's words: odd
                                                     // (32 rows, one word each) fall in 32 banks
 // Blocks wanted over the whole grid: chunks along dim are added until the columns fill about this many.
 constexpr int64_t kPrivBlocksWanted = 256;
+constexpr int kGatherDimThreads = 1024;  // the gather's block: its slice allows one block per SM at 4096 rows
 
 struct PrivatizedGrid {
   int64_t chunks = 1, chunk_rows = 0, groups = 0;
@@ -582,10 +584,24 @@ PrivatizedGrid privatized_grid(const DimScatter& g) {
 // shuffles), so each destination's lanes are adjacent and in lane order, and the last lane of each run
 // adds the run's values in lane order and adds that sum to the destination's bin. Steps, stages and lanes follow position order,
 // so each bin is its destination's sum over the chunk in position order, grouped by 32-position steps
-// (the bits scatter_privatized promises; gpu_scatter computes them on the host). A key that is not
-// (a * rows + r) * inner + b0 + c for some r in [0, rows) flags bad and adds nothing.
+// (the bits scatter_privatized promises; gpu_scatter computes them on the host). An index value outside
+// [0, rows) flags bad and adds nothing.
+// The index's value at a position, or -1 where it is outside [0, rows) (or past int32: wide words).
+template <bool kWide>
+__device__ __forceinline__ int32_t dim_value(const int32_t* __restrict__ index, int64_t pos, uint32_t rows) {
+  int32_t v;
+  if (kWide) {
+    const int2 w = reinterpret_cast<const int2*>(index)[pos];
+    v = w.y == 0 ? w.x : -1;  // in range needs 0 <= value < rows < 2^31: a high word of 0
+  } else {
+    v = index[pos];
+  }
+  return static_cast<uint32_t>(v) < rows ? v : -1;
+}
+
+template <bool kWide>
 __global__ void __launch_bounds__(kPrivThreads)
-    scatter_privatized_kernel(const float* __restrict__ src, const int32_t* __restrict__ keys, DimScatter g,
+    scatter_privatized_kernel(const float* __restrict__ src, const int32_t* __restrict__ index, DimScatter g,
                               PrivatizedGrid pg, float* __restrict__ partials, int32_t* bad) {
   extern __shared__ float smem[];
   const int rows = static_cast<int>(g.rows);
@@ -606,12 +622,10 @@ __global__ void __launch_bounds__(kPrivThreads)
   float* my_bins = bins + col * pitch;
   const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
   const int64_t b0 = group * kPrivatizedCols;
-  const int64_t first = a * g.extent * g.inner + b0;                               // position (a, 0, b0)
-  const int32_t key_base = static_cast<int32_t>(a * g.rows * g.inner + b0 + col);  // key of (a, 0, b0 + col)
-  const uint32_t inner = static_cast<uint32_t>(g.inner);
-  constexpr uint32_t kNoBin = 0x07ffffffu;  // sorts after every destination (rows < 2^27)
+  const int64_t first = a * g.extent * g.inner + b0;  // position (a, 0, b0)
+  constexpr uint32_t kNoBin = 0x07ffffffu;              // sorts after every destination (rows < 2^27)
   bool flagged = false;
-  // Each thread moves kLoads (value, key) pairs of a stage; the next stage's are loaded into registers
+  // Each thread moves kLoads (value, destination) pairs of a stage; the next stage's are loaded into registers
   // while the warps work on this one, so the loads' latency hides behind the sorting.
   constexpr int kLoads = kPrivatizedStageRows * kPrivatizedCols / kPrivThreads;
   float next_val[kLoads];
@@ -624,7 +638,7 @@ __global__ void __launch_bounds__(kPrivThreads)
       if (r < n) {
         const int64_t pos = first + (s0 + r) * g.inner + c;
         next_val[q] = src[pos];
-        next_key[q] = keys[pos];
+        next_key[q] = dim_value<kWide>(index, pos, static_cast<uint32_t>(rows));
       }
     }
   };
@@ -646,10 +660,9 @@ __global__ void __launch_bounds__(kPrivThreads)
       const int r = r0 + lane;
       uint32_t bin = kNoBin;
       if (r < n) {
-        const int32_t off = skey[r * kStagePitch + col] - key_base;  // r_dest * inner for a good key
-        const uint32_t dest = off >= 0 ? static_cast<uint32_t>(off) / inner : 0u;
-        if (off >= 0 && dest < static_cast<uint32_t>(rows) && dest * inner == static_cast<uint32_t>(off))
-          bin = dest;
+        const int32_t dest = skey[r * kStagePitch + col];
+        if (dest >= 0)
+          bin = static_cast<uint32_t>(dest);
         else
           flagged = true;
       }
@@ -703,6 +716,34 @@ __global__ void privatized_combine_kernel(const float* __restrict__ partials, in
     float s = partials[e];
     for (int64_t t = 1; t < chunks; ++t) s += partials[t * n + e];
     out[e] = s;
+  }
+}
+
+// One block per (chunk, outer coordinate a, group of kPrivatizedCols columns), the privatized scatter's
+// grid: the group's columns of table along dim in shared memory ([rows][kPrivatizedCols]), then each
+// position of the chunk reads its value's entry there.
+template <bool kWide>
+__global__ void __launch_bounds__(kGatherDimThreads)
+    gather_dim_kernel(const float* __restrict__ table, const int32_t* __restrict__ index, DimScatter g,
+                      PrivatizedGrid pg, float* __restrict__ out) {
+  extern __shared__ float slice[];
+  const int64_t group = blockIdx.x % pg.groups;
+  const int64_t a = (blockIdx.x / pg.groups) % g.outer;
+  const int64_t chunk = blockIdx.x / (pg.groups * g.outer);
+  const int64_t b0 = group * kPrivatizedCols;
+  const uint32_t rows = static_cast<uint32_t>(g.rows);
+  const float* tab = table + a * g.rows * g.inner + b0;
+  for (int e = threadIdx.x; e < static_cast<int>(rows) * kPrivatizedCols; e += kGatherDimThreads)
+    slice[e] = tab[int64_t(e / kPrivatizedCols) * g.inner + e % kPrivatizedCols];
+  __syncthreads();
+  const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
+  const int64_t first = (a * g.extent + i0) * g.inner + b0;
+  const int64_t n = (i1 - i0) * kPrivatizedCols;
+  for (int64_t e = threadIdx.x; e < n; e += kGatherDimThreads) {
+    const int c = static_cast<int>(e % kPrivatizedCols);
+    const int64_t pos = first + (e / kPrivatizedCols) * g.inner + c;
+    const int32_t v = dim_value<kWide>(index, pos, rows);
+    out[pos] = v >= 0 ? slice[v * kPrivatizedCols + c] : NAN;
   }
 }
 
@@ -828,13 +869,24 @@ void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t*
   cudaStream_t st = detail::stream_of(ctx);
   const PrivatizedGrid pg = privatized_grid(g);
   const std::size_t smem = scatter_privatized_smem(g.rows);
-  DITTO_CUDA_CHECK(cudaFuncSetAttribute(scatter_privatized_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
+  const auto kernel = p.wide ? scatter_privatized_kernel<true> : scatter_privatized_kernel<false>;
+  DITTO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   auto* partials = static_cast<float*>(workspace);
-  scatter_privatized_kernel<<<static_cast<unsigned>(scatter_privatized_blocks(p)), kPrivThreads, smem, st>>>(
-      p.src, p.index, g, pg, partials, bad);
+  kernel<<<static_cast<unsigned>(scatter_privatized_blocks(p)), kPrivThreads, smem, st>>>(p.src, p.index, g, pg,
+                                                                                          partials, bad);
   DITTO_CHECK_LAUNCH(ctx);
   privatized_combine_kernel<<<blocks_for(n), kThreads, 0, st>>>(partials, pg.chunks, n, out);
+  DITTO_CHECK_LAUNCH(ctx);
+}
+
+void gather_dim(Context& ctx, const float* table, const int32_t* index, bool wide, const DimScatter& g, float* out) {
+  if (g.outer * g.extent * g.inner == 0) return;
+  const PrivatizedGrid pg = privatized_grid(g);
+  const std::size_t smem = sizeof(float) * std::size_t(g.rows * kPrivatizedCols);
+  const auto kernel = wide ? gather_dim_kernel<true> : gather_dim_kernel<false>;
+  DITTO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(pg.chunks * g.outer * pg.groups), kGatherDimThreads, smem, detail::stream_of(ctx)>>>(
+      table, index, g, pg, out);
   DITTO_CHECK_LAUNCH(ctx);
 }
 

@@ -88,15 +88,27 @@ inline Var segment_sum(Context& ctx, const std::string& layer, const Var& data, 
 Tensor scatter_dim_keys(Context& ctx, const Tensor& index, bool wide, const Shape& index_shape, int dim,
                         const Shape& out_shape);
 
-// PyTorch's scatter_add along dim, given scatter_dim_keys' keys for (index_shape, dim, out_shape): out
-// (out_shape) = the sum into each key's element of src's values (src of any shape with one value per index
-// element, row-major). The same result, bit for bit, as scatter_add of src as rows of one float by keys
-// into numel(out_shape) rows, under the same knob (kind scatter_add, backward the gather): where the index
-// covers the output's whole extent after dim, keys repeat their positions' low bits, and the sorted
-// variant sorts fewer key bits (cuda::ScatterRows::key_period_log2). A key that breaks that (not from
-// scatter_dim_keys for this geometry) or is -1 (out of range) makes the GPU's output NaN; the CPU raises.
-Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& keys,
+// PyTorch's scatter_add along dim: out (out_shape) = the sum into each element named by the index (of
+// shape index_shape; i32 values, or with wide = true int64 values as (low, high) i32 words, as
+// scatter_dim_keys takes it) of src's values (src of any shape with one value per index element,
+// row-major). Knob `scatter` (kind scatter_add) under layer `layer`:
+// - privatized (GPU): sums straight from the index's values (no keys; scatter_dim_privatized_refusal
+//   says where it runs);
+// - sorted, atomic (and any variant on the CPU): scatter_dim_keys' keys, then the same result, bit for
+//   bit, as scatter_add of src as rows of one float by those keys into numel(out_shape) rows; where the
+//   index covers the output's whole extent after dim, keys repeat their positions' low bits and the
+//   sorted variant sorts fewer key bits (cuda::ScatterRows::key_period_log2).
+// A value outside [0, out_shape[dim]) makes the GPU's output NaN; the CPU raises a DataError naming it.
+// Backward: dsrc = gather_dim of dout by the index (deterministic).
+Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, bool wide,
                     const Shape& index_shape, int dim, const Shape& out_shape);
+
+// torch.gather(table, dim, index) with the index as scatter_dim_add takes it: out (index_shape)[e] = the
+// element of table at e's coordinates with the one along dim replaced by index[e]; NaN where that value is
+// outside [0, table.shape()[dim]) on the GPU, a DataError naming it on the CPU. Where the privatized
+// scatter runs the geometry, one kernel reads the index and keeps table's columns in shared memory;
+// elsewhere scatter_dim_keys then gather_rows. A copy: deterministic.
+Tensor gather_dim(Context& ctx, const Tensor& table, const Tensor& index, bool wide, const Shape& index_shape, int dim);
 
 // Why scatter=privatized cannot run scatter_dim_add for this geometry on ctx's device: empty where it
 // can (a CPU context runs its reference whatever the variant: empty there too). A geometry that no

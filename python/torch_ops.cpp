@@ -140,32 +140,29 @@ void bind_torch_ops(nb::module_& m) {
     Call c(dev, s, det, "scatter_add");
     return c.done({scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value()});
   });
+  // index: the index's values along dim as i32 words, two per value (low, high) where wide (a view of
+  // PyTorch's int64 index: no conversion pass); a value outside the extent (past int32 too) makes the
+  // GPU's output NaN and is a DataError naming it on the CPU.
   m.def("_torch_scatter_dim_add",
-        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle keys,
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index, bool wide,
            const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {
           Call c(dev, s, det, "scatter_add");
           // Layer "scatter_dim" (the policy pins the privatized scatter there) where that scatter runs this
           // geometry on this GPU; the sorted scatter of layer "scatter_add" elsewhere.
           if (scatter_dim_privatized_refusal(c.ctx(), shape_of(index_shape), dim, shape_of(out_shape)).empty())
             c.set_layer("scatter_dim");
-          return c.done({scatter_dim_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(keys), shape_of(index_shape), dim,
-                                         shape_of(out_shape))
+          return c.done({scatter_dim_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), wide, shape_of(index_shape),
+                                         dim, shape_of(out_shape))
                              .value()});
         });
-  // wide: index holds int64 values as (low, high) i32 words (a view of PyTorch's int64 index), read by
-  // the keys' own kernel rather than narrowed first (one pass over the index, not two); a value outside
-  // the extent is -1 on the GPU (the scatter's bad key: NaN output) and a DataError naming it on the CPU.
-  m.def("_torch_scatter_dim_keys",
-        [](const std::string& dev, std::intptr_t s, bool det, nb::handle index, bool wide,
-           const std::vector<int64_t>& index_shape, int dim, const std::vector<int64_t>& out_shape) {
+  // The gradient of a scatter along dim: torch.gather of it by the same index words (NaN where a value is
+  // out of range on the GPU).
+  m.def("_torch_gather_dim",
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle table, nb::handle index, bool wide,
+           const std::vector<int64_t>& index_shape, int dim) {
           Call c(dev, s, det, "scatter_add");
-          return c.done({scatter_dim_keys(c.ctx(), c.in(index), wide, shape_of(index_shape), dim, shape_of(out_shape))});
+          return c.done({gather_dim(c.ctx(), c.in(table), c.in(index), wide, shape_of(index_shape), dim)});
         });
-  // The gradient of a scatter: rows of table gathered by index (NaN for an out-of-range index on the GPU).
-  m.def("_torch_gather_rows", [](const std::string& dev, std::intptr_t s, bool det, nb::handle table, nb::handle index) {
-    Call c(dev, s, det, "scatter_add");
-    return c.done({gather_rows(c.ctx(), c.in(table), c.in(index))});
-  });
   m.def("_torch_embedding_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle index, int64_t rows) {
           Call c(dev, s, det, "embedding");

@@ -266,38 +266,57 @@ TEST_CASE("scatter_dim_keys on the CPU: a scatter's offsets along each dimension
   CHECK_THROWS_WITH(scatter_dim_keys(ctx, ctx.zeros({2}), false, {2}, 0, {4}), Contains("must be i32"));
 }
 
-TEST_CASE("scatter_dim_add on the CPU: the flat scatter_add's result in the output's shape, its gather backward") {
+TEST_CASE("scatter_dim_add and gather_dim on the CPU: the flat scatter_add's result in the output's shape, the "
+          "gather backward, int64 words, errors") {
   Context ctx;
   const Shape is = {2, 3, 2}, os = {3, 4, 3};
   const std::vector<int32_t> vals = {0, 1, 2, 1, 0, 1, 1, 0, 1, 1, 0, 0};
+  std::vector<int32_t> words;  // the same values as int64's (low, high) words
+  for (int32_t v : vals) words.insert(words.end(), {v, 0});
   const std::vector<float> src = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   for (int dim = 0; dim < 3; ++dim) {
-    INFO("dim " << dim);
-    const Tensor keys = scatter_dim_keys(ctx, ctx.from_host(vals, is), false, is, dim, os);
-    Var x(ctx.from_host(src, is), true);
-    Var y = scatter_dim_add(ctx, "seg", x, keys, is, dim, os);
-    CHECK(y.shape() == os);
-    const Var flat = scatter_add(ctx, "seg", Var(ctx.from_host(src, {12, 1})), keys, 36);
-    CHECK(y.value().to_host_f32() == flat.value().to_host_f32());
-    // Backward: each source element gets the output gradient at its destination.
-    std::vector<float> dy(36);
-    std::iota(dy.begin(), dy.end(), 1.f);
-    ctx.tape().backward(ctx, y, ctx.from_host(dy, os));
-    std::vector<float> want;
-    for (int32_t k : keys.to_host_i32()) want.push_back(dy[std::size_t(k)]);
-    CHECK(x.grad().to_host_f32() == want);
-    CHECK(x.grad().shape() == is);
-    ctx.tape().clear();
+    for (bool wide : {false, true}) {
+      INFO("dim " << dim << " wide " << wide);
+      const Tensor index = wide ? ctx.from_host(words, {24}) : ctx.from_host(vals, is);
+      const Tensor keys = scatter_dim_keys(ctx, index, wide, is, dim, os);
+      Var x(ctx.from_host(src, is), true);
+      Var y = scatter_dim_add(ctx, "seg", x, index, wide, is, dim, os);
+      CHECK(y.shape() == os);
+      const Var flat = scatter_add(ctx, "seg", Var(ctx.from_host(src, {12, 1})), keys, 36);
+      CHECK(y.value().to_host_f32() == flat.value().to_host_f32());
+      // Backward: each source element gets the output gradient at its destination (gather_dim).
+      std::vector<float> dy(36);
+      std::iota(dy.begin(), dy.end(), 1.f);
+      ctx.tape().backward(ctx, y, ctx.from_host(dy, os));
+      std::vector<float> want;
+      for (int32_t k : keys.to_host_i32()) want.push_back(dy[std::size_t(k)]);
+      CHECK(x.grad().to_host_f32() == want);
+      CHECK(x.grad().shape() == is);
+      const Tensor gathered = gather_dim(ctx, ctx.from_host(dy, os), index, wide, is, dim);
+      CHECK(gathered.shape() == is);
+      CHECK(gathered.to_host_f32() == want);
+      ctx.tape().clear();
+    }
   }
-  const Tensor keys = scatter_dim_keys(ctx, ctx.from_host(vals, is), false, is, 0, os);
-  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.from_host(src, {3, 4})), ctx.from_host(vals, {12}), is, 0,
-                                    {3, 4}),
+  const Tensor index = ctx.from_host(vals, is);
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.from_host(src, {3, 4})), ctx.from_host(vals, {12}), false, is,
+                                    0, {3, 4}),
                     Contains("the same rank"));
-  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.zeros({11})), keys, is, 0, os), Contains("one of each"));
-  std::vector<int32_t> bad_keys = keys.to_host_i32();
-  bad_keys[5] = -1;  // what scatter_dim_keys gives an out-of-range element on the GPU
-  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.from_host(src, is)), ctx.from_host(bad_keys, {12}), is, 0, os),
-                    Contains("position 5 has index -1"));
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.zeros({11})), index, false, is, 0, os),
+                    Contains("one value of each"));
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.zeros({12})), index, true, is, 0, os),
+                    Contains("2 words per element"));
+  std::vector<int32_t> bad = vals;
+  bad[5] = 3;  // past the extent along dim 0
+  CHECK_THROWS_WITH(scatter_dim_add(ctx, "seg", Var(ctx.from_host(src, is)), ctx.from_host(bad, is), false, is, 0, os),
+                    Contains("index element 5") && Contains("is 3"));
+  CHECK_THROWS_WITH(gather_dim(ctx, ctx.zeros(os), ctx.from_host(bad, is), false, is, 0),
+                    Contains("index element 5") && Contains("is 3"));
+  std::vector<int32_t> past = words;
+  past[11] = 1;  // element 5's high word: 2^32 + 1, not 1
+  CHECK_THROWS_WITH(gather_dim(ctx, ctx.zeros(os), ctx.from_host(past, {24}), true, is, 0), Contains("is 4294967297"));
+  CHECK_THROWS_WITH(gather_dim(ctx, ctx.zeros(os), index, true, is, 0), Contains("2 per element"));
+  CHECK_THROWS_WITH(gather_dim(ctx, ctx.zeros({3, 4}), index, false, is, 0), Contains("the same rank"));
 }
 
 TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest records the CPU reference") {
@@ -348,10 +367,10 @@ TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest
   const Shape is = {6, 8}, os = {3, 8};
   std::vector<int32_t> rows(48);
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i % 3);
-  const Tensor keys = scatter_dim_keys(cpu, cpu.from_host(rows, is), false, is, 0, os);
   CHECK(scatter_dim_privatized_refusal(cpu, is, 0, os).empty());
   CHECK_THAT(scatter_dim_privatized_refusal(cpu, {6, 9}, 0, os), Contains("larger than"));
-  const Var y = scatter_dim_add(cpu, "seg", Var(cpu.from_host(std::vector<float>(48, 1.0f), is)), keys, is, 0, os);
+  const Var y = scatter_dim_add(cpu, "seg", Var(cpu.from_host(std::vector<float>(48, 1.0f), is)),
+                                cpu.from_host(rows, is), false, is, 0, os);
   CHECK(y.value().to_host_f32() == std::vector<float>(24, 2.0f));
   CHECK(cpu.manifest().find("seg", "scatter")->variant == "cpu-reference");
 }

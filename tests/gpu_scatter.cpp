@@ -71,29 +71,40 @@ struct DimGeometry {
   int dim;
 };
 
-// scatter_dim_keys of a random index for `sh` (values uniform over the output's extent along dim).
-Tensor random_dim_keys(Context& gpu, std::mt19937_64& g, const DimGeometry& sh) {
+// A random index for `sh` (values uniform over the output's extent along dim).
+std::vector<int32_t> random_dim_values(std::mt19937_64& g, const DimGeometry& sh) {
   std::vector<int32_t> vals(static_cast<std::size_t>(shape_numel(sh.is)));
   for (auto& v : vals) v = int32_t(g() % uint64_t(sh.os[std::size_t(sh.dim)]));
-  return scatter_dim_keys(gpu, gpu.from_host(vals, sh.is), false, sh.is, sh.dim, sh.os);
+  return vals;
 }
 
-// scatter_dim_add along dim 0 of {20000, 64} into {4096, 64} under layer "seg" of gpu: position 1 given
-// position 0's key (another inner column), then given -1 (out of range); each output must be all NaN.
-void check_broken_keys_poison(Context& gpu, std::mt19937_64& g, uint64_t seed) {
-  const Shape is = {20000, 64}, os = {4096, 64};
-  const std::vector<int32_t> keys = random_dim_keys(gpu, g, {"", is, os, 0}).to_host_i32();
-  const Tensor src = gpu.from_host(test::random_vec(std::size_t(20000 * 64), seed), is);
-  for (int broken = 0; broken < 2; ++broken) {
-    INFO((broken == 0 ? "another column's key" : "key -1"));
-    std::vector<int32_t> k = keys;
-    k[1] = broken == 0 ? k[0] : -1;
-    const auto got = scatter_dim_add(gpu, "seg", Var(src), gpu.from_host(k, {20000 * 64}), is, 0, os).value()
-                         .to_host_f32();
+// The same values as int64 (low, high) words, on the device.
+Tensor wide_words(Context& gpu, const std::vector<int32_t>& v) {
+  return gpu.from_host(test::int64_words(std::vector<int64_t>(v.begin(), v.end())), {2 * int64_t(v.size())});
+}
+
+// scatter_dim_add along dim 0 of {20000, 64} into {4096, 64} under layer "seg" of gpu: position 1's value
+// out of range (4096; and 2^32 + 5 as int64 words, which narrowing would have made 5); each output must be
+// all NaN.
+void check_out_of_range_poison(Context& gpu, std::mt19937_64& g, uint64_t seed) {
+  const DimGeometry sh = {"", {20000, 64}, {4096, 64}, 0};
+  const std::vector<int32_t> vals = random_dim_values(g, sh);
+  const Tensor src = gpu.from_host(test::random_vec(std::size_t(20000 * 64), seed), sh.is);
+  const auto all_nan = [](const std::vector<float>& got) {
     std::size_t nans = 0;
     for (float v : got) nans += std::isnan(v);
-    CHECK(nans == got.size());
-  }
+    return nans == got.size();
+  };
+  std::vector<int32_t> v = vals;
+  v[1] = 4096;
+  CHECK(all_nan(scatter_dim_add(gpu, "seg", Var(src), gpu.from_host(v, sh.is), false, sh.is, 0, sh.os).value()
+                    .to_host_f32()));
+  std::vector<int64_t> w(vals.begin(), vals.end());
+  w[1] = (int64_t(1) << 32) + 5;
+  CHECK(all_nan(scatter_dim_add(gpu, "seg", Var(src), gpu.from_host(test::int64_words(w), {2 * 20000 * 64}), true,
+                                sh.is, 0, sh.os)
+                    .value()
+                    .to_host_f32()));
 }
 
 }  // namespace
@@ -284,9 +295,11 @@ TEST_CASE("gpu scatter_dim_add: the flat scatter_add's bits, its keys' low bits 
   for (const auto& sh : shapes) {
     INFO(sh.what);
     const int64_t n = shape_numel(sh.is), total = shape_numel(sh.os);
-    const Tensor keys = random_dim_keys(gpu, g, sh);
+    const std::vector<int32_t> vals = random_dim_values(g, sh);
+    const Tensor index = gpu.from_host(vals, sh.is);
+    const Tensor keys = scatter_dim_keys(gpu, index, false, sh.is, sh.dim, sh.os);
     const auto src = test::random_vec(std::size_t(n), seed + 1);
-    const Var y = scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), keys, sh.is, sh.dim, sh.os);
+    const Var y = scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), index, false, sh.is, sh.dim, sh.os);
     const Var flat = scatter_add(gpu, "seg", Var(gpu.from_host(src, {n, 1})), keys, total);
     CHECK(y.shape() == sh.os);
     const auto got = y.value().to_host_f32(), want = flat.value().to_host_f32();
@@ -296,9 +309,27 @@ TEST_CASE("gpu scatter_dim_add: the flat scatter_add's bits, its keys' low bits 
     for (float v : got) nans += std::isnan(v);
     CHECK(nans == 0);
   }
-  // dim 0 of {20000, 64}: a key of another position's low bits (broken period) and an out-of-range
-  // element (key -1) each make the whole output NaN rather than a sum in the wrong order.
-  check_broken_keys_poison(gpu, g, seed + 2);
+  // Out-of-range values make the whole output NaN.
+  check_out_of_range_poison(gpu, g, seed + 2);
+  // Keys that break the period scatter_dim_add promises the sorted kernels (another inner column's key)
+  // flag the problem rather than sum in another order: keys of {2000, 64} into {50, 64}, position 1 given
+  // position 0's key.
+  const DimGeometry sh = {"", {2000, 64}, {50, 64}, 0};
+  std::vector<int32_t> k = scatter_dim_keys(gpu, gpu.from_host(random_dim_values(g, sh), sh.is), false, sh.is, 0, sh.os)
+                               .to_host_i32();
+  k[1] = k[0];
+  const Tensor keys = gpu.from_host(k, {2000 * 64}), src = gpu.from_host(test::random_vec(2000 * 64, seed + 5), sh.is);
+  Tensor out = gpu.empty(sh.os), bad = gpu.zeros({1}, DType::I32);
+  cuda::ScatterRows p;
+  p.src = src.f32();
+  p.index = keys.i32();
+  p.m = 2000 * 64;
+  p.d = 1;
+  p.rows = 50 * 64;
+  p.key_period_log2 = 6;
+  Tensor ws = gpu.empty({int64_t(cuda::scatter_sorted_workspace(p) / 4 + 1)});
+  cuda::scatter_sorted(gpu, p, out.f32(), bad.i32(), ws.f32(), cuda::scatter_sorted_workspace(p));
+  CHECK(bad.to_host_i32()[0] == 1);
 }
 
 TEST_CASE("gpu scatter_add: backward gathers; out-of-range indices make the output NaN") {
@@ -594,7 +625,9 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
     INFO(sh.what);
     const int64_t n = shape_numel(sh.is);
     REQUIRE(scatter_dim_privatized_refusal(gpu, sh.is, sh.dim, sh.os).empty());
-    const Tensor keys = random_dim_keys(gpu, g, sh);
+    const std::vector<int32_t> vals = random_dim_values(g, sh);
+    const Tensor index = gpu.from_host(vals, sh.is);
+    const Tensor keys = scatter_dim_keys(gpu, index, false, sh.is, sh.dim, sh.os);
     const auto src = test::random_vec(std::size_t(n), seed + 3);
     cuda::DimScatter geo;
     geo.outer = shape_numel(Shape(sh.os.begin(), sh.os.begin() + sh.dim));
@@ -603,9 +636,13 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
     geo.rows = sh.os[std::size_t(sh.dim)];
     const auto want = privatized_order(src, keys.to_host_i32(), geo);
     std::vector<float> first;
-    for (int call = 0; call < 3; ++call) {
-      const auto got =
-          scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), keys, sh.is, sh.dim, sh.os).value().to_host_f32();
+    for (int call = 0; call < 4; ++call) {
+      // Calls 1 and 3 read the index as int64 words.
+      const bool wide = call % 2 == 1;
+      const auto got = scatter_dim_add(gpu, "seg", Var(gpu.from_host(src, sh.is)), wide ? wide_words(gpu, vals) : index,
+                                       wide, sh.is, sh.dim, sh.os)
+                           .value()
+                           .to_host_f32();
       REQUIRE(got.size() == want.size());
       CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
       if (call == 0) first = got;
@@ -616,18 +653,16 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
     CHECK(e.variant == "privatized");
     CHECK(e.guarantee == Guarantee::GpuToGpu);
   }
-  // A key of another column (position 1 given position 0's key) and an out-of-range element (key -1)
-  // each make the whole output NaN.
-  check_broken_keys_poison(gpu, g, seed + 4);
+  // Out-of-range values (narrow and wide) make the whole output NaN.
+  check_out_of_range_poison(gpu, g, seed + 4);
   // Where it cannot run, pinning it is an error that says why and names the variants that run everything.
   const auto refused = [&](const Shape& ish, int dim, const Shape& osh, const char* why) {
     INFO(why);
     const std::string said = scatter_dim_privatized_refusal(gpu, ish, dim, osh);
     CHECK_THAT(said, Catch::Contains(why));
     std::vector<int32_t> v(static_cast<std::size_t>(shape_numel(ish)), 0);
-    const Tensor k = scatter_dim_keys(gpu, gpu.from_host(v, ish), false, ish, dim, osh);
     const Tensor s = gpu.zeros(ish);
-    CHECK_THROWS_WITH(scatter_dim_add(gpu, "seg", Var(s), k, ish, dim, osh),
+    CHECK_THROWS_WITH(scatter_dim_add(gpu, "seg", Var(s), gpu.from_host(v, ish), false, ish, dim, osh),
                       Catch::Contains("scatter=privatized") && Catch::Contains(why) &&
                           Catch::Contains("scatter=sorted and scatter=atomic run every scatter"));
   };
@@ -636,4 +671,49 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
   refused({100, 40, 8}, 1, {100, 50, 16}, "along a dimension only");
   CHECK_THROWS_WITH(scatter_add(gpu, "seg", Var(gpu.zeros({10, 8})), gpu.zeros({10}, DType::I32), 4),
                     Catch::Contains("along a dimension only"));
+}
+
+TEST_CASE("gpu gather_dim: gather_rows' bits by the keys, in shared memory where the privatized scatter runs, NaN "
+          "out of range; scatter_dim_add's gradient") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  const DimGeometry shapes[] = {
+      {"dim 0, inner 64 into 4096 rows (shared memory)", {20000, 64}, {4096, 64}, 0},
+      {"dim 1 of 3, inner 16 (shared memory)", {3, 5000, 16}, {3, 37, 16}, 1},
+      {"inner 12 (keys, then gather_rows)", {100, 12}, {40, 12}, 0},
+      {"index smaller outside dim (keys)", {100, 40, 6}, {100, 50, 8}, 1},
+  };
+  Context gpu(Device::cuda(0), Policy::parse({"seg.scatter=privatized"}));
+  std::mt19937_64 g(seed);
+  for (const auto& sh : shapes) {
+    INFO(sh.what);
+    const int64_t n = shape_numel(sh.is), total = shape_numel(sh.os);
+    std::vector<int32_t> vals = random_dim_values(g, sh);
+    vals[std::size_t(n / 2)] = int32_t(sh.os[std::size_t(sh.dim)]);  // out of range: NaN there only
+    const Tensor index = gpu.from_host(vals, sh.is);
+    const Tensor table = gpu.from_host(test::random_vec(std::size_t(total), seed + 7), sh.os);
+    const Tensor keys = scatter_dim_keys(gpu, index, false, sh.is, sh.dim, sh.os);
+    const auto want = gather_rows(gpu, table.reshape({total, 1}), keys).to_host_f32();
+    for (bool wide : {false, true}) {
+      INFO("wide " << wide);
+      const Tensor got = gather_dim(gpu, table, wide ? wide_words(gpu, vals) : index, wide, sh.is, sh.dim);
+      CHECK(got.shape() == sh.is);
+      const auto h = got.to_host_f32();
+      REQUIRE(h.size() == want.size());
+      CHECK(std::memcmp(h.data(), want.data(), h.size() * sizeof(float)) == 0);
+      CHECK(std::isnan(h[std::size_t(n / 2)]));
+    }
+  }
+  // The privatized scatter's gradient is the gather of dout by the same index.
+  const DimGeometry sh = shapes[0];
+  const std::vector<int32_t> vals = random_dim_values(g, sh);
+  const Tensor index = gpu.from_host(vals, sh.is);
+  const Var src(gpu.from_host(test::random_vec(std::size_t(shape_numel(sh.is)), seed + 8), sh.is), true);
+  const Tensor dout = gpu.from_host(test::random_vec(std::size_t(shape_numel(sh.os)), seed + 9), sh.os);
+  Var y = scatter_dim_add(gpu, "seg", src, index, false, sh.is, sh.dim, sh.os);
+  gpu.tape().backward(gpu, y, dout);
+  const auto want = gather_dim(gpu, dout, index, false, sh.is, sh.dim).to_host_f32();
+  const auto got = src.grad().to_host_f32();
+  REQUIRE(got.size() == want.size());
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 }

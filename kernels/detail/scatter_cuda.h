@@ -20,8 +20,9 @@ namespace ditto::cuda {
 //
 // dim (scatter_dim_add sets it where the index has the output's shape outside dim): the problem is a
 // scatter along a dimension, positions [outer, extent, inner] row-major into an output [outer, rows,
-// inner], and index[j] (its key) is the output offset of position j's element. Only the privatized
-// variant reads it.
+// inner]. Only the privatized variant reads it, and for it index holds the index's own values along
+// dim (i32, or with wide int64 values as (low, high) i32 words), not keys: position j of (a, i, b)
+// adds into (a, index value, b).
 struct DimScatter {
   int64_t outer = 0, extent = 0, inner = 0, rows = 0;  // all zero: not a scatter along a dimension
 };
@@ -33,6 +34,7 @@ struct ScatterRows {
   int64_t m = 0, d = 0, rows = 0;
   int key_period_log2 = 0;
   DimScatter dim;
+  bool wide = false;  // privatized only: index holds two words per value
 };
 
 // Both variants overwrite out (rows x d) entirely: zeros where no index points.
@@ -69,11 +71,16 @@ PrivatizedChunks scatter_privatized_chunks(const DimScatter& g);
 int64_t scatter_privatized_blocks(const ScatterRows& p);
 // Workspace bytes (the chunk sums: chunks x outer x rows x inner floats); a function of p.dim only.
 std::size_t scatter_privatized_workspace(const ScatterRows& p);
-// Overwrites out (outer x rows x inner) entirely. A key that is out of range or is not the output offset
-// of its position's coordinates outside dim adds nothing and sets *bad (poison_if_flagged then makes the
-// output NaN, as for the other variants).
+// Overwrites out (outer x rows x inner) entirely. An index value outside [0, rows) (or past int32) adds
+// nothing and sets *bad (poison_if_flagged then makes the output NaN, as for the other variants).
 void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t* bad, void* workspace,
                         std::size_t workspace_bytes);
+// The gather along a dimension that is the privatized scatter's backward, for the same geometries:
+// out[(a, i, b)] = table[(a, index value, b)] over positions [outer, extent, inner], NaN where the
+// value is outside [0, rows) or past int32. One block per (chunk, outer, group of kPrivatizedCols
+// columns) holds its columns of table (rows x kPrivatizedCols floats, less than the scatter's bins) in
+// shared memory, so the random reads stay on the SM. A copy: deterministic.
+void gather_dim(Context& ctx, const float* table, const int32_t* index, bool wide, const DimScatter& g, float* out);
 // out[0 .. n) = NaN when *bad != 0 (read on the device).
 void poison_if_flagged(Context& ctx, const int32_t* bad, float* out, int64_t n);
 

@@ -290,44 +290,39 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     return _index_add(input, dim % max(input.dim(), 1), _idx(index), source, float(alpha), deterministic)
 
 
-@_op("ditto::scatter_dim_keys")
-def _scatter_dim_keys(index: Tensor, dim: int, out_shape: List[int]) -> Tensor:
-    # int64 indices cross as their two int32 words (a view, no conversion); the kernel widens them and
-    # treats a value outside int32 as out of range.
-    wide = index.dtype == torch.int64
-    words = index.contiguous().reshape(-1).view(torch.int32) if wide else _idx(index)
-    return _run("scatter_add", "_torch_scatter_dim_keys", True, index, words, wide, list(index.shape), dim,
-                list(out_shape))[0]
-
-
-@_scatter_dim_keys.register_fake
-def _(index, dim, out_shape):
-    return index.new_empty((index.numel(),), dtype=torch.int32)
+def _dim_words(index: Tensor) -> Tuple[Tensor, bool]:
+    # int64 indices cross as their two int32 words (a view, no conversion); ditto's kernels widen them and
+    # treat a value outside int32 as out of range.
+    if index.dtype == torch.int64:
+        return index.contiguous().reshape(-1).view(torch.int32), True
+    return _idx(index), False
 
 
 @_op("ditto::scatter_dim_add")
-def _scatter_dim_add(src: Tensor, keys: Tensor, index_shape: List[int], dim: int, out_shape: List[int],
-                     deterministic: bool) -> Tensor:
-    return _run("scatter_add", "_torch_scatter_dim_add", deterministic, src, _f32(src, "source"), keys,
-                list(index_shape), dim, list(out_shape))[0]
+def _scatter_dim_add(src: Tensor, index: Tensor, dim: int, out_shape: List[int], deterministic: bool) -> Tensor:
+    words, wide = _dim_words(index)
+    return _run("scatter_add", "_torch_scatter_dim_add", deterministic, src, _f32(src, "source"), words, wide,
+                list(index.shape), dim, list(out_shape))[0]
 
 
 @_scatter_dim_add.register_fake
-def _(src, keys, index_shape, dim, out_shape, deterministic):
+def _(src, index, dim, out_shape, deterministic):
     return src.new_empty(tuple(out_shape))
 
 
 def _scatter_dim_add_setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[1])
-    ctx.src_shape = inputs[0].shape
+    ctx.dim = inputs[2]
 
 
 def _scatter_dim_add_backward(ctx, grad):
-    (keys,) = ctx.saved_tensors
-    # ditto's gather of the output's elements as rows of one float: NaN where a key is -1 (out of
-    # range), as the forward's output already is.
-    rows = _run("scatter_add", "_torch_gather_rows", True, grad, grad.contiguous().view(-1, 1), keys)[0]
-    return rows.view(ctx.src_shape), None, None, None, None, None
+    (index,) = ctx.saved_tensors
+    # ditto's gather along dim by the same index: NaN where a value is out of range, as the forward's
+    # output already is (PyTorch's gather would stop the process with a device-side assert).
+    words, wide = _dim_words(index)
+    dsrc = _run("scatter_add", "_torch_gather_dim", True, grad, grad.contiguous(), words, wide, list(index.shape),
+                ctx.dim)[0]
+    return dsrc, None, None, None, None
 
 
 _scatter_dim_add.register_autograd(_scatter_dim_add_backward, setup_context=_scatter_dim_add_setup)
@@ -340,8 +335,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
     and raises on the CPU."""
     dim = dim % max(input.dim(), 1)
     src = src[tuple(slice(0, s) for s in index.shape)]
-    keys = _scatter_dim_keys(index, dim, list(input.shape))
-    return input + _scatter_dim_add(src.contiguous(), keys, list(index.shape), dim, list(input.shape), deterministic)
+    return input + _scatter_dim_add(src.contiguous(), index, dim, list(input.shape), deterministic)
 
 # ---- embedding and embedding_bag ------------------------------------------------------------------
 

@@ -205,5 +205,22 @@ def test_scatter_add_runs_the_privatized_scatter_where_it_fits_and_the_sort_else
     assert len(got) == 1
     assert dt.variants()["scatter_add"] == [{"knob": "scatter", "variant": "privatized", "guarantee": "gpu_to_gpu"}]
     torch.testing.assert_close(dt.scatter_add(base, 0, index, src), base.scatter_add(0, index, src))
+    # The backward (ditto's gather along dim, from shared memory) is torch.gather's copy, bit for bit;
+    # int32 and int64 indices give the same bits.
+    leaf = src.clone().requires_grad_()
+    dy = torch.rand(300, 64, device="cuda", generator=g)
+    dt.scatter_add(base, 0, index, leaf).backward(dy)
+    assert torch.equal(leaf.grad, torch.gather(dy, 0, index))
+    assert digest([dt.scatter_add(base, 0, index.int(), src)]) == digest([dt.scatter_add(base, 0, index, src)])
+    # Out of range where the privatized scatter runs: past the rows, and past int32 (2^32 + 5 is not 5):
+    # the output NaN, and the gradient NaN at that position only.
+    for bad in (300, 2**32 + 5):
+        broken = index.clone()
+        broken[7, 3] = bad
+        leaf = src.clone().requires_grad_()
+        out = dt.scatter_add(base, 0, broken, leaf)
+        assert out.isnan().all(), bad
+        out.backward(dy)
+        assert leaf.grad[7, 3].isnan() and leaf.grad.isnan().sum() == 1, bad
     dt.scatter_add(base[:, :6], 0, index[:, :6], src[:, :6])  # 6 inner columns: not a multiple of 8
     assert dt.variants()["scatter_add"][0]["variant"] == "sorted"
