@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 
 #include "engine/detail/cuda_state.h"
 #include "engine/detail/int64_words.h"
@@ -560,6 +561,7 @@ constexpr int kStagePitch = kPrivatizedCols + 1;    // a staged row's words: odd
 // Blocks wanted over the whole grid: chunks along dim are added until the columns fill about this many.
 constexpr int64_t kPrivBlocksWanted = 256;
 constexpr int kGatherDimThreads = 1024;  // the gather's block: its slice allows one block per SM at 4096 rows
+constexpr int kGatherDimUnroll = 8;      // positions per thread whose index words load together
 
 struct PrivatizedGrid {
   int64_t chunks = 1, chunk_rows = 0, groups = 0;
@@ -586,17 +588,23 @@ PrivatizedGrid privatized_grid(const DimScatter& g) {
 // so each bin is its destination's sum over the chunk in position order, grouped by 32-position steps
 // (the bits scatter_privatized promises; gpu_scatter computes them on the host). An index value outside
 // [0, rows) flags bad and adds nothing.
-// The index's value at a position, or -1 where it is outside [0, rows) (or past int32: wide words).
+// The index's words at a position (one i32, or an int64's (low, high) pair), loaded as they are so that a
+// prefetch does not wait for them; dim_value then checks them: the value, or -1 where it is outside
+// [0, rows) (or past int32).
 template <bool kWide>
-__device__ __forceinline__ int32_t dim_value(const int32_t* __restrict__ index, int64_t pos, uint32_t rows) {
-  int32_t v;
-  if (kWide) {
-    const int2 w = reinterpret_cast<const int2*>(index)[pos];
-    v = w.y == 0 ? w.x : -1;  // in range needs 0 <= value < rows < 2^31: a high word of 0
-  } else {
-    v = index[pos];
-  }
+using DimWord = std::conditional_t<kWide, int2, int32_t>;
+
+template <bool kWide>
+__device__ __forceinline__ DimWord<kWide> dim_word(const int32_t* __restrict__ index, int64_t pos) {
+  return reinterpret_cast<const DimWord<kWide>*>(index)[pos];
+}
+
+__device__ __forceinline__ int32_t dim_value(int32_t v, uint32_t rows) {
   return static_cast<uint32_t>(v) < rows ? v : -1;
+}
+__device__ __forceinline__ int32_t dim_value(int2 w, uint32_t rows) {
+  // In range needs 0 <= value < rows < 2^31: a high word of 0.
+  return w.y == 0 && static_cast<uint32_t>(w.x) < rows ? w.x : -1;
 }
 
 template <bool kWide>
@@ -629,7 +637,7 @@ __global__ void __launch_bounds__(kPrivThreads)
   // while the warps work on this one, so the loads' latency hides behind the sorting.
   constexpr int kLoads = kPrivatizedStageRows * kPrivatizedCols / kPrivThreads;
   float next_val[kLoads];
-  int32_t next_key[kLoads];
+  DimWord<kWide> next_word[kLoads];
   const auto load_stage = [&](int64_t s0) {
     const int n = static_cast<int>(min(int64_t(kPrivatizedStageRows), i1 - s0));
 #pragma unroll
@@ -638,7 +646,7 @@ __global__ void __launch_bounds__(kPrivThreads)
       if (r < n) {
         const int64_t pos = first + (s0 + r) * g.inner + c;
         next_val[q] = src[pos];
-        next_key[q] = dim_value<kWide>(index, pos, static_cast<uint32_t>(rows));
+        next_word[q] = dim_word<kWide>(index, pos);
       }
     }
   };
@@ -651,7 +659,7 @@ __global__ void __launch_bounds__(kPrivThreads)
       const int e = threadIdx.x + q * kPrivThreads, r = e / kPrivatizedCols, c = e % kPrivatizedCols;
       if (r < n) {
         sval[r * kStagePitch + c] = next_val[q];
-        skey[r * kStagePitch + c] = next_key[q];
+        skey[r * kStagePitch + c] = dim_value(next_word[q], static_cast<uint32_t>(rows));
       }
     }
     __syncthreads();
@@ -739,11 +747,24 @@ __global__ void __launch_bounds__(kGatherDimThreads)
   const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
   const int64_t first = (a * g.extent + i0) * g.inner + b0;
   const int64_t n = (i1 - i0) * kPrivatizedCols;
-  for (int64_t e = threadIdx.x; e < n; e += kGatherDimThreads) {
-    const int c = static_cast<int>(e % kPrivatizedCols);
-    const int64_t pos = first + (e / kPrivatizedCols) * g.inner + c;
-    const int32_t v = dim_value<kWide>(index, pos, rows);
-    out[pos] = v >= 0 ? slice[v * kPrivatizedCols + c] : NAN;
+  // kGatherDimUnroll positions' index words in flight per thread before any is used: the loads' latency,
+  // not the bandwidth, bounds a loop that waits for each.
+  const auto pos_of = [&](int64_t e) { return first + (e / kPrivatizedCols) * g.inner + e % kPrivatizedCols; };
+  for (int64_t e0 = threadIdx.x; e0 < n; e0 += int64_t(kGatherDimThreads) * kGatherDimUnroll) {
+    DimWord<kWide> w[kGatherDimUnroll];
+#pragma unroll
+    for (int u = 0; u < kGatherDimUnroll; ++u) {
+      const int64_t e = e0 + int64_t(u) * kGatherDimThreads;
+      if (e < n) w[u] = dim_word<kWide>(index, pos_of(e));
+    }
+#pragma unroll
+    for (int u = 0; u < kGatherDimUnroll; ++u) {
+      const int64_t e = e0 + int64_t(u) * kGatherDimThreads;
+      if (e < n) {
+        const int32_t v = dim_value(w[u], rows);
+        out[pos_of(e)] = v >= 0 ? slice[v * kPrivatizedCols + e % kPrivatizedCols] : NAN;
+      }
+    }
   }
 }
 
