@@ -76,6 +76,7 @@ class Call {
   }
   Context& ctx() { return *r_.ctx; }
   const std::string& layer() const { return layer_; }
+  void set_layer(std::string layer) { layer_ = std::move(layer); }
 
   // A PyTorch tensor as a ditto tensor over its memory (contiguous; `held` keeps a contiguous copy
   // alive for the call). int64 indices and labels cross as their words, narrowed in one kernel.
@@ -93,6 +94,16 @@ class Call {
         C10_THROW_ERROR(ValueError, c10::str("ditto.torch: ", what, " is ", python_dtype(c.scalar_type()),
                                              "; ditto takes float32, int32 and int64 (as indices)"));
     }
+  }
+  // An index as a scatter along a dimension reads it: int32 values, or int64 values as their (low,
+  // high) words without a conversion (*wide set); other dtypes as in().
+  Tensor in_dim_index(const at::Tensor& t, bool* wide) {
+    *wide = t.scalar_type() == at::kLong;
+    if (!*wide) return in(t, "index");
+    TORCH_CHECK_VALUE(t.device() == device_, "ditto.torch: tensors on ", t.device(), " and ", device_,
+                      "; one device per op");
+    const at::Tensor& c = held_.emplace_back(t.contiguous());
+    return wrap_external(*r_.ctx, c.data_ptr(), {2 * c.numel()}, DType::I32, {});
   }
   Tensor in_f32(const at::Tensor& t, const char* what) {
     TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat, "ditto.torch: ", what, " is ", python_dtype(t.scalar_type()),
@@ -266,6 +277,49 @@ struct IndexAdd : torch::autograd::Function<IndexAdd> {
   }
 };
 
+// ---- scatter_add along a dimension: src's values summed into input's (the gradient a gather) --------
+
+struct ScatterAdd : torch::autograd::Function<ScatterAdd> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t dim, const at::Tensor& index,
+                            const at::Tensor& src, bool deterministic) {
+    return rethrowing([&] {
+      Call c(src, deterministic, "scatter_add", "scatter_add");
+      const Shape ishape(index.sizes().begin(), index.sizes().end()), oshape(input.sizes().begin(), input.sizes().end());
+      // Layer "scatter_dim" (the policy pins the privatized scatter there) where that scatter runs this
+      // geometry on this GPU; the sorted scatter of layer "scatter_add" elsewhere.
+      if (scatter_dim_privatized_refusal(c.ctx(), ishape, static_cast<int>(dim), oshape).empty())
+        c.set_layer("scatter_dim");
+      bool wide = false;
+      const Tensor words = c.in_dim_index(index, &wide);
+      const Tensor summed = scatter_dim_add(c.ctx(), c.layer(), Var(c.in_f32(src, "source")), words, wide, ishape,
+                                            static_cast<int>(dim), oshape)
+                                .value();
+      c.record();
+      ctx->save_for_backward({index});
+      ctx->saved_data["dim"] = dim;
+      return input + c.out(summed, input.sizes());
+    });
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor dsrc;  // needs_input_grad counts the tensor arguments: input 0, index 1, src 2
+    if (ctx->needs_input_grad(2)) {
+      dsrc = rethrowing([&] {
+        const at::Tensor index = ctx->get_saved_variables()[0];
+        // ditto's gather along dim: NaN where a value is out of range, as the forward's output already
+        // is (PyTorch's gather would stop the process with a device-side assert).
+        Call c(grads[0], true, "scatter_add", "scatter_add");
+        bool wide = false;
+        const Tensor words = c.in_dim_index(index, &wide);
+        const Tensor g = gather_dim(c.ctx(), c.in_f32(grads[0], "grad"), words, wide,
+                                    Shape(index.sizes().begin(), index.sizes().end()),
+                                    static_cast<int>(ctx->saved_data["dim"].toInt()));
+        return c.out(g, index.sizes());
+      });
+    }
+    return {ctx->needs_input_grad(0) ? grads[0] : at::Tensor(), at::Tensor(), at::Tensor(), dsrc, at::Tensor()};
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor> pixel_nll(const at::Tensor& log_probs, const at::Tensor& labels,
                                              int64_t ignore_index, bool deterministic) {
   const variable_list out = PixelLoss<Nll>::apply(log_probs, labels, ignore_index, deterministic);
@@ -281,6 +335,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> pixel_cross_entropy(const at::Ten
 at::Tensor index_add(const at::Tensor& input, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                      double alpha, bool deterministic) {
   return IndexAdd::apply(input, dim, index, source, alpha, deterministic);
+}
+
+at::Tensor scatter_add(const at::Tensor& input, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                       bool deterministic) {
+  return ScatterAdd::apply(input, dim, index, src, deterministic);
 }
 
 // Every op's latest record: "op\tnanoseconds\tknob\tvariant\tguarantee[\tknob\tvariant\tguarantee...]".
@@ -304,6 +363,7 @@ TORCH_LIBRARY(ditto_native, m) {
   m.def("pixel_cross_entropy(Tensor logits, Tensor labels, int ignore_index, bool deterministic) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("index_add(Tensor input, int dim, Tensor index, Tensor source, float alpha, bool deterministic) -> Tensor");
+  m.def("scatter_add(Tensor input, int dim, Tensor index, Tensor src, bool deterministic) -> Tensor");
   m.def("latest_variants() -> str[]", &ditto::py::latest_variants);
 }
 
@@ -312,4 +372,5 @@ TORCH_LIBRARY_IMPL(ditto_native, CompositeImplicitAutograd, m) {
   m.impl("pixel_nll", &ditto::py::pixel_nll);
   m.impl("pixel_cross_entropy", &ditto::py::pixel_cross_entropy);
   m.impl("index_add", &ditto::py::index_add);
+  m.impl("scatter_add", &ditto::py::scatter_add);
 }

@@ -298,34 +298,37 @@ def _dim_words(index: Tensor) -> Tuple[Tensor, bool]:
     return _idx(index), False
 
 
-@_op("ditto::scatter_dim_add")
-def _scatter_dim_add(src: Tensor, index: Tensor, dim: int, out_shape: List[int], deterministic: bool) -> Tensor:
+@_op("ditto::scatter_add")
+def _scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, deterministic: bool) -> Tensor:
     words, wide = _dim_words(index)
-    return _run("scatter_add", "_torch_scatter_dim_add", deterministic, src, _f32(src, "source"), words, wide,
-                list(index.shape), dim, list(out_shape))[0]
+    summed = _run("scatter_add", "_torch_scatter_dim_add", deterministic, src, _f32(src, "source"), words, wide,
+                  list(index.shape), dim, list(input.shape))[0]
+    return input + summed
 
 
-@_scatter_dim_add.register_fake
-def _(src, index, dim, out_shape, deterministic):
-    return src.new_empty(tuple(out_shape))
+@_scatter_add.register_fake
+def _(input, dim, index, src, deterministic):
+    return input.new_empty(input.shape)
 
 
-def _scatter_dim_add_setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
-    ctx.dim = inputs[2]
+def _scatter_add_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[2])
+    ctx.dim = inputs[1]
 
 
-def _scatter_dim_add_backward(ctx, grad):
+def _scatter_add_backward(ctx, grad):
     (index,) = ctx.saved_tensors
-    # ditto's gather along dim by the same index: NaN where a value is out of range, as the forward's
-    # output already is (PyTorch's gather would stop the process with a device-side assert).
-    words, wide = _dim_words(index)
-    dsrc = _run("scatter_add", "_torch_gather_dim", True, grad, grad.contiguous(), words, wide, list(index.shape),
-                ctx.dim)[0]
-    return dsrc, None, None, None, None
+    dsrc = None
+    if ctx.needs_input_grad[3]:
+        # ditto's gather along dim by the same index: NaN where a value is out of range, as the forward's
+        # output already is (PyTorch's gather would stop the process with a device-side assert).
+        words, wide = _dim_words(index)
+        dsrc = _run("scatter_add", "_torch_gather_dim", True, grad, _f32(grad, "grad"), words, wide,
+                    list(index.shape), ctx.dim)[0]
+    return grad, None, None, dsrc, None
 
 
-_scatter_dim_add.register_autograd(_scatter_dim_add_backward, setup_context=_scatter_dim_add_setup)
+_scatter_add.register_autograd(_scatter_add_backward, setup_context=_scatter_add_setup)
 
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, deterministic: bool = True) -> Tensor:
@@ -335,7 +338,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor, *, determin
     and raises on the CPU."""
     dim = dim % max(input.dim(), 1)
     src = src[tuple(slice(0, s) for s in index.shape)]
-    return input + _scatter_dim_add(src.contiguous(), index, dim, list(input.shape), deterministic)
+    return _scatter_add(input, dim, _idx(index), src, deterministic)
 
 # ---- embedding and embedding_bag ------------------------------------------------------------------
 

@@ -227,7 +227,8 @@ def _both_paths(op, args, wrt):
 @pytest.mark.parametrize("labels", [torch.int64, torch.int32])
 def test_the_cpp_operators_give_the_python_paths_bits(labels):
     torch.manual_seed(5)
-    assert dt.native_ops() == ["ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll"]
+    assert dt.native_ops() == ["ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll",
+                               "ditto::scatter_add"]
     logits = torch.randn(2, 5, 4, 3, requires_grad=True)
     target = torch.randint(0, 5, (2, 4, 3)).to(labels)
     target[1, 0, 2] = 3  # an ignored pixel
@@ -237,6 +238,10 @@ def test_the_cpp_operators_give_the_python_paths_bits(labels):
     index = torch.randint(0, 6, (9,)).to(labels)
     cases += [(dt._index_add, (base, 1, index, source, 2.5, True), [base, source]),
               (dt._index_add, (base.detach(), 1, index, source, 1.0, False), [source])]
+    grid, src = torch.randn(4, 6, 5, requires_grad=True), torch.randn(4, 9, 5, requires_grad=True)
+    along = torch.randint(0, 6, (4, 9, 5)).to(labels)
+    cases += [(dt._scatter_add, (grid, 1, along, src, True), [grid, src]),
+              (dt._scatter_add, (grid.detach(), 1, along, src, False), [src])]
     for op, args, wrt in cases:
         native, python = _both_paths(op, args, wrt)
         assert len(native) == len(python)
@@ -258,8 +263,15 @@ def test_the_cpp_operators_raise_dittos_errors_and_record_their_variants():
     # The two paths stamp their records by one clock: a later call on the Python path (scatter_add's)
     # is the newer record.
     native = {row.split("\t")[0]: int(row.split("\t")[1]) for row in dt._native.latest_variants()}
-    dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 2, 1]]), torch.ones(1, 3))
+    saved, dt._scatter_add.native = dt._scatter_add.native, None
+    try:
+        dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 2, 1]]), torch.ones(1, 3))
+    finally:
+        dt._scatter_add.native = saved
     assert native["scatter_add"] < dt._latest["scatter_add"][0] < time.monotonic_ns()
+    # scatter_add's operator raises ditto's errors as the Python path does.
+    with pytest.raises(ditto.DataError, match="is 3, outside \\[0, 3\\)"):
+        dt.scatter_add(torch.zeros(2, 3), 1, torch.tensor([[0, 3, 1]]), torch.ones(1, 3))
 
 
 @pytest.mark.skipif(not dt.native_ops(), reason="ditto was built without PyTorch's C++ operators")
