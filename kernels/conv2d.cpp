@@ -124,6 +124,8 @@ DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
                                    {"fft_tiling", kRun, kLib, "cuDNN FFT_TILING"},
                                    {"ditto-gemm", kRun, kOwn, "per-item GEMMs on cuBLAS, folded in item order"},
                                    {"ditto-direct", kGpu, kOwn, "fixed-tree partial sums, no library"},
+                                   {"ditto-winograd", kRun, kOwn,
+                                    "Winograd F(3x3, 2x2) transforms, GEMMs on cuBLAS over parts folded in order"},
                                    kEngineVariant, kEngineFirstVariant},
                                   "", true, "the weight-gradient algorithm"})
 DITTO_KNOB(conv_precision_knob, {op::conv2d, "precision", precision_variants(), "fp32", false,
@@ -406,18 +408,22 @@ struct BwdFilterTraits {
   }
   static bool own_supports(int a, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
     if (!own_form_supported(f, why)) return false;
+    if (a == int(ConvBwdFilterAlgo::DittoWinograd)) return own::winograd_supports(g, why);
     return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, true, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
+    if (a == int(ConvBwdFilterAlgo::DittoWinograd)) return own::plan_winograd(g).workspace_bytes();
     return a == int(ConvBwdFilterAlgo::DittoGemm) ? own::plan_gemm(g, true).workspace_bytes()
                                                   : own::direct_filter_workspace_bytes(g);
   }
-  static Impl own_impl(int a) { return a == int(ConvBwdFilterAlgo::DittoGemm) ? Impl::Library : Impl::Ditto; }
+  // ditto-gemm and ditto-winograd sum on cuBLAS; ditto-direct uses no library.
+  static Impl own_impl(int a) { return a == int(ConvBwdFilterAlgo::DittoDirect) ? Impl::Ditto : Impl::Library; }
   static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
     const auto* x = static_cast<const float*>(o.x);
     const auto* dy = static_cast<const float*>(o.dy);
     auto* dw = static_cast<float*>(o.out);
     if (a == int(ConvBwdFilterAlgo::DittoGemm)) cuda::conv_bwd_filter_gemm(ctx, g, x, dy, dw, ws, tf32);
+    else if (a == int(ConvBwdFilterAlgo::DittoWinograd)) cuda::conv_bwd_filter_winograd(ctx, g, x, dy, dw, ws, tf32);
     else cuda::conv_bwd_filter_direct(ctx, g, x, dy, dw, ws);
   }
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
@@ -1143,6 +1149,12 @@ std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& d
   for (const auto& i : algos_impl(ctx, direction, x, w, p, ConvForm{precision, layout}, false))
     names.push_back(i.name);
   return names;
+}
+
+std::string conv_winograd_filter_refusal(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  const ConvSpec spec{x, w, conv2d_output_shape("conv2d", x, w, p), p};
+  std::string why;
+  return own::winograd_supports(spec.geom(), &why) ? std::string() : why;
 }
 
 }  // namespace ditto

@@ -41,6 +41,8 @@ namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 //                 is summed over (c, r, s) in ascending order, so an example's result does not depend
 //                 on the batch size or its position in the batch (batch-invariant; slower than cuDNN,
 //                 deterministic and heuristic never pick it; fastest and a tuning file only where it times fastest)
+//   ditto-winograd (bwd_filter) Winograd F(3x3, 2x2) transforms of ditto's own, the sums over tiles as
+//                 cuBLAS GEMMs over shape-fixed parts folded in order (3x3, stride 1, one group)
 // and, last in every direction, cuDNN's backend (graph) API:
 //   engine        the first engine configuration heuristic mode A lists
 //                 for the problem whose numerical notes allow it — not NONDETERMINISTIC, not
@@ -67,7 +69,8 @@ enum class ConvBwdDataAlgo {
   Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, Engine, EngineFirst
 };
 enum class ConvBwdFilterAlgo {
-  Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, Engine, EngineFirst
+  Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, DittoWinograd, Engine,
+  EngineFirst
 };
 const KnobSpec& conv_fwd_knob();
 const KnobSpec& conv_bwd_data_knob();
@@ -158,5 +161,10 @@ std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& d
                                               const Shape& w, const Conv2dParams& p,
                                               Precision precision = Precision::Fp32,
                                               ConvLayout layout = ConvLayout::Nchw);
+
+// Why bwd_filter=ditto-winograd cannot run this convolution (empty where it can): a function of the
+// geometry alone, for callers that pin it where it runs (ditto.torch's conv2d). Shapes are checked as by
+// conv2d_output_shape.
+std::string conv_winograd_filter_refusal(const Shape& x, const Shape& w, const Conv2dParams& p);
 
 }  // namespace ditto

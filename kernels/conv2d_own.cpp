@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include "kernels/detail/conv2d_own.h"
 
@@ -116,6 +117,89 @@ int64_t direct_filter_parts(const ConvGeom& g) {
 
 std::size_t direct_filter_workspace_bytes(const ConvGeom& g) {
   return std::size_t(direct_filter_parts(g) * g.K * g.CRSg()) * sizeof(float);
+}
+
+bool winograd_supports(const ConvGeom& g, std::string* why) {
+  auto no = [&](std::string s) {
+    if (why) *why = std::move(s);
+    return false;
+  };
+  if (g.R != 3 || g.S != 3 || g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1 || g.G != 1)
+    return no(fmt::format("ditto-winograd takes 3x3 filters with stride 1, dilation 1 and one group (this one: "
+                          "{}x{}, stride {}x{}, dilation {}x{}, {} groups); ditto-gemm takes any",
+                          g.R, g.S, g.sh, g.sw, g.dh, g.dw, g.G));
+  if (g.ph > 2 || g.pw > 2)
+    return no(fmt::format("ditto-winograd takes padding of at most 2 (this one: {}x{})", g.ph, g.pw));
+  const WinogradPlan p = plan_winograd(g);
+  if (p.part_positions() > INT_MAX || g.K > INT_MAX || g.C > INT_MAX || 16 * p.parts_per_chunk > INT_MAX ||
+      int64_t(p.u_floats + p.v_floats) > INT64_MAX / 8)
+    return no("a GEMM dimension exceeds cuBLAS's int range");
+  return true;
+}
+
+WinogradPlan plan_winograd(const ConvGeom& g) {
+  WinogradPlan p;
+  p.tiles_h = ceil_div(g.Ho, 2);
+  p.tiles_w = ceil_div(g.Wo, 2);
+  const int64_t tiles = std::max<int64_t>(1, p.tiles());
+  p.images_per_part = std::max<int64_t>(1, std::min(g.N, ceil_div(kWinogradPositions, tiles)));
+  p.parts = std::max<int64_t>(1, ceil_div(g.N, p.images_per_part));
+  // Transformed tiles of a part: 16 elements x (K + C) rows x the part's positions.
+  const std::size_t per_part = std::size_t(16 * (g.K + g.C) * p.part_positions() + 16 * g.K * g.C) * sizeof(float);
+  p.parts_per_chunk = std::max<int64_t>(1, std::min<int64_t>(p.parts, int64_t(kChunkBytes / std::max<std::size_t>(1, per_part))));
+  p.u_floats = std::size_t(16 * p.parts_per_chunk * g.K * p.part_positions());
+  p.v_floats = std::size_t(16 * p.parts_per_chunk * g.C * p.part_positions());
+  p.m_floats = std::size_t(16 * p.parts_per_chunk * g.K * g.C);
+  p.acc_floats = std::size_t(16 * g.K * g.C);
+  return p;
+}
+
+void winograd_filter_cpu(const ConvGeom& g, const float* x, const float* dy, float* dw) {
+  const WinogradPlan p = plan_winograd(g);
+  const int64_t T = p.tiles(), P = p.part_positions();
+  std::vector<float> v(std::size_t(16 * g.C * P)), u(std::size_t(16 * g.K * P)), acc(std::size_t(16 * g.K * g.C));
+  for (int64_t part = 0; part < p.parts; ++part) {
+    // The part's transformed tiles: [16][C][P] and [16][K][P], zero for padding images.
+    for (int64_t q = 0; q < P; ++q) {
+      const int64_t n = part * p.images_per_part + q / T, t = q % T;
+      const int64_t h0 = 2 * (t / p.tiles_w), w0 = 2 * (t % p.tiles_w);
+      for (int64_t c = 0; c < g.C; ++c) {
+        float d[16], tt[16];
+        for (int a = 0; a < 4; ++a)
+          for (int b = 0; b < 4; ++b) {
+            const int64_t h = h0 - g.ph + a, w = w0 - g.pw + b;
+            d[a * 4 + b] = n < g.N && h >= 0 && h < g.H && w >= 0 && w < g.W ? x[((n * g.C + c) * g.H + h) * g.W + w] : 0.f;
+          }
+        winograd_input_tile(d, tt);
+        for (int e = 0; e < 16; ++e) v[std::size_t((e * g.C + c) * P + q)] = tt[e];
+      }
+      for (int64_t k = 0; k < g.K; ++k) {
+        float gt[4], uu[16];
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const int64_t h = h0 + a, w = w0 + b;
+            gt[a * 2 + b] = n < g.N && h < g.Ho && w < g.Wo ? dy[((n * g.K + k) * g.Ho + h) * g.Wo + w] : 0.f;
+          }
+        winograd_grad_tile(gt, uu);
+        for (int e = 0; e < 16; ++e) u[std::size_t((e * g.K + k) * P + q)] = uu[e];
+      }
+    }
+    for (int e = 0; e < 16; ++e)
+      for (int64_t k = 0; k < g.K; ++k)
+        for (int64_t c = 0; c < g.C; ++c) {
+          float sum = 0.f;
+          for (int64_t q = 0; q < P; ++q) sum += u[std::size_t((e * g.K + k) * P + q)] * v[std::size_t((e * g.C + c) * P + q)];
+          float& a = acc[std::size_t((e * g.K + k) * g.C + c)];
+          a = part == 0 ? sum : a + sum;
+        }
+  }
+  for (int64_t k = 0; k < g.K; ++k)
+    for (int64_t c = 0; c < g.C; ++c) {
+      float m[16], y[9];
+      for (int e = 0; e < 16; ++e) m[e] = acc[std::size_t((e * g.K + k) * g.C + c)];
+      winograd_output_tile(m, y);
+      for (int r = 0; r < 9; ++r) dw[(k * g.C + c) * 9 + r] = y[r];
+    }
 }
 
 }  // namespace ditto::own

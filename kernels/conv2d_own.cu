@@ -428,6 +428,80 @@ void conv_fwd_direct_as(Context& ctx, const ConvGeom& g, const float* x, const f
   }
 }
 
+// ---- ditto-winograd bwd_filter (kernels/detail/conv2d_own.h) ---------------------------------------
+
+// One thread per (part of the chunk, channel c, position q of the part): the 4x4 window of x around
+// tile q's dY tile, transformed, written to v[e][part][c][q] (consecutive threads: consecutive q).
+__global__ void winograd_input_kernel(ConvGeom g, own::WinogradPlan p, const float* __restrict__ x, int64_t part0,
+                                      int64_t parts, float* __restrict__ v) {
+  const int64_t P = p.part_positions(), T = p.tiles(), total = parts * g.C * P;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = i % P, c = (i / P) % g.C, pl = i / (P * g.C);
+    const int64_t n = (part0 + pl) * p.images_per_part + q / T, t = q % T;
+    const int64_t h0 = 2 * (t / p.tiles_w) - g.ph, w0 = 2 * (t % p.tiles_w) - g.pw;
+    float d[16], e[16];
+    const float* xc = x + (n * g.C + c) * g.H * g.W;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int64_t h = h0 + a, w = w0 + b;
+        d[a * 4 + b] = n < g.N && h >= 0 && h < g.H && w >= 0 && w < g.W ? __ldg(xc + h * g.W + w) : 0.f;
+      }
+    own::winograd_input_tile(d, e);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) v[((k * parts + pl) * g.C + c) * P + q] = e[k];
+  }
+}
+
+// One thread per (part of the chunk, channel k, position q): tile q of dY[k] (zero past dY's edge or a
+// padding image), transformed, written to u[e][part][k][q].
+__global__ void winograd_grad_kernel(ConvGeom g, own::WinogradPlan p, const float* __restrict__ dy, int64_t part0,
+                                     int64_t parts, float* __restrict__ u) {
+  const int64_t P = p.part_positions(), T = p.tiles(), total = parts * g.K * P;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = i % P, k = (i / P) % g.K, pl = i / (P * g.K);
+    const int64_t n = (part0 + pl) * p.images_per_part + q / T, t = q % T;
+    const int64_t h0 = 2 * (t / p.tiles_w), w0 = 2 * (t % p.tiles_w);
+    float gt[4], e[16];
+    const float* dk = dy + (n * g.K + k) * g.Ho * g.Wo;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int64_t h = h0 + a, w = w0 + b;
+        gt[a * 2 + b] = n < g.N && h < g.Ho && w < g.Wo ? __ldg(dk + h * g.Wo + w) : 0.f;
+      }
+    own::winograd_grad_tile(gt, e);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) u[((j * parts + pl) * g.K + k) * P + q] = e[j];
+  }
+}
+
+// acc[e][k][c] = (first ? m[e][0] : acc + m[e][0]) + m[e][1] + ... over the chunk's parts, left to right.
+__global__ void winograd_fold_kernel(const float* __restrict__ m, int64_t parts, int64_t kc, bool first,
+                                     float* __restrict__ acc) {
+  const int64_t total = 16 * kc;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i / kc, r = i % kc;
+    float s = first ? m[(e * parts) * kc + r] : acc[i] + m[(e * parts) * kc + r];
+    for (int64_t pl = 1; pl < parts; ++pl) s += m[(e * parts + pl) * kc + r];
+    acc[i] = s;
+  }
+}
+
+// One thread per (k, c): dW[k][c] = At acc[.][k][c] A.
+__global__ void winograd_output_kernel(int64_t kc, const float* __restrict__ acc, float* __restrict__ dw) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < kc; i += int64_t(gridDim.x) * blockDim.x) {
+    float m[16], y[9];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) m[e] = acc[e * kc + i];
+    own::winograd_output_tile(m, y);
+#pragma unroll
+    for (int r = 0; r < 9; ++r) dw[i * 9 + r] = y[r];
+  }
+}
+
 }  // namespace
 
 void conv_fwd_direct(Context& ctx, const ConvGeom& g, const float* x, const float* w, float* y) {
@@ -548,6 +622,43 @@ void conv_bwd_filter_direct(Context& ctx, const ConvGeom& g, const float* x, con
   else launch(dw_bwd_filter_kernel<0, 0, int32_t>, dw_bwd_filter_kernel<0, 0, int64_t>);
   DITTO_CHECK_LAUNCH(ctx);
   fold(ctx, dw, partials, parts, g.K * taps, true);
+}
+
+}  // namespace ditto::cuda
+
+namespace ditto::cuda {
+
+void conv_bwd_filter_winograd(Context& ctx, const ConvGeom& g, const float* x, const float* dy, float* dw, void* ws,
+                              bool tf32) {
+  if (g.K == 0 || g.C == 0) return;
+  const own::WinogradPlan p = own::plan_winograd(g);
+  const int64_t kc = g.K * g.C;
+  if (g.N == 0 || g.HoWo() == 0) {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * std::size_t(kc * 9), detail::stream_of(ctx)));
+    return;
+  }
+  float* u = static_cast<float*>(ws);
+  float* v = u + p.u_floats;
+  float* m = v + p.v_floats;
+  float* acc = m + p.m_floats;
+  const int64_t P = p.part_positions();
+  cudaStream_t st = detail::stream_of(ctx);
+  detail::CublasModes modes(detail::cuda_state(ctx).cublas, /*allow_atomics=*/false);
+  for (int64_t part0 = 0; part0 < p.parts; part0 += p.parts_per_chunk) {
+    const int64_t parts = std::min(p.parts_per_chunk, p.parts - part0);
+    winograd_input_kernel<<<blocks_for(parts * g.C * P), kThreads, 0, st>>>(g, p, x, part0, parts, v);
+    DITTO_CHECK_LAUNCH(ctx);
+    winograd_grad_kernel<<<blocks_for(parts * g.K * P), kThreads, 0, st>>>(g, p, dy, part0, parts, u);
+    DITTO_CHECK_LAUNCH(ctx);
+    // Batch b = e * parts + part: m_b (C x K column-major, i.e. [k][c]) = v_b^T u_b over the part's
+    // positions.
+    const Gemm q{CUBLAS_OP_T, CUBLAS_OP_N, g.C, g.K, P, v, P, g.C * P, u, P, g.K * P, m, g.C, kc, 16 * parts};
+    run_gemm(ctx, q, tf32);
+    winograd_fold_kernel<<<blocks_for(16 * kc), kThreads, 0, st>>>(m, parts, kc, part0 == 0, acc);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
+  winograd_output_kernel<<<blocks_for(kc), kThreads, 0, st>>>(kc, acc, dw);
+  DITTO_CHECK_LAUNCH(ctx);
 }
 
 }  // namespace ditto::cuda

@@ -310,6 +310,9 @@ void bind_torch_ops(nb::module_& m) {
           Call c(dev, s, det, "conv2d");
           const Conv2dParams p = conv_params(stride, padding, dilation, groups);
           const Tensor g = c.in(dy), xt = c.in(x), wt = c.in(w);
+          // Layer "conv2d_winograd" (its policy pins bwd_filter=ditto-winograd) where ditto's Winograd
+          // weight gradient runs the geometry; ditto-gemm's layer "conv2d" elsewhere.
+          if (det && conv_winograd_filter_refusal(xt.shape(), wt.shape(), p).empty()) c.set_layer("conv2d_winograd");
           Tensor dx, dw;
           if (want_dx) dx = conv2d_backward_data(c.ctx(), c.layer(), g, wt, xt.shape(), p);
           if (want_dw) dw = conv2d_backward_filter(c.ctx(), c.layer(), xt, g, wt.shape(), p);

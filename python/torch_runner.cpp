@@ -13,6 +13,7 @@ namespace ditto::py {
 Policy torch_policy(bool deterministic) {
   if (!deterministic) return Policy::parse({"*=heuristic"});
   return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm",
+                        "conv2d_winograd.bwd_data=ditto-gemm", "conv2d_winograd.bwd_filter=ditto-winograd",
                         "scatter_dim.scatter=privatized"});
 }
 

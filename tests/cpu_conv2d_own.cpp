@@ -282,11 +282,90 @@ TEST_CASE("ditto-gemm's and ditto-direct's decompositions equal the reference (d
   }
 }
 
+TEST_CASE("ditto-winograd: which problems it takes, its plan, and its algorithm against the reference") {
+  std::string why;
+  CHECK(own::winograd_supports(geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(1, 1, 1, 1)), &why));
+  CHECK_FALSE(own::winograd_supports(geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(2, 1, 1, 1)), &why));
+  CHECK_THAT(why, Catch::Contains("stride 2x2") && Catch::Contains("ditto-gemm takes any"));
+  CHECK_FALSE(own::winograd_supports(geom_of({2, 8, 9, 9}, {8, 8, 5, 5}, params(1, 2, 1, 1)), &why));
+  CHECK_THAT(why, Catch::Contains("5x5"));
+  CHECK_FALSE(own::winograd_supports(geom_of({2, 8, 8, 8}, {8, 4, 3, 3}, params(1, 1, 1, 2)), &why));
+  CHECK_THAT(why, Catch::Contains("2 groups"));
+  CHECK_FALSE(own::winograd_supports(geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(1, 3, 1, 1)), &why));
+  CHECK_THAT(why, Catch::Contains("padding of at most 2"));
+  // ditto.torch's conv2d row: 8x8 tiles, 32 images per part (2048 positions), 4 parts in one chunk.
+  const own::WinogradPlan p = own::plan_winograd(geom_of({128, 128, 16, 16}, {128, 128, 3, 3}, params(1, 1, 1, 1)));
+  CHECK(p.tiles_h == 8);
+  CHECK(p.images_per_part == 32);
+  CHECK(p.parts == 4);
+  CHECK(p.parts_per_chunk == 4);
+  CHECK(p.u_floats == std::size_t(16 * 4 * 128 * 2048));
+  // A large problem is cut into chunks of parts (the workspace stays near kChunkBytes).
+  const own::WinogradPlan big = own::plan_winograd(geom_of({256, 512, 28, 28}, {512, 512, 3, 3}, params(1, 1, 1, 1)));
+  CHECK(big.parts_per_chunk < big.parts);
+  CHECK(big.workspace_bytes() < 2 * own::kChunkBytes);
+
+  // The algorithm in float (its transforms, index maps, padding images and part folds) against the
+  // double reference. With inputs that are small integers every step is exact in float (the transforms
+  // add and halve; every partial sum is a multiple of 1/4 below 2^20), so the result must equal the
+  // reference exactly: a wrong tap, tile, padding or part shows as a mismatch. With random floats the
+  // rounding stays within a bound: each transformed product is a sum of at most 16 products of the
+  // inputs' scale, added over at most `positions` terms, and At . A adds 9 sums:
+  // |error| <= 64 * positions * 2^-24 * sum |x dy| per weight.
+  struct Case {
+    const char* name;
+    Shape x, w;
+    Conv2dParams p;
+  };
+  const std::vector<Case> cases = {
+      {"pad 1, even sides, one part", {3, 4, 6, 6}, {5, 4, 3, 3}, params(1, 1, 1, 1)},
+      {"pad 0, odd output (half tiles), two parts, the last with padding images", {200, 1, 9, 7}, {2, 1, 3, 3},
+       params(1, 0, 1, 1)},
+      {"pad 2: the output larger than the input", {2, 3, 5, 4}, {2, 3, 3, 3}, params(1, 2, 1, 1)},
+  };
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const own::ConvGeom g = geom_of(c.x, c.w, c.p);
+    REQUIRE(own::winograd_supports(g, &why));
+    if (c.x[0] == 200) CHECK(own::plan_winograd(g).parts == 2);
+    const ref::Conv2dGeom rg = ref::conv2d_geom(c.x, c.w, c.p);
+    const Shape ys = conv2d_output_shape("t", c.x, c.w, c.p);
+    const auto x = test::random_vec<float>(std::size_t(shape_numel(c.x)), seed);
+    const auto dy = test::random_vec<float>(std::size_t(shape_numel(ys)), seed + 1);
+    std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), want(std::size_t(shape_numel(c.w)));
+    ref::conv2d_bwd_filter(rg, xd.data(), dyd.data(), want.data());
+    std::vector<double> xa(xd.size()), dya(dyd.size()), bound(want.size());
+    for (std::size_t i = 0; i < xd.size(); ++i) xa[i] = std::fabs(xd[i]);
+    for (std::size_t i = 0; i < dyd.size(); ++i) dya[i] = std::fabs(dyd[i]);
+    ref::conv2d_bwd_filter(rg, xa.data(), dya.data(), bound.data());
+    std::vector<float> got(want.size());
+    own::winograd_filter_cpu(g, x.data(), dy.data(), got.data());
+    const double positions = double(own::plan_winograd(g).part_positions());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      bad += !(std::fabs(double(got[i]) - want[i]) <= 64 * positions * std::ldexp(1.0, -24) * bound[i]);
+    CHECK(bad == 0);
+    // Small integers: exact.
+    std::vector<float> xi(x.size()), dyi(dy.size());
+    for (std::size_t i = 0; i < x.size(); ++i) xi[i] = std::round(3 * x[i]);
+    for (std::size_t i = 0; i < dy.size(); ++i) dyi[i] = std::round(3 * dy[i]);
+    std::vector<double> xid(xi.begin(), xi.end()), dyid(dyi.begin(), dyi.end()), exact(want.size());
+    ref::conv2d_bwd_filter(rg, xid.data(), dyid.data(), exact.data());
+    own::winograd_filter_cpu(g, xi.data(), dyi.data(), got.data());
+    CHECK(std::vector<double>(got.begin(), got.end()) == exact);
+  }
+}
+
 TEST_CASE("ditto's own conv variants are policy values and tuning-file algorithms") {
   Policy p = Policy::parse({"conv1.bwd_filter=ditto-gemm", "conv1.bwd_data=ditto-direct"});
   CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::DittoGemm);
   CHECK(conv_choice<ConvBwdDataAlgo>(p, "conv1").algo == ConvBwdDataAlgo::DittoDirect);
   CHECK(std::string(name_of(ConvBwdFilterAlgo::DittoDirect)) == "ditto-direct");
+  CHECK(conv_choice<ConvBwdFilterAlgo>(Policy::parse({"conv1.bwd_filter=ditto-winograd"}), "conv1").algo ==
+        ConvBwdFilterAlgo::DittoWinograd);
+  CHECK_THROWS_AS(Policy::parse({"conv1.bwd_data=ditto-winograd"}), PolicyError);  // weight gradient only
   CHECK_THROWS_AS(Policy::parse({"conv1.fwd=ditto-gemm"}), PolicyError);  // forward has none
   // Not nondeterministic: the noise lab does not list them as candidates.
   for (const auto& k : knobs())

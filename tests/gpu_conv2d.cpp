@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "engine/context.h"
@@ -377,7 +378,8 @@ TEST_CASE("conv2d GPU: a depthwise Conv2d layer's forward and tape gradients mat
   }
 }
 
-TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat bit for bit, record their guarantee") {
+TEST_CASE("conv2d GPU: ditto-gemm, ditto-direct and ditto-winograd match the reference, repeat bit for bit, record "
+          "their guarantee") {
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   Conv2dParams one_by_seven = make(1, 0, 1, 1);
@@ -409,7 +411,7 @@ TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat b
     Problem pr(ctx, c, seed);
     for (Dir d : {Dir::BwdData, Dir::BwdFilter}) {
       auto supported = conv_supported_algos(ctx, knob(d), c.x, c.w, c.p);
-      for (const char* algo : {"ditto-gemm", "ditto-direct"}) {
+      for (const char* algo : {"ditto-gemm", "ditto-direct", "ditto-winograd"}) {
         if (std::find(supported.begin(), supported.end(), algo) == supported.end()) continue;
         INFO(knob(d) << "=" << algo);
         ++ran;
@@ -420,7 +422,7 @@ TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat b
         REQUIRE(e != nullptr);
         CHECK(e->variant == algo);
         CHECK(e->deterministic == Determinism::Yes);
-        CHECK(e->guarantee == (std::string(algo) == "ditto-gemm" ? Guarantee::RunToRun : Guarantee::GpuToGpu));
+        CHECK(e->guarantee == (std::string(algo) == "ditto-direct" ? Guarantee::GpuToGpu : Guarantee::RunToRun));
         const Fingerprint first = out.fingerprint();
         CHECK(test::distinct_results(5, [&] { return run(ctx, "own", d, pr); }) == 1);
         Context again(Device::cuda(0), pin_policy("own", d, algo));
@@ -433,8 +435,23 @@ TEST_CASE("conv2d GPU: ditto-gemm and ditto-direct match the reference, repeat b
     }
   }
   // ditto-gemm both ways on all 12 (at most 64 groups); ditto-direct's bwd_filter on all 12 (the
-  // implicit GEMM or the depthwise kernel), its bwd_data on the 4 depthwise.
-  CHECK(ran == 2 * 12 + 12 + 4);
+  // implicit GEMM or the depthwise kernel), its bwd_data on the 4 depthwise; ditto-winograd's
+  // bwd_filter on the two dense 3x3 stride-1 ones.
+  CHECK(ran == 2 * 12 + 12 + 4 + 2);
+  // ditto-winograd on small integers is exact (every step of its transforms and GEMMs is), so it equals
+  // the reference's weight gradient exactly, with the images cut into three parts (the last padded).
+  Context ctx(Device::cuda(0), pin_policy("wino", Dir::BwdFilter, "ditto-winograd"));
+  const Shape xs = {300, 2, 7, 9}, ws = {3, 2, 3, 3};
+  const Conv2dParams p = make(1, 1, 1, 1);
+  std::vector<float> x(std::size_t(shape_numel(xs))), dy(std::size_t(300 * 3 * 7 * 9));
+  std::mt19937_64 g(seed);
+  for (auto& v : x) v = float(int(g() % 7) - 3);
+  for (auto& v : dy) v = float(int(g() % 7) - 3);
+  const Tensor got = conv2d_backward_filter(ctx, "wino", ctx.from_host(x, xs), ctx.from_host(dy, {300, 3, 7, 9}), ws, p);
+  std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), want(std::size_t(shape_numel(ws)));
+  ref::conv2d_bwd_filter(ref::conv2d_geom(xs, ws, p), xd.data(), dyd.data(), want.data());
+  const auto h = got.to_host_f32();
+  CHECK(std::vector<double>(h.begin(), h.end()) == want);
 }
 
 TEST_CASE("conv2d GPU: ditto-direct's bwd_data on a convolution that is not depthwise is a PolicyError saying why") {

@@ -30,6 +30,17 @@
 //               thread per weight adds the parts in order. Meant for the problems cuBLAS GEMMs serve
 //               badly: few weights and a long reduction (a 3-channel stem).
 //   Grids and part counts are functions of the shape alone: gpu_to_gpu.
+// ditto-winograd (bwd_filter; 3x3 filters, stride 1, dilation 1, one group): Winograd's F(3x3, 2x2).
+//   dW[k][c] is the 3x3 correlation of x[c] with dY[k], summed over images: dY is cut into 2x2 tiles
+//   (zero past its edge), each tile's 4x4 window of x (zero outside, the padding) transformed as
+//   V = Bt d B and the tile of dY as U = G g Gt, so that dW[k][c] = At (sum over tiles of U[k] * V[c]) A.
+//   The sum over tiles is 16 GEMMs (one per element of the 4x4 transformed tile) of [K x positions] by
+//   [positions x C], about 2.25x fewer products than ditto-gemm's. The images are cut into parts of a
+//   shape-fixed size (the last padded with zero images); one cuBLAS GEMM per (element, part), the parts'
+//   products folded in part order by one thread per element, then one thread per (k, c) applies At . A.
+//   Bits: cuBLAS's per GEMM shape (run_to_run, as ditto-gemm); every other step a fixed-order map.
+//   Its rounding differs from a direct sum's (the transforms add and scale): within float32 accuracy
+//   of the direct result, not its bits.
 // Everything here is deterministic by construction; kernels/conv2d.cpp selects, records and checks.
 #pragma once
 #include <cstddef>
@@ -89,6 +100,69 @@ bool gemm_supports(const ConvGeom& g, std::string* why);
 bool direct_supports(const ConvGeom& g, bool bwd_filter, std::string* why);
 bool direct_fwd_supports(const ConvGeom& g, std::string* why);
 GemmPlan plan_gemm(const ConvGeom& g, bool bwd_filter);
+
+// How ditto-winograd splits one problem (a function of the geometry alone): 2x2 tiles of dY, images per
+// part (the GEMMs' reduction: about kWinogradPositions tile positions), parts (the last padded with zero
+// images), parts per batched call (chunks bound the workspace; the fold is the same whatever the chunk).
+struct WinogradPlan {
+  int64_t tiles_h = 0, tiles_w = 0, images_per_part = 1, parts = 1, parts_per_chunk = 1;
+  DITTO_HD int64_t tiles() const { return tiles_h * tiles_w; }
+  DITTO_HD int64_t part_positions() const { return images_per_part * tiles(); }
+  std::size_t u_floats = 0, v_floats = 0, m_floats = 0, acc_floats = 0;  // per chunk, but acc: 16 * K * C
+  std::size_t workspace_bytes() const { return (u_floats + v_floats + m_floats + acc_floats) * sizeof(float); }
+};
+constexpr int64_t kWinogradPositions = 2048;
+bool winograd_supports(const ConvGeom& g, std::string* why);
+WinogradPlan plan_winograd(const ConvGeom& g);
+// The same algorithm on the CPU, with each GEMM's sum in position order (the plan's parts, folded in
+// order): the tests' check of the transforms and index maps against a direct correlation.
+void winograd_filter_cpu(const ConvGeom& g, const float* x, const float* dy, float* dw);
+
+// The transforms, shared by the kernels and winograd_filter_cpu. d: a 4x4 window of x (row-major);
+// t: its Bt d B. gt: a 2x2 tile of dY; u: G gt Gt. m: 16 sums; y: At m A (3x3, row-major).
+DITTO_HD void winograd_input_tile(const float d[16], float t[16]) {
+  float e[16];  // Bt d, Bt = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 -1 0 1]
+  for (int j = 0; j < 4; ++j) {
+    e[0 * 4 + j] = d[0 * 4 + j] - d[2 * 4 + j];
+    e[1 * 4 + j] = d[1 * 4 + j] + d[2 * 4 + j];
+    e[2 * 4 + j] = d[2 * 4 + j] - d[1 * 4 + j];
+    e[3 * 4 + j] = d[3 * 4 + j] - d[1 * 4 + j];
+  }
+  for (int i = 0; i < 4; ++i) {  // (Bt d) B: the same combination of columns
+    t[i * 4 + 0] = e[i * 4 + 0] - e[i * 4 + 2];
+    t[i * 4 + 1] = e[i * 4 + 1] + e[i * 4 + 2];
+    t[i * 4 + 2] = e[i * 4 + 2] - e[i * 4 + 1];
+    t[i * 4 + 3] = e[i * 4 + 3] - e[i * 4 + 1];
+  }
+}
+DITTO_HD void winograd_grad_tile(const float gt[4], float u[16]) {
+  float e[8];  // G gt, G = [1 0; .5 .5; .5 -.5; 0 1]
+  for (int j = 0; j < 2; ++j) {
+    e[0 * 2 + j] = gt[0 * 2 + j];
+    e[1 * 2 + j] = 0.5f * (gt[0 * 2 + j] + gt[1 * 2 + j]);
+    e[2 * 2 + j] = 0.5f * (gt[0 * 2 + j] - gt[1 * 2 + j]);
+    e[3 * 2 + j] = gt[1 * 2 + j];
+  }
+  for (int i = 0; i < 4; ++i) {  // (G gt) Gt
+    u[i * 4 + 0] = e[i * 2 + 0];
+    u[i * 4 + 1] = 0.5f * (e[i * 2 + 0] + e[i * 2 + 1]);
+    u[i * 4 + 2] = 0.5f * (e[i * 2 + 0] - e[i * 2 + 1]);
+    u[i * 4 + 3] = e[i * 2 + 1];
+  }
+}
+DITTO_HD void winograd_output_tile(const float m[16], float y[9]) {
+  float e[12];  // At m, At = [1 1 1 0; 0 1 -1 0; 0 1 1 1]
+  for (int j = 0; j < 4; ++j) {
+    e[0 * 4 + j] = m[0 * 4 + j] + m[1 * 4 + j] + m[2 * 4 + j];
+    e[1 * 4 + j] = m[1 * 4 + j] - m[2 * 4 + j];
+    e[2 * 4 + j] = m[1 * 4 + j] + m[2 * 4 + j] + m[3 * 4 + j];
+  }
+  for (int i = 0; i < 3; ++i) {  // (At m) A
+    y[i * 3 + 0] = e[i * 4 + 0] + e[i * 4 + 1] + e[i * 4 + 2];
+    y[i * 3 + 1] = e[i * 4 + 1] - e[i * 4 + 2];
+    y[i * 3 + 2] = e[i * 4 + 1] + e[i * 4 + 2] + e[i * 4 + 3];
+  }
+}
 
 // ditto-direct bwd_filter: parts per weight, and its workspace (parts * K * C/G * R * S floats).
 // Depthwise: parts split the images. Otherwise parts split the positions (n, ho, wo) into runs of
@@ -154,4 +228,6 @@ void conv_bwd_filter_gemm(Context& ctx, const own::ConvGeom& g, const float* x, 
 void conv_bwd_data_direct(Context& ctx, const own::ConvGeom& g, const float* w, const float* dy, float* dx);
 void conv_bwd_filter_direct(Context& ctx, const own::ConvGeom& g, const float* x, const float* dy, float* dw,
                             void* ws);
+void conv_bwd_filter_winograd(Context& ctx, const own::ConvGeom& g, const float* x, const float* dy, float* dw,
+                              void* ws, bool tf32);
 }  // namespace ditto::cuda
