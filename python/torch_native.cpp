@@ -30,6 +30,7 @@
 #include "engine/error.h"
 #include "engine/external.h"
 #include "engine/manifest.h"
+#include "kernels/conv2d.h"
 #include "kernels/pixel_xent.h"
 #include "kernels/scatter.h"
 #include "python/torch_runner.h"
@@ -320,6 +321,46 @@ struct ScatterAdd : torch::autograd::Function<ScatterAdd> {
   }
 };
 
+// ---- conv2d: cuDNN's forward, ditto's own deterministic backward -----------------------------------
+
+struct Conv2d : torch::autograd::Function<Conv2d> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, at::IntArrayRef stride,
+                            at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, bool deterministic) {
+    return rethrowing([&] {
+      Call c(x, deterministic, "conv2d", "conv2d");
+      const Conv2dParams p = conv_params(stride.vec(), padding.vec(), dilation.vec(), groups);
+      const Tensor y = conv2d_forward(c.ctx(), c.layer(), c.in_f32(x, "input"), c.in_f32(w, "weight"), p);
+      c.record();
+      ctx->save_for_backward({x, w});
+      ctx->saved_data["stride"] = stride.vec();
+      ctx->saved_data["padding"] = padding.vec();
+      ctx->saved_data["dilation"] = dilation.vec();
+      ctx->saved_data["groups"] = groups;
+      ctx->saved_data["deterministic"] = deterministic;
+      return c.out(y, std::vector<int64_t>(y.shape().begin(), y.shape().end()));
+    });
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
+    at::Tensor dx, dw;
+    rethrowing([&] {
+      const bool det = ctx->saved_data["deterministic"].toBool();
+      const Conv2dParams p = conv_params(ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
+                                         ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["groups"].toInt());
+      Call c(x, det, "conv2d", conv2d_backward_layer(det, Shape(x.sizes().begin(), x.sizes().end()),
+                                                     Shape(w.sizes().begin(), w.sizes().end()), p));
+      const Tensor g = c.in_f32(grads[0], "grad"), xt = c.in_f32(x, "input"), wt = c.in_f32(w, "weight");
+      if (want_dx) dx = c.out(conv2d_backward_data(c.ctx(), c.layer(), g, wt, xt.shape(), p), x.sizes());
+      if (want_dw) dw = c.out(conv2d_backward_filter(c.ctx(), c.layer(), xt, g, wt.shape(), p), w.sizes());
+      c.record();
+      return 0;
+    });
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor> pixel_nll(const at::Tensor& log_probs, const at::Tensor& labels,
                                              int64_t ignore_index, bool deterministic) {
   const variable_list out = PixelLoss<Nll>::apply(log_probs, labels, ignore_index, deterministic);
@@ -340,6 +381,11 @@ at::Tensor index_add(const at::Tensor& input, int64_t dim, const at::Tensor& ind
 at::Tensor scatter_add(const at::Tensor& input, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                        bool deterministic) {
   return ScatterAdd::apply(input, dim, index, src, deterministic);
+}
+
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, at::IntArrayRef stride, at::IntArrayRef padding,
+                  at::IntArrayRef dilation, int64_t groups, bool deterministic) {
+  return Conv2d::apply(x, w, stride, padding, dilation, groups, deterministic);
 }
 
 // Every op's latest record: "op\tnanoseconds\tknob\tvariant\tguarantee[\tknob\tvariant\tguarantee...]".
@@ -364,6 +410,8 @@ TORCH_LIBRARY(ditto_native, m) {
         "(Tensor, Tensor, Tensor)");
   m.def("index_add(Tensor input, int dim, Tensor index, Tensor source, float alpha, bool deterministic) -> Tensor");
   m.def("scatter_add(Tensor input, int dim, Tensor index, Tensor src, bool deterministic) -> Tensor");
+  m.def("conv2d(Tensor x, Tensor w, int[] stride, int[] padding, int[] dilation, int groups, bool deterministic) -> "
+        "Tensor");
   m.def("latest_variants() -> str[]", &ditto::py::latest_variants);
 }
 
@@ -373,4 +421,5 @@ TORCH_LIBRARY_IMPL(ditto_native, CompositeImplicitAutograd, m) {
   m.impl("pixel_cross_entropy", &ditto::py::pixel_cross_entropy);
   m.impl("index_add", &ditto::py::index_add);
   m.impl("scatter_add", &ditto::py::scatter_add);
+  m.impl("conv2d", &ditto::py::conv2d);
 }

@@ -91,15 +91,7 @@ class Call {
   std::string layer_;
 };
 
-Conv2dParams conv_params(const std::vector<int>& stride, const std::vector<int>& padding,
-                         const std::vector<int>& dilation, int groups) {
-  if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
-    throw ShapeError("conv2d: stride, padding and dilation take two values each (height, width)");
-  Conv2dParams p;
-  p.stride_h = stride[0], p.stride_w = stride[1], p.pad_h = padding[0], p.pad_w = padding[1];
-  p.dilation_h = dilation[0], p.dilation_w = dilation[1], p.groups = groups;
-  return p;
-}
+std::vector<int64_t> i64(const std::vector<int>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
 
 UpsampleParams upsample_params(const std::string& mode, int64_t out_h, int64_t out_w, bool align_corners) {
   UpsampleParams p;
@@ -301,18 +293,16 @@ void bind_torch_ops(nb::module_& m) {
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle w, const std::vector<int>& stride,
            const std::vector<int>& padding, const std::vector<int>& dilation, int groups) {
           Call c(dev, s, det, "conv2d");
-          return c.done({conv2d_forward(c.ctx(), c.layer(), c.in(x), c.in(w), conv_params(stride, padding, dilation, groups))});
+          return c.done({conv2d_forward(c.ctx(), c.layer(), c.in(x), c.in(w), conv_params(i64(stride), i64(padding), i64(dilation), groups))});
         });
   m.def("_torch_conv2d_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle x, nb::handle w,
            const std::vector<int>& stride, const std::vector<int>& padding, const std::vector<int>& dilation, int groups,
            bool want_dx, bool want_dw) {
           Call c(dev, s, det, "conv2d");
-          const Conv2dParams p = conv_params(stride, padding, dilation, groups);
+          const Conv2dParams p = conv_params(i64(stride), i64(padding), i64(dilation), groups);
           const Tensor g = c.in(dy), xt = c.in(x), wt = c.in(w);
-          // Layer "conv2d_winograd" (its policy pins bwd_filter=ditto-winograd) where ditto's Winograd
-          // weight gradient runs the geometry; ditto-gemm's layer "conv2d" elsewhere.
-          if (det && conv_winograd_filter_refusal(xt.shape(), wt.shape(), p).empty()) c.set_layer("conv2d_winograd");
+          c.set_layer(conv2d_backward_layer(det, xt.shape(), wt.shape(), p));
           Tensor dx, dw;
           if (want_dx) dx = conv2d_backward_data(c.ctx(), c.layer(), g, wt, xt.shape(), p);
           if (want_dw) dw = conv2d_backward_filter(c.ctx(), c.layer(), xt, g, wt.shape(), p);

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "engine/error.h"
 #include "engine/external.h"
 #include "engine/tensor_ops.h"
 
@@ -37,6 +38,20 @@ Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deter
 
 Tensor borrow_int64(Context& ctx, void* data, const Shape& shape) {
   return narrow_int64_words(ctx, wrap_external(ctx, data, {2 * shape_numel(shape)}, DType::I32, {}), shape);
+}
+
+Conv2dParams conv_params(const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                         const std::vector<int64_t>& dilation, int64_t groups) {
+  if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2)
+    throw ShapeError("conv2d: stride, padding and dilation take two values each (height, width)");
+  Conv2dParams p;
+  p.stride_h = int(stride[0]), p.stride_w = int(stride[1]), p.pad_h = int(padding[0]), p.pad_w = int(padding[1]);
+  p.dilation_h = int(dilation[0]), p.dilation_w = int(dilation[1]), p.groups = int(groups);
+  return p;
+}
+
+std::string conv2d_backward_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  return deterministic && conv_winograd_filter_refusal(x, w, p).empty() ? "conv2d_winograd" : "conv2d";
 }
 
 }  // namespace ditto::py

@@ -10,7 +10,10 @@
 #include <mutex>
 #include <string>
 
+#include <vector>
+
 #include "engine/context.h"
+#include "kernels/conv2d.h"
 
 namespace ditto::py {
 
@@ -20,8 +23,9 @@ struct Runner {
 };
 
 // deterministic=True: every knob by the mode word `deterministic` (gather and sorted scatters,
-// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form, and for layer
-// "scatter_dim" (scatter_add along a dimension where the privatized scatter runs it) that scatter.
+// fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form (layer "conv2d")
+// or, for layer "conv2d_winograd" (conv2d_backward_layer), its weight gradient by ditto's Winograd, and
+// for layer "scatter_dim" (scatter_add along a dimension where the privatized scatter runs it) that scatter.
 // deterministic=False: what frameworks run (atomics, cuDNN's heuristics).
 Policy torch_policy(bool deterministic);
 
@@ -33,5 +37,12 @@ Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deter
 // (low, high) words narrowed in one kernel queued on ctx's stream (engine/tensor_ops.h,
 // narrow_int64_words: out-of-int32 values saturate on the GPU and are a DataError on the CPU).
 Tensor borrow_int64(Context& ctx, void* data, const Shape& shape);
+
+// F.conv2d's stride, padding and dilation (two values each) and groups (ShapeError otherwise).
+Conv2dParams conv_params(const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                         const std::vector<int64_t>& dilation, int64_t groups);
+// The layer a conv2d backward runs under: "conv2d_winograd" where deterministic and ditto's Winograd
+// weight gradient runs the geometry, "conv2d" otherwise.
+std::string conv2d_backward_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p);
 
 }  // namespace ditto::py

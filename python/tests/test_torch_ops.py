@@ -227,7 +227,7 @@ def _both_paths(op, args, wrt):
 @pytest.mark.parametrize("labels", [torch.int64, torch.int32])
 def test_the_cpp_operators_give_the_python_paths_bits(labels):
     torch.manual_seed(5)
-    assert dt.native_ops() == ["ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll",
+    assert dt.native_ops() == ["ditto::conv2d", "ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll",
                                "ditto::scatter_add"]
     logits = torch.randn(2, 5, 4, 3, requires_grad=True)
     target = torch.randint(0, 5, (2, 4, 3)).to(labels)
@@ -242,6 +242,10 @@ def test_the_cpp_operators_give_the_python_paths_bits(labels):
     along = torch.randint(0, 6, (4, 9, 5)).to(labels)
     cases += [(dt._scatter_add, (grid, 1, along, src, True), [grid, src]),
               (dt._scatter_add, (grid.detach(), 1, along, src, False), [src])]
+    x, w = torch.randn(2, 3, 6, 5, requires_grad=True), torch.randn(4, 3, 3, 3, requires_grad=True)
+    cases += [(dt._conv2d, (x, w, [1, 1], [1, 1], [1, 1], 1, True), [x, w]),
+              (dt._conv2d, (x, w, [2, 1], [0, 1], [1, 1], 1, True), [x, w]),
+              (dt._conv2d, (x.detach(), w, [1, 1], [1, 1], [1, 1], 1, False), [w])]
     for op, args, wrt in cases:
         native, python = _both_paths(op, args, wrt)
         assert len(native) == len(python)
