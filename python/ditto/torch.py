@@ -14,7 +14,7 @@ opaque but traceable under ``torch.compile``.
     dt.variants()["grid_sample"]                         # which ditto variant ran, and its guarantee
 
 Every function takes ``deterministic=`` (default True): True runs ditto's deterministic variants
-(gathers, stable sorts, fixed-order reductions; convolution backward by ditto's own GEMM form),
+(gathers, stable sorts, fixed-order reductions; convolution backward by ditto's own kernels),
 False what frameworks run (atomics, cuDNN's heuristics). ``variants()`` says, per op, which knob
 variants the latest call ran and their guarantees. ``patch()`` routes the matching
 ``torch.nn.functional`` calls here.
@@ -934,7 +934,8 @@ def _pair(v) -> List[int]:
 
 def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
            groups: int = 1, *, deterministic: bool = True) -> Tensor:
-    """``F.conv2d`` (numeric padding): forward by cuDNN, backward by ditto's own GEMM-form kernels
+    """``F.conv2d`` (numeric padding): forward by cuDNN, backward by ditto's own kernels (the weight
+    gradient of a 3x3 stride-1 convolution by ditto's Winograd, the rest in GEMM form)
     (``deterministic``), or by cuDNN's heuristics; the bias gradient is PyTorch's sum."""
     if isinstance(padding, str):
         raise ValueError("ditto.torch.conv2d: numeric padding, not '" + padding + "'")
