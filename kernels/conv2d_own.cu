@@ -624,10 +624,6 @@ void conv_bwd_filter_direct(Context& ctx, const ConvGeom& g, const float* x, con
   fold(ctx, dw, partials, parts, g.K * taps, true);
 }
 
-}  // namespace ditto::cuda
-
-namespace ditto::cuda {
-
 void conv_bwd_filter_winograd(Context& ctx, const ConvGeom& g, const float* x, const float* dy, float* dw, void* ws,
                               bool tf32) {
   if (g.K == 0 || g.C == 0) return;

@@ -578,6 +578,17 @@ PrivatizedGrid privatized_grid(const DimScatter& g) {
   return pg;
 }
 
+// The grid's blocks (chunks x outer x column groups) and which one a block is: the privatized scatter
+// and gather_dim run on the same grid.
+int64_t privatized_blocks(const DimScatter& g, const PrivatizedGrid& pg) { return pg.chunks * g.outer * pg.groups; }
+struct PrivatizedBlock {
+  int64_t chunk, a, group;
+};
+__device__ __forceinline__ PrivatizedBlock privatized_block(const DimScatter& g, const PrivatizedGrid& pg) {
+  return {int64_t(blockIdx.x) / (pg.groups * g.outer), (int64_t(blockIdx.x) / pg.groups) % g.outer,
+          int64_t(blockIdx.x) % pg.groups};
+}
+
 // One block per (chunk, outer coordinate a, group of kPrivatizedCols inner columns); warp c owns column
 // b0 + c and its bins. Per stage the block loads kPrivatizedStageRows positions of its columns (coalesced:
 // a row's columns are adjacent); then each warp takes its column 32 positions (a step) at a time. Where
@@ -623,9 +634,8 @@ __global__ void __launch_bounds__(kPrivThreads)
   int32_t* order = skey + kPrivatizedStageRows * kStagePitch + col * 32;
   uint8_t* stamp = reinterpret_cast<uint8_t*>(skey + kPrivatizedStageRows * kStagePitch + kPrivatizedCols * 32) +
                    col * ((rows + 3) / 4 * 4);
-  const int64_t group = blockIdx.x % pg.groups;
-  const int64_t a = (blockIdx.x / pg.groups) % g.outer;
-  const int64_t chunk = blockIdx.x / (pg.groups * g.outer);
+  const PrivatizedBlock blk = privatized_block(g, pg);
+  const int64_t chunk = blk.chunk, a = blk.a, group = blk.group;
   for (int e = threadIdx.x; e < kPrivatizedCols * pitch; e += kPrivThreads) bins[e] = 0.0f;
   float* my_bins = bins + col * pitch;
   const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
@@ -735,9 +745,8 @@ __global__ void __launch_bounds__(kGatherDimThreads)
     gather_dim_kernel(const float* __restrict__ table, const int32_t* __restrict__ index, DimScatter g,
                       PrivatizedGrid pg, float* __restrict__ out) {
   extern __shared__ float slice[];
-  const int64_t group = blockIdx.x % pg.groups;
-  const int64_t a = (blockIdx.x / pg.groups) % g.outer;
-  const int64_t chunk = blockIdx.x / (pg.groups * g.outer);
+  const PrivatizedBlock blk = privatized_block(g, pg);
+  const int64_t chunk = blk.chunk, a = blk.a, group = blk.group;
   const int64_t b0 = group * kPrivatizedCols;
   const uint32_t rows = static_cast<uint32_t>(g.rows);
   const float* tab = table + a * g.rows * g.inner + b0;
@@ -872,7 +881,7 @@ PrivatizedChunks scatter_privatized_chunks(const DimScatter& g) {
 
 int64_t scatter_privatized_blocks(const ScatterRows& p) {
   const PrivatizedGrid pg = privatized_grid(p.dim);
-  return pg.chunks * p.dim.outer * pg.groups;
+  return privatized_blocks(p.dim, pg);
 }
 
 std::size_t scatter_privatized_workspace(const ScatterRows& p) {
@@ -906,7 +915,7 @@ void gather_dim(Context& ctx, const float* table, const int32_t* index, bool wid
   const std::size_t smem = sizeof(float) * std::size_t(g.rows * kPrivatizedCols);
   const auto kernel = wide ? gather_dim_kernel<true> : gather_dim_kernel<false>;
   DITTO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(pg.chunks * g.outer * pg.groups), kGatherDimThreads, smem, detail::stream_of(ctx)>>>(
+  kernel<<<static_cast<unsigned>(privatized_blocks(g, pg)), kGatherDimThreads, smem, detail::stream_of(ctx)>>>(
       table, index, g, pg, out);
   DITTO_CHECK_LAUNCH(ctx);
 }

@@ -91,8 +91,6 @@ class Call {
   std::string layer_;
 };
 
-std::vector<int64_t> i64(const std::vector<int>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
-
 UpsampleParams upsample_params(const std::string& mode, int64_t out_h, int64_t out_w, bool align_corners) {
   UpsampleParams p;
   if (mode == "nearest")
@@ -290,17 +288,17 @@ void bind_torch_ops(nb::module_& m) {
           return c.done({spmm_backward_dense(c.ctx(), c.layer(), a, c.in(dc), shape_of(b_shape))});
         });
   m.def("_torch_conv2d",
-        [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle w, const std::vector<int>& stride,
-           const std::vector<int>& padding, const std::vector<int>& dilation, int groups) {
+        [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle w, const std::vector<int64_t>& stride,
+           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int groups) {
           Call c(dev, s, det, "conv2d");
-          return c.done({conv2d_forward(c.ctx(), c.layer(), c.in(x), c.in(w), conv_params(i64(stride), i64(padding), i64(dilation), groups))});
+          return c.done({conv2d_forward(c.ctx(), c.layer(), c.in(x), c.in(w), conv_params(stride, padding, dilation, groups))});
         });
   m.def("_torch_conv2d_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle x, nb::handle w,
-           const std::vector<int>& stride, const std::vector<int>& padding, const std::vector<int>& dilation, int groups,
+           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int groups,
            bool want_dx, bool want_dw) {
           Call c(dev, s, det, "conv2d");
-          const Conv2dParams p = conv_params(i64(stride), i64(padding), i64(dilation), groups);
+          const Conv2dParams p = conv_params(stride, padding, dilation, groups);
           const Tensor g = c.in(dy), xt = c.in(x), wt = c.in(w);
           c.set_layer(conv2d_backward_layer(det, xt.shape(), wt.shape(), p));
           Tensor dx, dw;
