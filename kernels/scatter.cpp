@@ -69,9 +69,13 @@ void check_range_cpu(const Tensor& index, int64_t rows, const std::string& op) {
 // Why the privatized variant cannot run this problem on ctx's device (empty where it can).
 std::string privatized_refusal(const Context& ctx, const cuda::DimScatter& g) {
   if (g.outer == 0 && g.extent == 0 && g.inner == 0 && g.rows == 0)
-    return "runs a scatter along a dimension only (scatter_dim_add, its index of the output's shape outside dim)";
+    return "runs a scatter of rows or along a dimension whose index has the output's shape outside dim (this "
+           "scatter's index is smaller)";
   if (g.inner % cuda::kPrivatizedCols != 0)
-    return fmt::format("needs the extent after dim ({}) to be a multiple of {}", g.inner, cuda::kPrivatizedCols);
+    return g.index_per_row ? fmt::format("needs rows of a multiple of {} floats (these have {})",
+                                         cuda::kPrivatizedCols, g.inner)
+                           : fmt::format("needs the extent after dim ({}) to be a multiple of {}", g.inner,
+                                         cuda::kPrivatizedCols);
   const int64_t limit = static_cast<int64_t>(detail::cuda_state(ctx).props.sharedMemPerBlockOptin);
   const std::size_t need = cuda::scatter_privatized_smem(g.rows);
   if (need > static_cast<std::size_t>(limit)) {
@@ -230,6 +234,13 @@ cuda::DimScatter dim_scatter(const Shape& index_shape, int dim, const Shape& out
   return g;
 }
 
+// A scatter of m rows of d floats into num_rows as the privatized scatter sees it (cuda::DimScatter).
+cuda::DimScatter row_scatter(int64_t m, int64_t d, int64_t num_rows) {
+  cuda::DimScatter g;
+  g.outer = 1, g.extent = m, g.inner = d, g.rows = num_rows, g.index_per_row = true;
+  return g;
+}
+
 // dsrc from dout, as a scatter's tape closure computes it (a gather: deterministic).
 using GatherBack = std::function<Tensor(Context&, const Tensor& dout)>;
 
@@ -292,7 +303,12 @@ Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Te
   return scatter_rows(ctx, layer, op, src, index, m, d, num_rows, out_shape, 0,
                       [index, m, d, num_rows, src_shape](Context& c, const Tensor& dout) {
                         return gather_of(c, dout, index, m, d, num_rows, src_shape);
-                      });
+                      },
+                      row_scatter(m, d, num_rows));
+}
+
+std::string scatter_rows_privatized_refusal(const Context& ctx, int64_t m, int64_t d, int64_t num_rows) {
+  return ctx.is_cuda() ? privatized_refusal(ctx, row_scatter(m, d, num_rows)) : std::string();
 }
 
 Var scatter_dim_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, bool wide,

@@ -656,7 +656,7 @@ __global__ void __launch_bounds__(kPrivThreads)
       if (r < n) {
         const int64_t pos = first + (s0 + r) * g.inner + c;
         next_val[q] = src[pos];
-        next_word[q] = dim_word<kWide>(index, pos);
+        next_word[q] = dim_word<kWide>(index, g.index_per_row ? a * g.extent + s0 + r : pos);
       }
     }
   };

@@ -14,14 +14,15 @@
 //           order, grouped by tiles whose bounds depend on the number of positions alone: the
 //           same bits for a given input on any GPU (Determinism yes, gpu_to_gpu). The sort's
 //           result does not depend on the GPU either: a stable sort's output is unique.
-//   privatized  (scatter_add's knob, scatter_dim_add only; no mode picks it, a rule names it) the
-//           positions along dim are cut into chunks fixed by the shape; a block per (chunk, column
-//           group) sums each destination's contributions in position order in shared memory, and
-//           each output adds its chunk sums in chunk order: no sort, no atomics, the same bits on any
-//           GPU where it runs (gpu_to_gpu). It runs a scatter along a dimension whose index has the
-//           output's shape outside dim, with the extent after dim a multiple of 8 and the block's
-//           destinations along dim in shared memory (40 bytes each: 4096 take 160 KB, an H100 or
-//           H200 holds about 5,300); elsewhere pinning it is a PolicyError that says so.
+//   privatized  (scatter_add's knob only; no mode picks it, a rule names it) the positions along dim
+//           (a scatter of rows: the rows) are cut into chunks fixed by the shape; a block per (chunk,
+//           column group) sums each destination's contributions in position order in shared memory,
+//           and each output adds its chunk sums in chunk order: no sort, no atomics, the same bits on
+//           any GPU where it runs (gpu_to_gpu). It runs scatter_add of rows of a multiple of 8 floats,
+//           and scatter_dim_add where the index has the output's shape outside dim and the extent after
+//           dim is a multiple of 8, with the block's destinations in shared memory (40 bytes each:
+//           4096 take 160 KB, an H100 or H200 holds about 5,300); elsewhere pinning it is a
+//           PolicyError that says so (scatter_rows_privatized_refusal, scatter_dim_privatized_refusal).
 // The CPU runs the double-accumulating reference (kernels/scatter_ref.h) whatever the policy says;
 // the manifest then records variant "cpu-reference".
 //
@@ -62,6 +63,10 @@ inline const char* knob_name(ScatterAlgo) { return "scatter"; }
 // kind scatter_add, recorded under layer `layer`. Backward: dsrc[j] = dout[index[j]] (a gather,
 // deterministic).
 Var scatter_add(Context& ctx, const std::string& layer, const Var& src, const Tensor& index, int64_t num_rows);
+
+// Why scatter=privatized cannot run scatter_add of m rows of d floats into num_rows on ctx's device:
+// empty where it can (and on a CPU context, which runs its reference whatever the variant).
+std::string scatter_rows_privatized_refusal(const Context& ctx, int64_t m, int64_t d, int64_t num_rows);
 
 // TensorFlow's names for the same op (data, segment_ids, num_segments). ditto does not require
 // segment_sum's ids to be sorted: sorted ids only make the sort's input already ordered.

@@ -253,6 +253,8 @@ struct IndexAdd : torch::autograd::Function<IndexAdd> {
       at::Tensor src = dim ? source.movedim(dim, 0) : source;
       if (alpha != 1) src = src * alpha;
       Call c(src, deterministic, "scatter_add", "scatter_add");
+      const int64_t m = src.dim() ? src.size(0) : 0;
+      c.set_layer(scatter_rows_layer(c.ctx(), m, m ? src.numel() / m : 1, input.size(dim)));
       const Tensor rows = scatter_add(c.ctx(), c.layer(), Var(c.in_f32(src, "source")), c.in(index, "index"),
                                       input.size(dim))
                               .value();

@@ -128,7 +128,10 @@ void bind_torch_ops(nb::module_& m) {
   m.def("_torch_scatter_add", [](const std::string& dev, std::intptr_t s, bool det, nb::handle src, nb::handle index,
                                   int64_t rows) {
     Call c(dev, s, det, "scatter_add");
-    return c.done({scatter_add(c.ctx(), c.layer(), Var(c.in(src)), c.in(index), rows).value()});
+    const Tensor st = c.in(src);
+    const int64_t m = st.ndim() ? st.shape()[0] : 0;
+    c.set_layer(scatter_rows_layer(c.ctx(), m, m ? st.numel() / m : 1, rows));
+    return c.done({scatter_add(c.ctx(), c.layer(), Var(st), c.in(index), rows).value()});
   });
   // index: the index's values along dim as i32 words, two per value (low, high) where wide (a view of
   // PyTorch's int64 index: no conversion pass); a value outside the extent (past int32 too) makes the

@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/external.h"
 #include "engine/tensor_ops.h"
+#include "kernels/scatter.h"
 
 namespace ditto::py {
 
@@ -15,7 +16,7 @@ Policy torch_policy(bool deterministic) {
   if (!deterministic) return Policy::parse({"*=heuristic"});
   return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm",
                         "conv2d_winograd.bwd_data=ditto-gemm", "conv2d_winograd.bwd_filter=ditto-winograd",
-                        "scatter_dim.scatter=privatized"});
+                        "scatter_dim.scatter=privatized", "scatter_rows.scatter=privatized"});
 }
 
 Runner& torch_runner(const std::string& device, std::intptr_t stream, bool deterministic) {
@@ -48,6 +49,10 @@ Conv2dParams conv_params(const std::vector<int64_t>& stride, const std::vector<i
   p.stride_h = int(stride[0]), p.stride_w = int(stride[1]), p.pad_h = int(padding[0]), p.pad_w = int(padding[1]);
   p.dilation_h = int(dilation[0]), p.dilation_w = int(dilation[1]), p.groups = int(groups);
   return p;
+}
+
+std::string scatter_rows_layer(const Context& ctx, int64_t m, int64_t d, int64_t num_rows) {
+  return scatter_rows_privatized_refusal(ctx, m, d, num_rows).empty() ? "scatter_rows" : "scatter_add";
 }
 
 std::string conv2d_backward_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p) {

@@ -368,6 +368,7 @@ TEST_CASE("scatter knob: modes resolve, pins and rules are checked, the manifest
   std::vector<int32_t> rows(48);
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i % 3);
   CHECK(scatter_dim_privatized_refusal(cpu, is, 0, os).empty());
+  CHECK(scatter_rows_privatized_refusal(cpu, 10, 12, 4).empty());  // the CPU runs its reference
   CHECK_THAT(scatter_dim_privatized_refusal(cpu, {6, 9}, 0, os), Contains("larger than"));
   const Var y = scatter_dim_add(cpu, "seg", Var(cpu.from_host(std::vector<float>(48, 1.0f), is)),
                                 cpu.from_host(rows, is), false, is, 0, os);

@@ -668,9 +668,57 @@ TEST_CASE("gpu scatter_dim_add privatized: the stated order's bits, bad keys NaN
   };
   refused({100, 12}, 0, {40, 12}, "multiple of 8");
   refused({100, 8}, 0, {9000, 8}, "destinations along dim");
-  refused({100, 40, 8}, 1, {100, 50, 16}, "along a dimension only");
-  CHECK_THROWS_WITH(scatter_add(gpu, "seg", Var(gpu.zeros({10, 8})), gpu.zeros({10}, DType::I32), 4),
-                    Catch::Contains("along a dimension only"));
+  refused({100, 40, 8}, 1, {100, 50, 16}, "index is smaller");
+  CHECK_THAT(scatter_rows_privatized_refusal(gpu, 10, 12, 4), Catch::Contains("rows of a multiple of 8 floats"));
+  CHECK_THROWS_WITH(scatter_add(gpu, "seg", Var(gpu.zeros({10, 12})), gpu.zeros({10}, DType::I32), 4),
+                    Catch::Contains("scatter=privatized") && Catch::Contains("rows of a multiple of 8 floats"));
+  CHECK_THAT(scatter_rows_privatized_refusal(gpu, 10, 8, 9000), Catch::Contains("destinations"));
+}
+
+TEST_CASE("gpu scatter_add privatized (rows, index_add's form): the stated order's bits with one index per row") {
+  uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  struct RowCase {
+    const char* what;
+    int64_t m, d, rows;
+  };
+  const RowCase cases[] = {
+      {"ditto.torch's index_add, fewer rows: chunks over 20000 rows, 8 column groups", 20000, 64, 4096},
+      {"16 floats into 37 rows: many collisions per step", 5000, 16, 37},
+      {"one destination", 3000, 8, 1},
+  };
+  Context gpu(Device::cuda(0), Policy::parse({"seg.scatter=privatized"}));
+  for (const auto& c : cases) {
+    INFO(c.what);
+    REQUIRE(scatter_rows_privatized_refusal(gpu, c.m, c.d, c.rows).empty());
+    const auto idx = random_index(std::size_t(c.m), 0, int32_t(c.rows - 1), seed);
+    const auto src = test::random_vec(std::size_t(c.m * c.d), seed + 1);
+    // The order's keys: each position's flat destination, its row's index times d plus its column.
+    std::vector<int32_t> keys(src.size());
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t b = 0; b < c.d; ++b) keys[std::size_t(i * c.d + b)] = int32_t(idx[std::size_t(i)] * c.d + b);
+    cuda::DimScatter geo;
+    geo.outer = 1, geo.extent = c.m, geo.inner = c.d, geo.rows = c.rows;
+    const auto want = privatized_order(src, keys, geo);
+    for (int call = 0; call < 3; ++call) {
+      const auto got = scatter_add(gpu, "seg", Var(gpu.from_host(src, {c.m, c.d})), gpu.from_host(idx, {c.m}), c.rows)
+                           .value()
+                           .to_host_f32();
+      REQUIRE(got.size() == want.size());
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
+    CHECK(gpu.manifest().entries().back().variant == "privatized");
+  }
+  // An out-of-range row index makes the whole output NaN.
+  auto idx = random_index(200, 0, 39, seed + 2);
+  idx[17] = 40;
+  const auto got =
+      scatter_add(gpu, "seg", Var(gpu.from_host(test::random_vec(200 * 8, seed + 3), {200, 8})), gpu.from_host(idx, {200}), 40)
+          .value()
+          .to_host_f32();
+  std::size_t nans = 0;
+  for (float v : got) nans += std::isnan(v);
+  CHECK(nans == got.size());
 }
 
 TEST_CASE("gpu gather_dim: gather_rows' bits by the keys, in shared memory where the privatized scatter runs, NaN "

@@ -23,8 +23,11 @@ namespace ditto::cuda {
 // inner]. Only the privatized variant reads it, and for it index holds the index's own values along
 // dim (i32, or with wide int64 values as (low, high) i32 words), not keys: position j of (a, i, b)
 // adds into (a, index value, b).
+// A scatter of rows (scatter_add of src {m, d}) is the same problem with outer 1, extent m, inner d and
+// index_per_row: the index holds one value per position along dim, shared by its inner columns.
 struct DimScatter {
   int64_t outer = 0, extent = 0, inner = 0, rows = 0;  // all zero: not a scatter along a dimension
+  bool index_per_row = false;
 };
 struct ScatterRows {
   const float* src = nullptr;
