@@ -618,7 +618,53 @@ __device__ __forceinline__ int32_t dim_value(int2 w, uint32_t rows) {
   return w.y == 0 && static_cast<uint32_t>(w.x) < rows ? w.x : -1;
 }
 
-template <bool kWide>
+constexpr uint32_t kNoBin = 0x07ffffffu;  // sorts after every destination (rows < 2^27)
+// A scatter of rows plans each step of a stage on its own warp.
+static_assert(kPrivatizedStageRows / 32 <= kPrivatizedCols, "a stage's steps outnumber the block's warps");
+
+// The destination of staged position r's column c: kNoBin past the stage's n positions, or for a value
+// that was out of range (which flags the problem).
+__device__ __forceinline__ uint32_t staged_bin(const int32_t* skey, int r, int n, int c, bool& flagged) {
+  if (r >= n) return kNoBin;
+  const int32_t dest = skey[r * kStagePitch + c];
+  if (dest >= 0) return static_cast<uint32_t>(dest);
+  flagged = true;
+  return kNoBin;
+}
+
+// One step's plan over a warp's 32 lanes (bin: the lane's destination, kNoBin for none). Where the lanes
+// name distinct destinations (each stamps its destination's slot and reads it back; a lane that reads
+// another lane's stamp shares its destination) every lane is a run of one: returns true. Otherwise the
+// (destination, lane) pairs are sorted across the lanes (a bitonic network of shuffles, ascending), so
+// each destination's lanes are adjacent and in lane order: order[j] = the lane of sorted entry j, and the
+// lane holding a run's last entry gets its destination in *end_bin and the run's first entry in *from
+// (the others kNoBin); returns false.
+__device__ __forceinline__ bool plan_step(uint32_t bin, int lane, uint8_t* stamp, int32_t* order, uint32_t* end_bin,
+                                          int* from) {
+  if (bin != kNoBin) stamp[bin] = static_cast<uint8_t>(lane);
+  __syncwarp();
+  const bool shared_dest = bin != kNoBin && stamp[bin] != lane;
+  if (__ballot_sync(kFull, shared_dest) == 0u) return true;
+  uint32_t k = (bin << 5) | static_cast<uint32_t>(lane);
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const uint32_t other = __shfl_xor_sync(kFull, k, stride);
+      k = ((lane & stride) == 0) == ((lane & size) == 0) ? min(k, other) : max(k, other);
+    }
+  const uint32_t sorted_bin = k >> 5;
+  const uint32_t prev = __shfl_up_sync(kFull, sorted_bin, 1), next = __shfl_down_sync(kFull, sorted_bin, 1);
+  const unsigned heads = __ballot_sync(kFull, lane == 0 || prev != sorted_bin);
+  order[lane] = static_cast<int32_t>(k & 31u);
+  const bool run_end = sorted_bin != kNoBin && (lane == 31 || next != sorted_bin);
+  *end_bin = run_end ? sorted_bin : kNoBin;
+  *from = 31 - __clz(heads & (kFull >> (31 - lane)));
+  __syncwarp();
+  return false;
+}
+
+template <bool kWide, bool kRows>
 __global__ void __launch_bounds__(kPrivThreads)
     scatter_privatized_kernel(const float* __restrict__ src, const int32_t* __restrict__ index, DimScatter g,
                               PrivatizedGrid pg, float* __restrict__ partials, int32_t* bad) {
@@ -629,11 +675,13 @@ __global__ void __launch_bounds__(kPrivThreads)
   float* sval = bins + kPrivatizedCols * pitch;
   int32_t* skey = reinterpret_cast<int32_t*>(sval + kPrivatizedStageRows * kStagePitch);
   const int lane = threadIdx.x & 31, col = threadIdx.x >> 5;
-  // Per warp: a step's sorted lanes (which staged position each sorted entry is), and a stamp per
-  // destination (the lane that last named it).
-  int32_t* order = skey + kPrivatizedStageRows * kStagePitch + col * 32;
-  uint8_t* stamp = reinterpret_cast<uint8_t*>(skey + kPrivatizedStageRows * kStagePitch + kPrivatizedCols * 32) +
-                   col * ((rows + 3) / 4 * 4);
+  // Per warp: a step's sorted lanes (which staged position each sorted entry is), a step's plan (rows:
+  // each lane's run end and start, read by every warp), and a stamp per destination (the lane that last
+  // named it).
+  int32_t* orders = skey + kPrivatizedStageRows * kStagePitch;
+  int32_t* order = orders + col * 32;
+  uint32_t* plans = reinterpret_cast<uint32_t*>(orders + kPrivatizedCols * 32);
+  uint8_t* stamp = reinterpret_cast<uint8_t*>(plans + kPrivatizedCols * 32) + col * ((rows + 3) / 4 * 4);
   const PrivatizedBlock blk = privatized_block(g, pg);
   const int64_t chunk = blk.chunk, a = blk.a, group = blk.group;
   for (int e = threadIdx.x; e < kPrivatizedCols * pitch; e += kPrivThreads) bins[e] = 0.0f;
@@ -641,7 +689,6 @@ __global__ void __launch_bounds__(kPrivThreads)
   const int64_t i0 = chunk * pg.chunk_rows, i1 = min(g.extent, i0 + pg.chunk_rows);
   const int64_t b0 = group * kPrivatizedCols;
   const int64_t first = a * g.extent * g.inner + b0;  // position (a, 0, b0)
-  constexpr uint32_t kNoBin = 0x07ffffffu;              // sorts after every destination (rows < 2^27)
   bool flagged = false;
   // Each thread moves kLoads (value, destination) pairs of a stage; the next stage's are loaded into registers
   // while the warps work on this one, so the loads' latency hides behind the sorting.
@@ -674,48 +721,49 @@ __global__ void __launch_bounds__(kPrivThreads)
     }
     __syncthreads();
     if (s0 + kPrivatizedStageRows < i1) load_stage(s0 + kPrivatizedStageRows);
-    for (int r0 = 0; r0 < n; r0 += 32) {
-      const int r = r0 + lane;
-      uint32_t bin = kNoBin;
-      if (r < n) {
-        const int32_t dest = skey[r * kStagePitch + col];
-        if (dest >= 0)
-          bin = static_cast<uint32_t>(dest);
-        else
-          flagged = true;
-      }
-      // Most steps name 32 distinct destinations: each lane stamps its destination's slot and reads it
-      // back; a lane that reads another lane's stamp shares its destination with it.
-      if (bin != kNoBin) stamp[bin] = static_cast<uint8_t>(lane);
-      __syncwarp();
-      const bool shared_dest = bin != kNoBin && stamp[bin] != lane;
-      if (__ballot_sync(kFull, shared_dest) == 0u) {
-        if (bin != kNoBin) my_bins[bin] += sval[r * kStagePitch + col];  // a run of one
-        __syncwarp();
-        continue;
-      }
-      // Bitonic sort of the (destination, lane) pairs across the lanes, ascending, so each destination's
-      // lanes are adjacent and in lane order; the last lane of each run sums the run in that order.
-      uint32_t k = (bin << 5) | static_cast<uint32_t>(lane);
-#pragma unroll
-      for (int size = 2; size <= 32; size <<= 1)
-#pragma unroll
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-          const uint32_t other = __shfl_xor_sync(kFull, k, stride);
-          k = ((lane & stride) == 0) == ((lane & size) == 0) ? min(k, other) : max(k, other);
+    if (kRows) {
+      // Every column shares its position's destination: warp w plans step w of the stage once for all
+      // columns, then each warp adds its column's runs by the plans, step by step.
+      if (col * 32 < n) {
+        const uint32_t bin = staged_bin(skey, col * 32 + lane, n, 0, flagged);
+        uint32_t end_bin;
+        int from;
+        if (plan_step(bin, lane, stamp, order, &end_bin, &from)) {
+          order[lane] = lane;
+          end_bin = bin;
+          from = lane;
         }
-      const uint32_t sorted_bin = k >> 5;
-      const uint32_t prev = __shfl_up_sync(kFull, sorted_bin, 1), next = __shfl_down_sync(kFull, sorted_bin, 1);
-      const unsigned heads = __ballot_sync(kFull, lane == 0 || prev != sorted_bin);
-      order[lane] = static_cast<int32_t>(k & 31u);
-      __syncwarp();
-      if (sorted_bin != kNoBin && (lane == 31 || next != sorted_bin)) {
-        const int from = 31 - __clz(heads & (kFull >> (31 - lane)));  // the run's first sorted entry
-        float sum = sval[(r0 + order[from]) * kStagePitch + col];
-        for (int j = from + 1; j <= lane; ++j) sum += sval[(r0 + order[j]) * kStagePitch + col];
-        my_bins[sorted_bin] += sum;
+        plans[col * 32 + lane] = (end_bin << 5) | static_cast<uint32_t>(from);
       }
-      __syncwarp();
+      __syncthreads();
+      for (int r0 = 0; r0 < n; r0 += 32) {
+        const uint32_t plan = plans[r0 + lane], end_bin = plan >> 5;
+        if (end_bin != kNoBin) {
+          const int32_t* ord = orders + r0;
+          const int from = static_cast<int>(plan & 31u);
+          float sum = sval[(r0 + ord[from]) * kStagePitch + col];
+          for (int j = from + 1; j <= lane; ++j) sum += sval[(r0 + ord[j]) * kStagePitch + col];
+          my_bins[end_bin] += sum;
+        }
+        __syncwarp();
+      }
+    } else {
+      for (int r0 = 0; r0 < n; r0 += 32) {
+        const int r = r0 + lane;
+        const uint32_t bin = staged_bin(skey, r, n, col, flagged);
+        // Most steps name 32 distinct destinations: each lane adds its value to its bin. Otherwise the last
+        // lane of each run sums the run in lane order and adds that to the destination's bin.
+        uint32_t end_bin;
+        int from;
+        if (plan_step(bin, lane, stamp, order, &end_bin, &from)) {
+          if (bin != kNoBin) my_bins[bin] += sval[r * kStagePitch + col];  // a run of one
+        } else if (end_bin != kNoBin) {
+          float sum = sval[(r0 + order[from]) * kStagePitch + col];
+          for (int j = from + 1; j <= lane; ++j) sum += sval[(r0 + order[j]) * kStagePitch + col];
+          my_bins[end_bin] += sum;
+        }
+        __syncwarp();
+      }
     }
   }
   if (flagged && bad) *bad = 1;
@@ -899,7 +947,10 @@ void scatter_privatized(Context& ctx, const ScatterRows& p, float* out, int32_t*
   cudaStream_t st = detail::stream_of(ctx);
   const PrivatizedGrid pg = privatized_grid(g);
   const std::size_t smem = scatter_privatized_smem(g.rows);
-  const auto kernel = p.wide ? scatter_privatized_kernel<true> : scatter_privatized_kernel<false>;
+  if (p.wide && g.index_per_row) throw Error("scatter_privatized: an index per row is read as i32 words only");
+  const auto kernel = g.index_per_row ? scatter_privatized_kernel<false, true>
+                      : p.wide        ? scatter_privatized_kernel<true, false>
+                                      : scatter_privatized_kernel<false, false>;
   DITTO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   auto* partials = static_cast<float*>(workspace);
   kernel<<<static_cast<unsigned>(scatter_privatized_blocks(p)), kPrivThreads, smem, st>>>(p.src, p.index, g, pg,

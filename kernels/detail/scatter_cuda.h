@@ -58,10 +58,10 @@ constexpr int kPrivatizedCols = 8;
 constexpr int kPrivatizedStageRows = 256;  // positions per column staged in shared memory at a time
 // Shared memory per block for `rows` destinations along dim: each column's bins (rows + 1 floats), the
 // staged values and keys (rows of kPrivatizedCols + 1 words against bank conflicts), and per warp a
-// step's sorted order (32 words) and a one-byte stamp per destination.
+// step's sorted order and plan (32 words each) and a one-byte stamp per destination.
 inline std::size_t scatter_privatized_smem(int64_t rows) {
   return sizeof(float) * std::size_t((rows + 1) * kPrivatizedCols + 2 * kPrivatizedStageRows * (kPrivatizedCols + 1) +
-                                     kPrivatizedCols * 32) +
+                                     2 * kPrivatizedCols * 32) +
          std::size_t(kPrivatizedCols) * std::size_t((rows + 3) / 4 * 4);
 }
 // The chunks along dim (a function of the shape alone: the bounds decide the sums' grouping): chunk t
