@@ -101,6 +101,7 @@ DITTO_KNOB(conv_fwd_knob, {op::conv2d, "fwd",
                             {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                             {"ditto-direct", kGpu, kOwn,
                              "fixed-order implicit GEMM, no library: batch-invariant (fp32 NCHW)"},
+                            {"ditto-winograd", kRun, kOwn, "Winograd F(2x2, 3x3) transforms, GEMMs on cuBLAS"},
                             kEngineVariant, kEngineFirstVariant},
                            "", true, "the forward algorithm"})
 DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
@@ -112,6 +113,8 @@ DITTO_KNOB(conv_bwd_data_knob, {op::conv2d, "bwd_data",
                                  {"winograd_nonfused", kRun, kLib, "cuDNN WINOGRAD_NONFUSED"},
                                  {"ditto-gemm", kRun, kOwn, "explicit GEMM on cuBLAS, gather-form col2im"},
                                  {"ditto-direct", kGpu, kOwn, "depthwise gather, no library"},
+                                 {"ditto-winograd", kRun, kOwn,
+                                  "Winograd F(2x2, 3x3) of dY with the turned filter, GEMMs on cuBLAS"},
                                  kEngineVariant, kEngineFirstVariant},
                                 "", true, "the input-gradient algorithm"})
 DITTO_KNOB(conv_bwd_filter_knob, {op::conv2d, "bwd_filter",
@@ -302,15 +305,23 @@ struct FwdTraits {
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, std::size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), a, bytes);
   }
-  static bool own_supports(int, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
-    return own_form_supported(f, why) && own::direct_fwd_supports(g, why);
+  static bool own_supports(int a, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
+    if (!own_form_supported(f, why)) return false;
+    return a == int(ConvFwdAlgo::DittoWinograd) ? own::winograd_conv_supports(g, why) : own::direct_fwd_supports(g, why);
   }
-  static std::size_t own_workspace(int, const own::ConvGeom&) { return 0; }
-  static Impl own_impl(int) { return Impl::Ditto; }
-  // fp32 fmaf either way: ditto-direct has no tensor-core path (tf32 layers get fp32's bits).
-  static void run_own(Context& ctx, int, const own::ConvGeom& g, const ConvOperands& o, void*, bool) {
-    cuda::conv_fwd_direct(ctx, g, static_cast<const float*>(o.x), static_cast<const float*>(o.w),
-                          static_cast<float*>(o.out));
+  static std::size_t own_workspace(int a, const own::ConvGeom& g) {
+    return a == int(ConvFwdAlgo::DittoWinograd)
+               ? own::plan_winograd_conv(own::winograd_conv_of(g, false)).workspace_bytes()
+               : 0;
+  }
+  static Impl own_impl(int a) { return a == int(ConvFwdAlgo::DittoWinograd) ? Impl::Library : Impl::Ditto; }
+  // ditto-direct: fp32 fmaf either way, it has no tensor-core path (tf32 layers get fp32's bits).
+  static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
+    const auto* x = static_cast<const float*>(o.x);
+    const auto* w = static_cast<const float*>(o.w);
+    auto* y = static_cast<float*>(o.out);
+    if (a == int(ConvFwdAlgo::DittoWinograd)) cuda::conv_winograd(ctx, g, false, x, w, y, ws, tf32);
+    else cuda::conv_fwd_direct(ctx, g, x, w, y);
   }
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
                                std::size_t ws_bytes) {
@@ -352,17 +363,22 @@ struct BwdDataTraits {
   }
   static bool own_supports(int a, const own::ConvGeom& g, const ConvForm& f, std::string* why) {
     if (!own_form_supported(f, why)) return false;
+    if (a == int(ConvBwdDataAlgo::DittoWinograd)) return own::winograd_conv_supports(g, why);
     return a == int(ConvBwdDataAlgo::DittoGemm) ? own::gemm_supports(g, why) : own::direct_supports(g, false, why);
   }
   static std::size_t own_workspace(int a, const own::ConvGeom& g) {
+    if (a == int(ConvBwdDataAlgo::DittoWinograd))
+      return own::plan_winograd_conv(own::winograd_conv_of(g, true)).workspace_bytes();
     return a == int(ConvBwdDataAlgo::DittoGemm) ? own::plan_gemm(g, false).workspace_bytes() : 0;
   }
-  static Impl own_impl(int a) { return a == int(ConvBwdDataAlgo::DittoGemm) ? Impl::Library : Impl::Ditto; }
+  // ditto-gemm and ditto-winograd sum on cuBLAS; ditto-direct uses no library.
+  static Impl own_impl(int a) { return a == int(ConvBwdDataAlgo::DittoDirect) ? Impl::Ditto : Impl::Library; }
   static void run_own(Context& ctx, int a, const own::ConvGeom& g, const ConvOperands& o, void* ws, bool tf32) {
     const auto* w = static_cast<const float*>(o.w);
     const auto* dy = static_cast<const float*>(o.dy);
     auto* dx = static_cast<float*>(o.out);
     if (a == int(ConvBwdDataAlgo::DittoGemm)) cuda::conv_bwd_data_gemm(ctx, g, w, dy, dx, ws, tf32);
+    else if (a == int(ConvBwdDataAlgo::DittoWinograd)) cuda::conv_winograd(ctx, g, true, dy, w, dx, ws, tf32);
     else cuda::conv_bwd_data_direct(ctx, g, w, dy, dx);
   }
   static cudnnStatus_t compute(cudnnHandle_t h, const ConvDescs& d, CudnnAlgo a, const ConvOperands& o, void* ws,
@@ -1151,10 +1167,10 @@ std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& d
   return names;
 }
 
-std::string conv_winograd_filter_refusal(const Shape& x, const Shape& w, const Conv2dParams& p) {
+std::string conv_winograd_refusal(const Shape& x, const Shape& w, const Conv2dParams& p) {
   const ConvSpec spec{x, w, conv2d_output_shape("conv2d", x, w, p), p};
   std::string why;
-  return own::winograd_supports(spec.geom(), &why) ? std::string() : why;
+  return own::winograd_conv_supports(spec.geom(), &why) ? std::string() : why;
 }
 
 }  // namespace ditto

@@ -41,8 +41,9 @@ namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 //                 is summed over (c, r, s) in ascending order, so an example's result does not depend
 //                 on the batch size or its position in the batch (batch-invariant; slower than cuDNN,
 //                 deterministic and heuristic never pick it; fastest and a tuning file only where it times fastest)
-//   ditto-winograd (bwd_filter) Winograd F(3x3, 2x2) transforms of ditto's own, the sums over tiles as
-//                 cuBLAS GEMMs over shape-fixed parts folded in order (3x3, stride 1, one group)
+//   ditto-winograd Winograd transforms of ditto's own with the sums as cuBLAS GEMMs (3x3, stride 1, one
+//                 group, padding <= 2): bwd_filter F(3x3, 2x2), the sums over tiles over shape-fixed parts
+//                 folded in order; fwd and bwd_data F(2x2, 3x3), the sums over input channels
 // and, last in every direction, cuDNN's backend (graph) API:
 //   engine        the first engine configuration heuristic mode A lists
 //                 for the problem whose numerical notes allow it — not NONDETERMINISTIC, not
@@ -62,11 +63,11 @@ namespace op { inline constexpr OpKind conv2d{"conv2d"}; }
 // atomics algorithm where the direction has one; fastest: cuDNN's Find among all, with ditto's
 // own and the engines timed beside it; pytorch: engine-first).
 enum class ConvFwdAlgo {
-  ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, DittoDirect, Engine,
-  EngineFirst
+  ImplicitGemm, ImplicitPrecompGemm, Gemm, Direct, Fft, FftTiling, Winograd, WinogradNonfused, DittoDirect,
+  DittoWinograd, Engine, EngineFirst
 };
 enum class ConvBwdDataAlgo {
-  Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, Engine, EngineFirst
+  Algo0, Algo1, Fft, FftTiling, Winograd, WinogradNonfused, DittoGemm, DittoDirect, DittoWinograd, Engine, EngineFirst
 };
 enum class ConvBwdFilterAlgo {
   Algo0, Algo1, Fft, Algo3, Winograd, WinogradNonfused, FftTiling, DittoGemm, DittoDirect, DittoWinograd, Engine,
@@ -162,9 +163,9 @@ std::vector<std::string> conv_supported_algos(Context& ctx, const std::string& d
                                               Precision precision = Precision::Fp32,
                                               ConvLayout layout = ConvLayout::Nchw);
 
-// Why bwd_filter=ditto-winograd cannot run this convolution (empty where it can): a function of the
-// geometry alone, for callers that pin it where it runs (ditto.torch's conv2d). Shapes are checked as by
-// conv2d_output_shape.
-std::string conv_winograd_filter_refusal(const Shape& x, const Shape& w, const Conv2dParams& p);
+// Why ditto-winograd cannot run this convolution (empty where it can; the same problems in all three
+// directions): a function of the geometry alone, for callers that pin it where it runs (ditto.torch's
+// conv2d). Shapes are checked as by conv2d_output_shape.
+std::string conv_winograd_refusal(const Shape& x, const Shape& w, const Conv2dParams& p);
 
 }  // namespace ditto

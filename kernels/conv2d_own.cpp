@@ -154,6 +154,86 @@ WinogradPlan plan_winograd(const ConvGeom& g) {
   return p;
 }
 
+WinogradConv winograd_conv_of(const ConvGeom& g, bool bwd_data) {
+  WinogradConv c;
+  c.N = g.N;
+  if (bwd_data) {
+    c.Ci = g.K, c.H = g.Ho, c.W = g.Wo, c.Co = g.C, c.Ho = g.H, c.Wo = g.W, c.ph = 2 - g.ph, c.pw = 2 - g.pw;
+    c.flip = true;
+  } else {
+    c.Ci = g.C, c.H = g.H, c.W = g.W, c.Co = g.K, c.Ho = g.Ho, c.Wo = g.Wo, c.ph = g.ph, c.pw = g.pw;
+  }
+  return c;
+}
+
+WinogradConvPlan plan_winograd_conv(const WinogradConv& c) {
+  WinogradConvPlan p;
+  const int64_t per_image = 16 * (c.Ci + c.Co) * std::max<int64_t>(1, c.tiles());
+  p.images_per_chunk = std::max<int64_t>(
+      1, std::min<int64_t>(c.N, int64_t(kChunkBytes / sizeof(float)) / std::max<int64_t>(1, per_image)));
+  p.chunks = std::max<int64_t>(1, ceil_div(c.N, p.images_per_chunk));
+  const int64_t positions = p.images_per_chunk * c.tiles();
+  p.u_floats = std::size_t(16 * c.Co * c.Ci);
+  p.v_floats = std::size_t(16 * c.Ci * positions);
+  p.m_floats = std::size_t(16 * c.Co * positions);
+  return p;
+}
+
+bool winograd_conv_supports(const ConvGeom& g, std::string* why) {
+  // The geometry the weight gradient's F(3x3, 2x2) takes is the one F(2x2, 3x3) takes both ways:
+  // a 3x3 filter at stride 1 (the tiles step by 2), padding <= 2 (bwd_data pads by 2 - p).
+  if (!winograd_supports(g, why)) return false;
+  for (bool data : {false, true}) {
+    const WinogradConv c = winograd_conv_of(g, data);
+    const int64_t positions = plan_winograd_conv(c).images_per_chunk * c.tiles();
+    if (positions > INT_MAX || 16 * c.Ci * positions > INT64_MAX / 8) {
+      if (why) *why = "a GEMM dimension exceeds cuBLAS's int range";
+      return false;
+    }
+  }
+  return true;
+}
+
+void winograd_conv_cpu(const WinogradConv& c, const float* in, const float* w, float* out) {
+  const WinogradConvPlan p = plan_winograd_conv(c);
+  const int64_t T = c.tiles(), tw = c.tiles_w();
+  std::vector<float> u(p.u_floats), v(std::size_t(16 * c.Ci)), m(16);
+  for (int64_t o = 0; o < c.Co; ++o)
+    for (int64_t i = 0; i < c.Ci; ++i) {
+      float f[9], t[16];
+      for (int r = 0; r < 3; ++r)
+        for (int s = 0; s < 3; ++s) f[r * 3 + s] = w[c.tap(o, i, r, s)];
+      winograd_filter_tile(f, t);
+      for (int e = 0; e < 16; ++e) u[std::size_t((e * c.Co + o) * c.Ci + i)] = t[e];
+    }
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t h0 = 2 * (t / tw), w0 = 2 * (t % tw);
+      for (int64_t i = 0; i < c.Ci; ++i) {
+        float d[16], tt[16];
+        for (int a = 0; a < 4; ++a)
+          for (int b = 0; b < 4; ++b) {
+            const int64_t h = h0 - c.ph + a, x = w0 - c.pw + b;
+            d[a * 4 + b] = h >= 0 && h < c.H && x >= 0 && x < c.W ? in[((n * c.Ci + i) * c.H + h) * c.W + x] : 0.f;
+          }
+        winograd_input_tile(d, tt);
+        for (int e = 0; e < 16; ++e) v[std::size_t(e * c.Ci + i)] = tt[e];
+      }
+      for (int64_t o = 0; o < c.Co; ++o) {
+        for (int e = 0; e < 16; ++e) {
+          float sum = 0.f;
+          for (int64_t i = 0; i < c.Ci; ++i) sum += u[std::size_t((e * c.Co + o) * c.Ci + i)] * v[std::size_t(e * c.Ci + i)];
+          m[std::size_t(e)] = sum;
+        }
+        float y[4];
+        winograd_result_tile(m.data(), y);
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b)
+            if (h0 + a < c.Ho && w0 + b < c.Wo) out[((n * c.Co + o) * c.Ho + h0 + a) * c.Wo + w0 + b] = y[a * 2 + b];
+      }
+    }
+}
+
 void winograd_filter_cpu(const ConvGeom& g, const float* x, const float* dy, float* dw) {
   const WinogradPlan p = plan_winograd(g);
   const int64_t T = p.tiles(), P = p.part_positions();

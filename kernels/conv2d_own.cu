@@ -502,6 +502,71 @@ __global__ void winograd_output_kernel(int64_t kc, const float* __restrict__ acc
   }
 }
 
+// ---- ditto-winograd fwd and bwd_data: F(2x2, 3x3) (kernels/detail/conv2d_own.h) --------------------
+
+// One thread per (o, i): the filter's transform, u[e][o][i].
+__global__ void winograd_conv_filter_kernel(own::WinogradConv c, const float* __restrict__ w, float* __restrict__ u) {
+  const int64_t total = c.Co * c.Ci;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < total; j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = j / c.Ci, i = j - o * c.Ci;
+    float f[9], t[16];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+      for (int s = 0; s < 3; ++s) f[r * 3 + s] = __ldg(w + c.tap(o, i, r, s));
+    own::winograd_filter_tile(f, t);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) u[e * total + j] = t[e];
+  }
+}
+
+// One thread per (image of the chunk, input channel i, tile t): the tile's 4x4 window of the input,
+// transformed, written to v[e][i][q], q = image * tiles + t (consecutive threads: consecutive q).
+template <class I>
+__global__ void winograd_conv_input_kernel(own::WinogradConv c, const float* __restrict__ in, I n0, I images,
+                                           float* __restrict__ v) {
+  const I T = I(c.tiles()), tw = I(c.tiles_w()), Ci = I(c.Ci), H = I(c.H), W = I(c.W), P = images * T;
+  const I total = P * Ci;
+  for (I j = blockIdx.x * I(blockDim.x) + threadIdx.x; j < total; j += I(gridDim.x) * I(blockDim.x)) {
+    const I q = j % P, i = j / P, nl = q / T, t = q - nl * T, th = t / tw;
+    const I h0 = 2 * th - I(c.ph), w0 = 2 * (t - th * tw) - I(c.pw);
+    const float* src = in + ((n0 + nl) * Ci + i) * H * W;
+    float d[16], e[16];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const I h = h0 + a, x = w0 + b;
+        d[a * 4 + b] = h >= 0 && h < H && x >= 0 && x < W ? __ldg(src + h * W + x) : 0.f;
+      }
+    own::winograd_input_tile(d, e);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) v[I(k) * total + j] = e[k];
+  }
+}
+
+// One thread per (image of the chunk, output channel o, tile t): out's 2x2 tile = At m[.][o][q] A.
+template <class I>
+__global__ void winograd_conv_output_kernel(own::WinogradConv c, const float* __restrict__ m, I n0, I images,
+                                            float* __restrict__ out) {
+  const I T = I(c.tiles()), tw = I(c.tiles_w()), Co = I(c.Co), Ho = I(c.Ho), Wo = I(c.Wo), P = images * T;
+  const I total = P * Co;
+  for (I j = blockIdx.x * I(blockDim.x) + threadIdx.x; j < total; j += I(gridDim.x) * I(blockDim.x)) {
+    const I q = j % P, o = j / P, nl = q / T, t = q - nl * T, th = t / tw;
+    const I h0 = 2 * th, w0 = 2 * (t - th * tw);
+    float mm[16], y[4];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) mm[e] = m[I(e) * total + j];
+    own::winograd_result_tile(mm, y);
+    float* dst = out + ((n0 + nl) * Co + o) * Ho * Wo;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (h0 + a < Ho && w0 + b < Wo) dst[(h0 + a) * Wo + w0 + b] = y[a * 2 + b];
+  }
+}
+
 }  // namespace
 
 void conv_fwd_direct(Context& ctx, const ConvGeom& g, const float* x, const float* w, float* y) {
@@ -655,6 +720,44 @@ void conv_bwd_filter_winograd(Context& ctx, const ConvGeom& g, const float* x, c
   }
   winograd_output_kernel<<<blocks_for(kc), kThreads, 0, st>>>(kc, acc, dw);
   DITTO_CHECK_LAUNCH(ctx);
+}
+
+void conv_winograd(Context& ctx, const ConvGeom& g, bool bwd_data, const float* in, const float* w, float* out,
+                   void* ws, bool tf32) {
+  const own::WinogradConv c = own::winograd_conv_of(g, bwd_data);
+  if (c.N == 0 || c.Co == 0 || c.Ho == 0 || c.Wo == 0) return;
+  cudaStream_t st = detail::stream_of(ctx);
+  if (c.Ci == 0) {
+    DITTO_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(c.N * c.Co * c.Ho * c.Wo), st));
+    return;
+  }
+  const own::WinogradConvPlan p = own::plan_winograd_conv(c);
+  float* u = static_cast<float*>(ws);
+  float* v = u + p.u_floats;
+  float* m = v + p.v_floats;
+  winograd_conv_filter_kernel<<<blocks_for(c.Co * c.Ci), kThreads, 0, st>>>(c, w, u);
+  DITTO_CHECK_LAUNCH(ctx);
+  const bool narrow = fits32(c.N * c.Ci * c.H * c.W) && fits32(c.N * c.Co * c.Ho * c.Wo) &&
+                      fits32(16 * std::max(c.Ci, c.Co) * p.images_per_chunk * c.tiles());
+  detail::CublasModes modes(detail::cuda_state(ctx).cublas, /*allow_atomics=*/false);
+  for (int64_t n0 = 0; n0 < c.N; n0 += p.images_per_chunk) {
+    const int64_t images = std::min(p.images_per_chunk, c.N - n0), P = images * c.tiles();
+    if (narrow)
+      winograd_conv_input_kernel<int32_t>
+          <<<blocks_for(P * c.Ci), kThreads, 0, st>>>(c, in, int32_t(n0), int32_t(images), v);
+    else
+      winograd_conv_input_kernel<int64_t><<<blocks_for(P * c.Ci), kThreads, 0, st>>>(c, in, n0, images, v);
+    DITTO_CHECK_LAUNCH(ctx);
+    // Batch e: m_e (P x Co column-major, i.e. [o][q]) = v_e (P x Ci, i.e. [i][q]) . u_e (Ci x Co, i.e. [o][i]).
+    const Gemm q{CUBLAS_OP_N, CUBLAS_OP_N, P, c.Co, c.Ci, v, P, c.Ci * P, u, c.Ci, c.Co * c.Ci, m, P, c.Co * P, 16};
+    run_gemm(ctx, q, tf32);
+    if (narrow)
+      winograd_conv_output_kernel<int32_t>
+          <<<blocks_for(P * c.Co), kThreads, 0, st>>>(c, m, int32_t(n0), int32_t(images), out);
+    else
+      winograd_conv_output_kernel<int64_t><<<blocks_for(P * c.Co), kThreads, 0, st>>>(c, m, n0, images, out);
+    DITTO_CHECK_LAUNCH(ctx);
+  }
 }
 
 }  // namespace ditto::cuda

@@ -323,14 +323,15 @@ struct ScatterAdd : torch::autograd::Function<ScatterAdd> {
   }
 };
 
-// ---- conv2d: cuDNN's forward, ditto's own deterministic backward -----------------------------------
+// ---- conv2d: ditto's Winograd or cuDNN's forward, ditto's own deterministic backward ---------------------
 
 struct Conv2d : torch::autograd::Function<Conv2d> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, at::IntArrayRef stride,
                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, bool deterministic) {
     return rethrowing([&] {
-      Call c(x, deterministic, "conv2d", "conv2d");
       const Conv2dParams p = conv_params(stride.vec(), padding.vec(), dilation.vec(), groups);
+      Call c(x, deterministic, "conv2d",
+             conv2d_layer(deterministic, Shape(x.sizes().begin(), x.sizes().end()), Shape(w.sizes().begin(), w.sizes().end()), p));
       const Tensor y = conv2d_forward(c.ctx(), c.layer(), c.in_f32(x, "input"), c.in_f32(w, "weight"), p);
       c.record();
       ctx->save_for_backward({x, w});
@@ -351,8 +352,8 @@ struct Conv2d : torch::autograd::Function<Conv2d> {
       const bool det = ctx->saved_data["deterministic"].toBool();
       const Conv2dParams p = conv_params(ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
                                          ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["groups"].toInt());
-      Call c(x, det, "conv2d", conv2d_backward_layer(det, Shape(x.sizes().begin(), x.sizes().end()),
-                                                     Shape(w.sizes().begin(), w.sizes().end()), p));
+      Call c(x, det, "conv2d",
+             conv2d_layer(det, Shape(x.sizes().begin(), x.sizes().end()), Shape(w.sizes().begin(), w.sizes().end()), p));
       const Tensor g = c.in_f32(grads[0], "grad"), xt = c.in_f32(x, "input"), wt = c.in_f32(w, "weight");
       if (want_dx) dx = c.out(conv2d_backward_data(c.ctx(), c.layer(), g, wt, xt.shape(), p), x.sizes());
       if (want_dw) dw = c.out(conv2d_backward_filter(c.ctx(), c.layer(), xt, g, wt.shape(), p), w.sizes());

@@ -294,7 +294,10 @@ void bind_torch_ops(nb::module_& m) {
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle x, nb::handle w, const std::vector<int64_t>& stride,
            const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int groups) {
           Call c(dev, s, det, "conv2d");
-          return c.done({conv2d_forward(c.ctx(), c.layer(), c.in(x), c.in(w), conv_params(stride, padding, dilation, groups))});
+          const Conv2dParams p = conv_params(stride, padding, dilation, groups);
+          const Tensor xt = c.in(x), wt = c.in(w);
+          c.set_layer(conv2d_layer(det, xt.shape(), wt.shape(), p));
+          return c.done({conv2d_forward(c.ctx(), c.layer(), xt, wt, p)});
         });
   m.def("_torch_conv2d_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, nb::handle x, nb::handle w,
@@ -303,7 +306,7 @@ void bind_torch_ops(nb::module_& m) {
           Call c(dev, s, det, "conv2d");
           const Conv2dParams p = conv_params(stride, padding, dilation, groups);
           const Tensor g = c.in(dy), xt = c.in(x), wt = c.in(w);
-          c.set_layer(conv2d_backward_layer(det, xt.shape(), wt.shape(), p));
+          c.set_layer(conv2d_layer(det, xt.shape(), wt.shape(), p));
           Tensor dx, dw;
           if (want_dx) dx = conv2d_backward_data(c.ctx(), c.layer(), g, wt, xt.shape(), p);
           if (want_dw) dw = conv2d_backward_filter(c.ctx(), c.layer(), xt, g, wt.shape(), p);

@@ -15,7 +15,8 @@ namespace ditto::py {
 Policy torch_policy(bool deterministic) {
   if (!deterministic) return Policy::parse({"*=heuristic"});
   return Policy::parse({"*=deterministic", "conv2d.bwd_data=ditto-gemm", "conv2d.bwd_filter=ditto-gemm",
-                        "conv2d_winograd.bwd_data=ditto-gemm", "conv2d_winograd.bwd_filter=ditto-winograd",
+                        "conv2d_winograd.fwd=ditto-winograd", "conv2d_winograd.bwd_data=ditto-winograd",
+                        "conv2d_winograd.bwd_filter=ditto-winograd",
                         "scatter_dim.scatter=privatized", "scatter_rows.scatter=privatized"});
 }
 
@@ -55,8 +56,8 @@ std::string scatter_rows_layer(const Context& ctx, int64_t m, int64_t d, int64_t
   return scatter_rows_privatized_refusal(ctx, m, d, num_rows).empty() ? "scatter_rows" : "scatter_add";
 }
 
-std::string conv2d_backward_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p) {
-  return deterministic && conv_winograd_filter_refusal(x, w, p).empty() ? "conv2d_winograd" : "conv2d";
+std::string conv2d_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  return deterministic && conv_winograd_refusal(x, w, p).empty() ? "conv2d_winograd" : "conv2d";
 }
 
 }  // namespace ditto::py

@@ -24,7 +24,7 @@ struct Runner {
 
 // deterministic=True: every knob by the mode word `deterministic` (gather and sorted scatters,
 // fixed-order reductions, ditto's CTC), convolution backward by ditto's own GEMM form (layer "conv2d")
-// or, for layer "conv2d_winograd" (conv2d_backward_layer), its weight gradient by ditto's Winograd, and
+// or, for layer "conv2d_winograd" (conv2d_layer), all three directions by ditto's Winograd, and
 // for layers "scatter_dim" and "scatter_rows" (scatter_add along a dimension, and of rows, where the
 // privatized scatter runs it) that scatter.
 // deterministic=False: what frameworks run (atomics, cuDNN's heuristics).
@@ -45,8 +45,8 @@ Conv2dParams conv_params(const std::vector<int64_t>& stride, const std::vector<i
 // The layer a scatter of m rows of d floats into num_rows (index_add) runs under: "scatter_rows" where the
 // privatized scatter runs it on ctx's device, "scatter_add" (the sorted scatter) otherwise.
 std::string scatter_rows_layer(const Context& ctx, int64_t m, int64_t d, int64_t num_rows);
-// The layer a conv2d backward runs under: "conv2d_winograd" where deterministic and ditto's Winograd
-// weight gradient runs the geometry, "conv2d" otherwise.
-std::string conv2d_backward_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p);
+// The layer a conv2d runs under (forward and backward): "conv2d_winograd" where deterministic and ditto's
+// Winograd runs the geometry, "conv2d" otherwise.
+std::string conv2d_layer(bool deterministic, const Shape& x, const Shape& w, const Conv2dParams& p);
 
 }  // namespace ditto::py

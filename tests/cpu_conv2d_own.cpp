@@ -358,6 +358,102 @@ TEST_CASE("ditto-winograd: which problems it takes, its plan, and its algorithm 
   }
 }
 
+TEST_CASE("ditto-winograd fwd and bwd_data: the problems, the plan, and F(2x2, 3x3) against the reference") {
+  std::string why;
+  CHECK(own::winograd_conv_supports(geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(1, 1, 1, 1)), &why));
+  CHECK_FALSE(own::winograd_conv_supports(geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(2, 1, 1, 1)), &why));
+  CHECK_THAT(why, Catch::Contains("stride 2x2"));
+  CHECK_FALSE(own::winograd_conv_supports(geom_of({2, 8, 8, 8}, {8, 8, 3, 3}, params(1, 3, 1, 1)), &why));
+  CHECK_THAT(why, Catch::Contains("padding of at most 2"));
+  // bwd_data is the forward convolution of dY [N][K][Ho][Wo] by the turned filter, padding 2 - p, back to
+  // x's size.
+  const own::ConvGeom row = geom_of({128, 128, 16, 16}, {256, 128, 3, 3}, params(1, 0, 1, 1));
+  const own::WinogradConv data = own::winograd_conv_of(row, true);
+  CHECK((data.Ci == 256 && data.Co == 128 && data.H == 14 && data.Ho == 16 && data.ph == 2 && data.flip));
+  CHECK(data.tap(5, 7, 0, 1) == (7 * 128 + 5) * 9 + 2 * 3 + 1);
+  const own::WinogradConv fwd = own::winograd_conv_of(row, false);
+  CHECK((fwd.Ci == 128 && fwd.Co == 256 && fwd.Ho == 14 && fwd.tiles() == 49 && !fwd.flip));
+  CHECK(fwd.tap(5, 7, 0, 1) == (5 * 128 + 7) * 9 + 1);
+  // ditto.torch's conv2d row fits one chunk; a large problem is cut into chunks of images whose
+  // transformed input and products stay within kChunkBytes.
+  const own::WinogradConvPlan p =
+      own::plan_winograd_conv(own::winograd_conv_of(geom_of({128, 128, 16, 16}, {128, 128, 3, 3}, params(1, 1, 1, 1)), false));
+  CHECK((p.images_per_chunk == 128 && p.chunks == 1));
+  CHECK(p.v_floats == std::size_t(16 * 128 * 128 * 64));
+  const own::WinogradConvPlan big =
+      own::plan_winograd_conv(own::winograd_conv_of(geom_of({256, 256, 56, 56}, {256, 256, 3, 3}, params(1, 1, 1, 1)), true));
+  CHECK(big.chunks > 1);
+  CHECK((big.v_floats + big.m_floats) * sizeof(float) <= own::kChunkBytes);
+
+  // winograd_conv_cpu (its transforms, tiles, padding and the turned filter) against the double reference.
+  // Small integers: every step is exact in float (the filter transform halves, every partial sum is a
+  // multiple of 1/4 far below 2^24), so the result must equal the reference exactly. Random floats: each
+  // of the 16 products sums Ci terms whose factors are sums of at most 16 inputs' and 9 weights' sizes, and
+  // At . A adds 9 of them: |error| <= 16 * (Ci + 16) * 2^-24 * sum over i of (sum |w[o][i]|) (sum of |in[i]|
+  // over the tile's window).
+  struct Case {
+    const char* name;
+    Shape x, w;
+    Conv2dParams p;
+  };
+  const std::vector<Case> cases = {
+      {"pad 1, even sides", {3, 4, 6, 6}, {5, 4, 3, 3}, params(1, 1, 1, 1)},
+      {"pad 0, odd output (half tiles)", {2, 3, 9, 7}, {2, 3, 3, 3}, params(1, 0, 1, 1)},
+      {"pad 2: the output larger than the input", {2, 3, 5, 4}, {2, 3, 3, 3}, params(1, 2, 1, 1)},
+  };
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  for (const auto& c : cases)
+    for (bool bwd_data : {false, true}) {
+      INFO(c.name << (bwd_data ? ", bwd_data" : ", fwd"));
+      const own::ConvGeom g = geom_of(c.x, c.w, c.p);
+      REQUIRE(own::winograd_conv_supports(g, &why));
+      const own::WinogradConv wc = own::winograd_conv_of(g, bwd_data);
+      const ref::Conv2dGeom rg = ref::conv2d_geom(c.x, c.w, c.p);
+      const Shape ys = conv2d_output_shape("t", c.x, c.w, c.p);
+      const Shape& in_shape = bwd_data ? ys : c.x;
+      const Shape& out_shape = bwd_data ? c.x : ys;
+      auto want_of = [&](const std::vector<double>& in, const std::vector<double>& w) {
+        std::vector<double> out(std::size_t(shape_numel(out_shape)));
+        if (bwd_data) ref::conv2d_bwd_data(rg, in.data(), w.data(), out.data());
+        else ref::conv2d_fwd(rg, in.data(), w.data(), out.data());
+        return out;
+      };
+      const auto in = test::random_vec<float>(std::size_t(shape_numel(in_shape)), seed + bwd_data);
+      const auto w = test::random_vec<float>(std::size_t(shape_numel(c.w)), seed + 2);
+      std::vector<float> got(std::size_t(shape_numel(out_shape)));
+      own::winograd_conv_cpu(wc, in.data(), w.data(), got.data());
+      const std::vector<double> want = want_of({in.begin(), in.end()}, {w.begin(), w.end()});
+      std::size_t bad = 0;
+      for (int64_t n = 0; n < wc.N; ++n)
+        for (int64_t o = 0; o < wc.Co; ++o)
+          for (int64_t h = 0; h < wc.Ho; ++h)
+            for (int64_t x = 0; x < wc.Wo; ++x) {
+              double bound = 0;
+              for (int64_t i = 0; i < wc.Ci; ++i) {
+                double wsum = 0, window = 0;
+                for (int r = 0; r < 3; ++r)
+                  for (int s = 0; s < 3; ++s) wsum += std::fabs(w[std::size_t(wc.tap(o, i, r, s))]);
+                for (int a = 0; a < 4; ++a)
+                  for (int b = 0; b < 4; ++b) {
+                    const int64_t hh = h / 2 * 2 - wc.ph + a, xx = x / 2 * 2 - wc.pw + b;
+                    if (hh >= 0 && hh < wc.H && xx >= 0 && xx < wc.W)
+                      window += std::fabs(in[std::size_t(((n * wc.Ci + i) * wc.H + hh) * wc.W + xx)]);
+                  }
+                bound += wsum * window;
+              }
+              const std::size_t k = std::size_t(((n * wc.Co + o) * wc.Ho + h) * wc.Wo + x);
+              bad += !(std::fabs(double(got[k]) - want[k]) <= 16 * double(wc.Ci + 16) * std::ldexp(1.0, -24) * bound);
+            }
+      CHECK(bad == 0);
+      std::vector<float> ini(in.size()), wi(w.size());
+      for (std::size_t i = 0; i < in.size(); ++i) ini[i] = std::round(3 * in[i]);
+      for (std::size_t i = 0; i < w.size(); ++i) wi[i] = std::round(3 * w[i]);
+      own::winograd_conv_cpu(wc, ini.data(), wi.data(), got.data());
+      CHECK(std::vector<double>(got.begin(), got.end()) == want_of({ini.begin(), ini.end()}, {wi.begin(), wi.end()}));
+    }
+}
+
 TEST_CASE("ditto's own conv variants are policy values and tuning-file algorithms") {
   Policy p = Policy::parse({"conv1.bwd_filter=ditto-gemm", "conv1.bwd_data=ditto-direct"});
   CHECK(conv_choice<ConvBwdFilterAlgo>(p, "conv1").algo == ConvBwdFilterAlgo::DittoGemm);
@@ -365,8 +461,11 @@ TEST_CASE("ditto's own conv variants are policy values and tuning-file algorithm
   CHECK(std::string(name_of(ConvBwdFilterAlgo::DittoDirect)) == "ditto-direct");
   CHECK(conv_choice<ConvBwdFilterAlgo>(Policy::parse({"conv1.bwd_filter=ditto-winograd"}), "conv1").algo ==
         ConvBwdFilterAlgo::DittoWinograd);
-  CHECK_THROWS_AS(Policy::parse({"conv1.bwd_data=ditto-winograd"}), PolicyError);  // weight gradient only
-  CHECK_THROWS_AS(Policy::parse({"conv1.fwd=ditto-gemm"}), PolicyError);  // forward has none
+  CHECK(conv_choice<ConvBwdDataAlgo>(Policy::parse({"conv1.bwd_data=ditto-winograd"}), "conv1").algo ==
+        ConvBwdDataAlgo::DittoWinograd);
+  CHECK(conv_choice<ConvFwdAlgo>(Policy::parse({"conv1.fwd=ditto-winograd"}), "conv1").algo ==
+        ConvFwdAlgo::DittoWinograd);
+  CHECK_THROWS_AS(Policy::parse({"conv1.fwd=ditto-gemm"}), PolicyError);  // the GEMM form is backward only
   // Not nondeterministic: the noise lab does not list them as candidates.
   for (const auto& k : knobs())
     for (const auto& v : k.nondeterministic()) CHECK(v.rfind("ditto-", 0) != 0);

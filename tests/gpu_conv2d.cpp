@@ -41,6 +41,7 @@
 #include "kernels/conv2d.h"
 #include "engine/tuning.h"
 #include "kernels/conv2d_ref.h"
+#include "kernels/detail/conv2d_own.h"
 #include "nets/module.h"
 #include "support.h"
 
@@ -409,10 +410,11 @@ TEST_CASE("conv2d GPU: ditto-gemm, ditto-direct and ditto-winograd match the ref
     INFO("case " << c.name);
     Context ctx(Device::cuda(0));
     Problem pr(ctx, c, seed);
-    for (Dir d : {Dir::BwdData, Dir::BwdFilter}) {
+    for (Dir d : {Dir::Fwd, Dir::BwdData, Dir::BwdFilter}) {
       auto supported = conv_supported_algos(ctx, knob(d), c.x, c.w, c.p);
       for (const char* algo : {"ditto-gemm", "ditto-direct", "ditto-winograd"}) {
         if (std::find(supported.begin(), supported.end(), algo) == supported.end()) continue;
+        if (d == Dir::Fwd && std::string(algo) == "ditto-direct") continue;  // the batch-invariance tests' own
         INFO(knob(d) << "=" << algo);
         ++ran;
         ctx.policy() = pin_policy("own", d, algo);
@@ -435,9 +437,9 @@ TEST_CASE("conv2d GPU: ditto-gemm, ditto-direct and ditto-winograd match the ref
     }
   }
   // ditto-gemm both ways on all 12 (at most 64 groups); ditto-direct's bwd_filter on all 12 (the
-  // implicit GEMM or the depthwise kernel), its bwd_data on the 4 depthwise; ditto-winograd's
-  // bwd_filter on the two dense 3x3 stride-1 ones.
-  CHECK(ran == 2 * 12 + 12 + 4 + 2);
+  // implicit GEMM or the depthwise kernel), its bwd_data on the 4 depthwise; ditto-winograd in all three
+  // directions on the two dense 3x3 stride-1 ones.
+  CHECK(ran == 2 * 12 + 12 + 4 + 3 * 2);
   // ditto-winograd on small integers is exact (every step of its transforms and GEMMs is), so it equals
   // the reference's weight gradient exactly, with the images cut into three parts (the last padded).
   Context ctx(Device::cuda(0), pin_policy("wino", Dir::BwdFilter, "ditto-winograd"));
@@ -452,6 +454,30 @@ TEST_CASE("conv2d GPU: ditto-gemm, ditto-direct and ditto-winograd match the ref
   ref::conv2d_bwd_filter(ref::conv2d_geom(xs, ws, p), xd.data(), dyd.data(), want.data());
   const auto h = got.to_host_f32();
   CHECK(std::vector<double>(h.begin(), h.end()) == want);
+
+  // Its forward and input gradient (F(2x2, 3x3)) likewise, over two chunks of images (128 and 2).
+  const Shape xs2 = {130, 4, 128, 128}, ws2 = {4, 4, 3, 3};
+  const Conv2dParams p2 = make(1, 1, 1, 1);
+  const own::ConvGeom g2{130, 4, 128, 128, 4, 3, 3, 128, 128, 1, 1, 1, 1, 1, 1, 1};
+  REQUIRE(own::plan_winograd_conv(own::winograd_conv_of(g2, false)).chunks == 2);
+  REQUIRE(own::plan_winograd_conv(own::winograd_conv_of(g2, true)).chunks == 2);
+  std::vector<float> x2(std::size_t(shape_numel(xs2))), w2(std::size_t(shape_numel(ws2))), dy2(x2.size());
+  for (auto& v : x2) v = float(int(g() % 7) - 3);
+  for (auto& v : w2) v = float(int(g() % 7) - 3);
+  for (auto& v : dy2) v = float(int(g() % 7) - 3);
+  const ref::Conv2dGeom rg2 = ref::conv2d_geom(xs2, ws2, p2);
+  std::vector<double> x2d(x2.begin(), x2.end()), w2d(w2.begin(), w2.end()), dy2d(dy2.begin(), dy2.end());
+  std::vector<double> y_want(x2.size()), dx_want(x2.size());
+  ref::conv2d_fwd(rg2, x2d.data(), w2d.data(), y_want.data());
+  ref::conv2d_bwd_data(rg2, dy2d.data(), w2d.data(), dx_want.data());
+  Context ctx2(Device::cuda(0), Policy::parse({"wino.fwd=ditto-winograd", "wino.bwd_data=ditto-winograd"}));
+  const Tensor w2t = ctx2.from_host(w2, ws2);
+  const auto y2 = conv2d_forward(ctx2, "wino", ctx2.from_host(x2, xs2), w2t, p2).to_host_f32();
+  CHECK(std::vector<double>(y2.begin(), y2.end()) == y_want);
+  const auto dx2 = conv2d_backward_data(ctx2, "wino", ctx2.from_host(dy2, xs2), w2t, xs2, p2).to_host_f32();
+  CHECK(std::vector<double>(dx2.begin(), dx2.end()) == dx_want);
+  CHECK(ctx2.manifest().find("wino", "fwd")->variant == "ditto-winograd");
+  CHECK(ctx2.manifest().find("wino", "bwd_data")->variant == "ditto-winograd");
 }
 
 TEST_CASE("conv2d GPU: ditto-direct's bwd_data on a convolution that is not depthwise is a PolicyError saying why") {

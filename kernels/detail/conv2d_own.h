@@ -41,6 +41,17 @@
 //   Bits: cuBLAS's per GEMM shape (run_to_run, as ditto-gemm); every other step a fixed-order map.
 //   Its rounding differs from a direct sum's (the transforms add and scale): within float32 accuracy
 //   of the direct result, not its bits.
+// ditto-winograd (fwd and bwd_data; the same problems): Winograd's F(2x2, 3x3). The result is cut into
+//   2x2 tiles; each tile's 4x4 window of the input (zero outside: the padding) is transformed as
+//   V = Bt d B and each 3x3 filter as U = G w Gt, so a tile of output channel o is
+//   At (sum over input channels i of U[o][i] * V[i]) A. The sum over input channels is 16 GEMMs (one per
+//   element of the transformed tile) of [out channels x in channels] by [in channels x positions]:
+//   2.25x fewer products than a direct convolution's. Nothing is summed over images: they are cut into
+//   chunks of a shape-fixed size only to bound the workspace. bwd_data is the same forward convolution
+//   with dY as the input, the filter turned 180 degrees with its channels swapped, and padding 2 - p
+//   (the full correlation that takes dY back to x's size).
+//   Bits: cuBLAS's per GEMM shape (run_to_run); the transforms are fixed-order maps. Within float32
+//   accuracy of the direct result, not its bits.
 // Everything here is deterministic by construction; kernels/conv2d.cpp selects, records and checks.
 #pragma once
 #include <cstddef>
@@ -118,7 +129,37 @@ WinogradPlan plan_winograd(const ConvGeom& g);
 // order): the tests' check of the transforms and index maps against a direct correlation.
 void winograd_filter_cpu(const ConvGeom& g, const float* x, const float* dy, float* dw);
 
-// The transforms, shared by the kernels and winograd_filter_cpu. d: a 4x4 window of x (row-major);
+// The forward convolution that ditto-winograd's fwd or bwd_data runs: `in` [N][Ci][H][W] by a 3x3 filter
+// into `out` [N][Co][Ho][Wo], Ho = H + 2 ph - 2. fwd: in = x, out = y, the filter w[o][i]. bwd_data:
+// in = dY, out = dX, the filter w[i][o] turned 180 degrees (`flip`), padding 2 - p.
+struct WinogradConv {
+  int64_t N = 0, Ci = 0, H = 0, W = 0, Co = 0, Ho = 0, Wo = 0, ph = 0, pw = 0;
+  bool flip = false;
+  DITTO_HD int64_t tiles_h() const { return (Ho + 1) / 2; }
+  DITTO_HD int64_t tiles_w() const { return (Wo + 1) / 2; }
+  DITTO_HD int64_t tiles() const { return tiles_h() * tiles_w(); }
+  // Filter tap (r, s) of output channel o, input channel i, in w's own layout.
+  DITTO_HD int64_t tap(int64_t o, int64_t i, int r, int s) const {
+    return flip ? (i * Co + o) * 9 + (2 - r) * 3 + (2 - s) : (o * Ci + i) * 9 + r * 3 + s;
+  }
+};
+WinogradConv winograd_conv_of(const ConvGeom& g, bool bwd_data);
+// Images per chunk (a function of the problem alone: each chunk's transformed input and products
+// stay within kChunkBytes), and the workspace: the transformed filters, then per chunk the
+// transformed input [16][Ci][positions] and the products [16][Co][positions].
+struct WinogradConvPlan {
+  int64_t images_per_chunk = 1, chunks = 1;
+  std::size_t u_floats = 0, v_floats = 0, m_floats = 0;
+  std::size_t workspace_bytes() const { return (u_floats + v_floats + m_floats) * sizeof(float); }
+};
+WinogradConvPlan plan_winograd_conv(const WinogradConv& c);
+bool winograd_conv_supports(const ConvGeom& g, std::string* why);
+// The same algorithm on the CPU, each GEMM's sum in input-channel order: the tests' check of the
+// transforms and index maps against a direct convolution.
+void winograd_conv_cpu(const WinogradConv& c, const float* in, const float* w, float* out);
+
+// The transforms, shared by the kernels and winograd_filter_cpu / winograd_conv_cpu. F(3x3, 2x2) (the
+// weight gradient) and F(2x2, 3x3) (fwd, bwd_data) share Bt. d: a 4x4 window of x (row-major);
 // t: its Bt d B. gt: a 2x2 tile of dY; u: G gt Gt. m: 16 sums; y: At m A (3x3, row-major).
 DITTO_HD void winograd_input_tile(const float d[16], float t[16]) {
   float e[16];  // Bt d, Bt = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 -1 0 1]
@@ -161,6 +202,36 @@ DITTO_HD void winograd_output_tile(const float m[16], float y[9]) {
     y[i * 3 + 0] = e[i * 4 + 0] + e[i * 4 + 1] + e[i * 4 + 2];
     y[i * 3 + 1] = e[i * 4 + 1] - e[i * 4 + 2];
     y[i * 3 + 2] = e[i * 4 + 1] + e[i * 4 + 2] + e[i * 4 + 3];
+  }
+}
+
+// F(2x2, 3x3): w, a 3x3 filter (row-major); u = G w Gt, G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1].
+DITTO_HD void winograd_filter_tile(const float w[9], float u[16]) {
+  float e[12];  // G w
+  for (int j = 0; j < 3; ++j) {
+    e[0 * 3 + j] = w[0 * 3 + j];
+    e[1 * 3 + j] = 0.5f * (w[0 * 3 + j] + w[1 * 3 + j] + w[2 * 3 + j]);
+    e[2 * 3 + j] = 0.5f * (w[0 * 3 + j] - w[1 * 3 + j] + w[2 * 3 + j]);
+    e[3 * 3 + j] = w[2 * 3 + j];
+  }
+  for (int i = 0; i < 4; ++i) {  // (G w) Gt
+    u[i * 4 + 0] = e[i * 3 + 0];
+    u[i * 4 + 1] = 0.5f * (e[i * 3 + 0] + e[i * 3 + 1] + e[i * 3 + 2]);
+    u[i * 4 + 2] = 0.5f * (e[i * 3 + 0] - e[i * 3 + 1] + e[i * 3 + 2]);
+    u[i * 4 + 3] = e[i * 3 + 2];
+  }
+}
+// F(2x2, 3x3): m, 16 sums; y = At m A (2x2, row-major), At = [1 1 1 0; 0 1 -1 1] (the last column's sign
+// follows Bt's last row, which is [0 -1 0 1]).
+DITTO_HD void winograd_result_tile(const float m[16], float y[4]) {
+  float e[8];  // At m
+  for (int j = 0; j < 4; ++j) {
+    e[0 * 4 + j] = m[0 * 4 + j] + m[1 * 4 + j] + m[2 * 4 + j];
+    e[1 * 4 + j] = m[1 * 4 + j] - m[2 * 4 + j] + m[3 * 4 + j];
+  }
+  for (int i = 0; i < 2; ++i) {  // (At m) A
+    y[i * 2 + 0] = e[i * 4 + 0] + e[i * 4 + 1] + e[i * 4 + 2];
+    y[i * 2 + 1] = e[i * 4 + 1] - e[i * 4 + 2] + e[i * 4 + 3];
   }
 }
 
@@ -230,4 +301,8 @@ void conv_bwd_filter_direct(Context& ctx, const own::ConvGeom& g, const float* x
                             void* ws);
 void conv_bwd_filter_winograd(Context& ctx, const own::ConvGeom& g, const float* x, const float* dy, float* dw,
                               void* ws, bool tf32);
+// ditto-winograd fwd (y from x, w) and bwd_data (dx from dy, w): the forward convolution
+// own::winograd_conv_of(g, bwd_data).
+void conv_winograd(Context& ctx, const own::ConvGeom& g, bool bwd_data, const float* in, const float* w, float* out,
+                   void* ws, bool tf32);
 }  // namespace ditto::cuda
