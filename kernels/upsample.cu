@@ -14,6 +14,9 @@
 //   axes), where input i owns outputs [i * k, i * k + k) exactly as ref::nearest_first_out says: the
 //   same sums in the same order (rows, then columns, ascending), so the same bits, without the
 //   gather's 64-bit divisions per element (they made it 2.4x PyTorch's kernel at 64x64 -> 128x128).
+// nearest_fwd_whole_kernel: the forward for nearest with whole scale factors: one thread per input
+//   element writes the kh x kw outputs it owns (ref::nearest_src's copy, as float2 pairs where kw is
+//   2), without the forward kernel's divisions per output.
 #include <algorithm>
 #include <climits>
 
@@ -98,6 +101,45 @@ __global__ void nearest_bwd_whole_kernel(const float* __restrict__ dy, float* __
   }
 }
 
+// Threads over the columns of an input row, rows (plane * h + ih) over y: input (r, iw) is output rows
+// r * kh .. r * kh + kh - 1 (flattened over planes), columns iw * kw .. iw * kw + kw - 1.
+template <int KW>
+__global__ void nearest_fwd_whole_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int w,
+                                         int kh, int kw) {
+  const int iw = blockIdx.x * blockDim.x + threadIdx.x;
+  if (iw >= w) return;
+  const int k = KW ? KW : kw;
+  const int64_t ow = int64_t(w) * k;
+  for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; r < rows; r += int64_t(gridDim.y) * blockDim.y) {
+    const float v = __ldg(x + r * w + iw);
+    float* dst = y + r * kh * ow + int64_t(iw) * k;
+    for (int a = 0; a < kh; ++a) {
+      if (KW == 2) {
+        *reinterpret_cast<float2*>(dst + a * ow) = make_float2(v, v);
+      } else {
+        for (int b = 0; b < k; ++b) dst[a * ow + b] = v;
+      }
+    }
+  }
+}
+
+// Whole scale factors along both axes, in int range: nearest's forward and gather take their own
+// kernels. A block of (bx, by) threads: bx columns of a row (a multiple of 32), by rows.
+bool nearest_whole(const ref::UpsampleDims& d) {
+  return !d.bilinear && d.h > 0 && d.w > 0 && d.oh % d.h == 0 && d.ow % d.w == 0 && d.w <= INT_MAX &&
+         d.oh / d.h <= INT_MAX && d.ow / d.w <= INT_MAX;
+}
+struct RowsGrid {
+  dim3 grid, block;
+};
+RowsGrid rows_grid(const ref::UpsampleDims& d) {
+  const unsigned bx = static_cast<unsigned>(std::min<int64_t>((d.w + 31) / 32 * 32, kThreads));
+  const unsigned by = kThreads / bx;
+  const int64_t rows = d.planes * d.h;
+  return {dim3(static_cast<unsigned>((d.w + bx - 1) / bx), static_cast<unsigned>(std::min<int64_t>((rows + by - 1) / by, 65535))),
+          dim3(bx, by)};
+}
+
 // The tables' layout in the workspace: row ranges, column ranges, row taps, column taps.
 struct TableLayout {
   std::size_t row_range = 0, col_range = 0, row_taps = 0, col_taps = 0, total = 0;
@@ -116,7 +158,16 @@ struct TableLayout {
 void upsample_fwd(Context& ctx, const float* x, float* y, const ref::UpsampleDims& d) {
   const int64_t n = d.planes * d.oh * d.ow;
   if (n == 0) return;
-  upsample_fwd_kernel<<<blocks_for(n), kThreads, 0, detail::stream_of(ctx)>>>(x, y, d);
+  cudaStream_t st = detail::stream_of(ctx);
+  if (nearest_whole(d)) {
+    const RowsGrid g = rows_grid(d);
+    const int w = static_cast<int>(d.w), kh = static_cast<int>(d.oh / d.h), kw = static_cast<int>(d.ow / d.w);
+    if (kw == 2) nearest_fwd_whole_kernel<2><<<g.grid, g.block, 0, st>>>(x, y, d.planes * d.h, w, kh, kw);
+    else nearest_fwd_whole_kernel<0><<<g.grid, g.block, 0, st>>>(x, y, d.planes * d.h, w, kh, kw);
+    DITTO_CHECK_LAUNCH(ctx);
+    return;
+  }
+  upsample_fwd_kernel<<<blocks_for(n), kThreads, 0, st>>>(x, y, d);
   DITTO_CHECK_LAUNCH(ctx);
 }
 
@@ -135,16 +186,10 @@ void upsample_bwd_gather(Context& ctx, const float* dy, float* dx, const ref::Up
   const int64_t n = d.planes * d.h * d.w;
   if (n == 0) return;
   cudaStream_t st = detail::stream_of(ctx);
-  if (!d.bilinear && d.oh % d.h == 0 && d.ow % d.w == 0 && d.w <= INT_MAX && d.oh / d.h <= INT_MAX &&
-      d.ow / d.w <= INT_MAX) {
-    const int w = static_cast<int>(d.w);
-    const unsigned bx = static_cast<unsigned>(std::min<int64_t>((d.w + 31) / 32 * 32, kThreads));
-    const unsigned by = kThreads / bx;
-    const int64_t rows = d.planes * d.h;
-    const dim3 block(bx, by), grid(static_cast<unsigned>((d.w + bx - 1) / bx),
-                                   static_cast<unsigned>(std::min<int64_t>((rows + by - 1) / by, 65535)));
-    nearest_bwd_whole_kernel<<<grid, block, 0, st>>>(dy, dx, rows, w, static_cast<int>(d.oh / d.h),
-                                                     static_cast<int>(d.ow / d.w));
+  if (nearest_whole(d)) {
+    const RowsGrid g = rows_grid(d);
+    nearest_bwd_whole_kernel<<<g.grid, g.block, 0, st>>>(dy, dx, d.planes * d.h, static_cast<int>(d.w),
+                                                         static_cast<int>(d.oh / d.h), static_cast<int>(d.ow / d.w));
     DITTO_CHECK_LAUNCH(ctx);
     return;
   }

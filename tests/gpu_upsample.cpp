@@ -117,9 +117,10 @@ TEST_CASE("gpu upsample: forward and both backward variants against the double r
     }
 }
 
-TEST_CASE("gpu upsample: nearest's gather is the host's float gather bit for bit, whole scales and others") {
-  // Whole scale factors take their own kernel (no divisions); it must add the same values in the same
-  // order as ref::upsample_gather_at, which the other shapes' kernel runs.
+TEST_CASE("gpu upsample: nearest's forward and gather are the host's bit for bit, whole scales and others") {
+  // Whole scale factors take their own kernels (no divisions); the forward must copy what
+  // ref::upsample_fwd_at reads, the gather add the same values in the same order as
+  // ref::upsample_gather_at, which the other shapes' kernels run.
   uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   Context gpu(Device::cuda(0), Policy::parse({"up.bwd=gather"}));
@@ -141,8 +142,15 @@ TEST_CASE("gpu upsample: nearest's gather is the host's float gather bit for bit
         for (int64_t iw = 0; iw < g.w; ++iw)
           want[std::size_t((pl * g.h + ih) * g.w + iw)] =
               ref::upsample_gather_at<float>(dyv.data() + pl * g.oh * g.ow, ih, iw, d, none.view());
-    Var x(gpu.zeros({2, 3, g.h, g.w}), true);
+    auto xv = test::random_vec(std::size_t(planes * g.h * g.w), seed + 1);
+    std::vector<float> want_y(dyv.size());
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t oh = 0; oh < g.oh; ++oh)
+        for (int64_t ow = 0; ow < g.ow; ++ow)
+          want_y[std::size_t((pl * g.oh + oh) * g.ow + ow)] = ref::upsample_fwd_at<float>(xv.data() + pl * g.h * g.w, oh, ow, d);
+    Var x(gpu.from_host(xv, {2, 3, g.h, g.w}), true);
     Var y = upsample2d(gpu, "up", x, p);
+    CHECK(y.value().to_host_f32() == want_y);
     gpu.tape().backward(gpu, y, gpu.from_host(dyv, y.shape()));
     CHECK(x.grad().to_host_f32() == want);
   }

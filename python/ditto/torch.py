@@ -443,9 +443,13 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
 
 @_op("ditto::upsample")
 def _upsample(x: Tensor, out_h: int, out_w: int, mode: str, align_corners: bool, deterministic: bool) -> Tensor:
-    if mode == "nearest" and x.is_cuda:
+    h, w = x.shape[2], x.shape[3]
+    whole = h > 0 and w > 0 and out_h % h == 0 and out_w % w == 0
+    if mode == "nearest" and x.is_cuda and not whole:
         # No reduction in the forward: PyTorch's kernel (ATen's, not rerouted by patch()) is
-        # deterministic and on the H100 3.7x faster than ditto's; the backward is ditto's.
+        # deterministic, and where the scale is not whole faster than ditto's (which divides per
+        # output); with whole scales ditto's copies each input to its block, faster than PyTorch's.
+        # The backward is ditto's.
         _f32(x, "input")
         return torch._C._nn.upsample_nearest2d(x.contiguous(), [out_h, out_w])
     return _run("upsample", "_torch_upsample", deterministic, x, _f32(x, "input"), mode, out_h, out_w,
@@ -934,9 +938,10 @@ def _pair(v) -> List[int]:
 
 def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0, dilation=1,
            groups: int = 1, *, deterministic: bool = True) -> Tensor:
-    """``F.conv2d`` (numeric padding): forward by cuDNN, backward by ditto's own kernels (the weight
-    gradient of a 3x3 stride-1 convolution by ditto's Winograd, the rest in GEMM form)
-    (``deterministic``), or by cuDNN's heuristics; the bias gradient is PyTorch's sum."""
+    """``F.conv2d`` (numeric padding), ``deterministic``: a 3x3 stride-1 convolution of one group
+    (padding at most 2) by ditto's Winograd in all three directions, any other by cuDNN's deterministic
+    forward and ditto's own GEMM-form backward; otherwise cuDNN's heuristics. The bias gradient is
+    PyTorch's sum."""
     if isinstance(padding, str):
         raise ValueError("ditto.torch.conv2d: numeric padding, not '" + padding + "'")
     y = _conv2d(input, weight, _pair(stride), _pair(padding), _pair(dilation), int(groups), deterministic)
