@@ -196,24 +196,34 @@ constexpr int kTileItems = 8;
 constexpr int64_t kTile = int64_t(kTileThreads) * kTileItems;
 constexpr int64_t kTileBlocksWanted = 2048;  // channels are spread over blocks until about this many
 
-// A run of records: the sum since the last segment start in it (or since its first record), and
-// whether a segment starts in it.
+// Channels one block scan carries: the scan's latency (a block-wide exchange per scan) is paid once
+// for kTileChannels channels, and their dy loads are in flight together. Each channel's sums take the
+// same joins in the same tree as a scan of that channel alone: the bits do not depend on it.
+constexpr int kTileChannels = 4;
+
+// A run of records: per channel, the sum since the last segment start in it (or since its first
+// record), and whether a segment starts in it.
 struct SegSum {
-  float sum;
+  float sum[kTileChannels];
   int starts;
 };
 // Joins run a with the run b right after it. Associative, not commutative, as a scan needs.
 struct JoinSegSum {
   __device__ __forceinline__ SegSum operator()(const SegSum& a, const SegSum& b) const {
-    return b.starts ? b : SegSum{a.sum + b.sum, a.starts};
+    if (b.starts) return b;
+    SegSum r;
+#pragma unroll
+    for (int j = 0; j < kTileChannels; ++j) r.sum[j] = a.sum[j] + b.sum[j];
+    r.starts = a.starts;
+    return r;
   }
 };
 using TileScan = cub::BlockScan<SegSum, kTileThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
 // Offset: the type of dy's element offsets (uint32_t where dy has fewer than 2^32 elements: fewer
-// registers per record, so more blocks per SM).
+// registers per record).
 template <class Offset>
-__global__ void __launch_bounds__(kTileThreads, 3)
+__global__ void __launch_bounds__(kTileThreads, 2)
     grid_sample_dx_tiles_kernel(const uint32_t* __restrict__ keys, const int32_t* __restrict__ ents,
                                 const float* __restrict__ wts, const float* __restrict__ dy, float* __restrict__ dx,
                                 float* __restrict__ head_part, float* __restrict__ tail_part, int64_t records,
@@ -247,45 +257,51 @@ __global__ void __launch_bounds__(kTileThreads, 3)
   const uint32_t key_after = first + kTileItems < tile_end ? keys[first + kTileItems] : kNone;
   const uint32_t next_tile_key = tile_end < records ? keys[tile_end] : kNone;
 
-  // dy of the next channel is loaded before this channel's scan, so the loads are in flight while
-  // the block scans (nothing waits on them until the next iteration).
-  float dy_next[kTileItems];
-  auto load_dy = [&](int64_t ch) {
-    if (ch >= d.c) return;
-    const float* dyc = dy + ch * plane;
+  for (int64_t c0 = int64_t(blockIdx.y) * kTileChannels; c0 < d.c; c0 += int64_t(gridDim.y) * kTileChannels) {
+    float v[kTileChannels][kTileItems];
 #pragma unroll
-    for (int i = 0; i < kTileItems; ++i) dy_next[i] = adds[i] ? dyc[dy_at[i]] : 0.f;
-  };
-  load_dy(blockIdx.y);
-  for (int64_t c = blockIdx.y; c < d.c; c += gridDim.y) {
-    float v[kTileItems];
+    for (int k = 0; k < kTileChannels; ++k) {
+      const bool here = c0 + k < d.c;
+      const float* dyc = dy + (c0 + k) * plane;
 #pragma unroll
-    for (int i = 0; i < kTileItems; ++i) v[i] = adds[i] ? __fmul_rn(w[i], dy_next[i]) : 0.f;
-    load_dy(c + gridDim.y);
-    SegSum own{0.f, 0};
+      for (int i = 0; i < kTileItems; ++i) v[k][i] = here && adds[i] ? __fmul_rn(w[i], dyc[dy_at[i]]) : 0.f;
+    }
+    auto item = [&](int i) {
+      SegSum r;
 #pragma unroll
-    for (int i = 0; i < kTileItems; ++i) own = JoinSegSum()(own, SegSum{v[i], start[i]});
+      for (int k = 0; k < kTileChannels; ++k) r.sum[k] = v[k][i];
+      r.starts = start[i];
+      return r;
+    };
+    SegSum zero;  // no sum, no start
+#pragma unroll
+    for (int k = 0; k < kTileChannels; ++k) zero.sum[k] = 0.f;
+    zero.starts = 0;
+    SegSum own = zero;
+#pragma unroll
+    for (int i = 0; i < kTileItems; ++i) own = JoinSegSum()(own, item(i));
     SegSum run;
-    TileScan(scan_tmp).ExclusiveScan(own, run, SegSum{0.f, 0}, JoinSegSum());
+    TileScan(scan_tmp).ExclusiveScan(own, run, zero, JoinSegSum());
 #pragma unroll
     for (int i = 0; i < kTileItems; ++i) {
       const int64_t j = first + i;
       if (j >= tile_end) break;
-      run = JoinSegSum()(run, SegSum{v[i], start[i]});
+      run = JoinSegSum()(run, item(i));
       const bool last = j + 1 == tile_end;
       const uint32_t next = i + 1 < kTileItems ? key[i + 1] : key_after;
       if (!last && next == key[i]) continue;  // the segment goes on inside the tile
       const bool goes_on = last && next_tile_key == key[i];
-      if (!run.starts) {
-        head_part[tile * d.c + c] = run.sum;
-      } else if (goes_on) {
-        tail_part[tile * d.c + c] = run.sum;
-      } else {
-        const uint32_t n = key[i] / in_plane;
-        dx[(int64_t(n) * d.c + c) * in_plane + (key[i] - n * in_plane)] = run.sum;
+      const uint32_t n = key[i] / in_plane;
+#pragma unroll
+      for (int k = 0; k < kTileChannels; ++k) {
+        const int64_t c = c0 + k;
+        if (c >= d.c) break;
+        if (!run.starts) head_part[tile * d.c + c] = run.sum[k];
+        else if (goes_on) tail_part[tile * d.c + c] = run.sum[k];
+        else dx[(int64_t(n) * d.c + c) * in_plane + (key[i] - n * in_plane)] = run.sum[k];
       }
     }
-    __syncthreads();  // scan_tmp is reused for the next channel
+    __syncthreads();  // scan_tmp is reused for the next channels
   }
 }
 
@@ -426,7 +442,8 @@ void grid_sample_bwd_deterministic(Context& ctx, const float* x, const float* gr
   if (!records) return;
   sort_pairs(l.sort_temp, l.sort_temp_bytes, l.in.keys, l.keys_out, l.in.ents, l.ents_out, l.records, l.end_bit, st);
   const int64_t spread = (kTileBlocksWanted + l.tiles - 1) / l.tiles;
-  const int64_t gy = spread < 1 ? 1 : (spread > d.c ? d.c : (spread > 65535 ? 65535 : spread));
+  const int64_t groups = (d.c + kTileChannels - 1) / kTileChannels;
+  const int64_t gy = spread < 1 ? 1 : (spread > groups ? groups : (spread > 65535 ? 65535 : spread));
   const dim3 tiles_grid(static_cast<unsigned>(l.tiles), static_cast<unsigned>(gy));
   if (d.n * d.c * d.oh * d.ow <= int64_t(UINT32_MAX))
     grid_sample_dx_tiles_kernel<uint32_t><<<tiles_grid, kTileThreads, 0, st>>>(

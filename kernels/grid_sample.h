@@ -32,7 +32,8 @@
 //                  output-position row-major, corner nw, ne, sw, se order within a pixel), and a
 //                  segmented sum adds each pixel's dy * weight: tiles of 2048 sorted records,
 //                  each thread folds 8 in order, a fixed-shape block scan (cub::BlockScan,
-//                  warp scans) joins the threads, and a pixel whose records cross tiles gets its
+//                  warp scans; four channels' sums side by side in one scan, each with the joins
+//                  a scan of its own would make) joins the threads, and a pixel whose records cross tiles gets its
 //                  pieces added in tile order by one thread. No thread walks more than 8 records
 //                  plus one piece per tile, so outputs squeezed onto a few pixels cost no long
 //                  serial chain. A stable sort has one result whatever the GPU and every sum's
