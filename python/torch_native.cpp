@@ -31,6 +31,7 @@
 #include "engine/external.h"
 #include "engine/manifest.h"
 #include "kernels/conv2d.h"
+#include "kernels/grid_sample.h"
 #include "kernels/pixel_xent.h"
 #include "kernels/scatter.h"
 #include "python/torch_runner.h"
@@ -107,9 +108,12 @@ class Call {
     return wrap_external(*r_.ctx, c.data_ptr(), {2 * c.numel()}, DType::I32, {});
   }
   Tensor in_f32(const at::Tensor& t, const char* what) {
+    require_f32(t, what);
+    return in(t, what);
+  }
+  static void require_f32(const at::Tensor& t, const char* what) {
     TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat, "ditto.torch: ", what, " is ", python_dtype(t.scalar_type()),
                       "; ditto's ops here take float32");
-    return in(t, what);
   }
 
   // ditto's output as a PyTorch tensor of `sizes` sharing its memory: the storage is released (to
@@ -364,6 +368,49 @@ struct Conv2d : torch::autograd::Function<Conv2d> {
   }
 };
 
+// ---- grid_sample (bilinear, zero padding): ditto's deterministic backward ---------------------------
+
+// On the GPU the forward is PyTorch's own kernel (one thread per output, no reduction: deterministic,
+// and faster than ditto's); on the CPU ditto's. The backward, where the atomics are, is ditto's.
+struct GridSample : torch::autograd::Function<GridSample> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& grid, bool align_corners,
+                            bool deterministic) {
+    at::Tensor y = rethrowing([&] {
+      if (x.is_cuda()) {
+        Call::require_f32(x, "input");
+        Call::require_f32(grid, "grid");
+        return at::grid_sampler(x.contiguous(), grid.contiguous(), 0, 0, align_corners);
+      }
+      Call c(x, deterministic, "grid_sample", "grid_sample");
+      const Tensor yt =
+          grid_sample(c.ctx(), c.layer(), Var(c.in_f32(x, "input")), Var(c.in_f32(grid, "grid")), align_corners).value();
+      c.record();
+      return c.out(yt, std::vector<int64_t>(yt.shape().begin(), yt.shape().end()));
+    });
+    ctx->save_for_backward({x, grid});
+    ctx->saved_data["align_corners"] = align_corners;
+    ctx->saved_data["deterministic"] = deterministic;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &grid = saved[1];
+    const bool want_dx = ctx->needs_input_grad(0), want_dgrid = ctx->needs_input_grad(1);
+    at::Tensor dx, dgrid;
+    rethrowing([&] {
+      Call c(x, ctx->saved_data["deterministic"].toBool(), "grid_sample", "grid_sample");
+      const GridSampleGrads g =
+          grid_sample_backward(c.ctx(), c.layer(), c.in_f32(grads[0], "grad"), c.in_f32(x, "input"),
+                               c.in_f32(grid, "grid"), ctx->saved_data["align_corners"].toBool(), want_dx, want_dgrid);
+      if (want_dx) dx = c.out(g.dx, x.sizes());
+      if (want_dgrid) dgrid = c.out(g.dgrid, grid.sizes());
+      c.record();
+      return 0;
+    });
+    return {dx, dgrid, at::Tensor(), at::Tensor()};
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor> pixel_nll(const at::Tensor& log_probs, const at::Tensor& labels,
                                              int64_t ignore_index, bool deterministic) {
   const variable_list out = PixelLoss<Nll>::apply(log_probs, labels, ignore_index, deterministic);
@@ -391,6 +438,10 @@ at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, at::IntArrayRef stri
   return Conv2d::apply(x, w, stride, padding, dilation, groups, deterministic);
 }
 
+at::Tensor grid_sample_op(const at::Tensor& x, const at::Tensor& grid, bool align_corners, bool deterministic) {
+  return GridSample::apply(x, grid, align_corners, deterministic);
+}
+
 // Every op's latest record: "op\tnanoseconds\tknob\tvariant\tguarantee[\tknob\tvariant\tguarantee...]".
 std::vector<std::string> latest_variants() {
   Latest& l = latest();
@@ -415,6 +466,7 @@ TORCH_LIBRARY(ditto_native, m) {
   m.def("scatter_add(Tensor input, int dim, Tensor index, Tensor src, bool deterministic) -> Tensor");
   m.def("conv2d(Tensor x, Tensor w, int[] stride, int[] padding, int[] dilation, int groups, bool deterministic) -> "
         "Tensor");
+  m.def("grid_sample(Tensor x, Tensor grid, bool align_corners, bool deterministic) -> Tensor");
   m.def("latest_variants() -> str[]", &ditto::py::latest_variants);
 }
 
@@ -425,4 +477,5 @@ TORCH_LIBRARY_IMPL(ditto_native, CompositeImplicitAutograd, m) {
   m.impl("index_add", &ditto::py::index_add);
   m.impl("scatter_add", &ditto::py::scatter_add);
   m.impl("conv2d", &ditto::py::conv2d);
+  m.impl("grid_sample", &ditto::py::grid_sample_op);
 }

@@ -227,8 +227,8 @@ def _both_paths(op, args, wrt):
 @pytest.mark.parametrize("labels", [torch.int64, torch.int32])
 def test_the_cpp_operators_give_the_python_paths_bits(labels):
     torch.manual_seed(5)
-    assert dt.native_ops() == ["ditto::conv2d", "ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll",
-                               "ditto::scatter_add"]
+    assert dt.native_ops() == ["ditto::conv2d", "ditto::grid_sample", "ditto::index_add", "ditto::pixel_cross_entropy",
+                               "ditto::pixel_nll", "ditto::scatter_add"]
     logits = torch.randn(2, 5, 4, 3, requires_grad=True)
     target = torch.randint(0, 5, (2, 4, 3)).to(labels)
     target[1, 0, 2] = 3  # an ignored pixel
@@ -246,6 +246,10 @@ def test_the_cpp_operators_give_the_python_paths_bits(labels):
     cases += [(dt._conv2d, (x, w, [1, 1], [1, 1], [1, 1], 1, True), [x, w]),
               (dt._conv2d, (x, w, [2, 1], [0, 1], [1, 1], 1, True), [x, w]),
               (dt._conv2d, (x.detach(), w, [1, 1], [1, 1], [1, 1], 1, False), [w])]
+    image, where = torch.randn(2, 3, 5, 4, requires_grad=True), (torch.rand(2, 6, 7, 2) * 2.2 - 1.1).requires_grad_()
+    cases += [(dt._grid_sample, (image, where, False, True), [image, where]),
+              (dt._grid_sample, (image, where, True, True), [image, where]),
+              (dt._grid_sample, (image.detach(), where, False, False), [where])]
     for op, args, wrt in cases:
         native, python = _both_paths(op, args, wrt)
         assert len(native) == len(python)
