@@ -368,6 +368,79 @@ struct Conv2d : torch::autograd::Function<Conv2d> {
   }
 };
 
+// ---- embedding and embedding_bag: the rows' gradients scattered by ditto ---------------------------
+
+// Indices as ditto.torch hands them to ditto: int32 and int64 as they are, other integer dtypes as int32.
+at::Tensor index_of(const at::Tensor& t) {
+  return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong ? t : t.to(at::kInt);
+}
+
+// The forward is PyTorch's gather (one source per output: deterministic everywhere); the backward a
+// scatter of the rows' gradients by ditto (sorted segment sums, or atomics).
+struct Embedding : torch::autograd::Function<Embedding> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& index,
+                            int64_t padding_idx, bool deterministic) {
+    ctx->save_for_backward({index});
+    ctx->saved_data["rows"] = weight.size(0);
+    ctx->saved_data["padding_idx"] = padding_idx;
+    ctx->saved_data["deterministic"] = deterministic;
+    return at::embedding(weight, index);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor index = ctx->get_saved_variables()[0];
+    const int64_t padding_idx = ctx->saved_data["padding_idx"].toInt();
+    at::Tensor grad = grads[0];
+    if (padding_idx >= 0) grad = grad.masked_fill((index == padding_idx).unsqueeze(-1), 0);
+    at::Tensor dw;
+    rethrowing([&] {
+      Call c(grad, ctx->saved_data["deterministic"].toBool(), "embedding", "embedding");
+      const int64_t rows = ctx->saved_data["rows"].toInt();
+      dw = c.out(embedding_backward(c.ctx(), c.layer(), c.in_f32(grad, "grad"), c.in(index_of(index), "index"), rows),
+                 {rows, grad.size(-1)});
+      c.record();
+      return 0;
+    });
+    return {dw, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Per bag the rows' sum or mean in position order (ditto's kernel both ways).
+struct EmbeddingBag : torch::autograd::Function<EmbeddingBag> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& index,
+                            const c10::optional<at::Tensor>& offsets, const std::string& mode, bool deterministic) {
+    const at::Tensor idx = index_of(index), off = offsets ? index_of(*offsets) : at::Tensor();
+    at::Tensor y = rethrowing([&] {
+      Call c(weight, deterministic, "embedding_bag", "embedding_bag");
+      const Tensor yt = embedding_bag(c.ctx(), c.layer(), Var(c.in_f32(weight, "weight")), c.in(idx, "index"),
+                                      off.defined() ? c.in(off, "offsets") : Tensor(), bag_mode(mode))
+                            .value();
+      c.record();
+      return c.out(yt, std::vector<int64_t>(yt.shape().begin(), yt.shape().end()));
+    });
+    ctx->save_for_backward({idx, off});
+    ctx->saved_data["rows"] = weight.size(0);
+    ctx->saved_data["mode"] = mode;
+    ctx->saved_data["deterministic"] = deterministic;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &idx = saved[0], &off = saved[1];
+    at::Tensor dw;
+    rethrowing([&] {
+      Call c(grads[0], ctx->saved_data["deterministic"].toBool(), "embedding_bag", "embedding_bag");
+      const int64_t rows = ctx->saved_data["rows"].toInt();
+      dw = c.out(embedding_bag_backward(c.ctx(), c.layer(), c.in_f32(grads[0], "grad"), c.in(idx, "index"),
+                                        off.defined() ? c.in(off, "offsets") : Tensor(),
+                                        bag_mode(ctx->saved_data["mode"].toStringRef()), rows),
+                 {rows, grads[0].size(1)});
+      c.record();
+      return 0;
+    });
+    return {dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // ---- grid_sample (bilinear, zero padding): ditto's deterministic backward ---------------------------
 
 // On the GPU the forward is PyTorch's own kernel (one thread per output, no reduction: deterministic,
@@ -438,6 +511,15 @@ at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, at::IntArrayRef stri
   return Conv2d::apply(x, w, stride, padding, dilation, groups, deterministic);
 }
 
+at::Tensor embedding_op(const at::Tensor& weight, const at::Tensor& index, int64_t padding_idx, bool deterministic) {
+  return Embedding::apply(weight, index, padding_idx, deterministic);
+}
+
+at::Tensor embedding_bag_op(const at::Tensor& weight, const at::Tensor& index, const c10::optional<at::Tensor>& offsets,
+                            c10::string_view mode, bool deterministic) {
+  return EmbeddingBag::apply(weight, index, offsets, std::string(mode), deterministic);
+}
+
 at::Tensor grid_sample_op(const at::Tensor& x, const at::Tensor& grid, bool align_corners, bool deterministic) {
   return GridSample::apply(x, grid, align_corners, deterministic);
 }
@@ -467,6 +549,8 @@ TORCH_LIBRARY(ditto_native, m) {
   m.def("conv2d(Tensor x, Tensor w, int[] stride, int[] padding, int[] dilation, int groups, bool deterministic) -> "
         "Tensor");
   m.def("grid_sample(Tensor x, Tensor grid, bool align_corners, bool deterministic) -> Tensor");
+  m.def("embedding(Tensor weight, Tensor index, int padding_idx, bool deterministic) -> Tensor");
+  m.def("embedding_bag(Tensor weight, Tensor index, Tensor? offsets, str mode, bool deterministic) -> Tensor");
   m.def("latest_variants() -> str[]", &ditto::py::latest_variants);
 }
 
@@ -478,4 +562,6 @@ TORCH_LIBRARY_IMPL(ditto_native, CompositeImplicitAutograd, m) {
   m.impl("scatter_add", &ditto::py::scatter_add);
   m.impl("conv2d", &ditto::py::conv2d);
   m.impl("grid_sample", &ditto::py::grid_sample_op);
+  m.impl("embedding", &ditto::py::embedding_op);
+  m.impl("embedding_bag", &ditto::py::embedding_bag_op);
 }

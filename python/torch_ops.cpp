@@ -103,12 +103,6 @@ UpsampleParams upsample_params(const std::string& mode, int64_t out_h, int64_t o
   return p;
 }
 
-BagMode bag_mode(const std::string& mode) {
-  if (mode == "sum") return BagMode::Sum;
-  if (mode == "mean") return BagMode::Mean;
-  throw ShapeError(fmt::format("embedding_bag: mode '{}'; ditto has sum and mean", mode));
-}
-
 // A CSR matrix over the caller's arrays (i32 structure, f32 values; no gradient to the values).
 CsrMatrix csr_of(Call& c, nb::handle row_ptr, nb::handle col_idx, nb::handle values, int64_t rows, int64_t cols) {
   CsrMatrix a;

@@ -52,6 +52,14 @@ Conv2dParams conv_params(const std::vector<int64_t>& stride, const std::vector<i
   return p;
 }
 
+BagMode bag_mode(const std::string& mode) {
+  if (mode == "sum") return BagMode::Sum;
+  if (mode == "mean") return BagMode::Mean;
+  // No fmt here: this file is also built into the C++ operators, where PyTorch's own fmt headers come
+  // first on the include path.
+  throw ShapeError("embedding_bag: mode '" + mode + "'; ditto has sum and mean");
+}
+
 std::string scatter_rows_layer(const Context& ctx, int64_t m, int64_t d, int64_t num_rows) {
   return scatter_rows_privatized_refusal(ctx, m, d, num_rows).empty() ? "scatter_rows" : "scatter_add";
 }

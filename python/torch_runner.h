@@ -14,6 +14,7 @@
 
 #include "engine/context.h"
 #include "kernels/conv2d.h"
+#include "kernels/scatter.h"
 
 namespace ditto::py {
 
@@ -42,6 +43,8 @@ Tensor borrow_int64(Context& ctx, void* data, const Shape& shape);
 // F.conv2d's stride, padding and dilation (two values each) and groups (ShapeError otherwise).
 Conv2dParams conv_params(const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                          const std::vector<int64_t>& dilation, int64_t groups);
+// F.embedding_bag's mode, "sum" or "mean" (ShapeError otherwise).
+BagMode bag_mode(const std::string& mode);
 // The layer a scatter of m rows of d floats into num_rows (index_add) runs under: "scatter_rows" where the
 // privatized scatter runs it on ctx's device, "scatter_add" (the sorted scatter) otherwise.
 std::string scatter_rows_layer(const Context& ctx, int64_t m, int64_t d, int64_t num_rows);

@@ -227,8 +227,8 @@ def _both_paths(op, args, wrt):
 @pytest.mark.parametrize("labels", [torch.int64, torch.int32])
 def test_the_cpp_operators_give_the_python_paths_bits(labels):
     torch.manual_seed(5)
-    assert dt.native_ops() == ["ditto::conv2d", "ditto::grid_sample", "ditto::index_add", "ditto::pixel_cross_entropy",
-                               "ditto::pixel_nll", "ditto::scatter_add"]
+    assert dt.native_ops() == ["ditto::conv2d", "ditto::embedding", "ditto::embedding_bag", "ditto::grid_sample",
+                               "ditto::index_add", "ditto::pixel_cross_entropy", "ditto::pixel_nll", "ditto::scatter_add"]
     logits = torch.randn(2, 5, 4, 3, requires_grad=True)
     target = torch.randint(0, 5, (2, 4, 3)).to(labels)
     target[1, 0, 2] = 3  # an ignored pixel
@@ -250,6 +250,14 @@ def test_the_cpp_operators_give_the_python_paths_bits(labels):
     cases += [(dt._grid_sample, (image, where, False, True), [image, where]),
               (dt._grid_sample, (image, where, True, True), [image, where]),
               (dt._grid_sample, (image.detach(), where, False, False), [where])]
+    table = torch.randn(7, 4, requires_grad=True)
+    rows = torch.randint(0, 7, (3, 5)).to(labels)
+    bags, starts = torch.randint(0, 7, (9,)).to(labels), torch.tensor([0, 2, 2, 6]).to(labels)
+    cases += [(dt._embedding, (table, rows, -1, True), [table]), (dt._embedding, (table, rows, 2, True), [table]),
+              (dt._embedding, (table, rows, -1, False), [table]),
+              (dt._embedding_bag, (table, bags, starts, "mean", True), [table]),
+              (dt._embedding_bag, (table, bags, starts, "sum", False), [table]),
+              (dt._embedding_bag, (table, bags.view(3, 3), None, "mean", True), [table])]
     for op, args, wrt in cases:
         native, python = _both_paths(op, args, wrt)
         assert len(native) == len(python)

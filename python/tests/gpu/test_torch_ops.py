@@ -119,7 +119,7 @@ def test_work_is_ordered_on_the_callers_non_default_stream(name):
 
 @pytest.mark.skipif(not dt.native_ops(), reason="ditto was built without PyTorch's C++ operators")
 @pytest.mark.parametrize("name", ["nll_loss-2d", "cross_entropy-2d", "index_add", "scatter_add", "conv2d", "grid_sample",
-                                  "grid_sample-ac"])
+                                  "grid_sample-ac", "embedding", "embedding-hot", "embedding_bag-mean"])
 def test_the_cpp_operators_give_the_python_paths_bits(name):
     case = CASES[name]
     inputs = case.make("cuda", "test")
