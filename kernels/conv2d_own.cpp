@@ -211,11 +211,7 @@ void winograd_conv_cpu(const WinogradConv& c, const float* in, const float* w, f
       const int64_t h0 = 2 * (t / tw), w0 = 2 * (t % tw);
       for (int64_t i = 0; i < c.Ci; ++i) {
         float d[16], tt[16];
-        for (int a = 0; a < 4; ++a)
-          for (int b = 0; b < 4; ++b) {
-            const int64_t h = h0 - c.ph + a, x = w0 - c.pw + b;
-            d[a * 4 + b] = h >= 0 && h < c.H && x >= 0 && x < c.W ? in[((n * c.Ci + i) * c.H + h) * c.W + x] : 0.f;
-          }
+        winograd_window(in + (n * c.Ci + i) * c.H * c.W, h0 - c.ph, w0 - c.pw, c.H, c.W, d);
         winograd_input_tile(d, tt);
         for (int e = 0; e < 16; ++e) v[std::size_t(e * c.Ci + i)] = tt[e];
       }
@@ -245,11 +241,7 @@ void winograd_filter_cpu(const ConvGeom& g, const float* x, const float* dy, flo
       const int64_t h0 = 2 * (t / p.tiles_w), w0 = 2 * (t % p.tiles_w);
       for (int64_t c = 0; c < g.C; ++c) {
         float d[16], tt[16];
-        for (int a = 0; a < 4; ++a)
-          for (int b = 0; b < 4; ++b) {
-            const int64_t h = h0 - g.ph + a, w = w0 - g.pw + b;
-            d[a * 4 + b] = n < g.N && h >= 0 && h < g.H && w >= 0 && w < g.W ? x[((n * g.C + c) * g.H + h) * g.W + w] : 0.f;
-          }
+        winograd_window(n < g.N ? x + (n * g.C + c) * g.H * g.W : nullptr, h0 - g.ph, w0 - g.pw, g.H, g.W, d);
         winograd_input_tile(d, tt);
         for (int e = 0; e < 16; ++e) v[std::size_t((e * g.C + c) * P + q)] = tt[e];
       }

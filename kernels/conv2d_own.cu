@@ -440,14 +440,7 @@ __global__ void winograd_input_kernel(ConvGeom g, own::WinogradPlan p, const flo
     const int64_t n = (part0 + pl) * p.images_per_part + q / T, t = q % T;
     const int64_t h0 = 2 * (t / p.tiles_w) - g.ph, w0 = 2 * (t % p.tiles_w) - g.pw;
     float d[16], e[16];
-    const float* xc = x + (n * g.C + c) * g.H * g.W;
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int64_t h = h0 + a, w = w0 + b;
-        d[a * 4 + b] = n < g.N && h >= 0 && h < g.H && w >= 0 && w < g.W ? __ldg(xc + h * g.W + w) : 0.f;
-      }
+    own::winograd_window(n < g.N ? x + (n * g.C + c) * g.H * g.W : nullptr, h0, w0, g.H, g.W, d);
     own::winograd_input_tile(d, e);
 #pragma unroll
     for (int k = 0; k < 16; ++k) v[((k * parts + pl) * g.C + c) * P + q] = e[k];
@@ -530,15 +523,8 @@ __global__ void winograd_conv_input_kernel(own::WinogradConv c, const float* __r
   for (I j = blockIdx.x * I(blockDim.x) + threadIdx.x; j < total; j += I(gridDim.x) * I(blockDim.x)) {
     const I q = j % P, i = j / P, nl = q / T, t = q - nl * T, th = t / tw;
     const I h0 = 2 * th - I(c.ph), w0 = 2 * (t - th * tw) - I(c.pw);
-    const float* src = in + ((n0 + nl) * Ci + i) * H * W;
     float d[16], e[16];
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const I h = h0 + a, x = w0 + b;
-        d[a * 4 + b] = h >= 0 && h < H && x >= 0 && x < W ? __ldg(src + h * W + x) : 0.f;
-      }
+    own::winograd_window(in + ((n0 + nl) * Ci + i) * H * W, h0, w0, H, W, d);
     own::winograd_input_tile(d, e);
 #pragma unroll
     for (int k = 0; k < 16; ++k) v[I(k) * total + j] = e[k];

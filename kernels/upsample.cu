@@ -123,12 +123,8 @@ __global__ void nearest_fwd_whole_kernel(const float* __restrict__ x, float* __r
   }
 }
 
-// Whole scale factors along both axes, in int range: nearest's forward and gather take their own
-// kernels. A block of (bx, by) threads: bx columns of a row (a multiple of 32), by rows.
-bool nearest_whole(const ref::UpsampleDims& d) {
-  return !d.bilinear && d.h > 0 && d.w > 0 && d.oh % d.h == 0 && d.ow % d.w == 0 && d.w <= INT_MAX &&
-         d.oh / d.h <= INT_MAX && d.ow / d.w <= INT_MAX;
-}
+// The whole-scale nearest kernels' launch (ref::nearest_whole): a block of (bx, by) threads, bx columns
+// of a row (a multiple of 32), by rows.
 struct RowsGrid {
   dim3 grid, block;
 };
@@ -159,7 +155,7 @@ void upsample_fwd(Context& ctx, const float* x, float* y, const ref::UpsampleDim
   const int64_t n = d.planes * d.oh * d.ow;
   if (n == 0) return;
   cudaStream_t st = detail::stream_of(ctx);
-  if (nearest_whole(d)) {
+  if (ref::nearest_whole(d)) {
     const RowsGrid g = rows_grid(d);
     const int w = static_cast<int>(d.w), kh = static_cast<int>(d.oh / d.h), kw = static_cast<int>(d.ow / d.w);
     if (kw == 2) nearest_fwd_whole_kernel<2><<<g.grid, g.block, 0, st>>>(x, y, d.planes * d.h, w, kh, kw);
@@ -186,7 +182,7 @@ void upsample_bwd_gather(Context& ctx, const float* dy, float* dx, const ref::Up
   const int64_t n = d.planes * d.h * d.w;
   if (n == 0) return;
   cudaStream_t st = detail::stream_of(ctx);
-  if (nearest_whole(d)) {
+  if (ref::nearest_whole(d)) {
     const RowsGrid g = rows_grid(d);
     nearest_bwd_whole_kernel<<<g.grid, g.block, 0, st>>>(dy, dx, d.planes * d.h, static_cast<int>(d.w),
                                                          static_cast<int>(d.oh / d.h), static_cast<int>(d.ow / d.w));

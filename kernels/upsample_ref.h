@@ -13,6 +13,7 @@
 // its taps (four for bilinear, also where two taps name one pixel).
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +31,14 @@ struct UpsampleDims {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;  // planes = N * C
   bool bilinear = false, align_corners = false;
 };
+
+// Nearest with whole scale factors along both axes (each input owns a kh x kw block of outputs), in
+// int range: the GPU's forward copies each input to its block and its gather sums each block, in
+// kernels of their own. ditto.torch asks the same question to pick the forward it runs.
+DITTO_UPSAMPLE_HD bool nearest_whole(const UpsampleDims& d) {
+  return !d.bilinear && d.h > 0 && d.w > 0 && d.oh % d.h == 0 && d.ow % d.w == 0 && d.w <= INT_MAX &&
+         d.oh / d.h <= INT_MAX && d.ow / d.w <= INT_MAX;
+}
 
 // Nearest: the source of output o, and the first output whose source is i (outputs with source i
 // are [nearest_first_out(i), nearest_first_out(i + 1))).

@@ -26,6 +26,7 @@
 #include "kernels/scatter.h"
 #include "kernels/spmm.h"
 #include "kernels/upsample.h"
+#include "kernels/upsample_ref.h"
 #include "python/bridge.h"
 #include "python/torch_runner.h"
 
@@ -179,6 +180,15 @@ void bind_torch_ops(nb::module_& m) {
           return c.done({upsample2d(c.ctx(), c.layer(), Var(c.in(x)), upsample_params(mode, oh, ow, align_corners))
                              .value()});
         });
+  m.def("_torch_upsample_nearest_whole",
+        [](int64_t h, int64_t w, int64_t oh, int64_t ow) {
+          ref::UpsampleDims d;
+          d.h = h, d.w = w, d.oh = oh, d.ow = ow;
+          return ref::nearest_whole(d);
+        },
+        "h"_a, "w"_a, "out_h"_a, "out_w"_a,
+        "Whether nearest upsampling from h x w to out_h x out_w has whole scale factors, where ditto's GPU "
+        "forward copies each input to its block.");
   m.def("_torch_upsample_backward",
         [](const std::string& dev, std::intptr_t s, bool det, nb::handle dy, const std::vector<int64_t>& x_shape,
            const std::string& mode, bool align_corners) {

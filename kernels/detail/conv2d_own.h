@@ -158,6 +158,23 @@ bool winograd_conv_supports(const ConvGeom& g, std::string* why);
 // transforms and index maps against a direct convolution.
 void winograd_conv_cpu(const WinogradConv& c, const float* in, const float* w, float* out);
 
+// The input transform's operand, for every direction on both sides: the 4x4 window of a plane [H][W]
+// whose top-left corner is (h0, w0), row-major, zero outside the plane (padding) and all zero for a
+// null plane (a padding image). On the device through the read-only cache.
+template <class I>
+DITTO_HD void winograd_window(const float* plane, I h0, I w0, I H, I W, float d[16]) {
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) {
+      const I h = h0 + a, w = w0 + b;
+      const bool in = plane != nullptr && h >= 0 && h < H && w >= 0 && w < W;
+#ifdef __CUDA_ARCH__
+      d[a * 4 + b] = in ? __ldg(plane + h * W + w) : 0.f;
+#else
+      d[a * 4 + b] = in ? plane[h * W + w] : 0.f;
+#endif
+    }
+}
+
 // The transforms, shared by the kernels and winograd_filter_cpu / winograd_conv_cpu. F(3x3, 2x2) (the
 // weight gradient) and F(2x2, 3x3) (fwd, bwd_data) share Bt. d: a 4x4 window of x (row-major);
 // t: its Bt d B. gt: a 2x2 tile of dY; u: G gt Gt. m: 16 sums; y: At m A (3x3, row-major).

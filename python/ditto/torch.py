@@ -443,9 +443,8 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
 
 @_op("ditto::upsample")
 def _upsample(x: Tensor, out_h: int, out_w: int, mode: str, align_corners: bool, deterministic: bool) -> Tensor:
-    h, w = x.shape[2], x.shape[3]
-    whole = h > 0 and w > 0 and out_h % h == 0 and out_w % w == 0
-    if mode == "nearest" and x.is_cuda and not whole:
+    if mode == "nearest" and x.is_cuda and not _ditto._torch_upsample_nearest_whole(x.shape[2], x.shape[3], out_h,
+                                                                                       out_w):
         # No reduction in the forward: PyTorch's kernel (ATen's, not rerouted by patch()) is
         # deterministic, and where the scale is not whole faster than ditto's (which divides per
         # output); with whole scales ditto's copies each input to its block, faster than PyTorch's.

@@ -50,6 +50,13 @@ def test_roi_align_matches_its_definition_at_one_bin():
     assert float(g[0, 0, 1, 1]) == 1.0 and float(g.sum()) == 1.0
 
 
+def test_whole_scale_nearest_is_decided_by_the_libraries_rule():
+    # The GPU forward's choice between ditto's block copy and PyTorch's kernel (kernels/upsample_ref.h).
+    whole = ditto._ditto._torch_upsample_nearest_whole
+    assert whole(4, 6, 8, 12) and whole(4, 6, 4, 18) and whole(3, 3, 3, 3)
+    assert not whole(4, 6, 6, 12) and not whole(4, 6, 8, 9) and not whole(0, 6, 8, 12)
+
+
 def test_what_ditto_does_not_implement_is_refused_by_name():
     x = torch.rand(1, 2, 4, 4)
     with pytest.raises(ValueError, match="bilinear with zeros"):

@@ -66,6 +66,14 @@ def test_each_call_records_its_variants_and_their_guarantees(name):
     assert dt.variants()[case.op], "the nondeterministic call records what it ran too"
 
 
+@pytest.mark.parametrize("out", [(128, 192), (96, 72), (64, 64)])
+def test_nearest_forward_copies_pytorchs_bits_at_whole_and_other_scales(out):
+    # A copy both ways: ditto's block-copy kernel where the scales are whole, PyTorch's elsewhere.
+    x = torch.rand(3, 5, 64, 48, device="cuda", generator=torch.Generator("cuda").manual_seed(7))
+    ours = dt.interpolate(x, size=out, mode="nearest")
+    assert torch.equal(ours, F.interpolate(x, size=out, mode="nearest"))
+
+
 def test_the_frameworks_choice_is_named_not_guaranteed():
     case = CASES["grid_sample"]
     tc.step(case, case.make("cuda", "test"), "ditto", deterministic=False)
