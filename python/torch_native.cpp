@@ -124,6 +124,8 @@ class Call {
     return at::from_blob(
         t.raw(), sizes, [keep](void*) { delete keep; }, at::TensorOptions().dtype(dtype).device(device_));
   }
+  // The same, of ditto's shape.
+  at::Tensor out(const Tensor& t) { return out(t, std::vector<int64_t>(t.shape().begin(), t.shape().end())); }
 
   // The variants this call ran, if it chose any, as the op's latest record.
   void record() {
@@ -263,8 +265,7 @@ struct IndexAdd : torch::autograd::Function<IndexAdd> {
                                       input.size(dim))
                               .value();
       c.record();
-      const std::vector<int64_t> sizes(rows.shape().begin(), rows.shape().end());
-      const at::Tensor summed = c.out(rows, sizes);
+      const at::Tensor summed = c.out(rows);
       ctx->save_for_backward({index});
       ctx->saved_data["dim"] = dim;
       ctx->saved_data["alpha"] = alpha;
@@ -344,7 +345,7 @@ struct Conv2d : torch::autograd::Function<Conv2d> {
       ctx->saved_data["dilation"] = dilation.vec();
       ctx->saved_data["groups"] = groups;
       ctx->saved_data["deterministic"] = deterministic;
-      return c.out(y, std::vector<int64_t>(y.shape().begin(), y.shape().end()));
+      return c.out(y);
     });
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -391,14 +392,12 @@ struct Embedding : torch::autograd::Function<Embedding> {
     const int64_t padding_idx = ctx->saved_data["padding_idx"].toInt();
     at::Tensor grad = grads[0];
     if (padding_idx >= 0) grad = grad.masked_fill((index == padding_idx).unsqueeze(-1), 0);
-    at::Tensor dw;
-    rethrowing([&] {
+    const at::Tensor dw = rethrowing([&] {
       Call c(grad, ctx->saved_data["deterministic"].toBool(), "embedding", "embedding");
       const int64_t rows = ctx->saved_data["rows"].toInt();
-      dw = c.out(embedding_backward(c.ctx(), c.layer(), c.in_f32(grad, "grad"), c.in(index_of(index), "index"), rows),
-                 {rows, grad.size(-1)});
+      const Tensor g = embedding_backward(c.ctx(), c.layer(), c.in_f32(grad, "grad"), c.in(index_of(index), "index"), rows);
       c.record();
-      return 0;
+      return c.out(g, {rows, grad.size(-1)});
     });
     return {dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -415,7 +414,7 @@ struct EmbeddingBag : torch::autograd::Function<EmbeddingBag> {
                                       off.defined() ? c.in(off, "offsets") : Tensor(), bag_mode(mode))
                             .value();
       c.record();
-      return c.out(yt, std::vector<int64_t>(yt.shape().begin(), yt.shape().end()));
+      return c.out(yt);
     });
     ctx->save_for_backward({idx, off});
     ctx->saved_data["rows"] = weight.size(0);
@@ -426,16 +425,14 @@ struct EmbeddingBag : torch::autograd::Function<EmbeddingBag> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &idx = saved[0], &off = saved[1];
-    at::Tensor dw;
-    rethrowing([&] {
+    const at::Tensor dw = rethrowing([&] {
       Call c(grads[0], ctx->saved_data["deterministic"].toBool(), "embedding_bag", "embedding_bag");
       const int64_t rows = ctx->saved_data["rows"].toInt();
-      dw = c.out(embedding_bag_backward(c.ctx(), c.layer(), c.in_f32(grads[0], "grad"), c.in(idx, "index"),
-                                        off.defined() ? c.in(off, "offsets") : Tensor(),
-                                        bag_mode(ctx->saved_data["mode"].toStringRef()), rows),
-                 {rows, grads[0].size(1)});
+      const Tensor g = embedding_bag_backward(c.ctx(), c.layer(), c.in_f32(grads[0], "grad"), c.in(idx, "index"),
+                                              off.defined() ? c.in(off, "offsets") : Tensor(),
+                                              bag_mode(ctx->saved_data["mode"].toStringRef()), rows);
       c.record();
-      return 0;
+      return c.out(g, {rows, grads[0].size(1)});
     });
     return {dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -458,7 +455,7 @@ struct GridSample : torch::autograd::Function<GridSample> {
       const Tensor yt =
           grid_sample(c.ctx(), c.layer(), Var(c.in_f32(x, "input")), Var(c.in_f32(grid, "grid")), align_corners).value();
       c.record();
-      return c.out(yt, std::vector<int64_t>(yt.shape().begin(), yt.shape().end()));
+      return c.out(yt);
     });
     ctx->save_for_backward({x, grid});
     ctx->saved_data["align_corners"] = align_corners;
