@@ -312,12 +312,7 @@ TEST_CASE("ditto-winograd: which problems it takes, its plan, and its algorithm 
   // rounding stays within a bound: each transformed product is a sum of at most 16 products of the
   // inputs' scale, added over at most `positions` terms, and At . A adds 9 sums:
   // |error| <= 64 * positions * 2^-24 * sum |x dy| per weight.
-  struct Case {
-    const char* name;
-    Shape x, w;
-    Conv2dParams p;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<OwnCase> cases = {
       {"pad 1, even sides, one part", {3, 4, 6, 6}, {5, 4, 3, 3}, params(1, 1, 1, 1)},
       {"pad 0, odd output (half tiles), two parts, the last with padding images", {200, 1, 9, 7}, {2, 1, 3, 3},
        params(1, 0, 1, 1)},
@@ -391,12 +386,7 @@ TEST_CASE("ditto-winograd fwd and bwd_data: the problems, the plan, and F(2x2, 3
   // of the 16 products sums Ci terms whose factors are sums of at most 16 inputs' and 9 weights' sizes, and
   // At . A adds 9 of them: |error| <= 16 * (Ci + 16) * 2^-24 * sum over i of (sum |w[o][i]|) (sum of |in[i]|
   // over the tile's window).
-  struct Case {
-    const char* name;
-    Shape x, w;
-    Conv2dParams p;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<OwnCase> cases = {
       {"pad 1, even sides", {3, 4, 6, 6}, {5, 4, 3, 3}, params(1, 1, 1, 1)},
       {"pad 0, odd output (half tiles)", {2, 3, 9, 7}, {2, 3, 3, 3}, params(1, 0, 1, 1)},
       {"pad 2: the output larger than the input", {2, 3, 5, 4}, {2, 3, 3, 3}, params(1, 2, 1, 1)},
